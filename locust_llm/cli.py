@@ -1,0 +1,66 @@
+"""The ``locust-llm`` command: one subcommand per job, each defined in the module that owns it.
+
+Every subcommand module exposes ``configure_parser(parser)`` (adds its flags) and
+``run(args) -> int`` (the exit code). This file only wires them together, so a subcommand's
+imports (pandas for ``report``, aiohttp for ``sim``, locust for ``run``/``demo``) are paid only
+when that subcommand runs. Exit codes: 0 ok, 2 bad input, 3 alerts fired (``report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from locust_llm import __version__
+from locust_llm.errors import InputError
+
+#: subcommand -> (module that implements it, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("locust_llm.demo", "run a stepped sweep against the built-in simulated server"),
+    "run": ("locust_llm.demo", "run a stepped sweep against any OpenAI-compatible server"),
+    "report": ("locust_llm.report.cli", "turn a run dir into tables, a verdict and alerts"),
+    "roofline": ("locust_llm.roofline_cli", "theoretical latency/throughput floors"),
+    "sim": ("locust_llm.sim.cli", "start the simulated OpenAI-compatible server"),
+    "gpu-exporter": ("locust_llm.gpu.cli", "serve GPU and host metrics for Prometheus"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``only`` just that subcommand's module is imported."""
+    parser = argparse.ArgumentParser(prog="locust-llm", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"locust-llm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or only == name:
+            module = importlib.import_module(module_name)
+            configure = getattr(module, f"configure_{name.replace('-', '_')}_parser", None)
+            (configure or module.configure_parser)(sp)
+            sp.set_defaults(_module=module_name, _command=name)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``locust-llm`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=command if command in SUBCOMMANDS else None)
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    module = importlib.import_module(args._module)
+    runner = getattr(module, f"run_{args._command.replace('-', '_')}", None) or module.run
+    try:
+        return int(runner(args) or 0)
+    except InputError as exc:
+        print(f"locust-llm {args._command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""The one definition of every per-request LLM metric, and the record that carries them.
+
+Pure: no I/O, no Locust. ``user.py`` collects raw timestamps while a stream is read and calls
+:func:`summarize_stream` once, when the stream ends; everything downstream (live histograms,
+the run dir, the report) reads the resulting :class:`RequestRecord`.
+
+Definitions (the docs state them the same way):
+
+- ``t0``: ``perf_counter()`` just before the request is written; ``time.time()`` is kept beside it.
+- **TTFT** = first chunk that carries generated text (content or reasoning) - ``t0``.
+- **E2E** = end of stream (``[DONE]`` or close) - ``t0``.
+- **output_tokens** = ``usage.completion_tokens``; when the server gives none, the number of
+  token-bearing chunks, and the record is flagged ``tokens_estimated``.
+- **TPOT** = (t_last_token - t_first_token) / (output_tokens - 1), only when output_tokens > 1.
+  vLLM's and EvalScope's TPOT; GuideLLM and AIPerf call the same quantity "ITL".
+- **ITL** = gaps between consecutive token-bearing chunks, each divided by the tokens the later
+  chunk carries (known per chunk from ``continuous_usage_stats``; otherwise the stream's average
+  tokens per chunk); weighted by those tokens, so the token-weighted mean ITL equals TPOT.
+- **error rate** = failed / (failed + completed); every failure has one of :data:`ERROR_KINDS`.
+
+Undefined values are ``nan`` (never 0): a one-token answer has no TPOT, a failed request no TTFT.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+
+NAN = float("nan")
+
+#: Every failure is exactly one of these kinds.
+ERROR_KINDS: tuple[str, ...] = (
+    "http_4xx",  # any 4xx but 429
+    "http_429",  # rate limited
+    "http_5xx",  # any 5xx that is not an out-of-memory report
+    "timeout",  # connect/read/total timeout of the client
+    "connect",  # connection refused/reset before a response
+    "stream_broken",  # stream closed without [DONE], or cut mid-chunk
+    "bad_payload",  # a chunk that is not valid JSON / not the OpenAI shape
+    "oom",  # the server says it ran out of (GPU) memory
+)
+
+_OOM_MARKERS = ("out of memory", "outofmemory", "oom", "cuda error: out of memory")
+
+
+def classify_http_error(status: int, body: str = "") -> str:
+    """The error kind of an HTTP error response (``status`` >= 400)."""
+    text = body.lower()
+    if any(marker in text for marker in _OOM_MARKERS) and status >= 400:
+        return "oom"
+    if status == 429:
+        return "http_429"
+    if 400 <= status < 500:
+        return "http_4xx"
+    return "http_5xx"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything known about one request; exactly one record per request sent.
+
+    Times ending in ``_s`` are seconds; ``*_wall_s`` are Unix wall-clock stamps, the others are
+    offsets from ``t0`` (perf_counter based) or durations.
+    """
+
+    request_id: str
+    endpoint: str
+    model: str = ""
+    worker_id: str = "local"
+    user_id: int = 0
+    stage: int = -1  # stage index current when the request was sent (-1: no stages)
+    start_wall_s: float = NAN  # time.time() at t0
+    scheduled_wall_s: float = NAN  # open loop: when it was due to be sent
+    ok: bool = False
+    status_code: int = 0
+    error_kind: str = ""  # one of ERROR_KINDS when not ok
+    error_message: str = ""
+    ttft_s: float = NAN  # first generated token (content or reasoning)
+    ttfc_s: float = NAN  # first content token (excluding reasoning)
+    e2e_s: float = NAN
+    first_token_s: float = NAN  # offset of the first token-bearing chunk from t0 (= ttft_s)
+    last_token_s: float = NAN  # offset of the last token-bearing chunk from t0
+    tpot_s: float = NAN
+    itl_mean_s: float = NAN
+    itl_p50_s: float = NAN
+    itl_p99_s: float = NAN
+    itl_max_s: float = NAN
+    chunks: int = 0  # token-bearing chunks received
+    input_tokens: int = -1  # -1: unknown
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    tokens_estimated: bool = False  # output_tokens counted from chunks, not the server's usage
+    input_tokens_estimated: bool = False
+
+    @property
+    def dispatch_delay_s(self) -> float:
+        """Open loop: how late the request was sent against its schedule (nan in closed loop)."""
+        return self.start_wall_s - self.scheduled_wall_s
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+#: Column names of a record, in order (the requests.parquet schema).
+RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+
+
+@dataclass(slots=True)
+class StreamTiming:
+    """Raw timestamps gathered while one stream is read (all perf_counter seconds).
+
+    ``chunk_times`` / ``chunk_tokens`` hold one entry per token-bearing chunk; ``chunk_tokens``
+    entries are 0 where the chunk's own token count is unknown.
+    """
+
+    t0: float
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    first_content_time: float = NAN
+    end_time: float = NAN
+
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
+    """Quantile ``q`` (0..1) of ``values`` weighted by ``weights``.
+
+    With equal weights it equals numpy's default (linear interpolation between order
+    statistics); with unequal weights it is the inverted CDF: the smallest value whose
+    cumulative weight reaches ``q`` of the total.
+    """
+    if not values:
+        return NAN
+    pairs = sorted(zip(values, weights, strict=True))
+    total = sum(w for _, w in pairs)
+    if total <= 0:
+        return NAN
+    if all(w == pairs[0][1] for _, w in pairs):
+        rank = q * (len(pairs) - 1)
+        lo = math.floor(rank)
+        hi = min(lo + 1, len(pairs) - 1)
+        return pairs[lo][0] + (pairs[hi][0] - pairs[lo][0]) * (rank - lo)
+    # unequal weights: inverted CDF (the smallest value whose cumulative weight reaches q)
+    need = q * total
+    cum = 0.0
+    for value, w in pairs:
+        cum += w
+        if cum >= need:
+            return value
+    return pairs[-1][0]
+
+
+def itl_samples(
+    chunk_times: Sequence[float], chunk_tokens: Sequence[int], output_tokens: int
+) -> tuple[list[float], list[float]]:
+    """Per-token ITL samples and their weights (tokens) from token-bearing chunk times.
+
+    Each gap between consecutive chunks is divided by the tokens the later chunk carries. When a
+    chunk's own count is unknown (0), the stream's average tokens per later chunk is used:
+    (output_tokens - tokens of the first chunk) / (chunks - 1), which makes the weighted mean
+    equal TPOT.
+    """
+    n = len(chunk_times)
+    if n < 2:
+        return [], []
+    known = all(t > 0 for t in chunk_tokens) and len(chunk_tokens) == n
+    if known:
+        weights = [float(t) for t in chunk_tokens[1:]]
+    else:
+        first = chunk_tokens[0] if chunk_tokens and chunk_tokens[0] > 0 else 1
+        later = max(output_tokens - first, n - 1) if output_tokens > 0 else n - 1
+        weights = [later / (n - 1)] * (n - 1)
+    gaps = [chunk_times[i] - chunk_times[i - 1] for i in range(1, n)]
+    return [g / w for g, w in zip(gaps, weights, strict=True)], weights
+
+
+def summarize_stream(
+    record: RequestRecord, timing: StreamTiming, usage_completion_tokens: int | None
+) -> RequestRecord:
+    """Fill ``record``'s timing and token fields from a finished stream; returns ``record``.
+
+    Does not touch ``ok``/``error_kind``: the caller decides success (a stream without
+    ``[DONE]`` is ``stream_broken`` even if it carried tokens).
+    """
+    times = timing.chunk_times
+    record.chunks = len(times)
+    if usage_completion_tokens is not None and usage_completion_tokens >= 0:
+        record.output_tokens = int(usage_completion_tokens)
+        record.tokens_estimated = False
+    else:
+        known = sum(timing.chunk_tokens)
+        record.output_tokens = known if known >= len(times) else len(times)
+        record.tokens_estimated = True
+    if not math.isnan(timing.end_time):
+        record.e2e_s = timing.end_time - timing.t0
+    if times:
+        record.first_token_s = record.ttft_s = times[0] - timing.t0
+        record.last_token_s = times[-1] - timing.t0
+    if not math.isnan(timing.first_content_time):
+        record.ttfc_s = timing.first_content_time - timing.t0
+    if record.output_tokens > 1 and len(times) >= 2:
+        record.tpot_s = (times[-1] - times[0]) / (record.output_tokens - 1)
+    values, weights = itl_samples(times, timing.chunk_tokens, record.output_tokens)
+    if values:
+        total = sum(weights)
+        record.itl_mean_s = sum(v * w for v, w in zip(values, weights, strict=True)) / total
+        record.itl_p50_s = weighted_quantile(values, weights, 0.5)
+        record.itl_p99_s = weighted_quantile(values, weights, 0.99)
+        record.itl_max_s = max(values)
+    return record

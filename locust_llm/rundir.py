@@ -1,0 +1,121 @@
+"""The run directory: the contract between the load test that writes it and the report that reads it.
+
+A run dir holds, per run::
+
+    run.json            RunInfo: command line (no secrets), versions, host, model, wall-clock start
+                        and end, workers seen, stage windows, warnings
+    requests.parquet    one row per request sent, columns = metrics.RECORD_FIELDS
+    telemetry.parquet   long format, one row per sample: columns = TELEMETRY_COLUMNS
+    llm_stats.csv       final live-histogram summary (written by llmstats, for humans)
+
+Pure helpers only (json, dataclasses); pandas is imported lazily by the loaders that need it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from locust_llm.errors import InputError
+
+RUN_JSON = "run.json"
+REQUESTS_FILE = "requests.parquet"
+TELEMETRY_FILE = "telemetry.parquet"
+
+#: telemetry.parquet columns: wall-clock time, scrape target URL, canonical signal name,
+#: GPU index ("" for non-GPU signals), value (nan = scrape failed / no data: a gap).
+TELEMETRY_COLUMNS: tuple[str, ...] = ("time_s", "source", "signal", "gpu", "value")
+
+#: Canonical telemetry signals (units in the names' docs below).
+SIGNALS: dict[str, str] = {
+    "gpu_util": "GPU busy ratio 0..1",
+    "mem_used_bytes": "GPU memory used, bytes",
+    "mem_total_bytes": "GPU memory total, bytes",
+    "dram_bw_util": "DRAM bandwidth utilization ratio 0..1 (GPM / DCGM_FI_PROF_DRAM_ACTIVE)",
+    "power_w": "GPU power draw, watts",
+    "kv_cache_usage": "server KV-cache usage ratio 0..1",
+    "running": "requests running in the server's batch",
+    "waiting": "requests queued in the server",
+    "preemptions": "server preemptions, cumulative count",
+    "host_cpu_util": "CPU utilization ratio 0..1 of the exporter's host",
+    "worker_cpu_util": "Locust worker CPU ratio 0..1 (source = worker id)",
+}
+
+
+@dataclass(slots=True)
+class Stage:
+    """One stage window of a run (closed loop: ``concurrency``; open loop: ``rate`` req/s)."""
+
+    index: int
+    name: str
+    start_wall_s: float
+    end_wall_s: float = math.nan
+    concurrency: int | None = None
+    rate: float | None = None
+    warmup_s: float = 0.0  # requests started before start + warmup_s are excluded from tables
+    target_requests: int | None = None  # --llm-stage-requests
+    kind: str = "step"  # step | soak | baseline
+
+
+@dataclass(slots=True)
+class RunInfo:
+    """Contents of run.json."""
+
+    run_id: str
+    command: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    host: str = ""
+    hosts: list[str] = field(default_factory=list)
+    model: str = ""
+    endpoint: str = ""
+    start_wall_s: float = math.nan
+    end_wall_s: float = math.nan
+    workers: list[str] = field(default_factory=list)
+    stages: list[Stage] = field(default_factory=list)
+    mode: str = "closed"  # closed | open
+    warnings: list[str] = field(default_factory=list)
+    lost_workers: dict[str, int] = field(default_factory=dict)  # worker id -> requests in flight
+    roofline: dict[str, Any] = field(default_factory=dict)  # {"model": preset/path, "gpu": ...}
+    server_instances: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str, allow_nan=True)
+
+
+def write_run_info(run_dir: Path, info: RunInfo) -> Path:
+    """Write run.json atomically (write a temp file, then rename)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / RUN_JSON
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(info.to_json())
+    tmp.replace(path)
+    return path
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    """Read run.json; a missing or corrupt file is an InputError naming it."""
+    path = Path(run_dir) / RUN_JSON
+    if not path.is_file():
+        raise InputError(f"{path}: missing (is {run_dir} a locust-llm run dir?)")
+    try:
+        raw = json.loads(path.read_text())
+        stages = [Stage(**s) for s in raw.pop("stages", [])]
+        known = set(RunInfo.__dataclass_fields__)
+        info = RunInfo(**{k: v for k, v in raw.items() if k in known})
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: corrupt run.json ({exc})") from exc
+    info.stages = stages
+    return info
+
+
+def stage_of(start_wall_s: float, stages: list[Stage]) -> int:
+    """Index of the stage whose window holds ``start_wall_s``; -1 when none does."""
+    for stage in stages:
+        end = stage.end_wall_s if not math.isnan(stage.end_wall_s) else math.inf
+        if stage.start_wall_s <= start_wall_s < end:
+            return stage.index
+    return -1
