@@ -1,4 +1,4 @@
-"""Theoretical floors of LLM serving: bytes and FLOPs per step over memory bandwidth and peak FLOP/s.
+"""Theoretical floors of LLM serving: bytes and FLOPs per step over bandwidth and peak FLOP/s.
 
 Decode reads every weight it uses once per step plus the KV cache of every sequence in the batch;
 arithmetic units are far faster than memory, so a decode step cannot take less than
@@ -154,7 +154,9 @@ class ModelSpec:
     def kv_bytes_per_token(self) -> float:
         return self.kv_elements_per_token * self.kv_bits / 8.0
 
-    def with_bits(self, weight_bits: float | None = None, kv_bits: float | None = None) -> ModelSpec:
+    def with_bits(
+        self, weight_bits: float | None = None, kv_bits: float | None = None
+    ) -> ModelSpec:
         """A copy quantized to other weight / KV-cache bit widths."""
         return replace(
             self,
@@ -200,109 +202,188 @@ P = 1e15
 
 MODEL_PRESETS: dict[str, ModelSpec] = {
     "mistral-7b": ModelSpec(  # mistralai/Mistral-7B-v0.1 config.json
-        name="mistral-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
-        head_dim=128, intermediate_size=14336, vocab_size=32000,
+        name="mistral-7b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32000,
     ),
     "llama-3.1-8b": ModelSpec(  # meta-llama/Llama-3.1-8B config.json
-        name="llama-3.1-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
-        head_dim=128, intermediate_size=14336, vocab_size=128256,
+        name="llama-3.1-8b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=128256,
     ),
     "llama-3.1-70b": ModelSpec(  # meta-llama/Llama-3.1-70B config.json
-        name="llama-3.1-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
-        head_dim=128, intermediate_size=28672, vocab_size=128256,
+        name="llama-3.1-70b",
+        num_layers=80,
+        hidden_size=8192,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=128256,
     ),
     "qwen2.5-0.5b": ModelSpec(  # Qwen/Qwen2.5-0.5B-Instruct config.json
-        name="qwen2.5-0.5b", num_layers=24, hidden_size=896, num_heads=14, num_kv_heads=2,
-        head_dim=64, intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True,
+        name="qwen2.5-0.5b",
+        num_layers=24,
+        hidden_size=896,
+        num_heads=14,
+        num_kv_heads=2,
+        head_dim=64,
+        intermediate_size=4864,
+        vocab_size=151936,
+        tie_word_embeddings=True,
         qkv_bias=True,
     ),
     "qwen2.5-7b": ModelSpec(  # Qwen/Qwen2.5-7B-Instruct config.json
-        name="qwen2.5-7b", num_layers=28, hidden_size=3584, num_heads=28, num_kv_heads=4,
-        head_dim=128, intermediate_size=18944, vocab_size=152064, qkv_bias=True,
+        name="qwen2.5-7b",
+        num_layers=28,
+        hidden_size=3584,
+        num_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        vocab_size=152064,
+        qkv_bias=True,
     ),
     "qwen2.5-72b": ModelSpec(  # Qwen/Qwen2.5-72B-Instruct config.json
-        name="qwen2.5-72b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
-        head_dim=128, intermediate_size=29568, vocab_size=152064, qkv_bias=True,
+        name="qwen2.5-72b",
+        num_layers=80,
+        hidden_size=8192,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=29568,
+        vocab_size=152064,
+        qkv_bias=True,
     ),
     "mixtral-8x7b": ModelSpec(  # mistralai/Mixtral-8x7B-v0.1 config.json
-        name="mixtral-8x7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
-        head_dim=128, intermediate_size=14336, vocab_size=32000, num_experts=8,
+        name="mixtral-8x7b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32000,
+        num_experts=8,
         experts_per_token=2,
     ),
 }
 
 GPU_PRESETS: dict[str, GpuSpec] = {
     "rtx4090": GpuSpec(
-        name="rtx4090", memory_bandwidth_bytes_s=1008 * GB, memory_bytes=24 * GiB,
+        name="rtx4090",
+        memory_bandwidth_bytes_s=1008 * GB,
+        memory_bytes=24 * GiB,
         flops={"fp16": 165.2 * T, "fp8": 330.3 * T, "int8": 660.6 * T},
-        tdp_watts=450, idle_watts=25,
+        tdp_watts=450,
+        idle_watts=25,
         source="NVIDIA Ada Lovelace GPU architecture whitepaper v2.1, appendix A (GeForce RTX "
         "4090): 1008 GB/s; FP16/BF16 tensor 165.2 TF and FP8 330.3 TF with FP32 accumulate, "
         "INT8 660.6 TOPS, dense",
     ),
     "l4": GpuSpec(
-        name="l4", memory_bandwidth_bytes_s=300 * GB, memory_bytes=24 * GB,
+        name="l4",
+        memory_bandwidth_bytes_s=300 * GB,
+        memory_bytes=24 * GB,
         flops={"fp16": 121 * T, "fp8": 242.5 * T, "int8": 242.5 * T},
-        tdp_watts=72, idle_watts=16,
+        tdp_watts=72,
+        idle_watts=16,
         source="NVIDIA L4 datasheet: 300 GB/s; BF16 121 TF, FP8 242.5 TF, INT8 242.5 TOPS "
         "(datasheet lists 2x with sparsity)",
     ),
     "l40s": GpuSpec(
-        name="l40s", memory_bandwidth_bytes_s=864 * GB, memory_bytes=48 * GB,
+        name="l40s",
+        memory_bandwidth_bytes_s=864 * GB,
+        memory_bytes=48 * GB,
         flops={"fp16": 362.05 * T, "fp8": 733 * T, "int8": 733 * T},
-        tdp_watts=350, idle_watts=35,
+        tdp_watts=350,
+        idle_watts=35,
         source="NVIDIA L40S datasheet: 864 GB/s; BF16 362.05 TF, FP8 733 TF, INT8 733 TOPS, dense",
     ),
     "a10": GpuSpec(
-        name="a10", memory_bandwidth_bytes_s=600 * GB, memory_bytes=24 * GB,
+        name="a10",
+        memory_bandwidth_bytes_s=600 * GB,
+        memory_bytes=24 * GB,
         flops={"fp16": 125 * T, "int8": 250 * T},
-        tdp_watts=150, idle_watts=20,
+        tdp_watts=150,
+        idle_watts=20,
         source="NVIDIA A10 datasheet: 600 GB/s; BF16 125 TF, INT8 250 TOPS, dense (no FP8)",
     ),
     "a100-40gb": GpuSpec(
-        name="a100-40gb", memory_bandwidth_bytes_s=1555 * GB, memory_bytes=40 * GB,
+        name="a100-40gb",
+        memory_bandwidth_bytes_s=1555 * GB,
+        memory_bytes=40 * GB,
         flops={"fp16": 312 * T, "int8": 624 * T},
-        tdp_watts=400, idle_watts=50,
+        tdp_watts=400,
+        idle_watts=50,
         source="NVIDIA A100 datasheet (40GB SXM): 1,555 GB/s; BF16 312 TF, INT8 624 TOPS, dense",
     ),
     "a100-80gb": GpuSpec(
-        name="a100-80gb", memory_bandwidth_bytes_s=2039 * GB, memory_bytes=80 * GB,
+        name="a100-80gb",
+        memory_bandwidth_bytes_s=2039 * GB,
+        memory_bytes=80 * GB,
         flops={"fp16": 312 * T, "int8": 624 * T},
-        tdp_watts=400, idle_watts=50,
+        tdp_watts=400,
+        idle_watts=50,
         source="NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s; BF16 312 TF, INT8 624 TOPS, dense",
     ),
     "h100-sxm": GpuSpec(
-        name="h100-sxm", memory_bandwidth_bytes_s=3.35 * TB, memory_bytes=80 * GB,
+        name="h100-sxm",
+        memory_bandwidth_bytes_s=3.35 * TB,
+        memory_bytes=80 * GB,
         flops={"fp16": 989.4 * T, "fp8": 1978.9 * T, "int8": 1978.9 * T},
-        tdp_watts=700, idle_watts=70,
+        tdp_watts=700,
+        idle_watts=70,
         source="NVIDIA H100 datasheet (SXM): 3.35 TB/s; BF16 989 TF, FP8 1,979 TF, INT8 1,979 "
         "TOPS (datasheet's sparse figures halved)",
     ),
     "h100-pcie": GpuSpec(
-        name="h100-pcie", memory_bandwidth_bytes_s=2.0 * TB, memory_bytes=80 * GB,
+        name="h100-pcie",
+        memory_bandwidth_bytes_s=2.0 * TB,
+        memory_bytes=80 * GB,
         flops={"fp16": 756.5 * T, "fp8": 1513 * T, "int8": 1513 * T},
-        tdp_watts=350, idle_watts=50,
+        tdp_watts=350,
+        idle_watts=50,
         source="NVIDIA H100 datasheet (PCIe): 2 TB/s; BF16 756 TF, FP8 1,513 TF, INT8 1,513 "
         "TOPS (datasheet's sparse figures halved)",
     ),
     "h200": GpuSpec(
-        name="h200", memory_bandwidth_bytes_s=4.8 * TB, memory_bytes=141 * GB,
+        name="h200",
+        memory_bandwidth_bytes_s=4.8 * TB,
+        memory_bytes=141 * GB,
         flops={"fp16": 989.4 * T, "fp8": 1978.9 * T, "int8": 1978.9 * T},
-        tdp_watts=700, idle_watts=75,
+        tdp_watts=700,
+        idle_watts=75,
         source="NVIDIA H200 datasheet (SXM): 4.8 TB/s, 141 GB; BF16 989 TF, FP8 1,979 TF, INT8 "
         "1,979 TOPS (datasheet's sparse figures halved)",
     ),
     "b200": GpuSpec(
-        name="b200", memory_bandwidth_bytes_s=8 * TB, memory_bytes=180 * GB,
+        name="b200",
+        memory_bandwidth_bytes_s=8 * TB,
+        memory_bytes=180 * GB,
         flops={"fp16": 2.25 * P, "fp8": 4.5 * P, "int8": 4.5 * P},
-        tdp_watts=1000, idle_watts=100,
+        tdp_watts=1000,
+        idle_watts=100,
         source="NVIDIA HGX B200 datasheet, per GPU: 8 TB/s, 180 GB; BF16 2.25 PF, FP8 4.5 PF, "
         "INT8 4.5 POPS (datasheet's sparse figures halved)",
     ),
     "mi300x": GpuSpec(
-        name="mi300x", memory_bandwidth_bytes_s=5.3 * TB, memory_bytes=192 * GB,
+        name="mi300x",
+        memory_bandwidth_bytes_s=5.3 * TB,
+        memory_bytes=192 * GB,
         flops={"fp16": 1307.4 * T, "fp8": 2614.9 * T, "int8": 2614.9 * T},
-        tdp_watts=750, idle_watts=90,
+        tdp_watts=750,
+        idle_watts=90,
         source="AMD Instinct MI300X datasheet: 5.3 TB/s, 192 GB HBM3; FP16/BF16 1,307.4 TF, "
         "FP8 2,614.9 TF, INT8 2,614.9 TOPS, dense",
     ),
@@ -343,7 +424,11 @@ def get_model(name_or_path: str) -> ModelSpec:
 
 SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "mixtral", "gemma", "gemma2")
 _CONFIG_KEYS = (
-    "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
 )
 
 
@@ -359,7 +444,9 @@ def model_from_config_dict(cfg: dict[str, Any], name: str = "config") -> ModelSp
         )
     missing = [k for k in _CONFIG_KEYS if k not in cfg]
     if missing:
-        raise InputError(f"{name}: config.json lacks key {missing[0]!r} (needed: {', '.join(_CONFIG_KEYS)})")
+        raise InputError(
+            f"{name}: config.json lacks key {missing[0]!r} (needed: {', '.join(_CONFIG_KEYS)})"
+        )
     try:
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
@@ -489,7 +576,9 @@ class StepCost:
 
 def attention_flops(model: ModelSpec, query_tokens: int, attended_tokens: float) -> float:
     """QK^T + AV FLOPs for ``query_tokens`` queries each attending ``attended_tokens`` keys."""
-    return 4.0 * model.num_layers * model.num_heads * model.head_dim * query_tokens * attended_tokens
+    return (
+        4.0 * model.num_layers * model.num_heads * model.head_dim * query_tokens * attended_tokens
+    )
 
 
 def step_cost(
@@ -553,8 +642,8 @@ class Roofline:
     kv_elements_per_token: int
     kv_bytes_per_token: float
     kv_bytes_per_sequence: float
-    kv_bytes_read_per_step: float
-    bytes_read_per_step: float
+    kv_bytes_read_per_step: float  # KV of the context read + the new token's KV written
+    bytes_read_per_step: float  # everything a decode step moves (= step_cost(...).bytes)
     decode_step_floor_s: float  # = TPOT floor at this batch
     decode_memory_time_s: float
     decode_compute_time_s: float
@@ -572,7 +661,9 @@ class Roofline:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def decode_step_seconds(model: ModelSpec, gpu: GpuSpec, batch: int, context: int) -> tuple[float, float]:
+def decode_step_seconds(
+    model: ModelSpec, gpu: GpuSpec, batch: int, context: int
+) -> tuple[float, float]:
     """(memory time, compute time) of one decode step of ``batch`` sequences at ``context``."""
     cost = step_cost(model, [context] * batch)
     memory = cost.bytes / gpu.memory_bandwidth_bytes_s
@@ -580,8 +671,10 @@ def decode_step_seconds(model: ModelSpec, gpu: GpuSpec, batch: int, context: int
     return memory, compute
 
 
-def compute_bound_batch(model: ModelSpec, gpu: GpuSpec, context: int, limit: int = 1 << 20) -> int | None:
-    """Smallest batch at which decode compute time reaches memory time (None: never, up to limit)."""
+def compute_bound_batch(
+    model: ModelSpec, gpu: GpuSpec, context: int, limit: int = 1 << 20
+) -> int | None:
+    """Smallest batch whose decode compute time reaches memory time (None: never up to limit)."""
 
     def compute_bound(b: int) -> bool:
         memory, compute = decode_step_seconds(model, gpu, b, context)
@@ -614,7 +707,7 @@ def compute(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Roofline:
     b, ctx = workload.batch, workload.context_tokens
     params_read = model.params_read(b)
     weight_read = params_read * model.weight_bytes_per_param
-    kv_read = b * ctx * model.kv_bytes_per_token
+    kv_read = b * (ctx + 1) * model.kv_bytes_per_token  # context read + the new token's KV written
     memory, comp = decode_step_seconds(model, gpu, b, ctx)
     step = max(memory, comp)
     pre = step_cost(model, prefill_chunks=[(workload.input_tokens, 0)])
@@ -677,7 +770,9 @@ def parse_quantity(text: str, kind: str) -> float:
             prefix = low[: -len(s)]
             break
     else:
-        raise InputError(f"--{kind}: unit {unit or '(none)'!r} in {text!r}; expected e.g. {_EXAMPLES[kind]}")
+        raise InputError(
+            f"--{kind}: unit {unit or '(none)'!r} in {text!r}; expected e.g. {_EXAMPLES[kind]}"
+        )
     if prefix in _BIN_PREFIX:
         mult = float(_BIN_PREFIX[prefix])
     elif prefix in _PREFIX:

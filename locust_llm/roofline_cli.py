@@ -18,31 +18,52 @@ from locust_llm.errors import InputError
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Flags of ``locust-llm roofline``."""
     parser.add_argument(
-        "--model", default="mistral-7b",
+        "--model",
+        default="mistral-7b",
         help="model preset key, path to a config.json (or its folder), or a .gguf file "
         "(default: mistral-7b)",
     )
     parser.add_argument(
-        "--gpu", default=None,
+        "--gpu",
+        default=None,
         help="GPU preset key (default rtx4090 unless --bandwidth/--flops/--memory describe one)",
     )
     parser.add_argument("--bandwidth", help="memory bandwidth of a custom device, e.g. 40GB/s")
     parser.add_argument("--flops", help="dense peak of a custom device, e.g. 1.2TFLOPS")
     parser.add_argument("--memory", help="memory capacity of a custom device, e.g. 24GiB")
-    parser.add_argument("--context", type=int, default=1000,
-                        help="tokens of context in KV per sequence during decode (default 1000)")
-    parser.add_argument("--batch", type=int, default=1,
-                        help="sequences decoded together (default 1)")
-    parser.add_argument("--input-tokens", type=int, default=1024,
-                        help="prompt length for the prefill floor (default 1024)")
-    parser.add_argument("--weight-bits", type=float, default=None,
-                        help="weight precision in bits (default: the model's, 16)")
-    parser.add_argument("--kv-bits", type=float, default=None,
-                        help="KV-cache precision in bits (default 16)")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                        help="fraction of device memory the server may use (default 0.9)")
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON with every number in base units")
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=1000,
+        help="tokens of context in KV per sequence during decode (default 1000)",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=1, help="sequences decoded together (default 1)"
+    )
+    parser.add_argument(
+        "--input-tokens",
+        type=int,
+        default=1024,
+        help="prompt length for the prefill floor (default 1024)",
+    )
+    parser.add_argument(
+        "--weight-bits",
+        type=float,
+        default=None,
+        help="weight precision in bits (default: the model's, 16)",
+    )
+    parser.add_argument(
+        "--kv-bits", type=float, default=None, help="KV-cache precision in bits (default 16)"
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="fraction of device memory the server may use (default 0.9)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON with every number in base units"
+    )
     parser.add_argument("--list", action="store_true", help="list the model and GPU presets")
 
 
@@ -60,23 +81,31 @@ def _gpu_from_args(args: argparse.Namespace) -> roofline.GpuSpec:
 def _list_presets() -> str:
     lines = ["models:"]
     for key, m in roofline.MODEL_PRESETS.items():
-        lines.append(f"  {key:<14} {m.total_params / 1e9:7.2f}B params, {m.num_layers} layers, "
-                     f"{m.num_kv_heads} kv heads" + (f", {m.num_experts} experts" if m.num_experts else ""))
+        lines.append(
+            f"  {key:<14} {m.total_params / 1e9:7.2f}B params, {m.num_layers} layers, "
+            f"{m.num_kv_heads} kv heads" + (f", {m.num_experts} experts" if m.num_experts else "")
+        )
     lines.append("gpus:")
     for key, g in roofline.GPU_PRESETS.items():
-        lines.append(f"  {key:<14} {g.memory_bandwidth_bytes_s / 1e9:7.0f} GB/s, "
-                     f"{g.flops.get('fp16', math.nan) / 1e12:7.1f} TFLOP/s fp16, "
-                     f"{g.memory_bytes / 1e9:5.0f} GB")
+        lines.append(
+            f"  {key:<14} {g.memory_bandwidth_bytes_s / 1e9:7.0f} GB/s, "
+            f"{g.flops.get('fp16', math.nan) / 1e12:7.1f} TFLOP/s fp16, "
+            f"{g.memory_bytes / 1e9:5.0f} GB"
+        )
     return "\n".join(lines)
 
 
 def format_table(r: roofline.Roofline) -> str:
     """Human table: units in the row labels."""
+
     def ms(x: float) -> str:
         return f"{x * 1e3:.2f}"
 
     rows = [
-        ("model / gpu", f"{r.model} on {r.gpu} (weights {r.weight_bits:g}-bit, KV {r.kv_bits:g}-bit)"),
+        (
+            "model / gpu",
+            f"{r.model} on {r.gpu} (weights {r.weight_bits:g}-bit, KV {r.kv_bits:g}-bit)",
+        ),
         ("parameters (total)", f"{r.total_params / 1e9:.3f} B"),
         ("parameters read per decode step", f"{r.params_read_per_step / 1e9:.3f} B"),
         ("weight bytes read per step (GB)", f"{r.weight_bytes_read_per_step / 1e9:.2f}"),
@@ -85,13 +114,26 @@ def format_table(r: roofline.Roofline) -> str:
         ("KV bytes per sequence at context (MB)", f"{r.kv_bytes_per_sequence / 1e6:.1f}"),
         ("bytes read per decode step (GB)", f"{r.bytes_read_per_step / 1e9:.3f}"),
         ("decode floor = TPOT floor (ms)", ms(r.decode_step_floor_s)),
-        ("  memory time / compute time (ms)", f"{ms(r.decode_memory_time_s)} / {ms(r.decode_compute_time_s)}"),
+        (
+            "  memory time / compute time (ms)",
+            f"{ms(r.decode_memory_time_s)} / {ms(r.decode_compute_time_s)}",
+        ),
         ("decode ceiling at this batch (tokens/s)", f"{r.decode_tokens_per_s_ceiling:,.0f}"),
-        ("batch where decode turns compute-bound",
-         "never (memory-bound at any batch)" if r.compute_bound_batch is None else f"{r.compute_bound_batch:,}"),
+        (
+            "batch where decode turns compute-bound",
+            "never (memory-bound at any batch)"
+            if r.compute_bound_batch is None
+            else f"{r.compute_bound_batch:,}",
+        ),
         ("prefill floor for the input (ms)", ms(r.prefill_floor_s)),
-        ("  compute time / weight-read time (ms)", f"{ms(r.prefill_compute_time_s)} / {ms(r.prefill_weight_read_time_s)}"),
-        ("KV budget (GB)", f"{r.kv_budget_bytes / 1e9:.2f}" + ("" if r.fits else "  (weights do not fit)")),
+        (
+            "  compute time / weight-read time (ms)",
+            f"{ms(r.prefill_compute_time_s)} / {ms(r.prefill_weight_read_time_s)}",
+        ),
+        (
+            "KV budget (GB)",
+            f"{r.kv_budget_bytes / 1e9:.2f}" + ("" if r.fits else "  (weights do not fit)"),
+        ),
         ("KV capacity (tokens)", f"{r.kv_capacity_tokens:,.0f}"),
         ("KV capacity (sequences at this length)", f"{r.kv_capacity_sequences:,.1f}"),
     ]
@@ -107,9 +149,12 @@ def run(args: argparse.Namespace) -> int:
     model = roofline.get_model(args.model).with_bits(args.weight_bits, args.kv_bits)
     gpu = _gpu_from_args(args)
     result = roofline.compute(
-        model, gpu,
+        model,
+        gpu,
         roofline.Workload(
-            context_tokens=args.context, batch=args.batch, input_tokens=args.input_tokens,
+            context_tokens=args.context,
+            batch=args.batch,
+            input_tokens=args.input_tokens,
             gpu_memory_utilization=args.gpu_memory_utilization,
         ),
     )

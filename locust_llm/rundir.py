@@ -1,4 +1,4 @@
-"""The run directory: the contract between the load test that writes it and the report that reads it.
+"""The run directory: the contract between what the load test writes and the report reads.
 
 A run dir holds, per run::
 
