@@ -39,6 +39,7 @@ ERROR_KINDS: tuple[str, ...] = (
     "stream_broken",  # stream closed without [DONE], or cut mid-chunk
     "bad_payload",  # a chunk that is not valid JSON / not the OpenAI shape
     "oom",  # the server says it ran out of (GPU) memory
+    "cancelled",  # stopped by the load test itself (not the server's fault; not in error rates)
 )
 
 _OOM_MARKERS = ("out of memory", "outofmemory", "oom", "cuda error: out of memory")

@@ -1,0 +1,512 @@
+"""Wires locust-llm into Locust through its events, and holds each process's run-time state.
+
+``install()`` runs once, when ``locust_llm.user`` is imported by a locustfile: it adds the
+``--llm-*`` options and listens to ``init``, ``test_start``, ``test_stop``, ``report_to_master``,
+``worker_report`` and ``quitting``. Per Locust ``Environment`` there is one :class:`Runtime`:
+options, dataset, model id, live stats, recorder, open-loop schedule, current stage.
+
+Ending a distributed run without losing records: Locust's master, when it quits on its own
+(``-t`` or the end of a shape), sends workers ``quit`` and waits only 0.5 s. So when the master's
+test stops while workers still run users, it first sends every worker ``llm_stop``; each worker
+stops its users (they finish or are cancelled within ``--stop-timeout``), flushes its last
+records and answers ``llm_drained``; the master waits for all answers (bounded), then writes the
+run dir. A web-UI stop sends Locust's own ``stop``, whose worker-side flush arrives before the
+worker's ``client_stopped``, so the master has every record when its ``test_stop`` fires.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import logging
+import math
+import os
+import socket
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import events
+from locust.event import EventHook
+from locust.runners import MasterRunner, WorkerRunner
+
+from locust_llm import __version__, llmstats, options
+from locust_llm.errors import InputError
+from locust_llm.metrics import RequestRecord, StreamTiming
+from locust_llm.recorder import MSG_RECORDS, Recorder, ensure_writable
+from locust_llm.rundir import RunInfo, Stage
+
+logger = logging.getLogger("locust_llm")
+
+MSG_STOP = "llm_stop"
+MSG_DRAINED = "llm_drained"
+MSG_STAGE = "llm_stage"
+DRAIN_GRACE_S = 15.0
+
+_installed = False
+
+
+class Runtime:
+    """Everything locust-llm keeps for one Locust Environment in one process."""
+
+    def __init__(self, environment: Any) -> None:
+        self.environment = environment
+        self.options = environment.parsed_options or options.defaults()
+        runner = environment.runner
+        self.is_worker = isinstance(runner, WorkerRunner)
+        self.is_master = isinstance(runner, MasterRunner)
+        self.worker_id = runner.client_id if self.is_worker else "local"
+        self.stats = llmstats.LiveStats()
+        self.recorder = Recorder(is_worker=self.is_worker)
+        self.stages: list[Stage] = []
+        self.current_stage = -1
+        self.rate = 0.0  # open loop: this process's share of the current rate (req/s)
+        self.burstiness = float(self.options.llm_burstiness)
+        self._next_arrival = math.nan
+        self._user_index = itertools.count()
+        self._host_cycle: Any = None
+        self.hosts: list[str] = []
+        self.run_dir: Path | None = None
+        self.run_info: RunInfo | None = None
+        self.drained: set[str] = set()
+        self.last_progress_sent = (0, 0)
+        self.flusher: Any = None
+        self.history_greenlet: Any = None
+        self.telemetry: Any = None
+        self._dataset: Any = None
+        self._model: str | None = None
+        self._max_tokens: Any = None
+        self.headers: dict[str, str] = {}
+        self.extra_body: dict[str, Any] = {}
+        self.first_token_hook: Any = None
+        self.configure()
+
+    # ---- configuration (on first use; workers receive options with the first spawn) ------------
+    def configure(self) -> None:
+        opts = self.options
+        host = (self.environment.host or "").rstrip("/")
+        self.hosts = [h.strip().rstrip("/") for h in opts.llm_hosts.split(",") if h.strip()] or (
+            [host] if host else []
+        )
+        self._host_cycle = itertools.cycle(self.hosts) if self.hosts else None
+        api_key = opts.llm_api_key or os.environ.get("OPENAI_API_KEY", "")
+        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        for header in opts.llm_header or []:
+            name, sep, value = header.partition(":")
+            if not sep or not name.strip():
+                raise InputError(f"--llm-header {header!r}: expected 'Name: value'")
+            self.headers[name.strip()] = value.strip()
+        if opts.llm_extra_body:
+            try:
+                extra = json.loads(opts.llm_extra_body)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"--llm-extra-body is not JSON: {exc}") from None
+            if not isinstance(extra, dict):
+                raise InputError("--llm-extra-body must be a JSON object")
+            self.extra_body = extra
+        hook = getattr(self.environment.events, "llm_first_token", None)
+        self.first_token_hook = (
+            (lambda record, ttft_s: hook.fire(record=record, ttft_s=ttft_s))
+            if hook is not None and hook._handlers
+            else None
+        )
+
+    @property
+    def dataset(self) -> Any:
+        if self._dataset is None:
+            from locust_llm.datasets import load_dataset
+
+            opts = self.options
+            self._dataset = load_dataset(
+                opts.llm_dataset,
+                input_len=opts.llm_input_len or None,
+                seed=opts.llm_seed,
+                tokenizer_path=opts.llm_tokenizer or None,
+            )
+        return self._dataset
+
+    @property
+    def max_tokens(self) -> Any:
+        if self._max_tokens is None:
+            from locust_llm.datasets import parse_distribution
+
+            self._max_tokens = parse_distribution(str(self.options.llm_max_tokens))
+        return self._max_tokens
+
+    @property
+    def model(self) -> str:
+        if self._model is None:
+            self._model = self.options.llm_model or self.discover_model()
+        return self._model
+
+    def discover_model(self) -> str:
+        """The first model id the server lists at /v1/models ('' if it lists none)."""
+        from geventhttpclient import HTTPClient
+
+        if not self.hosts:
+            raise InputError("no --host given: locust-llm needs the server's base URL")
+        client = HTTPClient.from_url(self.hosts[0], connection_timeout=5, network_timeout=10)
+        try:
+            base_path = self.hosts[0].split("://", 1)[-1].partition("/")[2]
+            path = ("/" + base_path.rstrip("/") if base_path else "") + "/v1/models"
+            resp = client.get(path, headers={k: v for k, v in self.headers.items() if k != "Accept"})
+            body = resp.read()
+            if resp.status_code >= 400:
+                raise InputError(f"GET {self.hosts[0]}{path}: HTTP {resp.status_code}; pass --llm-model")
+            data = json.loads(body).get("data") or []
+            return str(data[0]["id"]) if data else ""
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            raise InputError(f"cannot list models at {self.hosts[0]}/v1/models ({exc}); pass --llm-model") from None
+        finally:
+            client.close()
+
+    # ---- per request ----------------------------------------------------------------------
+    def next_user_index(self) -> int:
+        return next(self._user_index)
+
+    def next_host(self) -> str:
+        if self._host_cycle is None:
+            raise InputError("no --host given: locust-llm needs the server's base URL")
+        return next(self._host_cycle)
+
+    def request_started(self) -> None:
+        self.recorder.request_started()
+
+    def request_done(self, record: RequestRecord, timing: StreamTiming) -> None:
+        """One finished request: Locust's table, live stats, the recorder, user hooks."""
+        e2e_ms = record.e2e_s * 1000.0 if record.e2e_s == record.e2e_s else 0.0
+        if record.error_kind != "cancelled":  # as Locust itself: a killed request is not counted
+            self._fire_locust_request(record, e2e_ms)
+        self.stats.add(record, timing.chunk_times, timing.chunk_tokens)
+        self.recorder.add(record)
+        hook = getattr(self.environment.events, "llm_request_done", None)
+        if hook is not None and hook._handlers:
+            hook.fire(record=record)
+
+    def _fire_locust_request(self, record: RequestRecord, e2e_ms: float) -> None:
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=record.endpoint,
+            response_time=e2e_ms,
+            response_length=record.output_tokens,
+            exception=None if record.ok else LLMRequestError(record.error_kind, record.error_message),
+            context={},
+        )
+
+    # ---- open loop ----------------------------------------------------------------------------
+    def set_rate(self, rate_per_s: float, start_wall_s: float) -> None:
+        self.rate = rate_per_s
+        self._next_arrival = start_wall_s
+
+    def claim_arrival(self) -> float | None:
+        """Open loop: the next scheduled send time (wall clock); None in closed loop."""
+        if self.rate <= 0:
+            return None
+        import random
+
+        when = self._next_arrival if not math.isnan(self._next_arrival) else time.time()
+        shape = self.burstiness
+        gap = random.gammavariate(shape, 1.0 / (shape * self.rate)) if shape > 0 else 1 / self.rate
+        self._next_arrival = when + gap
+        return when
+
+
+class LLMRequestError(Exception):
+    """The exception Locust's table shows for a failed LLM request: ``kind: message``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+_runtimes: dict[int, Runtime] = {}
+
+
+def runtime(environment: Any) -> Runtime:
+    """The Runtime of ``environment`` (created on first use)."""
+    rt = _runtimes.get(id(environment))
+    if rt is None or rt.environment is not environment:
+        rt = _runtimes[id(environment)] = Runtime(environment)
+    return rt
+
+
+# ---- run dir -------------------------------------------------------------------------------------
+def default_run_dir() -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / stamp
+
+
+def _command_line_without_secrets(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif arg == "--llm-api-key":
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith("--llm-api-key="):
+            out.append("--llm-api-key=***")
+        elif arg.lower().startswith("authorization:") or "bearer " in arg.lower():
+            out.append("***")
+        else:
+            out.append(arg)
+    return out
+
+
+def _versions() -> dict[str, str]:
+    import locust
+
+    return {"locust-llm": __version__, "locust": locust.__version__, "python": sys.version.split()[0]}
+
+
+def new_run_info(rt: Runtime) -> RunInfo:
+    opts = rt.options
+    assert rt.run_dir is not None
+    return RunInfo(
+        run_id=rt.run_dir.name,
+        command=_command_line_without_secrets(list(sys.argv)),
+        versions=_versions(),
+        host=rt.hosts[0] if rt.hosts else "",
+        hosts=list(rt.hosts),
+        model=opts.llm_model,
+        endpoint="/v1/completions" if opts.llm_endpoint == "completions" else "/v1/chat/completions",
+        start_wall_s=time.time(),
+        mode="open" if opts.llm_rate else "closed",
+        roofline={k: v for k, v in (("model", opts.llm_roofline_model), ("gpu", opts.llm_roofline_gpu)) if v},
+        server_instances=max(len(rt.hosts), 1),
+        extra={"machine": socket.gethostname()},
+    )
+
+
+def write_run_dir(rt: Runtime) -> None:
+    """Write requests.parquet + run.json (+ telemetry, llm_stats.csv) for the current run."""
+    if rt.run_dir is None or rt.run_info is None or rt.is_worker:
+        return
+    info = rt.run_info
+    info.end_wall_s = time.time() if math.isnan(info.end_wall_s) else info.end_wall_s
+    info.stages = list(rt.stages)
+    if rt._model:
+        info.model = rt._model
+    runner = rt.environment.runner
+    if rt.is_master:
+        info.workers = sorted(set(info.workers) | set(rt.recorder.worker_progress))
+        for worker in info.workers:
+            client = runner.clients.get(worker) if hasattr(runner, "clients") else None
+            if client is not None and client.state == "missing":
+                info.lost_workers[worker] = rt.recorder.lost_in_flight(worker)
+    info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)))
+    rt.recorder.write(rt.run_dir, info)
+    if rt.telemetry is not None:
+        rt.telemetry.write(rt.run_dir)
+    llmstats.write_csv(rt.stats, rt.run_dir / "llm_stats.csv")
+    llmstats.write_history_csv(rt.stats, rt.run_dir / "llm_stats_history.csv")
+    prefix = getattr(rt.options, "csv_prefix", None)
+    if prefix:
+        llmstats.write_csv(rt.stats, Path(f"{prefix}_llm_stats.csv"))
+        llmstats.write_history_csv(rt.stats, Path(f"{prefix}_llm_stats_history.csv"))
+
+
+def _cpu_warnings(runner: Any) -> list[str]:
+    out = []
+    if getattr(runner, "cpu_warning_emitted", False):
+        out.append("the load generator's CPU went above 90%: timings may be inflated")
+    if getattr(runner, "worker_cpu_warning_emitted", False):
+        out.append("a worker's CPU went above 90%: timings may be inflated")
+    return out
+
+
+# ---- event listeners ---------------------------------------------------------------------------
+def _on_parser(parser: Any, **_kw: Any) -> None:
+    options.add_arguments(parser)
+
+
+def _on_init(environment: Any, **_kw: Any) -> None:
+    runner = environment.runner
+    if runner is None:
+        return
+    rt = runtime(environment)
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(MSG_STOP, lambda environment, msg, **kw: _worker_stop(rt), concurrent=True)
+        runner.register_message(MSG_STAGE, lambda environment, msg, **kw: _worker_stage(rt, msg.data))
+        return
+    if isinstance(runner, MasterRunner):
+        runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: rt.recorder.receive_batch(msg.data))
+        runner.register_message(MSG_DRAINED, lambda environment, msg, **kw: rt.drained.add(str(msg.data)))
+    run_dir = Path(rt.options.llm_run_dir) if rt.options.llm_run_dir else default_run_dir()
+    try:
+        ensure_writable(run_dir)
+    except OSError as exc:
+        logger.error("locust-llm: run dir %s is not writable (%s); no load was sent", run_dir, exc)
+        sys.exit(2)
+    rt.run_dir = run_dir
+
+
+def _on_test_start(environment: Any, **_kw: Any) -> None:
+    rt = runtime(environment)
+    rt.options = environment.parsed_options or rt.options
+    rt.configure()
+    rt.stats.reset()
+    if rt.is_worker:
+        rt.recorder.pending.clear()
+        if rt.flusher is None or rt.flusher.dead:
+            rt.flusher = gevent.spawn(_flush_loop, rt)
+    else:
+        if rt.run_info is not None:  # a second test in the same process (web UI): a new dir
+            assert rt.run_dir is not None
+            rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
+            rt.recorder.records.clear()
+        rt.run_info = new_run_info(rt)
+        rt.stages = []
+        if rt.history_greenlet is None or rt.history_greenlet.dead:
+            rt.history_greenlet = gevent.spawn(_history_loop, rt)
+        _start_telemetry(rt)
+    gc.collect()
+    gc.freeze()  # start-up objects out of the collector's way (fewer, shorter GC pauses)
+
+
+def _start_telemetry(rt: Runtime) -> None:
+    try:
+        from locust_llm import telemetry
+    except ImportError:  # pragma: no cover - telemetry ships with the package
+        return
+    starter = getattr(telemetry, "start_for_run", None)
+    if starter is not None:
+        rt.telemetry = starter(rt)
+
+
+def _flush_loop(rt: Runtime) -> None:
+    while True:
+        gevent.sleep(rt.options.llm_record_batch_s)
+        _flush_records(rt)
+
+
+def _flush_records(rt: Runtime) -> None:
+    runner = rt.environment.runner
+    progress = (rt.recorder.sent_total, rt.recorder.recorded_total)
+    if rt.recorder.pending or progress != rt.last_progress_sent:
+        runner.send_message(MSG_RECORDS, rt.recorder.take_batch(rt.worker_id))
+        rt.last_progress_sent = progress
+
+
+def _history_loop(rt: Runtime) -> None:
+    while True:
+        gevent.sleep(1.0)
+        if rt.stats.entries:
+            rt.stats.snapshot_history()
+
+
+def _worker_stop(rt: Runtime) -> None:
+    runner = rt.environment.runner
+    runner.stop()  # stops users (graceful within --stop-timeout); test_stop flushes
+    _flush_records(rt)
+    runner.send_message(MSG_DRAINED, rt.worker_id)
+
+
+def _worker_stage(rt: Runtime, data: dict[str, Any]) -> None:
+    rt.current_stage = int(data.get("stage", -1))
+    rate = float(data.get("rate") or 0.0)
+    workers = max(int(data.get("workers") or 1), 1)
+    rt.set_rate(rate / workers, float(data.get("start") or time.time()))
+
+
+def _on_test_stop(environment: Any, **_kw: Any) -> None:
+    rt = runtime(environment)
+    if rt.is_worker:
+        _flush_records(rt)
+        return
+    if rt.is_master:
+        _drain_workers(rt)
+    if rt.telemetry is not None:
+        rt.telemetry.stop()
+    if rt.run_info is not None:
+        rt.run_info.end_wall_s = time.time()
+    for stage in rt.stages:
+        if math.isnan(stage.end_wall_s):
+            stage.end_wall_s = rt.run_info.end_wall_s if rt.run_info else time.time()
+    rt.stats.snapshot_history()
+    write_run_dir(rt)
+
+
+def _drain_workers(rt: Runtime) -> None:
+    """Master: make every worker stop, flush and confirm before the run dir is written."""
+    runner = rt.environment.runner
+    running = [c.id for c in runner.clients.all if c.state in ("running", "spawning", "ready")]
+    if not running:
+        return
+    rt.drained.clear()
+    from locust.rpc import Message
+
+    for client_id in running:
+        runner.server.send_to_client(Message(MSG_STOP, None, client_id))
+    deadline = time.monotonic() + (rt.environment.stop_timeout or 0) + DRAIN_GRACE_S
+    while time.monotonic() < deadline:
+        alive = {c.id for c in runner.clients.all if c.state != "missing"}
+        if alive <= rt.drained:
+            return
+        gevent.sleep(0.05)
+    logger.warning("locust-llm: workers %s did not confirm their last records in time",
+                   sorted(set(running) - rt.drained))
+
+
+def _on_report_to_master(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+    env = _env_of_worker(client_id)
+    if env is not None:
+        data["llm_stats"] = runtime(env).stats.take_delta()
+
+
+def _on_worker_report(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+    delta = data.get("llm_stats")
+    env = _master_env()
+    if delta and env is not None:
+        runtime(env).stats.merge_delta(delta)
+
+
+def _env_of_worker(client_id: str) -> Any:
+    for rt in _runtimes.values():
+        if rt.is_worker and rt.worker_id == client_id:
+            return rt.environment
+    return None
+
+
+def _master_env() -> Any:
+    for rt in _runtimes.values():
+        if rt.is_master:
+            return rt.environment
+    return None
+
+
+def _on_quitting(environment: Any, **_kw: Any) -> None:
+    rt = _runtimes.get(id(environment))
+    if rt is None or rt.is_worker:
+        return
+    write_run_dir(rt)
+    if rt.stats.entries and getattr(rt.options, "headless", False):
+        print(llmstats.format_table(rt.stats), flush=True)
+
+
+def install() -> None:
+    """Register the listeners and event hooks on Locust's global events (once)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    events.llm_first_token = EventHook()  # fired with record, ttft_s (only when listened to)
+    events.llm_request_done = EventHook()  # fired with record after each request
+    events.init_command_line_parser.add_listener(_on_parser)
+    events.init.add_listener(_on_init)
+    events.test_start.add_listener(_on_test_start)
+    events.test_stop.add_listener(_on_test_stop)
+    events.report_to_master.add_listener(_on_report_to_master)
+    events.worker_report.add_listener(_on_worker_report)
+    events.quitting.add_listener(_on_quitting)
+
+
+install()

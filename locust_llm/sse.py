@@ -1,0 +1,182 @@
+"""OpenAI server-sent-event stream parsing: one ``data:`` line in, one classified chunk out (pure).
+
+The client reads a stream line by line and timestamps each line as it arrives; this module says
+what the line carried. It is on the per-token hot path, so the common chunk (a delta with some
+text) is classified by a byte scan of its JSON, without building Python objects; ``json.loads``
+runs only on chunks that need it (usage, errors, finish reasons, anything the scan cannot read
+with certainty). ``parse_chunk_strict`` parses every chunk fully and is the reference the fast
+path is tested against.
+
+Chunk shapes handled: chat (``choices[].delta.content`` / ``reasoning_content`` / ``reasoning``),
+completions (``choices[].text``), a final usage chunk (``usage.completion_tokens``), continuous
+usage (usage on every chunk), in-stream errors (``{"error": ...}``), ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+DONE = b"[DONE]"
+
+# What a line is
+KIND_IGNORE = 0  # blank line, comment, event:/id:/retry: field, keep-alive
+KIND_CHUNK = 1  # a JSON chunk (see Chunk)
+KIND_DONE = 2  # data: [DONE]
+KIND_BAD = 3  # data that is not a JSON object of the OpenAI shape
+
+
+@dataclass(slots=True)
+class Chunk:
+    """What one ``data:`` JSON chunk carried (only the fields the timing needs)."""
+
+    content: bool = False  # carries visible text (content / text)
+    reasoning: bool = False  # carries reasoning text
+    completion_tokens: int = -1  # usage.completion_tokens if present (cumulative), else -1
+    prompt_tokens: int = -1
+    reasoning_tokens: int = -1
+    finish_reason: str | None = None
+    error: str | None = None  # an in-stream error message
+
+    @property
+    def has_token(self) -> bool:
+        return self.content or self.reasoning
+
+
+_CONTENT_KEYS = (b'"content":', b'"text":')
+_REASONING_KEYS = (b'"reasoning_content":', b'"reasoning":')
+_NEEDS_JSON = (b'"usage":', b'"error"', b'"finish_reason":')
+
+
+def data_payload(line: bytes) -> bytes | None:
+    """The payload of an SSE ``data:`` line, or None for any other line (blank, comment...)."""
+    if not line.startswith(b"data:"):
+        return None
+    return line[5:].strip()
+
+
+def _string_value_nonempty(payload: bytes, key: bytes) -> bool | None:
+    """After ``key``: True for a non-empty string, False for null/"" or key absent, None if unsure."""
+    at = payload.find(key)
+    if at < 0:
+        return False
+    i = at + len(key)
+    n = len(payload)
+    while i < n and payload[i] in b" \t":
+        i += 1
+    if i >= n:
+        return None
+    c = payload[i]
+    if c == 0x22:  # '"'
+        return i + 1 < n and payload[i + 1] != 0x22
+    if payload.startswith(b"null", i):
+        return False
+    return None  # a list of parts, a number...: let the strict parser decide
+
+
+def _value_is_null(payload: bytes, key: bytes) -> bool:
+    at = payload.find(key)
+    if at < 0:
+        return True
+    i = at + len(key)
+    while i < len(payload) and payload[i] in b" \t":
+        i += 1
+    return payload.startswith(b"null", i)
+
+
+def parse_chunk(payload: bytes) -> tuple[int, Chunk | None]:
+    """Classify one ``data:`` payload. Returns (kind, chunk); chunk is None unless KIND_CHUNK."""
+    if payload == DONE:
+        return KIND_DONE, None
+    if not payload or payload[:1] != b"{" or payload[-1:] != b"}":
+        return (KIND_IGNORE, None) if not payload else (KIND_BAD, None)
+    if not all(_value_is_null(payload, k) for k in _NEEDS_JSON):
+        return parse_chunk_strict(payload)
+    content = _string_value_nonempty(payload, _CONTENT_KEYS[0])
+    if content is False:
+        content = _string_value_nonempty(payload, _CONTENT_KEYS[1])
+    reasoning = _string_value_nonempty(payload, _REASONING_KEYS[0])
+    if reasoning is False:
+        reasoning = _string_value_nonempty(payload, _REASONING_KEYS[1])
+    if content is None or reasoning is None:
+        return parse_chunk_strict(payload)
+    return KIND_CHUNK, Chunk(content=content, reasoning=reasoning)
+
+
+def parse_chunk_strict(payload: bytes) -> tuple[int, Chunk | None]:
+    """Classify one payload by parsing it fully (the reference for :func:`parse_chunk`)."""
+    if payload == DONE:
+        return KIND_DONE, None
+    if not payload:
+        return KIND_IGNORE, None
+    try:
+        obj = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return KIND_BAD, None
+    if not isinstance(obj, dict):
+        return KIND_BAD, None
+    chunk = Chunk()
+    error = obj.get("error")
+    if error:
+        chunk.error = str(error.get("message", error) if isinstance(error, dict) else error)
+        return KIND_CHUNK, chunk
+    choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        return KIND_BAD, None
+    for choice in choices or ():
+        if not isinstance(choice, dict):
+            return KIND_BAD, None
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            chunk.content |= _has_text(delta.get("content"))
+            chunk.reasoning |= _has_text(delta.get("reasoning_content")) or _has_text(
+                delta.get("reasoning")
+            )
+        chunk.content |= _has_text(choice.get("text"))
+        if choice.get("finish_reason"):
+            chunk.finish_reason = str(choice["finish_reason"])
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        chunk.completion_tokens = _int_or(usage.get("completion_tokens"), -1)
+        chunk.prompt_tokens = _int_or(usage.get("prompt_tokens"), -1)
+        details = usage.get("completion_tokens_details")
+        if isinstance(details, dict):
+            chunk.reasoning_tokens = _int_or(details.get("reasoning_tokens"), -1)
+    return KIND_CHUNK, chunk
+
+
+def _has_text(value: object) -> bool:
+    if isinstance(value, str):
+        return bool(value)
+    if isinstance(value, list):  # content as a list of parts
+        return any(isinstance(p, dict) and p.get("text") for p in value)
+    return False
+
+
+def _int_or(value: object, default: int) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def parse_response_body(body: bytes) -> Chunk:
+    """A non-streaming response body (``chat.completion`` / ``text_completion``) as one Chunk."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"response body is not JSON: {exc}") from exc
+    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+        raise ValueError("response body has no 'choices' list")
+    chunk = Chunk()
+    for choice in obj["choices"]:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict):
+            chunk.content |= _has_text(message.get("content"))
+            chunk.reasoning |= _has_text(message.get("reasoning_content"))
+        if isinstance(choice, dict):
+            chunk.content |= _has_text(choice.get("text"))
+            if choice.get("finish_reason"):
+                chunk.finish_reason = str(choice["finish_reason"])
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        chunk.completion_tokens = _int_or(usage.get("completion_tokens"), -1)
+        chunk.prompt_tokens = _int_or(usage.get("prompt_tokens"), -1)
+    return chunk
