@@ -64,6 +64,7 @@ class Runtime:
         self.recorder = Recorder(is_worker=self.is_worker)
         self.stages: list[Stage] = []
         self.current_stage = -1
+        self.stage_quota: int | None = None  # requests this process may still start in the stage
         self.rate = 0.0  # open loop: this process's share of the current rate (req/s)
         self.burstiness = float(self.options.llm_burstiness)
         self._next_arrival = math.nan
@@ -74,6 +75,7 @@ class Runtime:
         self.run_info: RunInfo | None = None
         self.drained: set[str] = set()
         self.last_progress_sent = (0, 0)
+        self.run_ended = False
         self.flusher: Any = None
         self.history_greenlet: Any = None
         self.telemetry: Any = None
@@ -199,15 +201,36 @@ class Runtime:
             context={},
         )
 
+    def acquire_permit(self) -> None:
+        """Wait until this process may start a request in the current stage.
+
+        With ``--llm-stage-requests`` each stage allows exactly its number of requests (split
+        across workers); a user that finds the quota used up waits for the next stage.
+        """
+        while self.stage_quota is not None and self.stage_quota <= 0:
+            gevent.sleep(0.02)
+        if self.stage_quota is not None:
+            self.stage_quota -= 1
+
+    def enter_stage(self, stage: int, quota: int | None, rate: float, start_wall_s: float) -> None:
+        self.current_stage = stage
+        self.stage_quota = quota
+        self.set_rate(rate, start_wall_s)
+
     # ---- open loop ----------------------------------------------------------------------------
     def set_rate(self, rate_per_s: float, start_wall_s: float) -> None:
         self.rate = rate_per_s
         self._next_arrival = start_wall_s
 
     def claim_arrival(self) -> float | None:
-        """Open loop: the next scheduled send time (wall clock); None in closed loop."""
-        if self.rate <= 0:
+        """Open loop: the next scheduled send time (wall clock); None in closed loop.
+
+        Between open-loop stages (rate 0) users wait here until a rate arrives.
+        """
+        if not self.options.llm_rate:
             return None
+        while self.rate <= 0:
+            gevent.sleep(0.05)
         import random
 
         when = self._next_arrival if not math.isnan(self._next_arrival) else time.time()
@@ -337,6 +360,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         runner.register_message(MSG_STOP, lambda environment, msg, **kw: _worker_stop(rt), concurrent=True)
         runner.register_message(MSG_STAGE, lambda environment, msg, **kw: _worker_stage(rt, msg.data))
         return
+    if environment.web_ui is not None:
+        from locust_llm import webtab
+
+        webtab.install(environment, rt)
     if isinstance(runner, MasterRunner):
         runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: rt.recorder.receive_batch(msg.data))
         runner.register_message(MSG_DRAINED, lambda environment, msg, **kw: rt.drained.add(str(msg.data)))
@@ -359,12 +386,15 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         if rt.flusher is None or rt.flusher.dead:
             rt.flusher = gevent.spawn(_flush_loop, rt)
     else:
-        if rt.run_info is not None:  # a second test in the same process (web UI): a new dir
+        if rt.run_info is not None and rt.run_ended:  # a second test (web UI): a new run dir
             assert rt.run_dir is not None
             rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
             rt.recorder.records.clear()
-        rt.run_info = new_run_info(rt)
-        rt.stages = []
+            rt.stages = []  # the shape (if any) appends this test's stages after this point
+            rt.run_info = None
+        if rt.run_info is None:
+            rt.run_info = new_run_info(rt)
+        rt.run_ended = False
         if rt.history_greenlet is None or rt.history_greenlet.dead:
             rt.history_greenlet = gevent.spawn(_history_loop, rt)
         _start_telemetry(rt)
@@ -411,10 +441,13 @@ def _worker_stop(rt: Runtime) -> None:
 
 
 def _worker_stage(rt: Runtime, data: dict[str, Any]) -> None:
-    rt.current_stage = int(data.get("stage", -1))
-    rate = float(data.get("rate") or 0.0)
-    workers = max(int(data.get("workers") or 1), 1)
-    rt.set_rate(rate / workers, float(data.get("start") or time.time()))
+    quota = data.get("quota")
+    rt.enter_stage(
+        int(data.get("stage", -1)),
+        None if quota is None else int(quota),
+        float(data.get("rate") or 0.0),
+        float(data.get("start") or time.time()),
+    )
 
 
 def _on_test_stop(environment: Any, **_kw: Any) -> None:
@@ -432,6 +465,7 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
         if math.isnan(stage.end_wall_s):
             stage.end_wall_s = rt.run_info.end_wall_s if rt.run_info else time.time()
     rt.stats.snapshot_history()
+    rt.run_ended = True
     write_run_dir(rt)
 
 

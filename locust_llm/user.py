@@ -71,7 +71,8 @@ class LLMUser(User):
 
     @task
     def generate(self) -> None:
-        """One request: wait for its slot in open loop, send it, record it."""
+        """One request: wait for a stage permit and (open loop) its slot; send it, record it."""
+        self.runtime.acquire_permit()
         scheduled = self.runtime.claim_arrival()
         if scheduled is not None:
             delay = scheduled - time.time()

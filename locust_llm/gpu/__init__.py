@@ -1,1 +1,4 @@
-"""GPU exporter sidecar: hardware sources (NVML, fake, replay, simulated) behind one Prometheus Collector."""
+"""GPU exporter sidecar: sources (NVML, fake, replay, simulated) behind one Prometheus Collector.
+
+Importing this package imports nothing heavy; ``pynvml`` and ``psutil`` load only where used.
+"""

@@ -1,0 +1,224 @@
+"""The seed's test procedure as a Locust shape: a staircase of concurrency (or rate) stages.
+
+``--llm-concurrency 1,10,50,100,200`` steps closed-loop users; each stage ends after
+``--llm-stage-requests`` completed requests (the seed's ``number``) or ``--llm-stage-duration``
+seconds. ``--llm-soak 30m@50`` appends a long hold at one concurrency. ``--llm-rate 1,2,4,8`` runs
+open-loop stages instead: a pool of users sends requests at scheduled times (Poisson, or gamma
+with ``--llm-burstiness``), each worker its share of the rate, and the record keeps the scheduled
+send time so dispatch delay is measured.
+
+Locust asks the shape for users every second, so a stage switches within ~1 s of its condition;
+the stage windows written to run.json are the instants the switch happened, and a request
+belongs to the stage whose window holds its start time. The first ``--llm-warmup`` seconds of
+each stage are kept in the records but left out of the report's tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from locust import LoadTestShape
+
+from locust_llm import plugin
+from locust_llm.errors import InputError
+from locust_llm.metrics import RECORD_FIELDS
+from locust_llm.rundir import Stage
+
+logger = logging.getLogger(__name__)
+
+_START = RECORD_FIELDS.index("start_wall_s")
+_KIND = RECORD_FIELDS.index("error_kind")
+SPAWN_RATE_MIN = 50.0  # users per second: stages should reach their concurrency quickly
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    """One planned stage."""
+
+    name: str
+    concurrency: int | None = None
+    rate: float | None = None
+    duration_s: float | None = None
+    requests: int | None = None
+    kind: str = "step"
+
+
+def _numbers(text: str, flag: str, cast: type = float) -> list[Any]:
+    try:
+        values = [cast(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected comma-separated numbers") from None
+    if not values or any(v <= 0 for v in values):
+        raise InputError(f"{flag} {text!r}: expected positive numbers")
+    return values
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+def parse_duration(text: str, flag: str = "duration") -> float:
+    """``90``, ``90s``, ``30m``, ``1.5h`` -> seconds."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise InputError(f"{flag} {text!r}: expected a duration such as 90s, 30m or 1h")
+    scale = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def _spread(values: list[Any], n: int, flag: str) -> list[Any]:
+    if len(values) == 1:
+        return values * n
+    if len(values) != n:
+        raise InputError(f"{flag}: give one value or one per stage ({n}), got {len(values)}")
+    return values
+
+
+def plan_stages(opts: Any) -> list[StagePlan]:
+    """The stages the ``--llm-*`` options ask for (an empty list when none are asked)."""
+    plans: list[StagePlan] = []
+    if opts.llm_concurrency and opts.llm_rate:
+        raise InputError("give --llm-concurrency (closed loop) or --llm-rate (open loop), not both")
+    levels = opts.llm_concurrency or opts.llm_rate
+    if levels:
+        open_loop = bool(opts.llm_rate)
+        values = _numbers(levels, "--llm-rate" if open_loop else "--llm-concurrency",
+                          float if open_loop else int)  # fmt: skip
+        n = len(values)
+        durations = requests = None
+        if opts.llm_stage_requests:
+            requests = _spread(_numbers(opts.llm_stage_requests, "--llm-stage-requests", int), n,
+                               "--llm-stage-requests")  # fmt: skip
+        if opts.llm_stage_duration:
+            raw = [parse_duration(x, "--llm-stage-duration")
+                   for x in str(opts.llm_stage_duration).split(",") if x]  # fmt: skip
+            durations = _spread(raw, n, "--llm-stage-duration")
+        if durations is None and requests is None:
+            raise InputError("a sweep needs --llm-stage-requests or --llm-stage-duration")
+        for i, value in enumerate(values):
+            name = f"rate {value:g}/s" if open_loop else f"c={value}"
+            plans.append(StagePlan(
+                name=name,
+                concurrency=None if open_loop else int(value),
+                rate=float(value) if open_loop else None,
+                duration_s=durations[i] if durations else None,
+                requests=requests[i] if requests else None,
+            ))  # fmt: skip
+    if opts.llm_soak:
+        spec, _, conc = str(opts.llm_soak).partition("@")
+        duration = parse_duration(spec, "--llm-soak")
+        if conc:
+            concurrency = _numbers(conc, "--llm-soak concurrency", int)[0]
+        elif plans and plans[-1].concurrency:
+            concurrency = plans[-1].concurrency
+        else:
+            raise InputError("--llm-soak needs DURATION@CONCURRENCY, e.g. 30m@50")
+        plans.append(StagePlan(name=f"soak c={concurrency}", concurrency=concurrency,
+                               duration_s=duration, kind="soak"))  # fmt: skip
+    return plans
+
+
+def open_loop_users(opts: Any, plans: list[StagePlan]) -> int:
+    """Users an open-loop run needs so that scheduled requests rarely wait for a free one."""
+    if opts.llm_max_users:
+        return int(opts.llm_max_users)
+    top = max((p.rate or 0.0) for p in plans)
+    try:
+        tokens = float(str(opts.llm_max_tokens).split(":")[-1].split(",")[0])
+    except ValueError:
+        tokens = 256.0
+    return max(32, int(4 * top * max(tokens, 1.0) / 100))
+
+
+class StagesShape(LoadTestShape):
+    """Steps through the planned stages; returns None (end of test) after the last one."""
+
+    use_common_options = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._plans: list[StagePlan] | None = None
+        self._index = -1
+        self._completed = 0
+        self._seen = 0
+        self._users = 0
+
+    def _setup(self) -> list[StagePlan]:
+        if self._plans is None:
+            rt = plugin.runtime(self.runner.environment)
+            plans = plan_stages(rt.options)
+            if not plans:
+                raise InputError("the sweep locustfile needs --llm-concurrency or --llm-rate")
+            self._plans = plans
+            self._users = open_loop_users(rt.options, plans) if plans[0].rate else 0
+        return self._plans
+
+    def tick(self) -> tuple[int, float] | None:
+        plans = self._setup()
+        rt = plugin.runtime(self.runner.environment)
+        now = time.time()
+        if self._index < 0 or self._stage_done(rt, plans[self._index], now):
+            if not self._advance(rt, plans, now):
+                return None
+        plan = plans[self._index]
+        users = plan.concurrency if plan.concurrency is not None else self._users
+        return users, max(float(users), SPAWN_RATE_MIN)
+
+    def _stage_done(self, rt: plugin.Runtime, plan: StagePlan, now: float) -> bool:
+        stage = rt.stages[-1]
+        if plan.duration_s is not None and now - stage.start_wall_s >= plan.duration_s:
+            return True
+        if plan.requests is not None:
+            records = rt.recorder.records
+            for row in records[self._seen:]:
+                if row[_START] >= stage.start_wall_s and row[_KIND] != "cancelled":
+                    self._completed += 1
+            self._seen = len(records)
+            return self._completed >= plan.requests
+        return False
+
+    def _advance(self, rt: plugin.Runtime, plans: list[StagePlan], now: float) -> bool:
+        if rt.stages and math.isnan(rt.stages[-1].end_wall_s):
+            rt.stages[-1].end_wall_s = now
+        self._index += 1
+        self._completed = 0
+        self._seen = len(rt.recorder.records)
+        if self._index >= len(plans):
+            self._broadcast(rt, stage=-1, rate=0.0, start=now)
+            return False
+        plan = plans[self._index]
+        rt.stages.append(Stage(
+            index=self._index, name=plan.name, start_wall_s=now, concurrency=plan.concurrency,
+            rate=plan.rate, warmup_s=float(rt.options.llm_warmup),
+            target_requests=plan.requests, kind=plan.kind,
+        ))  # fmt: skip
+        logger.info("locust-llm: stage %d/%d %s", self._index + 1, len(plans), plan.name)
+        self._broadcast(rt, stage=self._index, rate=plan.rate or 0.0, start=now,
+                        requests=plan.requests)  # fmt: skip
+        return True
+
+    def _broadcast(
+        self, rt: plugin.Runtime, *, stage: int, rate: float, start: float,
+        requests: int | None = None,
+    ) -> None:  # fmt: skip
+        """Tell every worker (or this process) the stage, its request quota and open-loop rate.
+
+        A request quota is split across workers as evenly as whole requests allow; the end of
+        the test (stage -1) closes every quota so no new request starts.
+        """
+        if stage < 0:
+            requests = 0
+        if not rt.is_master:
+            rt.enter_stage(stage, requests, rate, start)
+            return
+        runner = self.runner
+        workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
+        n = max(len(workers), 1)
+        for i, worker in enumerate(workers):
+            quota = None if requests is None else requests // n + (1 if i < requests % n else 0)
+            data = {"stage": stage, "rate": rate, "workers": n, "start": start, "quota": quota}
+            runner.send_message(plugin.MSG_STAGE, data, client_id=worker)
