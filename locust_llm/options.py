@@ -21,8 +21,8 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("model", "", "model id to request (default: the first id from /v1/models)", {}),
     ("api-key", "", "API key sent as a Bearer token (default: $OPENAI_API_KEY); never recorded", {}),
     ("endpoint", "chat", "chat (/v1/chat/completions) or completions (/v1/completions)", {}),
-    ("max-tokens", "256", "output tokens asked per request: N or a distribution such as "
-     "uniform:128,512 / normal:256,32", {}),
+    ("max-tokens", "", "output tokens asked per request: N or a distribution such as "
+     "uniform:128,512 / normal:256,32 (default: the dataset's hint, else 256)", {}),
     ("max-tokens-field", "max_tokens", "request field carrying the output cap: max_tokens "
      "(understood by most servers) or max_completion_tokens", {}),
     ("input-len", "", "prompt length for the random dataset: N or a distribution", {}),

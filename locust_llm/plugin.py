@@ -46,6 +46,7 @@ MSG_STOP = "llm_stop"
 MSG_DRAINED = "llm_drained"
 MSG_STAGE = "llm_stage"
 DRAIN_GRACE_S = 15.0
+DEFAULT_MAX_TOKENS = 256
 
 _installed = False
 
@@ -135,11 +136,20 @@ class Runtime:
 
     @property
     def max_tokens(self) -> Any:
+        """The output-length distribution: --llm-max-tokens, else 256 (see :meth:`output_cap`)."""
         if self._max_tokens is None:
-            from locust_llm.datasets import parse_distribution
+            from locust_llm.distributions import parse_distribution
 
-            self._max_tokens = parse_distribution(str(self.options.llm_max_tokens))
+            self._max_tokens = parse_distribution(
+                str(self.options.llm_max_tokens or DEFAULT_MAX_TOKENS), what="--llm-max-tokens"
+            )
         return self._max_tokens
+
+    def output_cap(self, prompt: Any, rng: Any) -> int:
+        """An explicit --llm-max-tokens wins, then the dataset's hint, then 256."""
+        if not self.options.llm_max_tokens and prompt.max_tokens:
+            return int(prompt.max_tokens)
+        return int(self.max_tokens.sample(rng))
 
     @property
     def model(self) -> str:

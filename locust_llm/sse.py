@@ -5,7 +5,8 @@ what the line carried. It is on the per-token hot path, so the common chunk (a d
 text) is classified by a byte scan of its JSON, without building Python objects; ``json.loads``
 runs only on chunks that need it (usage, errors, finish reasons, anything the scan cannot read
 with certainty). ``parse_chunk_strict`` parses every chunk fully and is the reference the fast
-path is tested against.
+path is tested against. The fast path checks the chunk's outer braces, not its whole structure
+(a chunk whose ``choices`` is not a list passes it); truncated or garbled chunks are caught.
 
 Chunk shapes handled: chat (``choices[].delta.content`` / ``reasoning_content`` / ``reasoning``),
 completions (``choices[].text``), a final usage chunk (``usage.completion_tokens``), continuous
@@ -43,9 +44,9 @@ class Chunk:
         return self.content or self.reasoning
 
 
-_CONTENT_KEYS = (b'"content":', b'"text":')
-_REASONING_KEYS = (b'"reasoning_content":', b'"reasoning":')
-_NEEDS_JSON = (b'"usage":', b'"error"', b'"finish_reason":')
+_CONTENT_KEYS = (b'"content"', b'"text"')
+_REASONING_KEYS = (b'"reasoning_content"', b'"reasoning"')
+_NEEDS_JSON = (b'"usage"', b'"error"', b'"finish_reason"')
 
 
 def data_payload(line: bytes) -> bytes | None:
@@ -55,33 +56,41 @@ def data_payload(line: bytes) -> bytes | None:
     return line[5:].strip()
 
 
-def _string_value_nonempty(payload: bytes, key: bytes) -> bool | None:
-    """After ``key``: True for a non-empty string, False for null/"" or key absent, None if unsure."""
+def _value_start(payload: bytes, key: bytes) -> int:
+    """Index of the value after ``"key"`` and its colon (spaces allowed); -1 if key absent."""
     at = payload.find(key)
     if at < 0:
-        return False
-    i = at + len(key)
-    n = len(payload)
+        return -1
+    i, n = at + len(key), len(payload)
     while i < n and payload[i] in b" \t":
         i += 1
-    if i >= n:
+    if i >= n or payload[i] != 0x3A:  # ':' (the quoted word was a value, not a key): unsure
+        return -2
+    i += 1
+    while i < n and payload[i] in b" \t":
+        i += 1
+    return i
+
+
+def _string_value_nonempty(payload: bytes, key: bytes) -> bool | None:
+    """After ``key``: True for a non-empty string, False for null/"" or key absent, None if unsure."""
+    i = _value_start(payload, key)
+    if i == -1:
+        return False
+    if i < 0 or i >= len(payload):
         return None
     c = payload[i]
     if c == 0x22:  # '"'
-        return i + 1 < n and payload[i + 1] != 0x22
+        return i + 1 < len(payload) and payload[i + 1] != 0x22
     if payload.startswith(b"null", i):
         return False
     return None  # a list of parts, a number...: let the strict parser decide
 
 
 def _value_is_null(payload: bytes, key: bytes) -> bool:
-    at = payload.find(key)
-    if at < 0:
-        return True
-    i = at + len(key)
-    while i < len(payload) and payload[i] in b" \t":
-        i += 1
-    return payload.startswith(b"null", i)
+    """True when ``key`` is absent or null (so the chunk needs no full parse for it)."""
+    i = _value_start(payload, key)
+    return i == -1 or (i >= 0 and payload.startswith(b"null", i))
 
 
 def parse_chunk(payload: bytes) -> tuple[int, Chunk | None]:

@@ -121,7 +121,7 @@ class LLMUser(User):
         """Send one request now and return its record (already recorded and reported)."""
         runtime = self.runtime
         prompt = runtime.dataset.next_request(self.rng)
-        max_tokens = prompt.max_tokens or runtime.max_tokens.sample(self.rng)
+        max_tokens = runtime.output_cap(prompt, self.rng)
         body = json.dumps(self.build_body(prompt, max_tokens)).encode()
         base_url = runtime.next_host()
         path = urlsplit(base_url).path.rstrip("/") + self.endpoint

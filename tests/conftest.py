@@ -1,0 +1,53 @@
+"""Shared test fixtures and guards.
+
+Locust monkey-patches the whole process for gevent when it is imported, which would turn every
+later test's threads into greenlets. So Locust only ever runs in subprocesses here; a test module
+that imports it into the pytest process fails the session at collection.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if "locust" in sys.modules or "gevent.monkey" in sys.modules and _patched():
+        raise pytest.UsageError(
+            "a test module imported locust into the pytest process (gevent monkey-patching); "
+            "run Locust in a subprocess instead"
+        )
+
+
+def _patched() -> bool:
+    from gevent import monkey
+
+    return bool(monkey.saved)
+
+
+def locust_cmd() -> list[str]:
+    """The locust executable of this virtualenv."""
+    return [str(Path(sys.executable).parent / "locust")]
+
+
+def run_locust(args: list[str], *, timeout: float = 120, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Run Locust headless in a subprocess (cwd = repo root); output merged into stdout."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(
+        [*locust_cmd(), *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=timeout, env=full_env, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "run"
