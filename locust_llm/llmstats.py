@@ -1,4 +1,4 @@
-"""Live LLM statistics: TTFT / TPOT / ITL / E2E histograms and token counters, merged across workers.
+"""Live LLM statistics: TTFT / TPOT / ITL / E2E histograms and token counters across workers.
 
 Each process keeps one :class:`EndpointStats` per request name. Workers send their stats as a
 delta with every Locust report (``report_to_master``) and start afresh; the master merges the
@@ -38,8 +38,17 @@ CSV_COLUMNS = (
 class EndpointStats:
     """Histograms and counters of one request name (or of all: ``Aggregated``)."""
 
-    __slots__ = ("errors", "failures", "hist", "input_tokens", "output_tokens", "per_second",
-                 "requests", "first_s", "last_s")  # fmt: skip
+    __slots__ = (
+        "errors",
+        "failures",
+        "first_s",
+        "hist",
+        "input_tokens",
+        "last_s",
+        "output_tokens",
+        "per_second",
+        "requests",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.hist = {m: LatencyHistogram() for m in METRICS}

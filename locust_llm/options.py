@@ -19,51 +19,107 @@ def _env(name: str) -> str:
 #: (flag without --llm-, default, help, extra kwargs)
 _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("model", "", "model id to request (default: the first id from /v1/models)", {}),
-    ("api-key", "", "API key sent as a Bearer token (default: $OPENAI_API_KEY); never recorded", {}),
+    (
+        "api-key",
+        "",
+        "API key sent as a Bearer token (default: $OPENAI_API_KEY); never recorded",
+        {},
+    ),
     ("endpoint", "chat", "chat (/v1/chat/completions) or completions (/v1/completions)", {}),
-    ("max-tokens", "", "output tokens asked per request: N or a distribution such as "
-     "uniform:128,512 / normal:256,32 (default: the dataset's hint, else 256)", {}),
-    ("max-tokens-field", "max_tokens", "request field carrying the output cap: max_tokens "
-     "(understood by most servers) or max_completion_tokens", {}),
+    (
+        "max-tokens",
+        "",
+        "output tokens asked per request: N or a distribution such as "
+        "uniform:128,512 / normal:256,32 (default: the dataset's hint, else 256)",
+        {},
+    ),
+    (
+        "max-tokens-field",
+        "max_tokens",
+        "request field carrying the output cap: max_tokens "
+        "(understood by most servers) or max_completion_tokens",
+        {},
+    ),
     ("input-len", "", "prompt length for the random dataset: N or a distribution", {}),
     ("dataset", "random", "prompt source: random, openqa, or a JSONL / ShareGPT file", {}),
     ("tokenizer", "", "path to a local Hugging Face tokenizer: exact prompt lengths", {}),
     ("temperature", 0.0, "sampling temperature", {"type": float}),
-    ("ignore-eos", False, "ask the server to ignore EOS so outputs reach max tokens",
-     {"action": "store_true"}),
-    ("no-stream", False, "non-streaming requests (no TTFT/TPOT/ITL: E2E only)",
-     {"action": "store_true"}),
+    (
+        "ignore-eos",
+        False,
+        "ask the server to ignore EOS so outputs reach max tokens",
+        {"action": "store_true"},
+    ),
+    (
+        "no-stream",
+        False,
+        "non-streaming requests (no TTFT/TPOT/ITL: E2E only)",
+        {"action": "store_true"},
+    ),
     ("extra-body", "", "JSON object merged into every request body", {}),
     ("header", None, "extra HTTP header 'Name: value' (repeatable)", {"action": "append"}),
     ("connect-timeout", 10.0, "seconds to connect", {"type": float}),
-    ("read-timeout", 120.0, "seconds without a byte before a stream counts as timed out",
-     {"type": float}),
+    (
+        "read-timeout",
+        120.0,
+        "seconds without a byte before a stream counts as timed out",
+        {"type": float},
+    ),
     ("total-timeout", 600.0, "seconds a whole request may take", {"type": float}),
-    ("run-dir", "", "where run.json / requests.parquet / telemetry.parquet go "
-     "(default reports/<UTC timestamp>)", {}),
-    ("seed", 0, "random seed for prompts and lengths (per user: seed + user index)",
-     {"type": int}),
-    ("hosts", "", "comma-separated base URLs: requests go round robin over these server "
-     "instances (default: --host)", {}),
-    ("record-batch-s", 1.0, "seconds between record batches a worker sends the master",
-     {"type": float}),
+    (
+        "run-dir",
+        "",
+        "where run.json / requests.parquet / telemetry.parquet go "
+        "(default reports/<UTC timestamp>)",
+        {},
+    ),
+    ("seed", 0, "random seed for prompts and lengths (per user: seed + user index)", {"type": int}),
+    (
+        "hosts",
+        "",
+        "comma-separated base URLs: requests go round robin over these server "
+        "instances (default: --host)",
+        {},
+    ),
+    (
+        "record-batch-s",
+        1.0,
+        "seconds between record batches a worker sends the master",
+        {"type": float},
+    ),
     # stages (shapes.py)
     ("concurrency", "", "stepped sweep: concurrency per stage, e.g. 1,10,50,100,200", {}),
     ("stage-requests", "", "requests completed that end each stage, e.g. 10,20,100,200,400", {}),
     ("stage-duration", "", "seconds per stage (one value or one per stage)", {}),
-    ("warmup", 0.0, "seconds at the start of each stage excluded from the tables",
-     {"type": float}),
+    ("warmup", 0.0, "seconds at the start of each stage excluded from the tables", {"type": float}),
     ("soak", "", "a final soak stage: DURATION[@CONCURRENCY], e.g. 30m@50", {}),
     ("rate", "", "open loop: request rates per stage (req/s), e.g. 1,2,4,8", {}),
-    ("burstiness", 1.0, "open loop: gamma shape of inter-arrival times (1 = Poisson)",
-     {"type": float}),
-    ("max-users", 0, "open loop: users available to send scheduled requests (default 4 x the "
-     "highest rate x --llm-max-tokens / 100, at least 32)", {"type": int}),
+    (
+        "burstiness",
+        1.0,
+        "open loop: gamma shape of inter-arrival times (1 = Poisson)",
+        {"type": float},
+    ),
+    (
+        "max-users",
+        0,
+        "open loop: users available to send scheduled requests (default 4 x the "
+        "highest rate x --llm-max-tokens / 100, at least 32)",
+        {"type": int},
+    ),
     # telemetry (telemetry.py)
-    ("gpu-metrics", None, "GPU exporter URL(s) to scrape (ours or dcgm-exporter; repeatable)",
-     {"action": "append"}),
-    ("server-metrics", "", "server /metrics URL (default <host>/metrics if it answers; "
-     "'none' to disable)", {}),
+    (
+        "gpu-metrics",
+        None,
+        "GPU exporter URL(s) to scrape (ours or dcgm-exporter; repeatable)",
+        {"action": "append"},
+    ),
+    (
+        "server-metrics",
+        "",
+        "server /metrics URL (default <host>/metrics if it answers; 'none' to disable)",
+        {},
+    ),
     ("scrape-interval", 1.0, "seconds between telemetry scrapes", {"type": float}),
     # roofline context for the report
     ("roofline-model", "", "model preset / config.json for the report's floors", {}),

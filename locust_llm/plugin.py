@@ -167,14 +167,20 @@ class Runtime:
         try:
             base_path = self.hosts[0].split("://", 1)[-1].partition("/")[2]
             path = ("/" + base_path.rstrip("/") if base_path else "") + "/v1/models"
-            resp = client.get(path, headers={k: v for k, v in self.headers.items() if k != "Accept"})
+            resp = client.get(
+                path, headers={k: v for k, v in self.headers.items() if k != "Accept"}
+            )
             body = resp.read()
             if resp.status_code >= 400:
-                raise InputError(f"GET {self.hosts[0]}{path}: HTTP {resp.status_code}; pass --llm-model")
+                raise InputError(
+                    f"GET {self.hosts[0]}{path}: HTTP {resp.status_code}; pass --llm-model"
+                )
             data = json.loads(body).get("data") or []
             return str(data[0]["id"]) if data else ""
         except (OSError, ValueError, KeyError, IndexError) as exc:
-            raise InputError(f"cannot list models at {self.hosts[0]}/v1/models ({exc}); pass --llm-model") from None
+            raise InputError(
+                f"cannot list models at {self.hosts[0]}/v1/models ({exc}); pass --llm-model"
+            ) from None
         finally:
             client.close()
 
@@ -207,7 +213,9 @@ class Runtime:
             name=record.endpoint,
             response_time=e2e_ms,
             response_length=record.output_tokens,
-            exception=None if record.ok else LLMRequestError(record.error_kind, record.error_message),
+            exception=None
+            if record.ok
+            else LLMRequestError(record.error_kind, record.error_message),
             context={},
         )
 
@@ -297,7 +305,11 @@ def _command_line_without_secrets(argv: list[str]) -> list[str]:
 def _versions() -> dict[str, str]:
     import locust
 
-    return {"locust-llm": __version__, "locust": locust.__version__, "python": sys.version.split()[0]}
+    return {
+        "locust-llm": __version__,
+        "locust": locust.__version__,
+        "python": sys.version.split()[0],
+    }
 
 
 def new_run_info(rt: Runtime) -> RunInfo:
@@ -310,10 +322,16 @@ def new_run_info(rt: Runtime) -> RunInfo:
         host=rt.hosts[0] if rt.hosts else "",
         hosts=list(rt.hosts),
         model=opts.llm_model,
-        endpoint="/v1/completions" if opts.llm_endpoint == "completions" else "/v1/chat/completions",
+        endpoint="/v1/completions"
+        if opts.llm_endpoint == "completions"
+        else "/v1/chat/completions",
         start_wall_s=time.time(),
         mode="open" if opts.llm_rate else "closed",
-        roofline={k: v for k, v in (("model", opts.llm_roofline_model), ("gpu", opts.llm_roofline_gpu)) if v},
+        roofline={
+            k: v
+            for k, v in (("model", opts.llm_roofline_model), ("gpu", opts.llm_roofline_gpu))
+            if v
+        },
         server_instances=max(len(rt.hosts), 1),
         extra={"machine": socket.gethostname()},
     )
@@ -367,16 +385,24 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         return
     rt = runtime(environment)
     if isinstance(runner, WorkerRunner):
-        runner.register_message(MSG_STOP, lambda environment, msg, **kw: _worker_stop(rt), concurrent=True)
-        runner.register_message(MSG_STAGE, lambda environment, msg, **kw: _worker_stage(rt, msg.data))
+        runner.register_message(
+            MSG_STOP, lambda environment, msg, **kw: _worker_stop(rt), concurrent=True
+        )
+        runner.register_message(
+            MSG_STAGE, lambda environment, msg, **kw: _worker_stage(rt, msg.data)
+        )
         return
     if environment.web_ui is not None:
         from locust_llm import webtab
 
         webtab.install(environment, rt)
     if isinstance(runner, MasterRunner):
-        runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: rt.recorder.receive_batch(msg.data))
-        runner.register_message(MSG_DRAINED, lambda environment, msg, **kw: rt.drained.add(str(msg.data)))
+        runner.register_message(
+            MSG_RECORDS, lambda environment, msg, **kw: rt.recorder.receive_batch(msg.data)
+        )
+        runner.register_message(
+            MSG_DRAINED, lambda environment, msg, **kw: rt.drained.add(str(msg.data))
+        )
     run_dir = Path(rt.options.llm_run_dir) if rt.options.llm_run_dir else default_run_dir()
     try:
         ensure_writable(run_dir)
@@ -496,8 +522,10 @@ def _drain_workers(rt: Runtime) -> None:
         if alive <= rt.drained:
             return
         gevent.sleep(0.05)
-    logger.warning("locust-llm: workers %s did not confirm their last records in time",
-                   sorted(set(running) - rt.drained))
+    logger.warning(
+        "locust-llm: workers %s did not confirm their last records in time",
+        sorted(set(running) - rt.drained),
+    )
 
 
 def _on_report_to_master(client_id: str, data: dict[str, Any], **_kw: Any) -> None:

@@ -99,4 +99,3 @@ def ensure_writable(run_dir: Path) -> None:
     probe = run_dir / ".write-test"
     probe.write_text("ok")
     probe.unlink()
-

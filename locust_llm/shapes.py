@@ -161,9 +161,9 @@ class StagesShape(LoadTestShape):
         plans = self._setup()
         rt = plugin.runtime(self.runner.environment)
         now = time.time()
-        if self._index < 0 or self._stage_done(rt, plans[self._index], now):
-            if not self._advance(rt, plans, now):
-                return None
+        stage_over = self._index < 0 or self._stage_done(rt, plans[self._index], now)
+        if stage_over and not self._advance(rt, plans, now):
+            return None
         plan = plans[self._index]
         users = plan.concurrency if plan.concurrency is not None else self._users
         return users, max(float(users), SPAWN_RATE_MIN)
@@ -174,7 +174,7 @@ class StagesShape(LoadTestShape):
             return True
         if plan.requests is not None:
             records = rt.recorder.records
-            for row in records[self._seen:]:
+            for row in records[self._seen :]:
                 if row[_START] >= stage.start_wall_s and row[_KIND] != "cancelled":
                     self._completed += 1
             self._seen = len(records)

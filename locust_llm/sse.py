@@ -73,7 +73,7 @@ def _value_start(payload: bytes, key: bytes) -> int:
 
 
 def _string_value_nonempty(payload: bytes, key: bytes) -> bool | None:
-    """After ``key``: True for a non-empty string, False for null/"" or key absent, None if unsure."""
+    """After ``key``: True for a non-empty string; False for null, "" or no key; None if unsure."""
     i = _value_start(payload, key)
     if i == -1:
         return False

@@ -30,7 +30,13 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import User, task
 
 from locust_llm import plugin, sse
-from locust_llm.metrics import NAN, RequestRecord, StreamTiming, classify_http_error, summarize_stream
+from locust_llm.metrics import (
+    NAN,
+    RequestRecord,
+    StreamTiming,
+    classify_http_error,
+    summarize_stream,
+)
 
 _CHAT = "/v1/chat/completions"
 _COMPLETIONS = "/v1/completions"
@@ -140,7 +146,9 @@ class LLMUser(User):
         timing = StreamTiming(t0=0.0)
         usage_tokens: int | None = None
         try:
-            with gevent.Timeout(runtime.options.llm_total_timeout, _StreamError("timeout", "total timeout")):
+            with gevent.Timeout(
+                runtime.options.llm_total_timeout, _StreamError("timeout", "total timeout")
+            ):
                 usage_tokens = self._exchange(base_url, path, body, record, timing)
             record.ok = True
         except _StreamError as exc:
@@ -181,7 +189,7 @@ class LLMUser(User):
             resp = client.request("POST", path, body=body, headers=headers)
         except (ConnectionRefusedError, ConnectionResetError, HTTPConnectionClosed) as exc:
             raise _StreamError("connect", f"{type(exc).__name__}: {exc}") from None
-        except (TimeoutError, socket.timeout) as exc:
+        except TimeoutError as exc:
             raise _StreamError("timeout", f"no response: {exc}") from None
         except OSError as exc:
             kind = "timeout" if exc.errno == errno.ETIMEDOUT else "connect"
@@ -191,7 +199,9 @@ class LLMUser(User):
         try:
             if status >= 400:
                 text = self._read_error_body(resp)
-                raise _StreamError(classify_http_error(status, text), f"HTTP {status}: {text[:200]}")
+                raise _StreamError(
+                    classify_http_error(status, text), f"HTTP {status}: {text[:200]}"
+                )
             if self.runtime.options.llm_no_stream:
                 return self._read_whole(resp, record, timing)
             return self._read_stream(resp, record, timing)
@@ -271,7 +281,9 @@ class LLMUser(User):
                 raise _StreamError("bad_payload", f"malformed chunk: {line[:120]!r}")
         if not done:
             timing.end_time = perf_counter()
-            raise _StreamError("stream_broken", f"stream closed after {len(times)} chunks without [DONE]")
+            raise _StreamError(
+                "stream_broken", f"stream closed after {len(times)} chunks without [DONE]"
+            )
         return usage_tokens
 
 

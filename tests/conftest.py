@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if "locust" in sys.modules or "gevent.monkey" in sys.modules and _patched():
+    if "locust" in sys.modules or ("gevent.monkey" in sys.modules and _patched()):
         raise pytest.UsageError(
             "a test module imported locust into the pytest process (gevent monkey-patching); "
             "run Locust in a subprocess instead"

@@ -11,7 +11,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 
@@ -35,7 +35,9 @@ def _chunk(delta: dict[str, str], usage: dict[str, int] | None = None) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-async def _handle(cfg: FakeConfig, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _handle(
+    cfg: FakeConfig, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -47,12 +49,16 @@ async def _handle(cfg: FakeConfig, reader: asyncio.StreamReader, writer: asyncio
                 await reader.readexactly(length)
             if head.startswith(b"GET /v1/models"):
                 body = json.dumps({"data": [{"id": cfg.model}]}).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body
+                )
                 await writer.drain()
                 continue
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
 
             async def send(data: bytes) -> None:
                 writer.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -93,10 +99,8 @@ def fake_openai_server(cfg: FakeConfig | None = None) -> Iterator[str]:
             await server.serve_forever()
 
     def run() -> None:
-        try:
+        with suppress(asyncio.CancelledError):
             loop.run_until_complete(main())
-        except asyncio.CancelledError:
-            pass
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -104,6 +108,7 @@ def fake_openai_server(cfg: FakeConfig | None = None) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{holder['port']}"
     finally:
+
         def stop() -> None:
             for task in asyncio.all_tasks(loop):
                 task.cancel()

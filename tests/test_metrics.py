@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 from locust_llm.metrics import (
-    ERROR_KINDS, RECORD_FIELDS, RequestRecord, StreamTiming, classify_http_error, itl_samples,
-    summarize_stream, weighted_quantile,
+    ERROR_KINDS,
+    RECORD_FIELDS,
+    RequestRecord,
+    StreamTiming,
+    classify_http_error,
+    itl_samples,
+    summarize_stream,
+    weighted_quantile,
 )  # fmt: skip
 
 
@@ -18,8 +24,13 @@ def _record() -> RequestRecord:
 
 
 def test_definitions_with_usage() -> None:
-    t = StreamTiming(t0=10.0, chunk_times=[10.1, 10.2, 10.4], chunk_tokens=[0, 0, 0],
-                     first_content_time=10.2, end_time=10.5)
+    t = StreamTiming(
+        t0=10.0,
+        chunk_times=[10.1, 10.2, 10.4],
+        chunk_tokens=[0, 0, 0],
+        first_content_time=10.2,
+        end_time=10.5,
+    )
     r = summarize_stream(_record(), t, usage_completion_tokens=5)
     assert r.ttft_s == pytest.approx(0.1) and r.ttfc_s == pytest.approx(0.2)
     assert r.e2e_s == pytest.approx(0.5) and r.last_token_s == pytest.approx(0.4)
@@ -37,9 +48,12 @@ def test_without_usage_tokens_are_estimated_from_chunks() -> None:
 
 
 def test_undefined_is_nan_not_zero() -> None:
-    one = summarize_stream(_record(), StreamTiming(t0=0.0, chunk_times=[0.2], chunk_tokens=[0],
-                                                   end_time=0.3), 1)
-    assert math.isnan(one.tpot_s) and math.isnan(one.itl_mean_s) and one.ttft_s == pytest.approx(0.2)
+    one = summarize_stream(
+        _record(), StreamTiming(t0=0.0, chunk_times=[0.2], chunk_tokens=[0], end_time=0.3), 1
+    )
+    assert (
+        math.isnan(one.tpot_s) and math.isnan(one.itl_mean_s) and one.ttft_s == pytest.approx(0.2)
+    )
     none = summarize_stream(_record(), StreamTiming(t0=0.0, end_time=0.3), 0)
     assert math.isnan(none.ttft_s) and none.output_tokens == 0
 

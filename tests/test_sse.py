@@ -10,8 +10,12 @@ from locust_llm import sse
 
 
 def _chat(delta: object, **extra: object) -> bytes:
-    body = {"id": "x", "object": "chat.completion.chunk", "model": "m",
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+    body = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+    }
     body.update(extra)
     return json.dumps(body).encode()
 
@@ -26,9 +30,18 @@ CASES = [
     _chat({"reasoning": "think", "content": None}),
     _chat({"content": "a"}, usage=None),
     _chat({"content": "a"}, usage={"prompt_tokens": 3, "completion_tokens": 4}),
-    _chat({}, choices=[], usage={"prompt_tokens": 3, "completion_tokens": 9,
-                                 "completion_tokens_details": {"reasoning_tokens": 2}}),
-    json.dumps({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}).encode(),
+    _chat(
+        {},
+        choices=[],
+        usage={
+            "prompt_tokens": 3,
+            "completion_tokens": 9,
+            "completion_tokens_details": {"reasoning_tokens": 2},
+        },
+    ),
+    json.dumps(
+        {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}
+    ).encode(),
     json.dumps({"choices": [{"index": 0, "text": " tok", "finish_reason": None}]}).encode(),
     json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}).encode(),
     json.dumps({"error": {"message": "CUDA out of memory", "code": 500}}).encode(),
@@ -56,8 +69,15 @@ def test_classification() -> None:
     assert sse.parse_chunk(b"") == (sse.KIND_IGNORE, None)
 
 
-@pytest.mark.parametrize("bad", [b'{"choices": [{"delta": {"content": "x"', b"not json", b"[1, 2]",
-                                 b'{"choices": [{"delta": {"content": "x"}}]'])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"choices": [{"delta": {"content": "x"',
+        b"not json",
+        b"[1, 2]",
+        b'{"choices": [{"delta": {"content": "x"}}]',
+    ],
+)
 def test_malformed_chunks_are_bad(bad: bytes) -> None:
     assert sse.parse_chunk(bad)[0] == sse.KIND_BAD
 
@@ -71,8 +91,12 @@ def test_data_payload_and_body() -> None:
     assert sse.data_payload(b"data: {}\n") == b"{}"
     assert sse.data_payload(b"data:[DONE]\r\n") == b"[DONE]"
     assert sse.data_payload(b": keep-alive\n") is None
-    body = json.dumps({"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
-                       "usage": {"prompt_tokens": 5, "completion_tokens": 2}}).encode()
+    body = json.dumps(
+        {
+            "choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+        }
+    ).encode()
     chunk = sse.parse_response_body(body)
     assert chunk.content and chunk.completion_tokens == 2 and chunk.prompt_tokens == 5
     with pytest.raises(ValueError, match="not JSON"):

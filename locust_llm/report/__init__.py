@@ -1,1 +1,1 @@
-"""Post-run report: run dir -> stage tables -> verdict, knee, alerts -> markdown / HTML / CSV / JSON."""
+"""Post-run report: run dir -> stage table -> verdict, knee, alerts -> markdown, HTML, CSV, JSON."""

@@ -1,0 +1,129 @@
+"""Assemble a report from a loaded run: stage table, verdicts, knee, alerts, soak drift.
+
+Pure given a :class:`~locust_llm.report.load.RunData`: the renderers (markdown, HTML, CSV,
+JSON) read the :class:`Report` this returns and compute nothing themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from locust_llm.errors import InputError
+from locust_llm.report.alerts import Alert, Thresholds, check
+from locust_llm.report.compare import CompareRow
+from locust_llm.report.knee import Knee, find_knee
+from locust_llm.report.load import RunData
+from locust_llm.report.soak import SoakResult, soak_results
+from locust_llm.report.tables import (
+    Floors,
+    Slo,
+    TelemetryIndex,
+    assign_stages,
+    request_arrays,
+    stage_ends,
+    stage_table,
+)
+from locust_llm.roofline import get_gpu, get_model
+from locust_llm.rundir import Stage
+from locust_llm.verdict import Rules, Verdict, overall_verdict, stage_verdicts
+
+
+@dataclass
+class Report:
+    """Everything the renderers show."""
+
+    run: RunData
+    stages: list[Stage]
+    table: pd.DataFrame
+    verdicts: list[Verdict]
+    overall: Verdict
+    knee: Knee
+    alerts: list[Alert]
+    soak: list[SoakResult]
+    slo: Slo
+    thresholds: Thresholds
+    floors: Floors | None
+    stage_ix: np.ndarray  # per request row: its stage index (-1: none / warm-up)
+    telemetry: TelemetryIndex
+    warnings: list[str] = field(default_factory=list)
+    comparison: list[CompareRow] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.table.to_dict("records")
+
+
+def resolve_floors(
+    roofline: dict[str, Any], model: str | None, gpu: str | None
+) -> tuple[Floors | None, list[str]]:
+    """Model and GPU from the flags, else from run.json's roofline entry; both are needed."""
+    model = model or roofline.get("model") or None
+    gpu = gpu or roofline.get("gpu") or None
+    if model and gpu:
+        return Floors(get_model(str(model)), get_gpu(str(gpu))), []
+    if model or gpu:
+        missing = "--gpu" if model else "--model"
+        return None, [f"roofline floors need both a model and a GPU: give {missing}"]
+    return None, []
+
+
+def _max_num_seqs(extra: dict[str, Any]) -> int | None:
+    for source in (extra, extra.get("server") or {}):
+        value = source.get("max_num_seqs") if isinstance(source, dict) else None
+        if isinstance(value, int | float) and value > 0:
+            return int(value)
+    return None
+
+
+def effective_stages(run: RunData) -> list[Stage]:
+    """run.json's stages; a run without any is one stage spanning all its requests."""
+    if run.info.stages:
+        return list(run.info.stages)
+    starts = run.requests["start_wall_s"].to_numpy(float)
+    starts = starts[np.isfinite(starts)]
+    if starts.size == 0:
+        raise InputError(f"{run.path}: no stages in run.json and no request start times")
+    return [Stage(index=0, name="all", start_wall_s=float(starts.min()),
+                  end_wall_s=run.info.end_wall_s)]
+
+
+def build_report(
+    run: RunData,
+    *,
+    slo: Slo | None = None,
+    thresholds: Thresholds | None = None,
+    model: str | None = None,
+    gpu: str | None = None,
+    rules: Rules | None = None,
+) -> Report:
+    """The full analysis of one run."""
+    slo = slo or Slo()
+    thresholds = thresholds or Thresholds()
+    rules = rules or Rules()
+    floors, warnings = resolve_floors(run.info.roofline, model, gpu)
+    stages = effective_stages(run)
+    table = stage_table(run.requests, run.telemetry, stages, run_end_wall_s=run.info.end_wall_s,
+                        mode=run.info.mode, slo=slo, floors=floors)
+    rows = table.to_dict("records")
+    knee = find_knee(rows, slo=slo)
+    verdicts = stage_verdicts(rows, rules=rules, max_num_seqs=_max_num_seqs(run.info.extra))
+    overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, rules=rules)
+    arrays = request_arrays(run.requests)
+    ends = stage_ends(stages, run.info.end_wall_s)
+    ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows,
+                                                                           strict=True)]
+    stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
+    soak = soak_results(stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"],
+                        arrays["ok"])
+    return Report(
+        run=run, stages=stages, table=table, verdicts=verdicts, overall=overall, knee=knee,
+        alerts=check(rows, thresholds), soak=soak, slo=slo, thresholds=thresholds,
+        floors=floors, stage_ix=stage_ix,
+        telemetry=TelemetryIndex(run.telemetry, floors.gpu if floors else None),
+        warnings=[*run.warnings, *warnings],
+    )

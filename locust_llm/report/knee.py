@@ -1,0 +1,214 @@
+"""The knee of a sweep: how throughput scales with load, the best load range and a recommended cap.
+
+Pure. Stages other than soak with completed requests are ordered by load (concurrency, or rate in
+open loop). Each step from one load to the next is classified (``Rule`` holds the thresholds):
+
+- gain = QPS ratio, load ratio = load ratio, efficiency = (gain - 1) / (load ratio - 1),
+  latency cost = P99 latency ratio;
+- ``linear`` when efficiency >= 0.5 (at least half of proportional scaling),
+- ``flat`` when gain is within 2% of 1, ``falling`` when it is lower, ``flattening`` otherwise.
+
+Recommended cap: walk up the loads; a stage is accepted when it meets the SLOs (error rate at most
+1%, and P99 TTFT / TPOT / E2E within those given) and, above the lowest load, its throughput gain
+is worth its latency cost: gain - 1 >= max(5%, 10% of (P99 ratio - 1)). The cap is the last stage
+accepted before the first one that is not. Best range: from the last stage of the unbroken run of
+``linear`` steps from the lowest load (the knee) to the cap. On the seed's table this gives
+"1-50 scales linearly; 50-100 flattens; 100-200 falls; best 50-100; cap 100".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from locust_llm.report.fmt import is_num, load_label, ms, num, ratio
+from locust_llm.report.tables import Slo
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """Thresholds of the knee and cap rule."""
+
+    linear_efficiency: float = 0.5
+    flat_band: float = 0.02
+    min_gain: float = 0.05
+    latency_weight: float = 0.10  # gain must be >= this share of the P99 increase
+    max_error_rate: float = 0.01
+
+
+@dataclass(frozen=True)
+class Step:
+    """From one load to the next."""
+
+    lo_stage: int
+    hi_stage: int
+    lo_load: str
+    hi_load: str
+    gain: float
+    load_ratio: float
+    efficiency: float
+    latency_ratio: float
+    cls: str  # linear | flattening | flat | falling
+    lo_qps: float = math.nan
+    hi_qps: float = math.nan
+    lo_p99_s: float = math.nan
+    hi_p99_s: float = math.nan
+
+
+@dataclass(frozen=True)
+class Knee:
+    """The sweep's reading and conclusion."""
+
+    steps: tuple[Step, ...] = ()
+    knee_stage: int | None = None
+    cap_stage: int | None = None
+    best: str = ""  # e.g. "50-100"
+    cap: str = ""  # e.g. "100"
+    reading: str = ""
+    conclusion: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "knee_stage": self.knee_stage, "cap_stage": self.cap_stage, "best": self.best,
+            "cap": self.cap, "reading": self.reading, "conclusion": self.conclusion,
+            "notes": list(self.notes),
+            "steps": [s.__dict__ for s in self.steps],
+        }
+
+
+def _f(row: Mapping[str, Any], key: str) -> float:
+    value = row.get(key)
+    return float(value) if is_num(value) else math.nan
+
+
+def _load(row: Mapping[str, Any]) -> float:
+    c = _f(row, "concurrency")
+    return c if not math.isnan(c) else _f(row, "rate")
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    return load_label(row.get("concurrency"), row.get("rate"))
+
+
+def meets_slo(row: Mapping[str, Any], slo: Slo, rule: Rule = Rule()) -> tuple[bool, str]:
+    """(ok, why not) for one stage against the SLOs and the error-rate limit."""
+    if _f(row, "error_rate") > rule.max_error_rate:
+        return False, f"error rate {_f(row, 'error_rate') * 100:.1f}%"
+    checks = (("ttft_p99_s", slo.ttft_s, "TTFT"), ("tpot_p99_s", slo.tpot_s, "TPOT"),
+              ("latency_p99_s", slo.e2e_s, "E2E"))
+    for key, limit, label in checks:
+        if limit is not None and _f(row, key) > limit:
+            return False, f"P99 {label} {ms(_f(row, key))} ms > SLO {ms(limit)} ms"
+    return True, ""
+
+
+def _classify(gain: float, efficiency: float, rule: Rule) -> str:
+    if efficiency >= rule.linear_efficiency:
+        return "linear"
+    if gain < 1 - rule.flat_band:
+        return "falling"
+    if gain <= 1 + rule.flat_band:
+        return "flat"
+    return "flattening"
+
+
+def _latency_words(r: float) -> str:
+    if r >= 2:
+        return f"latency explodes (P99 {ratio(r)})"
+    if r >= 1.25:
+        return f"latency climbs (P99 {ratio(r)})"
+    return f"latency holds (P99 {ratio(r)})"
+
+
+def _phrase(group: list[Step]) -> str:
+    first, last = group[0], group[-1]
+    span = f"{first.lo_load}-{last.hi_load}"
+    qps = f"QPS {num(first.lo_qps)} -> {num(last.hi_qps)}"
+    gain = last.hi_qps / first.lo_qps if first.lo_qps > 0 else math.nan
+    lat = last.hi_p99_s / first.lo_p99_s if first.lo_p99_s > 0 else math.nan
+    cls = first.cls
+    if cls == "linear":
+        return f"{span} scales linearly ({qps})"
+    if cls == "flattening":
+        return f"{span} throughput flattens ({qps}, {ratio(gain)}) while {_latency_words(lat)}: " \
+               "near the limit"
+    if cls == "flat":
+        return f"{span} throughput stays flat ({qps}) while {_latency_words(lat)}: overload"
+    return f"{span} throughput falls ({qps}) and {_latency_words(lat)}: overload"
+
+
+def find_knee(
+    rows: Sequence[Mapping[str, Any]], *, slo: Slo | None = None, rule: Rule = Rule()
+) -> Knee:
+    """Classify the sweep's steps and pick the best range and the cap (module docstring)."""
+    slo = slo or Slo()
+    stages = sorted(
+        (r for r in rows if r.get("kind") != "soak" and _f(r, "completed") > 0
+         and not math.isnan(_load(r))),
+        key=_load,
+    )
+    dedup: list[Mapping[str, Any]] = []
+    for r in stages:
+        if not dedup or _load(r) > _load(dedup[-1]):
+            dedup.append(r)
+    if not dedup:
+        return Knee(notes=("no stage with completed requests and a load: no knee",))
+    unit = "concurrency" if not math.isnan(_f(dedup[0], "concurrency")) else "rate"
+    steps = []
+    for lo, hi in itertools.pairwise(dedup):
+        gain = _f(hi, "qps") / _f(lo, "qps") if _f(lo, "qps") > 0 else math.nan
+        lr = _load(hi) / _load(lo) if _load(lo) > 0 else math.nan
+        eff = (gain - 1) / (lr - 1) if lr > 1 else math.nan
+        lat = (_f(hi, "latency_p99_s") / _f(lo, "latency_p99_s")
+               if _f(lo, "latency_p99_s") > 0 else math.nan)
+        steps.append(Step(int(lo["stage"]), int(hi["stage"]), _label(lo), _label(hi), gain, lr,
+                          eff, lat, _classify(gain, eff, rule), _f(lo, "qps"), _f(hi, "qps"),
+                          _f(lo, "latency_p99_s"), _f(hi, "latency_p99_s")))
+    notes: list[str] = []
+    ok0, why0 = meets_slo(dedup[0], slo, rule)
+    cap_ix: int | None = 0 if ok0 else None
+    if not ok0:
+        notes.append(f"the lowest load ({_label(dedup[0])}) already misses the SLOs: {why0}")
+    else:
+        for i, step in enumerate(steps, start=1):
+            ok, why = meets_slo(dedup[i], slo, rule)
+            lat_cost = step.latency_ratio - 1 if not math.isnan(step.latency_ratio) else 0.0
+            worth = step.gain - 1 >= max(rule.min_gain, rule.latency_weight * lat_cost)
+            if not ok:
+                notes.append(f"load {step.hi_load} misses the SLOs: {why}")
+                break
+            if not worth:
+                notes.append(f"load {step.hi_load}: throughput {ratio(step.gain)} is not worth "
+                             f"P99 {ratio(step.latency_ratio)}")
+                break
+            cap_ix = i
+    knee_ix = 0
+    for i, step in enumerate(steps, start=1):
+        if step.cls != "linear":
+            break
+        knee_ix = i
+    groups: list[list[Step]] = []
+    for step in steps:
+        if groups and groups[-1][-1].cls == step.cls:
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    reading = "; ".join(_phrase(g) for g in groups)
+    if not steps:
+        notes.append("one load level only: sweep the load to find the knee")
+    if cap_ix is None:
+        return Knee(tuple(steps), None, None, "", "", reading,
+                    f"no {unit} meets the SLOs; lower the load or fix the server", tuple(notes))
+    if cap_ix == len(dedup) - 1 and len(dedup) > 1 and steps[-1].cls == "linear":
+        notes.append(f"still scaling at the highest {unit} ({_label(dedup[-1])}): the knee lies "
+                     "above it; extend the sweep")
+    knee_ix = min(knee_ix, cap_ix)
+    lo_lab, cap_lab = _label(dedup[knee_ix]), _label(dedup[cap_ix])
+    best = lo_lab if knee_ix == cap_ix else f"{lo_lab}-{cap_lab}"
+    conclusion = f"best {unit} {best}; cap {unit} at {cap_lab}"
+    return Knee(tuple(steps), int(dedup[knee_ix]["stage"]), int(dedup[cap_ix]["stage"]), best,
+                cap_lab, reading, conclusion, tuple(notes))

@@ -1,0 +1,317 @@
+"""The per-stage table: requests + telemetry + stage windows (+ roofline) -> one row per stage.
+
+Pure (numpy/pandas in, DataFrame out, no I/O). Definitions follow ARCHITECTURE.md: a request
+belongs to the stage whose window holds its start time and is left out when it started in the
+stage's first ``warmup_s``; the stage's duration is its window minus the warm-up; QPS = completed
+/ duration, TPS = output tokens of completed requests / duration (total TPS adds their input
+tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
+numpy's default linear interpolation; error rate = failed / all, per kind too; goodput = completed
+requests meeting every SLO given / duration. Telemetry is averaged over the same window (all
+sources and GPUs pooled); a signal with no samples in a window is NaN ("no data"), never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from locust_llm.metrics import ERROR_KINDS
+from locust_llm.roofline import GpuSpec, ModelSpec, decode_step_seconds, step_cost
+from locust_llm.rundir import Stage
+
+NAN = math.nan
+
+#: The columns of stages.csv, in order (units in the names; ratios are 0..1).
+COLUMNS: tuple[str, ...] = (
+    "stage", "name", "kind", "concurrency", "rate", "start_wall_s", "end_wall_s", "duration_s",
+    "requests", "completed", "failed", "qps", "output_tps", "total_tps",
+    "latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s",
+    "ttft_avg_s", "ttft_p50_s", "ttft_p99_s", "tpot_avg_s", "tpot_p50_s", "tpot_p99_s",
+    "itl_p99_s", "error_rate", *(f"error_rate_{k}" for k in ERROR_KINDS),
+    "goodput_rps", "slo_attainment", "dispatch_delay_p99_s",
+    "input_tokens_avg", "output_tokens_avg",
+    "ttft_floor_s", "tpot_floor_s", "model_bw_util",
+    "gpu_util", "gpu_util_max", "gpu_mem_util", "gpu_mem_util_max", "dram_bw_util",
+    "kv_cache_usage", "kv_cache_usage_max", "running", "running_max", "waiting", "waiting_max",
+    "preemptions", "power_w", "worker_cpu_max", "worker_cpu_max_id", "telemetry_samples",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slo:
+    """Service-level objectives for goodput (seconds; None = not given)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.e2e_s))
+
+
+@dataclass(frozen=True)
+class Floors:
+    """What is served, for roofline floors: model shapes and device ceilings."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+
+
+def stage_ends(stages: Sequence[Stage], run_end_wall_s: float = NAN) -> list[float]:
+    """Each stage's end: its own, else the next stage's start, else the run's end (may be NaN)."""
+    ordered = sorted(stages, key=lambda s: s.start_wall_s)
+    ends = {}
+    for i, s in enumerate(ordered):
+        end = s.end_wall_s
+        if math.isnan(end):
+            end = ordered[i + 1].start_wall_s if i + 1 < len(ordered) else run_end_wall_s
+        ends[s.index] = end
+    return [ends[s.index] for s in stages]
+
+
+def assign_stages(
+    start_wall_s: np.ndarray, stages: Sequence[Stage], ends: Sequence[float]
+) -> np.ndarray:
+    """Per request: the index of the stage window holding its start, -1 for none or warm-up."""
+    out = np.full(len(start_wall_s), -1, dtype=np.int64)
+    for stage, end in zip(stages, ends, strict=True):
+        hi = end if not math.isnan(end) else math.inf
+        inside = (start_wall_s >= stage.start_wall_s + stage.warmup_s) & (start_wall_s < hi)
+        out[inside] = stage.index
+    return out
+
+
+def _pcts(values: np.ndarray, qs: Sequence[float]) -> list[float]:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return [NAN] * len(qs)
+    return [float(x) for x in np.percentile(values, qs)]
+
+
+def _mean(values: np.ndarray) -> float:
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if values.size else NAN
+
+
+def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_loop: bool) -> dict:
+    ok = req["ok"]
+    n, completed = int(ok.size), int(ok.sum())
+    failed = n - completed
+    dur = duration if duration > 0 else NAN
+    e2e, ttft, tpot = req["e2e_s"][ok], req["ttft_s"][ok], req["tpot_s"][ok]
+    out_tok = req["output_tokens"][ok].astype(float)
+    in_tok = req["input_tokens"][ok].astype(float)
+    in_known = in_tok[in_tok >= 0]
+    row: dict = {
+        "requests": n, "completed": completed, "failed": failed,
+        "qps": completed / dur,
+        "output_tps": float(out_tok.sum()) / dur,
+        "total_tps": float(out_tok.sum() + in_known.sum()) / dur,
+        "latency_avg_s": _mean(e2e),
+        "ttft_avg_s": _mean(ttft), "tpot_avg_s": _mean(tpot),
+        "error_rate": failed / n if n else NAN,
+        "input_tokens_avg": float(in_known.mean()) if in_known.size else NAN,
+        "output_tokens_avg": float(out_tok.mean()) if out_tok.size else NAN,
+    }
+    p50, p90, p95, p99 = _pcts(e2e, (50, 90, 95, 99))
+    row.update(latency_p50_s=p50, latency_p90_s=p90, latency_p95_s=p95, latency_p99_s=p99)
+    t50, t99 = _pcts(ttft, (50, 99))
+    o50, o99 = _pcts(tpot, (50, 99))
+    row.update(ttft_p50_s=t50, ttft_p99_s=t99, tpot_p50_s=o50, tpot_p99_s=o99)
+    row["itl_p99_s"] = _pcts(req["itl_p99_s"][ok], (99,))[0]
+    kinds = req["error_kind"][~ok]
+    for kind in ERROR_KINDS:
+        row[f"error_rate_{kind}"] = float((kinds == kind).sum()) / n if n else NAN
+    if slo.given and n:
+        good = np.ones(completed, dtype=bool)
+        for value, limit in ((ttft, slo.ttft_s), (tpot, slo.tpot_s), (e2e, slo.e2e_s)):
+            if limit is not None:
+                good &= ~(value > limit)  # NaN TPOT (one-token answer) does not break it
+        row["goodput_rps"] = float(good.sum()) / dur
+        row["slo_attainment"] = float(good.sum()) / n
+    else:
+        row["goodput_rps"] = row["slo_attainment"] = NAN
+    delay = req["start_wall_s"] - req["scheduled_wall_s"]
+    row["dispatch_delay_p99_s"] = _pcts(delay, (99,))[0] if open_loop else NAN
+    return row
+
+
+class TelemetryIndex:
+    """Telemetry split by signal and sorted by time, for fast window queries."""
+
+    def __init__(self, telemetry: pd.DataFrame, gpu: GpuSpec | None = None) -> None:
+        self.series: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        if telemetry is None or telemetry.empty:
+            return
+        frame = telemetry.sort_values("time_s", kind="stable")
+        for signal, part in frame.groupby("signal", sort=False):
+            self.series[str(signal)] = (
+                part["time_s"].to_numpy(float), part["value"].to_numpy(float),
+                part["source"].astype(str).to_numpy(),
+            )
+        mem = _mem_util(frame, gpu)
+        if mem is not None:
+            self.series["gpu_mem_util"] = mem
+
+    def window(self, signal: str, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        """(values, sources) of ``signal`` sampled in [lo, hi)."""
+        if signal not in self.series:
+            return np.empty(0), np.empty(0, dtype=object)
+        t, v, src = self.series[signal]
+        a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "left")
+        return v[a:b], src[a:b]
+
+    def timeline(self, signal: str, how: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) with all sources pooled per timestamp (NaN kept: gaps)."""
+        if signal not in self.series:
+            return np.empty(0), np.empty(0)
+        t, v, _ = self.series[signal]
+        frame = pd.DataFrame({"t": t, "v": v}).groupby("t", sort=True)["v"]
+        agg = frame.max() if how == "max" else frame.mean()
+        return agg.index.to_numpy(float), agg.to_numpy(float)
+
+
+def _mem_util(frame: pd.DataFrame, gpu: GpuSpec | None) -> tuple | None:
+    used = frame[frame["signal"] == "mem_used_bytes"]
+    if used.empty:
+        return None
+    keys = ["time_s", "source", "gpu"]
+    total = frame[frame["signal"] == "mem_total_bytes"][[*keys, "value"]]
+    merged = used[[*keys, "value"]].merge(total, on=keys, how="left", suffixes=("", "_total"))
+    denom = merged["value_total"].to_numpy(float)
+    if gpu is not None and not math.isnan(gpu.memory_bytes):
+        denom = np.where(np.isfinite(denom), denom, gpu.memory_bytes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util = merged["value"].to_numpy(float) / denom
+    util[~np.isfinite(util)] = NAN
+    return merged["time_s"].to_numpy(float), util, merged["source"].astype(str).to_numpy()
+
+
+def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
+    row: dict = {}
+
+    def stats(signal: str) -> tuple[float, float, np.ndarray, np.ndarray]:
+        values, sources = tel.window(signal, lo, hi)
+        keep = np.isfinite(values)
+        values, sources = values[keep], sources[keep]
+        if values.size == 0:
+            return NAN, NAN, values, sources
+        return float(values.mean()), float(values.max()), values, sources
+
+    for signal, col in (("gpu_util", "gpu_util"), ("gpu_mem_util", "gpu_mem_util"),
+                        ("kv_cache_usage", "kv_cache_usage"), ("running", "running"),
+                        ("waiting", "waiting")):
+        mean, peak, _, _ = stats(signal)
+        row[col], row[f"{col}_max"] = mean, peak
+    row["dram_bw_util"] = stats("dram_bw_util")[0]
+    row["power_w"] = stats("power_w")[0]
+    _, _, pre, pre_src = stats("preemptions")
+    if pre.size:
+        row["preemptions"] = float(sum(pre[pre_src == s].max() - pre[pre_src == s].min()
+                                       for s in np.unique(pre_src)))
+    else:
+        row["preemptions"] = NAN
+    _, peak, cpu, cpu_src = stats("worker_cpu_util")
+    row["worker_cpu_max"] = peak
+    row["worker_cpu_max_id"] = str(cpu_src[int(np.argmax(cpu))]) if cpu.size else ""
+    row["telemetry_samples"] = int(sum(np.isfinite(tel.window(s, lo, hi)[0]).sum()
+                                       for s in tel.series))
+    return row
+
+
+def _floor_stats(row: dict, floors: Floors | None, concurrency: float) -> dict:
+    out = {"ttft_floor_s": NAN, "tpot_floor_s": NAN, "model_bw_util": NAN}
+    if floors is None:
+        return out
+    batch = row.get("running", NAN)
+    if not batch > 0:
+        batch = concurrency
+    if not batch > 0:
+        return out
+    n_in = row["input_tokens_avg"] if math.isfinite(row["input_tokens_avg"]) else 0.0
+    n_out = row["output_tokens_avg"] if math.isfinite(row["output_tokens_avg"]) else 0.0
+    context = round(n_in + n_out / 2)
+    memory, compute = decode_step_seconds(floors.model, floors.gpu, max(1, round(batch)), context)
+    out["tpot_floor_s"] = max(memory, compute)
+    if row["tpot_avg_s"] > 0:
+        out["model_bw_util"] = memory / row["tpot_avg_s"]
+    if n_in >= 1:
+        cost = step_cost(floors.model, prefill_chunks=[(round(n_in), 0)])
+        out["ttft_floor_s"] = cost.seconds(floors.gpu, floors.model.weight_bits)
+    return out
+
+
+REQUEST_ARRAYS: tuple[str, ...] = (
+    "ok", "error_kind", "e2e_s", "ttft_s", "tpot_s", "itl_p99_s", "output_tokens",
+    "input_tokens", "start_wall_s", "scheduled_wall_s",
+)
+
+
+def request_arrays(requests: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The request columns the table needs, as numpy arrays (absent optional ones are NaN)."""
+    n = len(requests)
+    out: dict[str, np.ndarray] = {}
+    for col in REQUEST_ARRAYS:
+        if col not in requests:
+            out[col] = np.full(n, NAN)
+        elif col == "ok":
+            out[col] = requests[col].fillna(False).to_numpy(bool)
+        elif col == "error_kind":
+            out[col] = requests[col].fillna("").astype(str).to_numpy(object)
+        else:
+            out[col] = requests[col].to_numpy(float, na_value=NAN)
+    return out
+
+
+def stage_table(
+    requests: pd.DataFrame,
+    telemetry: pd.DataFrame | None,
+    stages: Sequence[Stage],
+    *,
+    run_end_wall_s: float = NAN,
+    mode: str = "closed",
+    slo: Slo = Slo(),
+    floors: Floors | None = None,
+) -> pd.DataFrame:
+    """One row per stage (columns :data:`COLUMNS`), in the stages' order."""
+    arrays = request_arrays(requests)
+    ends = stage_ends(stages, run_end_wall_s)
+    stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
+    order = np.argsort(stage_ix, kind="stable")
+    sorted_ix = stage_ix[order]
+    tel = TelemetryIndex(telemetry if telemetry is not None else pd.DataFrame(),
+                         floors.gpu if floors else None)
+    rows = []
+    for stage, end in zip(stages, ends, strict=True):
+        a, b = np.searchsorted(sorted_ix, stage.index, "left"), np.searchsorted(
+            sorted_ix, stage.index, "right")
+        pick = order[a:b]
+        req = {k: v[pick] for k, v in arrays.items()}
+        lo = stage.start_wall_s + stage.warmup_s
+        if math.isnan(end):  # still open: up to the last completion seen in it
+            done = req["start_wall_s"] + np.nan_to_num(req["e2e_s"])
+            end = float(done.max()) if done.size else NAN
+        row: dict = {
+            "stage": stage.index, "name": stage.name, "kind": stage.kind,
+            "concurrency": float(stage.concurrency) if stage.concurrency is not None else NAN,
+            "rate": float(stage.rate) if stage.rate is not None else NAN,
+            "start_wall_s": stage.start_wall_s, "end_wall_s": end, "duration_s": end - lo,
+        }
+        row.update(_request_stats(req, end - lo, slo, mode == "open"))
+        row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
+        row.update(_floor_stats(row, floors, row["concurrency"]))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def stage_requests(
+    requests: pd.DataFrame, stages: Sequence[Stage], run_end_wall_s: float = NAN
+) -> np.ndarray:
+    """The stage index of every request row (-1: outside every stage or in its warm-up)."""
+    ends = stage_ends(stages, run_end_wall_s)
+    return assign_stages(requests["start_wall_s"].to_numpy(float), stages, ends)
