@@ -1,4 +1,4 @@
-"""A long hold at one concurrency, to watch latency and throughput drift: the seed's stability check.
+"""A long hold at one concurrency to watch latency and throughput drift (stability).
 
     locust -f locustfiles/soak.py --host http://127.0.0.1:8000 --headless --llm-soak 30m@50
 
