@@ -1,0 +1,122 @@
+"""``locust-llm sim``: start the simulated OpenAI-compatible server from flags and/or TOML.
+
+Settings come from the defaults, then ``--config FILE`` (TOML, keys = SimConfig field names),
+then the flags given on the command line. With ``--port 0`` the first stdout line is the URL
+the server listens on (flushed), so scripts and tests can read it. Stops on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+from locust_llm.sim.config import SimConfig, config_from_mapping, load_toml
+
+#: flag -> (SimConfig field, type, help). Defaults live in SimConfig only.
+_FLAGS: dict[str, tuple[str, Any, str]] = {
+    "--model": ("model", str, "roofline preset or config.json/.gguf path"),
+    "--gpu": ("gpu", str, "roofline GPU preset"),
+    "--served-model-name": ("served_model_name", str, "model name clients use"),
+    "--bind": ("host", str, "address to listen on (127.0.0.1; 0.0.0.0 to expose)"),
+    "--port": ("port", int, "port (0 = any free port; the URL is printed first)"),
+    "--max-num-seqs": ("max_num_seqs", int, "most sequences in a batch"),
+    "--max-num-batched-tokens": ("max_num_batched_tokens", int, "token budget per step"),
+    "--block-size": ("block_size", int, "tokens per KV block"),
+    "--max-model-len": ("max_model_len", int, "longest prompt + output allowed"),
+    "--gpu-memory-utilization": ("gpu_memory_utilization", float, "share of memory used"),
+    "--num-gpu-blocks-override": ("num_gpu_blocks_override", int, "fixed KV budget in blocks"),
+    "--bandwidth-efficiency": ("bandwidth_efficiency", float, "achieved/peak bandwidth"),
+    "--compute-efficiency": ("compute_efficiency", float, "achieved/peak FLOP/s"),
+    "--output-len": ("output_len", str, "EOS-ended output lengths, e.g. lognormal:256:0.5"),
+    "--tokens-per-chunk": ("tokens_per_chunk", int, "tokens per streamed chunk"),
+    "--trace": ("trace_path", str, "write one JSON line per request to FILE"),
+    "--seed": ("seed", int, "seed of lengths, text and faults"),
+}
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add the ``sim`` flags (every default comes from SimConfig or the TOML file)."""
+    parser.add_argument("--config", metavar="FILE", help="TOML file of settings (flags win)")
+    for flag, (name, kind, help_text) in _FLAGS.items():
+        default = getattr(SimConfig(), name)
+        parser.add_argument(
+            flag, dest=name, type=kind, default=None, help=f"{help_text} (default {default!r})"
+        )
+    parser.add_argument(
+        "--step-overhead-ms", type=float, default=None, help="fixed cost per step in ms (default 2)"
+    )
+    parser.add_argument(
+        "--no-chunked-prefill", action="store_true", default=None, help="prefill whole prompts only"
+    )
+    parser.add_argument(
+        "--zero-cost",
+        action="store_true",
+        default=None,
+        help="steps cost only the overhead (benchmarks the HTTP front)",
+    )
+    parser.add_argument(
+        "--oom",
+        action="store_true",
+        default=None,
+        help="fail requests with a CUDA out-of-memory 500 instead of preempting",
+    )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        dest="faults",
+        metavar="KIND:RATE[:ARG]",
+        help="inject a fault (repeatable): http500, http503, http429, "
+        "disconnect, malformed, stall, slow_first_byte",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    """Defaults < TOML file < flags given."""
+    values: dict[str, Any] = load_toml(args.config) if getattr(args, "config", None) else {}
+    for name, _, _ in _FLAGS.values():
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    if getattr(args, "step_overhead_ms", None) is not None:
+        values["step_overhead_s"] = args.step_overhead_ms / 1000.0
+    if getattr(args, "no_chunked_prefill", None):
+        values["enable_chunked_prefill"] = False
+    for flag in ("zero_cost", "oom"):
+        if getattr(args, flag, None):
+            values[flag] = True
+    if getattr(args, "faults", None):
+        values["faults"] = tuple(args.faults)
+    return config_from_mapping(values)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted."""
+    config = config_from_args(args)
+    asyncio.run(_serve(config))
+    return 0
+
+
+async def _serve(config: SimConfig) -> None:
+    from locust_llm.sim.server import SimServer
+
+    server = SimServer(config)
+    await server.start()
+    print(server.url, flush=True)
+    app = server.app
+    print(
+        f"simulating {app.engine.model.name} on {app.engine.gpu.name}: "
+        f"{app.engine.total_blocks} KV blocks ({app.engine.capacity_tokens} tokens), "
+        f"model name {app.model_name!r}",
+        file=sys.stderr,
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()

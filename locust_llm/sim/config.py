@@ -1,0 +1,153 @@
+"""The simulator's settings: one frozen :class:`SimConfig`, its TOML loader and validation.
+
+Every field has a documented default and a unit in its name where it has one. The CLI builds a
+config from a TOML file (``--config``, keys are the field names, dashes or underscores) with
+the command-line flags on top. Bad values raise :class:`~locust_llm.errors.InputError` naming
+the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from locust_llm.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.10 only
+    import tomli as tomllib
+
+#: Output-length distributions: name -> number of parameters after the name.
+OUTPUT_DISTRIBUTIONS: dict[str, int] = {"fixed": 1, "uniform": 2, "exponential": 1, "lognormal": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    """How the simulated server behaves. Keyword-only; every field has a default."""
+
+    model: str = "mistral-7b"  # roofline preset key or config.json / .gguf path
+    gpu: str = "rtx4090"  # roofline GPU preset key
+    served_model_name: str = ""  # name clients send/see; "" = the model name
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # engine limits (vLLM's names)
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16  # tokens per KV block
+    max_model_len: int = 32768  # prompt + output tokens a request may ask for
+    gpu_memory_utilization: float = 0.9
+    num_gpu_blocks_override: int | None = None  # a fixed KV budget in blocks (vLLM's flag)
+    memory_reserve_bytes: float = 1.0 * 1024**3  # CUDA context + activations, outside KV
+    enable_chunked_prefill: bool = True
+    # physics
+    bandwidth_efficiency: float = 0.85
+    compute_efficiency: float = 0.6
+    step_overhead_s: float = 0.002  # fixed per-step cost (scheduling, kernel launches)
+    zero_cost: bool = False  # every step takes step_overhead_s only (benchmarks the front)
+    oom: bool = False  # out-of-KV fails requests with a CUDA OOM 500 instead of preempting
+    # responses
+    output_len: str = "lognormal:256:0.5"  # distribution of EOS-ended output lengths
+    tokens_per_chunk: int = 1  # tokens per streamed chunk (stream interval / speculation)
+    faults: tuple[str, ...] = ()  # "KIND:RATE[:ARG]" (see locust_llm.sim.faults)
+    trace_path: str = ""  # JSON lines, one per request; "" = no trace
+    seed: int = 0
+
+    @property
+    def model_name(self) -> str:
+        """The name clients use (``served_model_name`` or the model argument)."""
+        return self.served_model_name or self.model
+
+    def validated(self) -> SimConfig:
+        """Self, after checking every field; raises InputError naming the first bad one."""
+        positive_ints = (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "block_size",
+            "max_model_len",
+            "tokens_per_chunk",
+        )
+        for name in positive_ints:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{_flag(name)} must be an integer >= 1, got {value!r}")
+        if not 0 <= self.port <= 65535:
+            raise InputError(f"--port must be 0..65535, got {self.port}")
+        if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 1:
+            raise InputError(
+                f"--num-gpu-blocks-override must be >= 1, got {self.num_gpu_blocks_override}"
+            )
+        for name in ("gpu_memory_utilization", "bandwidth_efficiency", "compute_efficiency"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value <= 1):
+                raise InputError(f"{_flag(name)} must be in (0, 1], got {value!r}")
+        for name in ("step_overhead_s", "memory_reserve_bytes"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise InputError(f"{_flag(name)} must be a number >= 0, got {value!r}")
+        parse_distribution(self.output_len)
+        return self
+
+
+def parse_distribution(text: str) -> tuple[str, tuple[float, ...]]:
+    """``"lognormal:256:0.5"`` -> ``("lognormal", (256.0, 0.5))``; InputError when malformed.
+
+    fixed:N, uniform:LO:HI, exponential:MEAN, lognormal:MEAN:SIGMA (MEAN of the distribution,
+    SIGMA of the underlying normal). Draws are rounded and clamped to >= 1 token.
+    """
+    kind, *raw = str(text).split(":")
+    expected = OUTPUT_DISTRIBUTIONS.get(kind)
+    if expected is None or len(raw) != expected:
+        raise InputError(
+            f"--output-len: cannot read {text!r}; expected fixed:N, uniform:LO:HI, "
+            "exponential:MEAN or lognormal:MEAN:SIGMA"
+        )
+    try:
+        params = tuple(float(p) for p in raw)
+    except ValueError:
+        raise InputError(f"--output-len: {text!r} has a non-numeric parameter") from None
+    if any(not math.isfinite(p) or p < 0 for p in params) or params[0] <= 0:
+        raise InputError(f"--output-len: parameters of {text!r} must be positive numbers")
+    if kind == "uniform" and params[1] < params[0]:
+        raise InputError(f"--output-len: {text!r} has HI < LO")
+    return kind, params
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+_FIELDS = {f.name: f for f in fields(SimConfig)}
+
+
+def config_from_mapping(values: Mapping[str, Any], *, base: SimConfig | None = None) -> SimConfig:
+    """A config from ``values`` (field names, dashes allowed) over ``base`` (default: defaults)."""
+    clean: dict[str, Any] = {}
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if name not in _FIELDS:
+            raise InputError(
+                f"unknown simulator setting {key!r}; known: {', '.join(sorted(_FIELDS))}"
+            )
+        if name == "faults":
+            value = tuple([value] if isinstance(value, str) else value)
+        clean[name] = value
+    return replace(base or SimConfig(), **clean).validated()
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """The settings in a TOML file: top level, or a ``[sim]`` table when there is one."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"--config: cannot read {path} ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"--config: {path} is not valid TOML ({exc})") from None
+    table = data.get("sim", data)
+    if not isinstance(table, dict):
+        raise InputError(f"--config: {path}: [sim] must be a table")
+    return table

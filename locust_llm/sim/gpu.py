@@ -1,0 +1,69 @@
+"""The simulated GPU as a :class:`~locust_llm.gpu.source.GpuSource`, read from the engine's state.
+
+Each :meth:`SimGpuSource.read` covers the interval since the previous read (the first read
+covers the time since the source was made):
+
+- utilization = simulated busy seconds (sum of step times) / interval, at most 1;
+- DRAM bandwidth utilization = bytes the steps moved / (device bandwidth x interval), at most 1;
+- memory used = weights + allocated KV blocks + the fixed reserve; total = the device's memory;
+- power = idle + (TDP - idle) x utilization (a linear model; NaN-free only when the preset
+  gives both figures, otherwise left out).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable
+
+from locust_llm.gpu.source import GpuSample, HostSample
+from locust_llm.sim.engine import Engine
+
+
+class SimGpuSource:
+    """Samples the engine as one GPU. ``clock`` must be on the engine's time base."""
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.engine = engine
+        self._clock = clock
+        self.uuid = "GPU-" + str(
+            uuid.uuid5(uuid.NAMESPACE_URL, f"locust-llm-sim/{engine.gpu.name}")
+        )
+        self._last_t = clock()
+        self._last_busy = engine.stats.busy_s_total
+        self._last_bytes = engine.stats.bytes_total
+
+    def read(self) -> HostSample:
+        """One sample over the interval since the previous read."""
+        eng, gpu = self.engine, self.engine.gpu
+        now = self._clock()
+        interval = now - self._last_t
+        busy = eng.stats.busy_s_total - self._last_busy
+        moved = eng.stats.bytes_total - self._last_bytes
+        self._last_t, self._last_busy, self._last_bytes = (
+            now,
+            eng.stats.busy_s_total,
+            eng.stats.bytes_total,
+        )
+        if interval > 0:
+            util: float | None = min(1.0, busy / interval)
+            bw: float | None = min(1.0, moved / (gpu.memory_bandwidth_bytes_s * interval))
+        else:
+            util = bw = None
+        power = None
+        if util is not None and math.isfinite(gpu.idle_watts) and math.isfinite(gpu.tdp_watts):
+            power = gpu.idle_watts + (gpu.tdp_watts - gpu.idle_watts) * util
+        used = eng.model.weights_bytes + eng.kv_used_bytes + eng.config.memory_reserve_bytes
+        total = gpu.memory_bytes if math.isfinite(gpu.memory_bytes) else None
+        sample = GpuSample(
+            index=0,
+            uuid=self.uuid,
+            name=f"simulated {gpu.name}",
+            utilization_ratio=util,
+            memory_used_bytes=used,
+            memory_total_bytes=total,
+            power_watts=power,
+            dram_bandwidth_utilization_ratio=bw,
+        )
+        return HostSample(gpus=[sample], driver_version="sim", cuda_version="sim")

@@ -1,0 +1,510 @@
+"""The simulator's HTTP front: OpenAI routes over the engine, faults, trace and ``/metrics``.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming and not),
+``GET /v1/models``, ``GET /health``, ``GET /metrics``. Bad requests get an OpenAI-style error
+JSON (400 bad body or parameters and requests that cannot fit, 404 unknown model or path, 405
+wrong method); nothing a client sends crashes the server.
+
+A streamed answer's head is sent with its first token (or with its failure, which can then
+still be a plain 500). Each token is one chunk unless ``tokens_per_chunk`` groups them; the
+first chat chunk carries the role, the last one the finish reason, then the usage chunk (when
+asked) and ``[DONE]``. Trace timestamps are taken right before the bytes go to the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import weakref
+from typing import Any
+
+from locust_llm.sim.config import SimConfig
+from locust_llm.sim.engine import Engine, RequestTooLarge, SimRequest, StepResult
+from locust_llm.sim.faults import Fault, FaultPlan
+from locust_llm.sim.gpu import SimGpuSource
+from locust_llm.sim.http import HttpConnection, HttpRequest
+from locust_llm.sim.metrics import SimMetrics, build_registry, render
+from locust_llm.sim.openai_format import DONE, ChunkFormatter, error_body, full_response
+from locust_llm.sim.scheduler import RealTimeScheduler
+from locust_llm.sim.textgen import (
+    OutputLengths,
+    WordStream,
+    estimate_message_tokens,
+    estimate_tokens,
+)
+from locust_llm.sim.trace import TraceWriter
+
+CUDA_OOM = (
+    "CUDA out of memory. Tried to allocate {mib} MiB (GPU 0; {total:.2f} GiB total capacity; "
+    "{free:.2f} GiB free). The KV cache is exhausted."
+)
+
+
+class BadRequest(Exception):
+    """A client error: status + message (+ the offending parameter)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+
+class SimApp:
+    """Everything behind the socket: engine, scheduler, metrics, faults, trace."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config.validated()
+        self.engine = Engine(self.config)
+        self.model_name = self.config.model_name
+        self.metrics = SimMetrics()
+        self.gpu_source = SimGpuSource(self.engine)
+        self.registry = build_registry(self.engine, self.metrics, self.model_name, self.gpu_source)
+        self.faults = FaultPlan(self.config.faults, self.config.seed)
+        self.lengths = OutputLengths(self.config.output_len, self.config.seed)
+        self.trace = TraceWriter(self.config.trace_path) if self.config.trace_path else None
+        self.scheduler = RealTimeScheduler(self.engine, self.deliver)
+        self.connections: weakref.WeakSet[HttpConnection] = weakref.WeakSet()
+        self.request_count = 0
+        self.created = int(time.time())
+
+    def connection(self) -> HttpConnection:
+        conn = HttpConnection(self.handle, lambda status, msg: error_body(status, msg))
+        self.connections.add(conn)
+        return conn
+
+    # ---- routing -----------------------------------------------------------------------------
+    def handle(self, conn: HttpConnection, req: HttpRequest) -> None:
+        try:
+            self._route(conn, req)
+        except BadRequest as exc:
+            conn.respond(exc.status, error_body(exc.status, exc.message, exc.param))
+
+    def _route(self, conn: HttpConnection, req: HttpRequest) -> None:
+        path = req.path.rstrip("/") or "/"
+        gets = {"/health": self._health, "/v1/models": self._models, "/metrics": self._metrics}
+        posts = {"/v1/chat/completions": True, "/v1/completions": False}
+        if path in gets:
+            if req.method not in ("GET", "HEAD"):
+                raise BadRequest(405, f"{req.method} is not allowed on {path}; use GET")
+            gets[path](conn)
+        elif path in posts:
+            if req.method != "POST":
+                raise BadRequest(405, f"{req.method} is not allowed on {path}; use POST")
+            self._completion(conn, req, chat=posts[path])
+        else:
+            raise BadRequest(404, f"no route {path}; routes: {', '.join([*gets, *posts])}")
+
+    def _health(self, conn: HttpConnection) -> None:
+        conn.respond(200, b"", content_type="text/plain")
+
+    def _models(self, conn: HttpConnection) -> None:
+        body = {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model_name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "locust-llm-sim",
+                    "root": self.config.model,
+                    "max_model_len": self.config.max_model_len,
+                }
+            ],
+        }
+        conn.respond(200, json.dumps(body).encode())
+
+    def _metrics(self, conn: HttpConnection) -> None:
+        conn.respond(200, render(self.registry), content_type="text/plain; version=0.0.4")
+
+    # ---- completions -------------------------------------------------------------------------
+    def _completion(self, conn: HttpConnection, req: HttpRequest, *, chat: bool) -> None:
+        arrival_wall, arrival_mono = time.time(), time.monotonic()
+        params = _parse_body(req.body, chat=chat, model_name=self.model_name)
+        prompt_tokens = params["prompt_tokens"]
+        max_tokens, ignore_eos = params["max_tokens"], params["ignore_eos"]
+        self.request_count += 1
+        number = self.request_count
+        drawn = self.lengths.draw()  # drawn for every request, so --seed replays lengths
+        room = self.config.max_model_len - prompt_tokens
+        if max_tokens is not None:
+            output = max_tokens if ignore_eos else min(drawn, max_tokens)
+            finish = (
+                "length" if output == max_tokens and (ignore_eos or drawn >= max_tokens) else "stop"
+            )
+        else:
+            output, finish = (drawn, "stop") if drawn <= room else (max(room, 1), "length")
+        fault = self.faults.draw()
+        stream = Stream(
+            self,
+            conn,
+            number=number,
+            chat=chat,
+            params=params,
+            output=output,
+            finish=finish,
+            fault=fault,
+            arrival_wall=arrival_wall,
+            arrival_mono=arrival_mono,
+        )
+        if fault is not None and fault.kind in ("http500", "http503", "http429"):
+            stream.reject_with_fault(fault)
+            return
+        try:
+            sim_req = self.engine.add(
+                prompt_tokens, output, arrival_s=arrival_mono, max_tokens=max_tokens
+            )
+        except RequestTooLarge as exc:
+            if self.config.oom:
+                stream.fail("oom")
+            else:
+                stream.reject(400, str(exc), "messages" if chat else "prompt")
+            return
+        stream.attach(sim_req)
+        self.scheduler.wake()
+
+    def deliver(self, result: StepResult) -> None:
+        """Hand a finished step's tokens and failures to their streams (the scheduler calls)."""
+        now = time.monotonic()
+        for req in result.emitted:
+            stream = req.stream
+            if isinstance(stream, Stream):
+                stream.on_token(now)
+        for req in result.failed:
+            stream = req.stream
+            if isinstance(stream, Stream):
+                stream.fail(req.outcome)
+
+
+def _drop(conn: HttpConnection) -> None:
+    hook, conn.on_close = conn.on_close, None
+    conn.abort()
+    if hook is not None:
+        hook()
+
+
+def _parse_body(body: bytes, *, chat: bool, model_name: str) -> dict[str, Any]:
+    """Validate a completion request body; BadRequest names the first problem."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest(400, "request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise BadRequest(400, "request body must be a JSON object")
+    model = data.get("model")
+    if model is not None and model != model_name:
+        raise BadRequest(404, f"The model `{model}` does not exist.", "model")
+    if chat:
+        messages = data.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest(400, "'messages' must be a non-empty list", "messages")
+        if not all(isinstance(m, dict) and "role" in m for m in messages):
+            raise BadRequest(400, "each message must be an object with a 'role'", "messages")
+        prompt_tokens = estimate_message_tokens(messages)
+    else:
+        prompt = data.get("prompt")
+        if isinstance(prompt, str):
+            prompt_tokens = estimate_tokens(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
+            prompt_tokens = len(prompt)
+        elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt_tokens = estimate_tokens(prompt[0])
+        else:
+            raise BadRequest(400, "'prompt' must be a string (or a list of token ids)", "prompt")
+    max_tokens = None
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise BadRequest(400, f"'{key}' must be an integer >= 1, got {value!r}", key)
+        max_tokens = value if max_tokens is None else max_tokens
+    options = data.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest(400, "'stream_options' must be an object", "stream_options")
+    stream = data.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest(400, "'stream' must be true or false", "stream")
+    return {
+        "prompt_tokens": max(prompt_tokens, 1),
+        "max_tokens": max_tokens,
+        "ignore_eos": bool(data.get("ignore_eos", False)),
+        "stream": stream,
+        "include_usage": bool(options.get("include_usage", False)),
+        "continuous_usage": bool(options.get("continuous_usage_stats", False)),
+    }
+
+
+class Stream:
+    """One answer in flight: turns engine tokens into bytes, applies its fault, traces it."""
+
+    def __init__(
+        self,
+        app: SimApp,
+        conn: HttpConnection,
+        *,
+        number: int,
+        chat: bool,
+        params: dict[str, Any],
+        output: int,
+        finish: str,
+        fault: Fault | None,
+        arrival_wall: float,
+        arrival_mono: float,
+    ) -> None:
+        self.app, self.conn, self.chat = app, conn, chat
+        self.streaming: bool = params["stream"]
+        self.prompt_tokens: int = params["prompt_tokens"]
+        self.output, self.finish_reason, self.fault = output, finish, fault
+        self.arrival_wall, self.arrival_mono = arrival_wall, arrival_mono
+        self.number = number
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-sim{number:08d}"
+        self.words = WordStream(app.config.seed, number)
+        self.fmt = ChunkFormatter(
+            chat=chat,
+            request_id=self.id,
+            model=app.model_name,
+            prompt_tokens=self.prompt_tokens,
+            include_usage=params["include_usage"],
+            continuous_usage=params["continuous_usage"],
+        )
+        self.req: SimRequest | None = None
+        self.generated = 0
+        self.pending: list[str] = []
+        self.text: list[str] = []
+        self.chunks_sent = 0
+        self.headers_sent = False
+        self.done = False
+        self.first_token_wall = math.nan
+        self.last_token_wall = math.nan
+        self.last_mono = math.nan
+        self.tokens_sent = 0
+        self.hold_until = 0.0  # monotonic; bytes wait in self.held until then
+        self.held: list[tuple[bytes, int, bool]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        if fault is not None and fault.kind == "slow_first_byte":
+            self._hold(arrival_mono + fault.arg)
+
+    # ---- outcomes without the engine ----------------------------------------------------------
+    def reject_with_fault(self, fault: Fault) -> None:
+        status = int(fault.kind[4:])
+        headers = [("Retry-After", f"{fault.arg:g}")] if status == 429 else []
+        message = {
+            500: "Internal server error (injected fault)",
+            503: "Service unavailable (injected fault)",
+            429: "Rate limit reached (injected fault); retry later",
+        }[status]
+        self.conn.respond(status, error_body(status, message), headers=headers)
+        self._complete(f"fault:{fault.kind}", status)
+
+    def reject(self, status: int, message: str, param: str | None) -> None:
+        self.conn.respond(status, error_body(status, message, param))
+        self._complete("rejected", status)
+
+    def attach(self, req: SimRequest) -> None:
+        self.req = req
+        req.stream = self
+        self.conn.on_close = self.client_gone
+
+    # ---- engine events -----------------------------------------------------------------------
+    def on_token(self, now: float) -> None:
+        if self.done:
+            return
+        metrics = self.app.metrics
+        if self.generated == 0:
+            metrics.ttft.observe(now - self.arrival_mono)
+            req = self.req
+            if req is not None:
+                metrics.queue.observe(max(0.0, req.admitted_s - req.arrival_s))
+        else:
+            metrics.itl.observe(now - self.last_mono)
+        self.last_mono = now
+        self.generated += 1
+        word = self.words.next_word()
+        last = self.generated >= self.output
+        if not self.streaming:
+            self.text.append(word)
+            if last:
+                body = full_response(
+                    chat=self.chat,
+                    request_id=self.id,
+                    model=self.app.model_name,
+                    text="".join(self.text),
+                    prompt_tokens=self.prompt_tokens,
+                    completion_tokens=self.generated,
+                    finish_reason=self.finish_reason,
+                    created=self.fmt.created,
+                )
+                self._send(body, self.generated, last=True)
+            return
+        self.pending.append(word)
+        if len(self.pending) < self.app.config.tokens_per_chunk and not last:
+            return
+        fmt = self.fmt
+        self.chunks_sent += 1
+        data = fmt.role() if self.chunks_sent == 1 else b""
+        fault = self.fault
+        if fault is not None and fault.kind == "malformed" and self.chunks_sent == int(fault.arg):
+            data += b'data: {"id": "' + self.id.encode() + b'", "choices": [{"delta": {"con\n\n'
+        else:
+            data += fmt.content(
+                "".join(self.pending), self.generated, self.finish_reason if last else None
+            )
+        self.pending.clear()
+        if last:
+            data += fmt.usage(self.generated) + DONE
+        self._send(data, self.generated, last=last)
+        if fault is None or self.done:
+            return
+        if fault.kind == "disconnect" and self.generated >= fault.arg and not last:
+            self._flush_held()
+            self.conn.abort()
+            self._end_engine()
+            self._complete("fault:disconnect", 200)
+        elif fault.kind == "stall" and self.chunks_sent == 1 and not last:
+            self._hold(time.monotonic() + fault.arg)
+
+    def fail(self, kind: str) -> None:
+        """The engine failed the request (``oom``)."""
+        if self.done:
+            return
+        total = self.app.engine.gpu.memory_bytes / 1024**3
+        free = (
+            total - (self.app.engine.model.weights_bytes + self.app.engine.kv_used_bytes) / 1024**3
+        )
+        message = CUDA_OOM.format(
+            mib=self.app.engine.block_bytes // 2**20 or 1, total=total, free=max(free, 0.0)
+        )
+        if not self.headers_sent and not self.held:
+            self.conn.on_close = None
+            self.conn.respond(500, error_body(500, message))
+        else:
+            if self.held or self.hold_until:
+                self._flush_held()
+            event = b"data: " + error_body(500, message) + b"\n\n" + DONE
+            self._send(event, 0, last=True)
+        self._complete(kind, 500)
+
+    def client_gone(self) -> None:
+        if not self.done:
+            self._end_engine()
+            self._complete("aborted", 200 if self.headers_sent else 0)
+
+    def _end_engine(self) -> None:
+        if self.req is not None:
+            self.app.engine.abort(self.req)
+
+    # ---- writing -----------------------------------------------------------------------------
+    def _hold(self, until: float) -> None:
+        self.hold_until = until
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_at(loop.time() + (until - time.monotonic()), self._flush_held)
+
+    def _send(self, data: bytes, tokens: int, *, last: bool) -> None:
+        if self.hold_until and time.monotonic() < self.hold_until:
+            self.held.append((data, tokens, last))
+            return
+        self._write(data, tokens, last)
+
+    def _flush_held(self) -> None:
+        self.hold_until = 0.0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        held, self.held = self.held, []
+        if held and not self.conn.closed:
+            data = b"".join(d for d, _, _ in held)
+            self._write(data, held[-1][1], any(last for _, _, last in held))
+
+    def _write(self, data: bytes, tokens: int, last: bool) -> None:
+        conn, now = self.conn, time.time()
+        if tokens:
+            if math.isnan(self.first_token_wall):
+                self.first_token_wall = now
+            self.last_token_wall = now
+            self.tokens_sent = tokens
+        if not self.streaming:
+            conn.respond(200, data)
+        elif not self.headers_sent:
+            self.headers_sent = True
+            if last:
+                conn.start_stream(first=data)
+                conn.end_stream()
+            else:
+                conn.start_stream(first=data)
+        elif last:
+            conn.end_stream(data)
+        else:
+            conn.write_chunk(data)
+        if last and not self.done:
+            outcome = "ok" if self.req is not None and self.req.outcome == "ok" else None
+            if outcome is not None:
+                self.app.metrics.e2e.observe(time.monotonic() - self.arrival_mono)
+                self.app.metrics.finished(self.finish_reason)
+                self._complete("ok", 200)
+
+    def _complete(self, outcome: str, status: int) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self._timer is not None:
+            self._timer.cancel()
+        trace = self.app.trace
+        if trace is None:
+            return
+        req = self.req
+        admitted = math.nan
+        if req is not None and not math.isnan(req.admitted_s):
+            admitted = self.arrival_wall + (req.admitted_s - req.arrival_s)
+        trace.write(
+            {
+                "id": self.id,
+                "endpoint": "chat" if self.chat else "completions",
+                "stream": self.streaming,
+                "arrival": self.arrival_wall,
+                "admission": admitted,
+                "first_token": self.first_token_wall,
+                "last_token": self.last_token_wall,
+                "prompt_tokens": self.prompt_tokens,
+                "tokens_sent": self.tokens_sent,
+                "preemptions": req.preemptions if req is not None else 0,
+                "outcome": outcome,
+                "status": status,
+            }
+        )
+
+
+class SimServer:
+    """The simulator listening on a socket. ``await start()``, read ``url``, ``await stop()``."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.app = SimApp(config)
+        self.config = self.app.config
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        host = self.config.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self.app.connection, self.config.host, self.config.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.app.scheduler.start()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.app.scheduler.stop()
+        for conn in list(self.app.connections):
+            _drop(conn)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        if self.app.trace is not None:
+            self.app.trace.close()
