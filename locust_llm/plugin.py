@@ -45,6 +45,8 @@ logger = logging.getLogger("locust_llm")
 MSG_STOP = "llm_stop"
 MSG_DRAINED = "llm_drained"
 MSG_STAGE = "llm_stage"
+MSG_PERMIT_ASK = "llm_permit_ask"  # worker -> master: {"worker", "stage", "n"}
+MSG_PERMIT_GRANT = "llm_permit_grant"  # master -> worker: {"stage", "n"}
 DRAIN_GRACE_S = 15.0
 DEFAULT_MAX_TOKENS = 256
 
@@ -65,7 +67,12 @@ class Runtime:
         self.recorder = Recorder(is_worker=self.is_worker)
         self.stages: list[Stage] = []
         self.current_stage = -1
-        self.stage_quota: int | None = None  # requests this process may still start in the stage
+        # --llm-stage-requests: requests this process may still start in the stage (None: any).
+        # A worker asks the master for more when it runs out; the master holds the stage's rest.
+        self.stage_quota: int | None = None
+        self.stage_remaining: int | None = None  # master: permits not yet granted in the stage
+        self._permit_asked = False
+        self._stage_exhausted = False
         self.rate = 0.0  # open loop: this process's share of the current rate (req/s)
         self.burstiness = float(self.options.llm_burstiness)
         self._next_arrival = math.nan
@@ -222,18 +229,44 @@ class Runtime:
     def acquire_permit(self) -> None:
         """Wait until this process may start a request in the current stage.
 
-        With ``--llm-stage-requests`` each stage allows exactly its number of requests (split
-        across workers); a user that finds the quota used up waits for the next stage.
+        With ``--llm-stage-requests`` each stage allows exactly its number of requests. In one
+        process the quota is local; a worker asks the master for permits (as many as it has users
+        at a time) whenever it runs out, so the stage's requests go to whichever workers have
+        users free, and no more than the stage's number start in all.
         """
         while self.stage_quota is not None and self.stage_quota <= 0:
-            gevent.sleep(0.02)
+            if self.is_worker and not self._permit_asked and not self._stage_exhausted:
+                self._permit_asked = True
+                want = max(self.environment.runner.user_count, 1)
+                self.environment.runner.send_message(
+                    MSG_PERMIT_ASK, {"worker": self.worker_id, "stage": self.current_stage, "n": want}
+                )
+            gevent.sleep(0.002 if self._permit_asked else 0.02)
         if self.stage_quota is not None:
             self.stage_quota -= 1
 
     def enter_stage(self, stage: int, quota: int | None, rate: float, start_wall_s: float) -> None:
         self.current_stage = stage
         self.stage_quota = quota
+        self._permit_asked = False
+        self._stage_exhausted = False
         self.set_rate(rate, start_wall_s)
+
+    def receive_permits(self, stage: int, n: int) -> None:
+        """Worker: the master's answer to a permit request."""
+        if stage != self.current_stage or self.stage_quota is None:
+            return
+        self.stage_quota += n
+        self._permit_asked = False
+        self._stage_exhausted = n == 0  # nothing left: wait for the next stage
+
+    def grant_permits(self, stage: int, n: int) -> int:
+        """Master: hand out up to ``n`` of the stage's remaining permits."""
+        if stage != self.current_stage or self.stage_remaining is None:
+            return 0
+        granted = max(min(n, self.stage_remaining), 0)
+        self.stage_remaining -= granted
+        return granted
 
     # ---- open loop ----------------------------------------------------------------------------
     def set_rate(self, rate_per_s: float, start_wall_s: float) -> None:
@@ -353,7 +386,8 @@ def write_run_dir(rt: Runtime) -> None:
             client = runner.clients.get(worker) if hasattr(runner, "clients") else None
             if client is not None and client.state == "missing":
                 info.lost_workers[worker] = rt.recorder.lost_in_flight(worker)
-    info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)))
+    scraper_warnings = rt.telemetry.warnings if rt.telemetry is not None else []
+    info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)) | set(scraper_warnings))
     rt.recorder.write(rt.run_dir, info)
     if rt.telemetry is not None:
         rt.telemetry.write(rt.run_dir)
@@ -391,6 +425,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         runner.register_message(
             MSG_STAGE, lambda environment, msg, **kw: _worker_stage(rt, msg.data)
         )
+        runner.register_message(
+            MSG_PERMIT_GRANT,
+            lambda environment, msg, **kw: rt.receive_permits(int(msg.data["stage"]), int(msg.data["n"])),
+        )
         return
     if environment.web_ui is not None:
         from locust_llm import webtab
@@ -402,6 +440,9 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         )
         runner.register_message(
             MSG_DRAINED, lambda environment, msg, **kw: rt.drained.add(str(msg.data))
+        )
+        runner.register_message(
+            MSG_PERMIT_ASK, lambda environment, msg, **kw: _grant(rt, msg.data)
         )
     run_dir = Path(rt.options.llm_run_dir) if rt.options.llm_run_dir else default_run_dir()
     try:
@@ -439,13 +480,16 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
 
 
 def _start_telemetry(rt: Runtime) -> None:
-    try:
-        from locust_llm import telemetry
-    except ImportError:  # pragma: no cover - telemetry ships with the package
-        return
-    starter = getattr(telemetry, "start_for_run", None)
-    if starter is not None:
-        rt.telemetry = starter(rt)
+    """Master / single process: scrape GPU exporters, the server's /metrics and worker CPU."""
+    from locust_llm.telemetry import TelemetryScraper, locust_worker_cpu, targets_from_options
+
+    if rt.telemetry is not None:
+        rt.telemetry.stop()
+    runner = rt.environment.runner
+    targets = targets_from_options(rt.options, rt.hosts[0] if rt.hosts else None)
+    rt.telemetry = TelemetryScraper(
+        targets, rt.options.llm_scrape_interval, cpu_probe=lambda: locust_worker_cpu(runner)
+    ).start()
 
 
 def _flush_loop(rt: Runtime) -> None:
@@ -474,6 +518,15 @@ def _worker_stop(rt: Runtime) -> None:
     runner.stop()  # stops users (graceful within --stop-timeout); test_stop flushes
     _flush_records(rt)
     runner.send_message(MSG_DRAINED, rt.worker_id)
+
+
+def _grant(rt: Runtime, data: dict[str, Any]) -> None:
+    """Master: answer a worker's permit request."""
+    stage = int(data["stage"])
+    granted = rt.grant_permits(stage, int(data["n"]))
+    rt.environment.runner.send_message(
+        MSG_PERMIT_GRANT, {"stage": stage, "n": granted}, client_id=str(data["worker"])
+    )
 
 
 def _worker_stage(rt: Runtime, data: dict[str, Any]) -> None:

@@ -42,6 +42,7 @@ SIGNALS: dict[str, str] = {
     "preemptions": "server preemptions, cumulative count",
     "host_cpu_util": "CPU utilization ratio 0..1 of the exporter's host",
     "worker_cpu_util": "Locust worker CPU ratio 0..1 (source = worker id)",
+    "scrape_up": "1 = target scraped and parsed, 0 = scrape failed (a gap)",
 }
 
 

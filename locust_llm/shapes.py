@@ -207,18 +207,22 @@ class StagesShape(LoadTestShape):
     ) -> None:  # fmt: skip
         """Tell every worker (or this process) the stage, its request quota and open-loop rate.
 
-        A request quota is split across workers as evenly as whole requests allow; the end of
-        the test (stage -1) closes every quota so no new request starts.
+        A stage's requests are handed out as permits: in one process all at once, across
+        workers on request (see ``plugin.Runtime.acquire_permit``). The end of the test (stage
+        -1) allows no more requests.
         """
         if stage < 0:
             requests = 0
         if not rt.is_master:
             rt.enter_stage(stage, requests, rate, start)
             return
+        # the master keeps the stage's permits; workers start at 0 and ask (plugin.acquire_permit)
+        rt.current_stage = stage
+        rt.stage_remaining = requests
         runner = self.runner
         workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
         n = max(len(workers), 1)
-        for i, worker in enumerate(workers):
-            quota = None if requests is None else requests // n + (1 if i < requests % n else 0)
+        quota = None if requests is None else 0
+        for worker in workers:
             data = {"stage": stage, "rate": rate, "workers": n, "start": start, "quota": quota}
             runner.send_message(plugin.MSG_STAGE, data, client_id=worker)

@@ -1,0 +1,269 @@
+"""``locust-llm demo`` and ``locust-llm run``: a whole stepped sweep, from start to verdict.
+
+``run`` drives Locust headless against any OpenAI-compatible server: one master and one worker per
+core (Locust processes on 127.0.0.1), the stages of ``--concurrency`` / ``--stage-requests``, the
+master scraping the server's ``/metrics`` (and GPU exporters), then the report: the table, the
+verdict and where the HTML is. ``demo`` first starts the simulated server (mistral-7b on an RTX
+4090 unless told otherwise, KV cache sized so the knee falls inside the sweep) on a free port,
+then does the same against it. Progress (stage by stage) is printed; Locust's own log goes to
+``locust.log`` in the run dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import datetime, timezone
+from pathlib import Path
+
+from locust_llm.errors import InputError
+
+LOCUSTFILE = Path(__file__).with_name("sweep_locustfile.py")
+
+#: The demo's default target: the simulated server with a KV cache of 600 blocks of 16 tokens
+#: (~9,600 tokens: about 50 requests of 128 + 64 tokens fit at once, so the knee falls between
+#: concurrency 50 and 100 and past it preemption thrashes).
+DEMO_SIM_ARGS = [
+    "--model", "mistral-7b", "--gpu", "rtx4090", "--num-gpu-blocks-override", "600",
+    "--max-num-seqs", "256", "--step-overhead-ms", "2", "--seed", "1",
+]  # fmt: skip
+
+
+def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None:
+    parser.add_argument("--concurrency", default="1,10,50,100,200",
+                        help="concurrency of each stage (default: the seed's 1,10,50,100,200)")
+    parser.add_argument("--stage-requests", default="10,20,100,200,400",
+                        help="requests per stage (default: the seed's 10,20,100,200,400)")
+    parser.add_argument("--stage-duration", default="",
+                        help="seconds per stage instead of request counts")
+    parser.add_argument("--max-tokens", default="64" if demo else "256",
+                        help="output tokens per request (N or a distribution)")
+    parser.add_argument("--input-len", default="128" if demo else "",
+                        help="prompt tokens (random dataset)")
+    parser.add_argument("--dataset", default="random", help="random, openqa or a file")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="Locust worker processes (default: one per core)")
+    parser.add_argument("--out", default="", help="run dir (default reports/<demo|run>-<UTC time>)")
+    parser.add_argument("--slo", default="", help="objectives, e.g. ttft=1,tpot=0.1 (seconds)")
+    parser.add_argument("--gpu-metrics", action="append", default=[],
+                        help="GPU exporter URL to scrape (repeatable)")
+    parser.add_argument("--stop-timeout", type=float, default=60.0,
+                        help="seconds streams may take to finish at the end (default 60)")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="give up on the whole run after this many seconds")
+    parser.add_argument("--quiet", action="store_true", help="print only the result")
+
+
+def configure_demo_parser(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``locust-llm demo``."""
+    parser.add_argument("--model", default="mistral-7b", help="simulated model preset")
+    parser.add_argument("--gpu", default="rtx4090", help="simulated GPU preset")
+    parser.add_argument("--sim-arg", action="append", default=[],
+                        help="extra flag for the simulator, e.g. --sim-arg=--oom (repeatable)")
+    _add_sweep_arguments(parser, demo=True)
+
+
+def configure_run_parser(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``locust-llm run``."""
+    parser.add_argument("--host", required=True, help="base URL of the OpenAI-compatible server")
+    parser.add_argument("--model", default="", help="model id (default: first of /v1/models)")
+    parser.add_argument("--api-key", default="", help="API key (default $OPENAI_API_KEY)")
+    parser.add_argument("--server-metrics", default="",
+                        help="server /metrics URL (default <host>/metrics if it answers)")
+    parser.add_argument("--roofline-model", default="", help="model preset for the floors")
+    parser.add_argument("--roofline-gpu", default="", help="GPU preset for the floors")
+    _add_sweep_arguments(parser, demo=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+@contextmanager
+def simulator(args: list[str], log_path: Path) -> Iterator[str]:
+    """Start ``locust-llm sim`` on a free port; yield its URL; stop it."""
+    cmd = [sys.executable, "-m", "locust_llm.cli", "sim", "--port", "0", "--bind", "127.0.0.1",
+           *args]  # fmt: skip
+    log = log_path.open("w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            proc.wait(timeout=10)
+            raise InputError(f"the simulator did not start (see {log_path}): {url!r}")
+        threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
+        yield url
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+_STAGE = re.compile(r"locust-llm: stage (\d+)/(\d+) (.*)$")
+
+
+def run_sweep(
+    *, host: str, run_dir: Path, llm_args: list[str], workers: int, stop_timeout: float,
+    timeout_s: float, quiet: bool, env: dict[str, str] | None = None,
+) -> int:  # fmt: skip
+    """Run the sweep locustfile headless with one master and ``workers`` workers."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = (run_dir / "locust.log").open("w")
+    port = _free_port()
+    common = ["-f", str(LOCUSTFILE), "--host", host]
+    procs: list[subprocess.Popen[str]] = []
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    locust = [sys.executable, "-m", "locust"]
+    master_cmd = [
+        *locust, *common, "--headless", "--only-summary", "--stop-timeout", f"{int(stop_timeout)}s",
+        "--llm-run-dir", str(run_dir), *llm_args,
+    ]  # fmt: skip
+    if workers > 0:
+        master_cmd += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port",
+                       str(port), "--expect-workers", str(workers),
+                       "--expect-workers-max-wait", "60"]  # fmt: skip
+    try:
+        master = subprocess.Popen(master_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=full_env, start_new_session=True)  # fmt: skip
+        procs.append(master)
+        for _ in range(workers):
+            procs.append(subprocess.Popen(
+                [*locust, *common, "--worker", "--master-host", "127.0.0.1",
+                 "--master-port", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, text=True, env=full_env,
+                start_new_session=True,
+            ))  # fmt: skip
+        return _follow(master, log, quiet=quiet, deadline=time.monotonic() + timeout_s)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def _follow(master: subprocess.Popen[str], log: object, *, quiet: bool, deadline: float) -> int:
+    """Copy the master's output to the log; print stage progress; enforce the deadline."""
+    assert master.stdout is not None
+    started = time.monotonic()
+    timer = threading.Timer(max(deadline - time.monotonic(), 1.0),
+                            lambda: os.killpg(master.pid, signal.SIGTERM))  # fmt: skip
+    timer.daemon = True
+    timer.start()
+    try:
+        for line in master.stdout:
+            log.write(line)  # type: ignore[attr-defined]
+            m = _STAGE.search(line)
+            if m and not quiet:
+                print(f"  [{time.monotonic() - started:5.0f} s] stage {m.group(1)}/{m.group(2)}: "
+                      f"{m.group(3)}", flush=True)  # fmt: skip
+            elif "ERROR" in line or "CRITICAL" in line:
+                print("  " + line.rstrip(), file=sys.stderr, flush=True)
+        return master.wait()
+    finally:
+        timer.cancel()
+
+
+def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
+    out = ["--llm-concurrency", args.concurrency, "--llm-max-tokens", str(args.max_tokens),
+           "--llm-dataset", args.dataset, "--llm-ignore-eos"]  # fmt: skip
+    if args.stage_duration:
+        out += ["--llm-stage-duration", args.stage_duration]
+    else:
+        out += ["--llm-stage-requests", args.stage_requests]
+    if args.input_len:
+        out += ["--llm-input-len", str(args.input_len)]
+    for url in args.gpu_metrics:
+        out += ["--llm-gpu-metrics", url]
+    return out
+
+
+def _report(run_dir: Path, slo: str, *, model: str = "", gpu: str = "") -> int:
+    from locust_llm.report import cli as report_cli
+
+    argv = [str(run_dir), "--out", str(run_dir)]
+    if slo:
+        argv += ["--slo", slo]
+    if model:
+        argv += ["--model", model]
+    if gpu:
+        argv += ["--gpu", gpu]
+    parser = argparse.ArgumentParser(prog="locust-llm report")
+    report_cli.configure_parser(parser)
+    return int(report_cli.run(parser.parse_args(argv)) or 0)
+
+
+def _finish(code: int, run_dir: Path, slo: str, model: str = "", gpu: str = "") -> int:
+    if code not in (0, 1):  # 1: Locust saw failed requests, which the report classifies
+        print(f"locust-llm: the load test ended with exit code {code}; see {run_dir}/locust.log",
+              file=sys.stderr)  # fmt: skip
+        return code
+    print()
+    report_code = _report(run_dir, slo, model=model, gpu=gpu)
+    print(f"\nRun dir: {run_dir}")
+    return report_code
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``locust-llm demo``."""
+    run_dir = Path(args.out) if args.out else Path("reports") / f"demo-{_stamp()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sim_args = [*DEMO_SIM_ARGS, *args.sim_arg]
+    sim_args[sim_args.index("--model") + 1] = args.model
+    sim_args[sim_args.index("--gpu") + 1] = args.gpu
+    if not args.quiet:
+        print(f"locust-llm demo: simulated {args.model} on {args.gpu}; sweep "
+              f"{args.concurrency}; {args.workers} worker(s); run dir {run_dir}", flush=True)  # fmt: skip
+    with simulator(sim_args, run_dir / "sim.log") as url:
+        if not args.quiet:
+            print(f"  simulator at {url}", flush=True)
+        llm_args = [*_sweep_llm_args(args), "--llm-server-metrics", f"{url}/metrics",
+                    "--llm-roofline-model", args.model, "--llm-roofline-gpu", args.gpu]  # fmt: skip
+        code = run_sweep(host=url, run_dir=run_dir, llm_args=llm_args, workers=args.workers,
+                         stop_timeout=args.stop_timeout, timeout_s=args.timeout,
+                         quiet=args.quiet)  # fmt: skip
+    return _finish(code, run_dir, args.slo, args.model, args.gpu)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """``locust-llm run``."""
+    run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
+    llm_args = _sweep_llm_args(args)
+    for flag, value in (("--llm-model", args.model), ("--llm-server-metrics", args.server_metrics),
+                        ("--llm-roofline-model", args.roofline_model),
+                        ("--llm-roofline-gpu", args.roofline_gpu)):  # fmt: skip
+        if value:
+            llm_args += [flag, value]
+    env = {"LOCUST_LLM_API_KEY": args.api_key} if args.api_key else None
+    code = run_sweep(host=args.host.rstrip("/"), run_dir=run_dir, llm_args=llm_args,
+                     workers=args.workers, stop_timeout=args.stop_timeout,
+                     timeout_s=args.timeout, quiet=args.quiet, env=env)  # fmt: skip
+    return _finish(code, run_dir, args.slo, args.roofline_model, args.roofline_gpu)

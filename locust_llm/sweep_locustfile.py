@@ -1,0 +1,22 @@
+"""The locustfile ``locust-llm demo`` and ``locust-llm run`` hand to Locust: chat users + stages.
+
+Kept inside the package so the commands work from an installed wheel; ``locustfiles/sweep.py``
+is the same thing for people who run ``locust -f`` themselves.
+"""
+
+from __future__ import annotations
+
+from locust import constant
+
+from locust_llm.shapes import StagesShape
+from locust_llm.user import ChatUser
+
+
+class Chat(ChatUser):
+    """One streamed chat completion after another; the shape sets how many users run."""
+
+    wait_time = constant(0)
+
+
+class Stages(StagesShape):
+    """The stages given by --llm-concurrency / --llm-rate / --llm-soak."""

@@ -1,0 +1,374 @@
+"""The numbers behind the LLM web tab: the ``/llm/stats`` payload, the tab's table rows, and the
+Prometheus collector of ``/llm/metrics``.
+
+Pure apart from reading the objects it is given: a locust-llm ``Runtime``-like object (``stats``,
+``stages``, ``current_stage``, ``telemetry``, ``run_dir``, ``run_ended``) and a Locust
+runner-like object (``state``, ``user_count``; ``worker_count`` on a master), both duck-typed.
+It imports neither Flask nor Locust, so tests call it directly; :mod:`locust_llm.webtab` serves
+it.
+
+Rates in a stopped run: tokens/s are "over the last 10 complete seconds"; once the runner is no
+longer running they are taken over the 10 seconds that ended with the last request (not "now"),
+so the numbers the tab froze at when the run stopped are the numbers ``/llm/stats`` keeps giving.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from locust_llm.histogram import LatencyHistogram
+from locust_llm.llmstats import METRICS, TOTAL, LiveStats
+
+#: Runner states in which the live rates are taken up to "now".
+ACTIVE_STATES = frozenset({"spawning", "running", "cleanup", "stopping"})
+#: Points kept in each time series of the payload (1 per second: five minutes).
+HISTORY_POINTS = 300
+#: Seconds of telemetry looked back for the GPU series.
+SIGNAL_WINDOW_S = 300.0
+
+#: Latency fields of an endpoint row (seconds in the JSON, milliseconds in the table).
+LATENCY_FIELDS = (
+    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+    "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s",
+)  # fmt: skip
+RATE_FIELDS = ("output_tokens_per_s", "input_tokens_per_s", "requests_per_s")
+
+#: GPU / server signals of the panel, and how several GPUs or servers are combined.
+SIGNAL_REDUCE = {
+    "gpu_util": "mean",
+    "mem_used_bytes": "sum",
+    "mem_total_bytes": "sum",
+    "dram_bw_util": "mean",
+    "kv_cache_usage": "mean",
+    "running": "sum",
+    "waiting": "sum",
+}
+#: Signals kept as time series for the GPU chart.
+SIGNAL_SERIES = ("gpu_util", "dram_bw_util", "kv_cache_usage")
+
+#: The tab's table: (key, title, payload field, scale, decimals). Keys are lower-case letters and
+#: digits only, because Locust's UI camel-cases both the structure keys and the row keys.
+TABLE_COLUMNS: tuple[tuple[str, str, str, float, int], ...] = (
+    ("name", "Name", "name", 1.0, -1),
+    ("requests", "Requests", "counted_requests", 1.0, 0),
+    ("failures", "Failures", "counted_failures", 1.0, 0),
+    ("cancelled", "Cancelled", "cancelled", 1.0, 0),
+    ("ttftp50", "TTFT p50 (ms)", "ttft_p50_s", 1e3, 1),
+    ("ttftp90", "TTFT p90 (ms)", "ttft_p90_s", 1e3, 1),
+    ("ttftp99", "TTFT p99 (ms)", "ttft_p99_s", 1e3, 1),
+    ("tpotp50", "TPOT p50 (ms)", "tpot_p50_s", 1e3, 2),
+    ("tpotp99", "TPOT p99 (ms)", "tpot_p99_s", 1e3, 2),
+    ("itlp99", "ITL p99 (ms)", "itl_p99_s", 1e3, 2),
+    ("e2ep50", "E2E p50 (ms)", "e2e_p50_s", 1e3, 1),
+    ("e2ep99", "E2E p99 (ms)", "e2e_p99_s", 1e3, 1),
+    ("outtps", "Output tokens/s", "output_tokens_per_s", 1.0, 1),
+    ("intps", "Input tokens/s", "input_tokens_per_s", 1.0, 1),
+)
+#: Shown in a cell that has no measurement (never 0).
+NO_DATA = "-"
+
+
+def table_structure() -> list[dict[str, str]]:
+    """The ``structure`` of Locust's extended table for the LLM tab."""
+    return [{"key": key, "title": title} for key, title, *_ in TABLE_COLUMNS]
+
+
+def format_cell(value: Any, scale: float, decimals: int) -> str:
+    """A table cell: ``value * scale`` with ``decimals`` places; :data:`NO_DATA` when missing."""
+    if decimals < 0:
+        return str(value)
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return NO_DATA
+    return f"{float(value) * scale:.{decimals}f}"
+
+
+def table_rows(endpoints: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+    """Rows of the tab's table from the payload's ``endpoints`` (same numbers, in ms).
+
+    Requests and failures leave out requests the load test cancelled itself (as Locust's own
+    table does), so the two tables agree; those are counted in their own column.
+    """
+    out = []
+    for row in endpoints:
+        counted = {
+            **row,
+            "counted_requests": row["requests"] - row["cancelled"],
+            "counted_failures": row["failures"] - row["cancelled"],
+        }
+        out.append({key: format_cell(counted.get(field), scale, dec)
+                    for key, _, field, scale, dec in TABLE_COLUMNS})  # fmt: skip
+    return out
+
+
+def _json_number(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def rates_time(stats: LiveStats, state: str | None, now: float) -> float:
+    """The time up to which rates are taken: ``now`` while running, else just after the last
+    request (so a stopped run keeps the rates it ended with)."""
+    if state in ACTIVE_STATES or not stats.entries:
+        return now
+    last = max((e.last_s for e in stats.entries.values() if not math.isnan(e.last_s)), default=now)
+    return last + 1.0
+
+
+def endpoint_rows(stats: LiveStats, at_s: float) -> list[dict[str, Any]]:
+    """One dict per request name plus ``Aggregated``: counts, latencies in s, rates; NaN -> None.
+
+    ``requests`` and ``failures`` count every finished request, including those the load test
+    cancelled when it stopped (``cancelled``, also in ``errors``), which Locust does not count.
+    """
+    out = []
+    for name, summary in stats.rows(at_s):
+        row: dict[str, Any] = {"name": name}
+        for key in ("requests", "failures", "output_tokens", "input_tokens", "errors"):
+            row[key] = summary[key]
+        row["cancelled"] = summary["errors"].get("cancelled", 0)
+        for key in (*LATENCY_FIELDS, *RATE_FIELDS):
+            row[key] = _json_number(float(summary[key]))
+        out.append(row)
+    return out
+
+
+def history_series(history: list[dict[str, Any]], points: int = HISTORY_POINTS) -> dict[str, list]:
+    """The ``Aggregated`` rows of ``LiveStats.history`` (last ``points``) as columns."""
+    rows: list[dict[str, Any]] = []
+    for row in reversed(history):  # newest first; stop once enough are found
+        if row.get("Name") == TOTAL:
+            rows.append(row)
+            if len(rows) >= points:
+                break
+    rows.reverse()
+    fields = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+              "itl_p99_s", *RATE_FIELDS)  # fmt: skip
+    series: dict[str, list] = {"time_s": [float(r["Timestamp"]) for r in rows]}
+    for key in fields:
+        series[key] = [_json_number(float(r.get(key, math.nan))) for r in rows]
+    return series
+
+
+def telemetry_rows(telemetry: Any) -> list[tuple[Any, ...]]:
+    """Rows ``(time_s, source, signal, gpu, value)`` of the scraper (``[]`` when there is none).
+
+    Read defensively: the scraper may be absent, stopped, or offer only ``samples()``.
+    """
+    if telemetry is None:
+        return []
+    for method in ("latest", "samples"):
+        fn = getattr(telemetry, method, None)
+        if callable(fn):
+            try:
+                rows = fn()
+            except Exception:  # the web tab must never fail because telemetry did
+                return []
+            return [r for r in rows if isinstance(r, tuple | list) and len(r) == 5]
+    return []
+
+
+def _reduce(kind: str, values: list[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return None
+    return sum(finite) if kind == "sum" else sum(finite) / len(finite)
+
+
+def latest_signals(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The newest value of each (source, signal, gpu), combined over GPUs and servers.
+
+    Means for ratios, sums for memory and request counts; a signal nobody reported (or whose
+    latest scrape failed: NaN) is ``None``. ``time_s`` is the newest scrape time used.
+    """
+    newest: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for time_s, source, signal, gpu, value in rows:
+        if signal in SIGNAL_REDUCE:
+            key = (str(source), str(signal), str(gpu))
+            seen = newest.get(key)
+            if seen is None or float(time_s) >= seen[0]:
+                newest[key] = (float(time_s), float(value))
+    out: dict[str, Any] = {}
+    for signal, kind in SIGNAL_REDUCE.items():
+        values = [v for (_, sig, _), (_, v) in newest.items() if sig == signal]
+        out[signal] = _reduce(kind, values)
+    out["time_s"] = max((t for t, _ in newest.values()), default=None)
+    return out
+
+
+def signal_series(rows: list[tuple[Any, ...]], since_s: float) -> dict[str, list]:
+    """Per whole second since ``since_s``: the mean of each :data:`SIGNAL_SERIES` signal."""
+    buckets: dict[int, dict[str, list[float]]] = {}
+    for time_s, _source, signal, _gpu, value in rows:
+        if signal in SIGNAL_SERIES and float(time_s) >= since_s:
+            buckets.setdefault(int(time_s), {}).setdefault(signal, []).append(float(value))
+    seconds = sorted(buckets)[-HISTORY_POINTS:]
+    series: dict[str, list] = {"time_s": [float(s) for s in seconds]}
+    for signal in SIGNAL_SERIES:
+        series[signal] = [_reduce("mean", buckets[s].get(signal, [])) for s in seconds]
+    return series
+
+
+def current_stage(runtime: Any) -> dict[str, Any] | None:
+    """The stage being run (index, name, concurrency, rate, kind), or None outside a sweep."""
+    stages = list(getattr(runtime, "stages", None) or [])
+    index = getattr(runtime, "current_stage", -1)
+    stage = None
+    if isinstance(index, int) and 0 <= index < len(stages):
+        stage = stages[index]
+    elif stages:
+        open_stages = [s for s in stages if math.isnan(getattr(s, "end_wall_s", math.nan))]
+        stage = open_stages[-1] if open_stages else None
+    if stage is None:
+        return None
+    return {
+        "index": stage.index,
+        "name": stage.name,
+        "concurrency": stage.concurrency,
+        "rate": _json_number(stage.rate),
+        "kind": stage.kind,
+        "target_requests": stage.target_requests,
+        "count": len(stages),
+    }
+
+
+def report_info(runtime: Any) -> dict[str, Any]:
+    """Where the run dir and its report.html are, and whether the report can be downloaded."""
+    run_dir = getattr(runtime, "run_dir", None)
+    ready = run_dir is not None and (run_dir / "report.html").is_file()
+    return {
+        "run_dir": None if run_dir is None else str(run_dir),
+        "run_ended": bool(getattr(runtime, "run_ended", False)),
+        "ready": ready,
+        "url": "llm/report",
+        "command": None if run_dir is None else f"locust-llm report {run_dir}",
+    }
+
+
+def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[str, Any]:
+    """Everything ``/llm/stats`` returns (JSON-safe: missing numbers are ``None``)."""
+    now = time.time() if now is None else now
+    stats: LiveStats = runtime.stats
+    state = getattr(runner, "state", None)
+    rows = telemetry_rows(getattr(runtime, "telemetry", None))
+    worker_count = getattr(runner, "worker_count", None) if hasattr(runner, "clients") else None
+    return {
+        "time_s": now,
+        "state": state,
+        "user_count": getattr(runner, "user_count", None),
+        "worker_count": worker_count if isinstance(worker_count, int) else None,
+        "stage": current_stage(runtime),
+        "endpoints": endpoint_rows(stats, rates_time(stats, state, now)),
+        "signals": latest_signals(rows),
+        "telemetry": getattr(runtime, "telemetry", None) is not None,
+        "history": history_series(stats.history),
+        "signal_history": signal_series(rows, now - SIGNAL_WINDOW_S),
+        "report": report_info(runtime),
+    }
+
+
+def extended_stats(runtime: Any, runner: Any, key: str = "llm") -> list[dict[str, Any]]:
+    """The ``extended_stats`` entry Locust's UI reads from ``/stats/requests`` for the tab
+    (only the endpoint rows of :func:`stats_payload`: no telemetry or history work)."""
+    stats: LiveStats = runtime.stats
+    at_s = rates_time(stats, getattr(runner, "state", None), time.time())
+    return [{"key": key, "data": table_rows(endpoint_rows(stats, at_s))}]
+
+
+# ---- Prometheus ----------------------------------------------------------------------------------
+def _histogram_family(metric: str, help_text: str, stats: LiveStats) -> Any:
+    from prometheus_client.core import HistogramMetricFamily
+    from prometheus_client.utils import floatToGoString
+
+    family = HistogramMetricFamily(f"locust_llm_{metric}_seconds", help_text, labels=["name"])
+    for name, entry in sorted(stats.entries.items()):
+        hist: LatencyHistogram = entry.hist[metric]
+        buckets = [(floatToGoString(le), float(n)) for le, n in hist.prometheus_buckets()]
+        family.add_metric([name], buckets, sum_value=float(hist.sum))
+    return family
+
+
+_HISTOGRAM_HELP = {
+    "ttft": "Time to first token (first chunk with generated text) in seconds.",
+    "tpot": "Time per output token after the first, per request, in seconds.",
+    "itl": "Gaps between token-bearing chunks per token, in seconds (token-weighted counts).",
+    "e2e": "End-to-end request latency in seconds.",
+}
+
+
+class LiveStatsCollector:
+    """A prometheus_client custom collector over the live stats of one Runtime.
+
+    Fresh families on every scrape, no timestamps; per request ``name``: requests, failures
+    (by ``kind``), output/input token counters and the TTFT/TPOT/ITL/E2E histograms; plus the
+    current users and stage index.
+    """
+
+    def __init__(self, runtime: Any, runner: Any) -> None:
+        self.runtime = runtime
+        self.runner = runner
+
+    def describe(self) -> list[Any]:
+        return []  # no fixed set: collect() is cheap and always current
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats: LiveStats = self.runtime.stats
+        entries = sorted(stats.entries.items())
+        counters = (
+            ("requests", "Requests finished (completed or failed).", "requests"),
+            ("output_tokens", "Output tokens of completed requests.", "output_tokens"),
+            ("input_tokens", "Input tokens of completed requests (when known).", "input_tokens"),
+        )
+        for metric, help_text, attr in counters:
+            family = CounterMetricFamily(f"locust_llm_{metric}", help_text, labels=["name"])
+            for name, entry in entries:
+                family.add_metric([name], float(getattr(entry, attr)))
+            yield family
+        failures = CounterMetricFamily(
+            "locust_llm_failures", "Failed requests by failure kind.", labels=["name", "kind"]
+        )
+        for name, entry in entries:
+            for kind, n in sorted(entry.errors.items()):
+                failures.add_metric([name, kind], float(n))
+        yield failures
+        for metric in METRICS:
+            yield _histogram_family(metric, _HISTOGRAM_HELP[metric], stats)
+        users = getattr(self.runner, "user_count", None)
+        yield GaugeMetricFamily(
+            "locust_llm_users", "Locust users running now.",
+            value=float(users) if isinstance(users, int) else math.nan,
+        )  # fmt: skip
+        stage = current_stage(self.runtime)
+        yield GaugeMetricFamily(
+            "locust_llm_stage", "Index of the current stage (-1: none).",
+            value=float(stage["index"]) if stage else -1.0,
+        )  # fmt: skip
+
+
+def metrics_text(runtime: Any, runner: Any) -> bytes:
+    """The Prometheus text exposition of the live stats (a private registry per call)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LiveStatsCollector(runtime, runner))
+    return generate_latest(registry)
+
+
+def stats_csv(stats: LiveStats) -> str:
+    """``llm_stats.csv`` as text (the same columns the run dir gets)."""
+    import csv
+    import io
+
+    from locust_llm.llmstats import CSV_COLUMNS, _csv_row
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_COLUMNS)
+    for name, summary in stats.rows():
+        writer.writerow(_csv_row(name, summary))
+    return buffer.getvalue()

@@ -1,0 +1,157 @@
+"""Fakes shared by the telemetry tests: exporter-like registries and a switchable /metrics server.
+
+No tests here. The fake exporters speak our vocabulary (``nvml_*``) or dcgm-exporter's, with the
+same underlying state, so both must map to the same canonical signals. Values change every
+``PHASE_S`` seconds of wall clock, so two scrapers that look at nearly the same time agree.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import generate_latest
+
+GIB = 1024**3
+MIB = 1024**2
+PHASE_S = 2.0
+
+
+@dataclass
+class GpuState:
+    """What a fake GPU shows: canonical units (ratios, bytes, watts)."""
+
+    util: float
+    used_bytes: float
+    total_bytes: float
+    power_w: float
+    dram: float
+
+
+def state_at(gpu: int, phase: int) -> GpuState:
+    """Deterministic, phase-dependent state of GPU ``gpu``; MiB-exact memory, integer %."""
+    step = phase % 9
+    return GpuState(
+        util=(10 * step + gpu) / 100.0,
+        used_bytes=(step + 1 + gpu) * GIB,
+        total_bytes=80 * GIB,
+        power_w=100.0 + 10 * step + gpu,
+        dram=step / 10.0,
+    )
+
+
+def current_phase() -> int:
+    return int(time.time() // PHASE_S)
+
+
+class FakeExporter:
+    """A prometheus_client Collector; ``vocabulary`` is "ours" or "dcgm"; ``phase`` pins time."""
+
+    def __init__(self, vocabulary: str, gpus: int = 2, phase: int | None = None) -> None:
+        self.vocabulary = vocabulary
+        self.gpus = gpus
+        self.phase = phase
+
+    def states(self) -> list[GpuState]:
+        phase = current_phase() if self.phase is None else self.phase
+        return [state_at(i, phase) for i in range(self.gpus)]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        states = self.states()
+        labels = ["gpu", "uuid"] if self.vocabulary == "ours" else ["gpu", "UUID", "modelName"]
+        ours = self.vocabulary == "ours"
+        fields = (
+            [
+                ("nvml_gpu_utilization_ratio", lambda s: s.util),
+                ("nvml_memory_used_bytes", lambda s: s.used_bytes),
+                ("nvml_memory_total_bytes", lambda s: s.total_bytes),
+                ("nvml_power_usage_watts", lambda s: s.power_w),
+                ("nvml_dram_bandwidth_utilization_ratio", lambda s: s.dram),
+            ]
+            if ours
+            else [
+                ("DCGM_FI_DEV_GPU_UTIL", lambda s: round(s.util * 100)),
+                ("DCGM_FI_DEV_FB_USED", lambda s: s.used_bytes / MIB),
+                ("DCGM_FI_DEV_FB_FREE", lambda s: (s.total_bytes - s.used_bytes) / MIB),
+                ("DCGM_FI_DEV_POWER_USAGE", lambda s: s.power_w),
+                ("DCGM_FI_PROF_DRAM_ACTIVE", lambda s: s.dram),
+            ]
+        )
+        for name, get in fields:
+            family = GaugeMetricFamily(name, f"fake {name}", labels=labels)
+            for i, state in enumerate(states):
+                values = [str(i), f"GPU-fake-{i}"] + ([] if ours else ["Fake H100"])
+                family.add_metric(values, float(get(state)))
+            yield family
+        if ours:
+            host = GaugeMetricFamily("nvml_host_cpu_utilization_ratio", "fake host cpu")
+            host.add_metric([], 0.25)
+            yield host
+
+
+def exporter_text(exporter: FakeExporter) -> str:
+    registry = CollectorRegistry()
+    registry.register(exporter)
+    return generate_latest(registry).decode()
+
+
+class ExporterServer:
+    """``start_http_server`` on 127.0.0.1 port 0 serving one FakeExporter."""
+
+    def __init__(self, exporter: FakeExporter) -> None:
+        registry = CollectorRegistry()
+        registry.register(exporter)
+        self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+class SwitchableServer:
+    """A /metrics server whose answer a test switches: "ok", "404", "500", "garbage", "slow"."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.mode = "ok"
+        self.hits = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.hits += 1
+                mode = outer.mode
+                if mode == "slow":
+                    time.sleep(1.0)
+                if mode in ("404", "500"):
+                    self.send_error(int(mode))
+                    return
+                body = (outer.text if mode in ("ok", "slow") else "<html>hi</html>\n").encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
