@@ -29,37 +29,61 @@ from locust_llm.errors import InputError
 
 LOCUSTFILE = Path(__file__).with_name("sweep_locustfile.py")
 
-#: The demo's default target: the simulated server with a KV cache of 600 blocks of 16 tokens
-#: (~9,600 tokens: about 50 requests of 128 + 64 tokens fit at once, so the knee falls between
+#: The demo's default target: the simulated server with a KV cache of 1000 blocks of 16 tokens
+#: (16,000 tokens: about 50 requests of 256 + 64 tokens fit at once, so the knee falls between
 #: concurrency 50 and 100 and past it preemption thrashes).
 DEMO_SIM_ARGS = [
-    "--model", "mistral-7b", "--gpu", "rtx4090", "--num-gpu-blocks-override", "600",
+    "--model", "mistral-7b", "--gpu", "rtx4090", "--num-gpu-blocks-override", "1000",
     "--max-num-seqs", "256", "--step-overhead-ms", "2", "--seed", "1",
 ]  # fmt: skip
 
 
 def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None:
-    parser.add_argument("--concurrency", default="1,10,50,100,200",
-                        help="concurrency of each stage (default: the seed's 1,10,50,100,200)")
-    parser.add_argument("--stage-requests", default="10,20,100,200,400",
-                        help="requests per stage (default: the seed's 10,20,100,200,400)")
-    parser.add_argument("--stage-duration", default="",
-                        help="seconds per stage instead of request counts")
-    parser.add_argument("--max-tokens", default="64" if demo else "256",
-                        help="output tokens per request (N or a distribution)")
-    parser.add_argument("--input-len", default="128" if demo else "",
-                        help="prompt tokens (random dataset)")
+    parser.add_argument(
+        "--concurrency",
+        default="1,10,50,100,200",
+        help="concurrency of each stage (default: the seed's 1,10,50,100,200)",
+    )
+    parser.add_argument(
+        "--stage-requests",
+        default="10,20,100,200,400",
+        help="requests per stage (default: the seed's 10,20,100,200,400)",
+    )
+    parser.add_argument(
+        "--stage-duration", default="", help="seconds per stage instead of request counts"
+    )
+    parser.add_argument(
+        "--max-tokens",
+        default="64" if demo else "256",
+        help="output tokens per request (N or a distribution)",
+    )
+    parser.add_argument(
+        "--input-len", default="256" if demo else "", help="prompt tokens (random dataset)"
+    )
     parser.add_argument("--dataset", default="random", help="random, openqa or a file")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="Locust worker processes (default: one per core)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="Locust worker processes (default: one per core)",
+    )
     parser.add_argument("--out", default="", help="run dir (default reports/<demo|run>-<UTC time>)")
     parser.add_argument("--slo", default="", help="objectives, e.g. ttft=1,tpot=0.1 (seconds)")
-    parser.add_argument("--gpu-metrics", action="append", default=[],
-                        help="GPU exporter URL to scrape (repeatable)")
-    parser.add_argument("--stop-timeout", type=float, default=60.0,
-                        help="seconds streams may take to finish at the end (default 60)")
-    parser.add_argument("--timeout", type=float, default=900.0,
-                        help="give up on the whole run after this many seconds")
+    parser.add_argument(
+        "--gpu-metrics", action="append", default=[], help="GPU exporter URL to scrape (repeatable)"
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=60.0,
+        help="seconds streams may take to finish at the end (default 60)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="give up on the whole run after this many seconds",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the result")
 
 
@@ -67,8 +91,12 @@ def configure_demo_parser(parser: argparse.ArgumentParser) -> None:
     """Flags of ``locust-llm demo``."""
     parser.add_argument("--model", default="mistral-7b", help="simulated model preset")
     parser.add_argument("--gpu", default="rtx4090", help="simulated GPU preset")
-    parser.add_argument("--sim-arg", action="append", default=[],
-                        help="extra flag for the simulator, e.g. --sim-arg=--oom (repeatable)")
+    parser.add_argument(
+        "--sim-arg",
+        action="append",
+        default=[],
+        help="extra flag for the simulator, e.g. --sim-arg=--oom (repeatable)",
+    )
     _add_sweep_arguments(parser, demo=True)
 
 
@@ -77,8 +105,11 @@ def configure_run_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", required=True, help="base URL of the OpenAI-compatible server")
     parser.add_argument("--model", default="", help="model id (default: first of /v1/models)")
     parser.add_argument("--api-key", default="", help="API key (default $OPENAI_API_KEY)")
-    parser.add_argument("--server-metrics", default="",
-                        help="server /metrics URL (default <host>/metrics if it answers)")
+    parser.add_argument(
+        "--server-metrics",
+        default="",
+        help="server /metrics URL (default <host>/metrics if it answers)",
+    )
     parser.add_argument("--roofline-model", default="", help="model preset for the floors")
     parser.add_argument("--roofline-gpu", default="", help="GPU preset for the floors")
     _add_sweep_arguments(parser, demo=False)
@@ -108,7 +139,7 @@ def simulator(args: list[str], log_path: Path) -> Iterator[str]:
         if not url.startswith("http"):
             proc.wait(timeout=10)
             raise InputError(f"the simulator did not start (see {log_path}): {url!r}")
-        threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
+        threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
         yield url
     finally:
         with suppress(ProcessLookupError):
@@ -118,7 +149,14 @@ def simulator(args: list[str], log_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
         log.close()
+
+
+def _drain(stream: object) -> None:
+    with suppress(ValueError, OSError):
+        stream.read()  # type: ignore[attr-defined]
 
 
 _STAGE = re.compile(r"locust-llm: stage (\d+)/(\d+) (.*)$")

@@ -12,8 +12,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import configargparse
-
-from locust_llm import options as options_module
 import pandas as pd
 import pytest
 from test_telemetry_fakes import (
@@ -23,6 +21,7 @@ from test_telemetry_fakes import (
     exporter_text,
 )
 
+from locust_llm import options as options_module
 from locust_llm.errors import InputError
 from locust_llm.rundir import TELEMETRY_COLUMNS, TELEMETRY_FILE
 from locust_llm.telemetry import (

@@ -9,7 +9,6 @@ for the run's window, if that function exists in this build.
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,14 +82,9 @@ def empty_telemetry() -> pd.DataFrame:
 
 
 def prometheus_telemetry(url: str, info: RunInfo, step_s: float = 1.0) -> pd.DataFrame:
-    """Telemetry for the run's window from a Prometheus server (needs locust_llm.telemetry)."""
-    try:
-        module = importlib.import_module("locust_llm.telemetry")
-        reader = module.read_prometheus
-    except (ImportError, AttributeError):
-        raise InputError(
-            f"--prometheus {url}: this build has no locust_llm.telemetry.read_prometheus"
-        ) from None
+    """Telemetry for the run's window from a Prometheus server (``locust_llm.promapi``)."""
+    from locust_llm.promapi import read_prometheus as reader
+
     starts = [s.start_wall_s for s in info.stages] or [info.start_wall_s]
     ends = [e for e in [*(s.end_wall_s for s in info.stages), info.end_wall_s]
             if not math.isnan(e)]

@@ -388,7 +388,10 @@ class Stream:
     def client_gone(self) -> None:
         if not self.done:
             self._end_engine()
-            self._complete("aborted", 200 if self.headers_sent else 0)
+            # a client that leaves during an injected fault (a stall, a malformed chunk) left
+            # because of it: the trace names the fault, not a plain abort
+            outcome = f"fault:{self.fault.kind}" if self.fault is not None else "aborted"
+            self._complete(outcome, 200 if self.headers_sent else 0)
 
     def _end_engine(self) -> None:
         if self.req is not None:
