@@ -33,9 +33,19 @@ LOCUSTFILE = Path(__file__).with_name("sweep_locustfile.py")
 #: (16,000 tokens: about 50 requests of 256 + 64 tokens fit at once, so the knee falls between
 #: concurrency 50 and 100 and past it preemption thrashes).
 DEMO_SIM_ARGS = [
-    "--model", "mistral-7b", "--gpu", "rtx4090", "--num-gpu-blocks-override", "1000",
-    "--max-num-seqs", "256", "--step-overhead-ms", "2", "--seed", "1",
-]  # fmt: skip
+    "--model",
+    "mistral-7b",
+    "--gpu",
+    "rtx4090",
+    "--num-gpu-blocks-override",
+    "1000",
+    "--max-num-seqs",
+    "256",
+    "--step-overhead-ms",
+    "2",
+    "--seed",
+    "1",
+]
 
 
 def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None:
@@ -128,11 +138,21 @@ def _stamp() -> str:
 @contextmanager
 def simulator(args: list[str], log_path: Path) -> Iterator[str]:
     """Start ``locust-llm sim`` on a free port; yield its URL; stop it."""
-    cmd = [sys.executable, "-m", "locust_llm.cli", "sim", "--port", "0", "--bind", "127.0.0.1",
-           *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "locust_llm.cli",
+        "sim",
+        "--port",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        *args,
+    ]
     log = log_path.open("w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+    )
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
@@ -163,9 +183,16 @@ _STAGE = re.compile(r"locust-llm: stage (\d+)/(\d+) (.*)$")
 
 
 def run_sweep(
-    *, host: str, run_dir: Path, llm_args: list[str], workers: int, stop_timeout: float,
-    timeout_s: float, quiet: bool, env: dict[str, str] | None = None,
-) -> int:  # fmt: skip
+    *,
+    host: str,
+    run_dir: Path,
+    llm_args: list[str],
+    workers: int,
+    stop_timeout: float,
+    timeout_s: float,
+    quiet: bool,
+    env: dict[str, str] | None = None,
+) -> int:
     """Run the sweep locustfile headless with one master and ``workers`` workers."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = (run_dir / "locust.log").open("w")
@@ -175,24 +202,57 @@ def run_sweep(
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     locust = [sys.executable, "-m", "locust"]
     master_cmd = [
-        *locust, *common, "--headless", "--only-summary", "--stop-timeout", f"{int(stop_timeout)}s",
-        "--llm-run-dir", str(run_dir), *llm_args,
-    ]  # fmt: skip
+        *locust,
+        *common,
+        "--headless",
+        "--only-summary",
+        "--stop-timeout",
+        f"{int(stop_timeout)}s",
+        "--llm-run-dir",
+        str(run_dir),
+        *llm_args,
+    ]
     if workers > 0:
-        master_cmd += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port",
-                       str(port), "--expect-workers", str(workers),
-                       "--expect-workers-max-wait", "60"]  # fmt: skip
+        master_cmd += [
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            str(workers),
+            "--expect-workers-max-wait",
+            "60",
+        ]
     try:
-        master = subprocess.Popen(master_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, env=full_env, start_new_session=True)  # fmt: skip
+        master = subprocess.Popen(
+            master_cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=full_env,
+            start_new_session=True,
+        )
         procs.append(master)
         for _ in range(workers):
-            procs.append(subprocess.Popen(
-                [*locust, *common, "--worker", "--master-host", "127.0.0.1",
-                 "--master-port", str(port)],
-                stdout=log, stderr=subprocess.STDOUT, text=True, env=full_env,
-                start_new_session=True,
-            ))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [
+                        *locust,
+                        *common,
+                        "--worker",
+                        "--master-host",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(port),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=full_env,
+                    start_new_session=True,
+                )
+            )
         return _follow(master, log, quiet=quiet, deadline=time.monotonic() + timeout_s)
     finally:
         for proc in procs:
@@ -212,8 +272,9 @@ def _follow(master: subprocess.Popen[str], log: object, *, quiet: bool, deadline
     """Copy the master's output to the log; print stage progress; enforce the deadline."""
     assert master.stdout is not None
     started = time.monotonic()
-    timer = threading.Timer(max(deadline - time.monotonic(), 1.0),
-                            lambda: os.killpg(master.pid, signal.SIGTERM))  # fmt: skip
+    timer = threading.Timer(
+        max(deadline - time.monotonic(), 1.0), lambda: os.killpg(master.pid, signal.SIGTERM)
+    )
     timer.daemon = True
     timer.start()
     try:
@@ -221,8 +282,11 @@ def _follow(master: subprocess.Popen[str], log: object, *, quiet: bool, deadline
             log.write(line)  # type: ignore[attr-defined]
             m = _STAGE.search(line)
             if m and not quiet:
-                print(f"  [{time.monotonic() - started:5.0f} s] stage {m.group(1)}/{m.group(2)}: "
-                      f"{m.group(3)}", flush=True)  # fmt: skip
+                print(
+                    f"  [{time.monotonic() - started:5.0f} s] stage {m.group(1)}/{m.group(2)}: "
+                    f"{m.group(3)}",
+                    flush=True,
+                )
             elif "ERROR" in line or "CRITICAL" in line:
                 print("  " + line.rstrip(), file=sys.stderr, flush=True)
         return master.wait()
@@ -231,8 +295,15 @@ def _follow(master: subprocess.Popen[str], log: object, *, quiet: bool, deadline
 
 
 def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
-    out = ["--llm-concurrency", args.concurrency, "--llm-max-tokens", str(args.max_tokens),
-           "--llm-dataset", args.dataset, "--llm-ignore-eos"]  # fmt: skip
+    out = [
+        "--llm-concurrency",
+        args.concurrency,
+        "--llm-max-tokens",
+        str(args.max_tokens),
+        "--llm-dataset",
+        args.dataset,
+        "--llm-ignore-eos",
+    ]
     if args.stage_duration:
         out += ["--llm-stage-duration", args.stage_duration]
     else:
@@ -261,8 +332,10 @@ def _report(run_dir: Path, slo: str, *, model: str = "", gpu: str = "") -> int:
 
 def _finish(code: int, run_dir: Path, slo: str, model: str = "", gpu: str = "") -> int:
     if code not in (0, 1):  # 1: Locust saw failed requests, which the report classifies
-        print(f"locust-llm: the load test ended with exit code {code}; see {run_dir}/locust.log",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"locust-llm: the load test ended with exit code {code}; see {run_dir}/locust.log",
+            file=sys.stderr,
+        )
         return code
     print()
     report_code = _report(run_dir, slo, model=model, gpu=gpu)
@@ -278,16 +351,32 @@ def run_demo(args: argparse.Namespace) -> int:
     sim_args[sim_args.index("--model") + 1] = args.model
     sim_args[sim_args.index("--gpu") + 1] = args.gpu
     if not args.quiet:
-        print(f"locust-llm demo: simulated {args.model} on {args.gpu}; sweep "
-              f"{args.concurrency}; {args.workers} worker(s); run dir {run_dir}", flush=True)  # fmt: skip
+        print(
+            f"locust-llm demo: simulated {args.model} on {args.gpu}; sweep "
+            f"{args.concurrency}; {args.workers} worker(s); run dir {run_dir}",
+            flush=True,
+        )
     with simulator(sim_args, run_dir / "sim.log") as url:
         if not args.quiet:
             print(f"  simulator at {url}", flush=True)
-        llm_args = [*_sweep_llm_args(args), "--llm-server-metrics", f"{url}/metrics",
-                    "--llm-roofline-model", args.model, "--llm-roofline-gpu", args.gpu]  # fmt: skip
-        code = run_sweep(host=url, run_dir=run_dir, llm_args=llm_args, workers=args.workers,
-                         stop_timeout=args.stop_timeout, timeout_s=args.timeout,
-                         quiet=args.quiet)  # fmt: skip
+        llm_args = [
+            *_sweep_llm_args(args),
+            "--llm-server-metrics",
+            f"{url}/metrics",
+            "--llm-roofline-model",
+            args.model,
+            "--llm-roofline-gpu",
+            args.gpu,
+        ]
+        code = run_sweep(
+            host=url,
+            run_dir=run_dir,
+            llm_args=llm_args,
+            workers=args.workers,
+            stop_timeout=args.stop_timeout,
+            timeout_s=args.timeout,
+            quiet=args.quiet,
+        )
     return _finish(code, run_dir, args.slo, args.model, args.gpu)
 
 
@@ -295,13 +384,23 @@ def run_run(args: argparse.Namespace) -> int:
     """``locust-llm run``."""
     run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
     llm_args = _sweep_llm_args(args)
-    for flag, value in (("--llm-model", args.model), ("--llm-server-metrics", args.server_metrics),
-                        ("--llm-roofline-model", args.roofline_model),
-                        ("--llm-roofline-gpu", args.roofline_gpu)):  # fmt: skip
+    for flag, value in (
+        ("--llm-model", args.model),
+        ("--llm-server-metrics", args.server_metrics),
+        ("--llm-roofline-model", args.roofline_model),
+        ("--llm-roofline-gpu", args.roofline_gpu),
+    ):
         if value:
             llm_args += [flag, value]
     env = {"LOCUST_LLM_API_KEY": args.api_key} if args.api_key else None
-    code = run_sweep(host=args.host.rstrip("/"), run_dir=run_dir, llm_args=llm_args,
-                     workers=args.workers, stop_timeout=args.stop_timeout,
-                     timeout_s=args.timeout, quiet=args.quiet, env=env)  # fmt: skip
+    code = run_sweep(
+        host=args.host.rstrip("/"),
+        run_dir=run_dir,
+        llm_args=llm_args,
+        workers=args.workers,
+        stop_timeout=args.stop_timeout,
+        timeout_s=args.timeout,
+        quiet=args.quiet,
+        env=env,
+    )
     return _finish(code, run_dir, args.slo, args.roofline_model, args.roofline_gpu)

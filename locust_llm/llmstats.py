@@ -28,11 +28,24 @@ TOTAL = "Aggregated"
 RATE_WINDOW_S = 10
 
 CSV_COLUMNS = (
-    "Name", "Requests", "Failures", "Output tokens", "Input tokens",
-    "TTFT p50 (ms)", "TTFT p90 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)",
-    "ITL p50 (ms)", "ITL p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)",
-    "Output tokens/s", "Input tokens/s", "Requests/s",
-)  # fmt: skip
+    "Name",
+    "Requests",
+    "Failures",
+    "Output tokens",
+    "Input tokens",
+    "TTFT p50 (ms)",
+    "TTFT p90 (ms)",
+    "TTFT p99 (ms)",
+    "TPOT p50 (ms)",
+    "TPOT p99 (ms)",
+    "ITL p50 (ms)",
+    "ITL p99 (ms)",
+    "E2E p50 (ms)",
+    "E2E p99 (ms)",
+    "Output tokens/s",
+    "Input tokens/s",
+    "Requests/s",
+)
 
 
 class EndpointStats:
@@ -48,7 +61,7 @@ class EndpointStats:
         "output_tokens",
         "per_second",
         "requests",
-    )  # fmt: skip
+    )
 
     def __init__(self) -> None:
         self.hist = {m: LatencyHistogram() for m in METRICS}
@@ -226,13 +239,29 @@ def _ms(x: float) -> float:
 
 def _csv_row(name: str, s: dict[str, Any]) -> list[Any]:
     return [
-        name, s["requests"], s["failures"], s["output_tokens"], s["input_tokens"],
-        *(round(_ms(s[k]), 3) for k in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
-                                         "tpot_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s",
-                                         "e2e_p99_s")),
-        round(s["output_tokens_per_s"], 2), round(s["input_tokens_per_s"], 2),
+        name,
+        s["requests"],
+        s["failures"],
+        s["output_tokens"],
+        s["input_tokens"],
+        *(
+            round(_ms(s[k]), 3)
+            for k in (
+                "ttft_p50_s",
+                "ttft_p90_s",
+                "ttft_p99_s",
+                "tpot_p50_s",
+                "tpot_p99_s",
+                "itl_p50_s",
+                "itl_p99_s",
+                "e2e_p50_s",
+                "e2e_p99_s",
+            )
+        ),
+        round(s["output_tokens_per_s"], 2),
+        round(s["input_tokens_per_s"], 2),
         round(s["requests_per_s"], 3),
-    ]  # fmt: skip
+    ]
 
 
 def write_csv(stats: LiveStats, path: Path) -> None:
@@ -255,9 +284,11 @@ def write_history_csv(stats: LiveStats, path: Path) -> None:
 
 def format_table(stats: LiveStats) -> str:
     """The end-of-run table printed by a headless run (milliseconds, like Locust's own)."""
-    header = (f"{'Name':<24} {'reqs':>7} {'fails':>6} {'TTFT p50':>9} {'p99':>8} "
-              f"{'TPOT p50':>9} {'p99':>7} {'ITL p99':>8} {'E2E p50':>9} {'p99':>9} "
-              f"{'out tok':>9}")  # fmt: skip
+    header = (
+        f"{'Name':<24} {'reqs':>7} {'fails':>6} {'TTFT p50':>9} {'p99':>8} "
+        f"{'TPOT p50':>9} {'p99':>7} {'ITL p99':>8} {'E2E p50':>9} {'p99':>9} "
+        f"{'out tok':>9}"
+    )
     lines = ["LLM stats (ms)", header, "-" * len(header)]
     for name, s in stats.rows():
         lines.append(

@@ -239,7 +239,8 @@ class Runtime:
                 self._permit_asked = True
                 want = max(self.environment.runner.user_count, 1)
                 self.environment.runner.send_message(
-                    MSG_PERMIT_ASK, {"worker": self.worker_id, "stage": self.current_stage, "n": want}
+                    MSG_PERMIT_ASK,
+                    {"worker": self.worker_id, "stage": self.current_stage, "n": want},
                 )
             gevent.sleep(0.002 if self._permit_asked else 0.02)
         if self.stage_quota is not None:
@@ -427,7 +428,9 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         )
         runner.register_message(
             MSG_PERMIT_GRANT,
-            lambda environment, msg, **kw: rt.receive_permits(int(msg.data["stage"]), int(msg.data["n"])),
+            lambda environment, msg, **kw: rt.receive_permits(
+                int(msg.data["stage"]), int(msg.data["n"])
+            ),
         )
         return
     if environment.web_ui is not None:
@@ -441,9 +444,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         runner.register_message(
             MSG_DRAINED, lambda environment, msg, **kw: rt.drained.add(str(msg.data))
         )
-        runner.register_message(
-            MSG_PERMIT_ASK, lambda environment, msg, **kw: _grant(rt, msg.data)
-        )
+        runner.register_message(MSG_PERMIT_ASK, lambda environment, msg, **kw: _grant(rt, msg.data))
     run_dir = Path(rt.options.llm_run_dir) if rt.options.llm_run_dir else default_run_dir()
     try:
         ensure_writable(run_dir)

@@ -86,28 +86,37 @@ def plan_stages(opts: Any) -> list[StagePlan]:
     levels = opts.llm_concurrency or opts.llm_rate
     if levels:
         open_loop = bool(opts.llm_rate)
-        values = _numbers(levels, "--llm-rate" if open_loop else "--llm-concurrency",
-                          float if open_loop else int)  # fmt: skip
+        values = _numbers(
+            levels, "--llm-rate" if open_loop else "--llm-concurrency", float if open_loop else int
+        )
         n = len(values)
         durations = requests = None
         if opts.llm_stage_requests:
-            requests = _spread(_numbers(opts.llm_stage_requests, "--llm-stage-requests", int), n,
-                               "--llm-stage-requests")  # fmt: skip
+            requests = _spread(
+                _numbers(opts.llm_stage_requests, "--llm-stage-requests", int),
+                n,
+                "--llm-stage-requests",
+            )
         if opts.llm_stage_duration:
-            raw = [parse_duration(x, "--llm-stage-duration")
-                   for x in str(opts.llm_stage_duration).split(",") if x]  # fmt: skip
+            raw = [
+                parse_duration(x, "--llm-stage-duration")
+                for x in str(opts.llm_stage_duration).split(",")
+                if x
+            ]
             durations = _spread(raw, n, "--llm-stage-duration")
         if durations is None and requests is None:
             raise InputError("a sweep needs --llm-stage-requests or --llm-stage-duration")
         for i, value in enumerate(values):
             name = f"rate {value:g}/s" if open_loop else f"c={value}"
-            plans.append(StagePlan(
-                name=name,
-                concurrency=None if open_loop else int(value),
-                rate=float(value) if open_loop else None,
-                duration_s=durations[i] if durations else None,
-                requests=requests[i] if requests else None,
-            ))  # fmt: skip
+            plans.append(
+                StagePlan(
+                    name=name,
+                    concurrency=None if open_loop else int(value),
+                    rate=float(value) if open_loop else None,
+                    duration_s=durations[i] if durations else None,
+                    requests=requests[i] if requests else None,
+                )
+            )
     if opts.llm_soak:
         spec, _, conc = str(opts.llm_soak).partition("@")
         duration = parse_duration(spec, "--llm-soak")
@@ -117,8 +126,14 @@ def plan_stages(opts: Any) -> list[StagePlan]:
             concurrency = plans[-1].concurrency
         else:
             raise InputError("--llm-soak needs DURATION@CONCURRENCY, e.g. 30m@50")
-        plans.append(StagePlan(name=f"soak c={concurrency}", concurrency=concurrency,
-                               duration_s=duration, kind="soak"))  # fmt: skip
+        plans.append(
+            StagePlan(
+                name=f"soak c={concurrency}",
+                concurrency=concurrency,
+                duration_s=duration,
+                kind="soak",
+            )
+        )
     return plans
 
 
@@ -191,20 +206,33 @@ class StagesShape(LoadTestShape):
             self._broadcast(rt, stage=-1, rate=0.0, start=now)
             return False
         plan = plans[self._index]
-        rt.stages.append(Stage(
-            index=self._index, name=plan.name, start_wall_s=now, concurrency=plan.concurrency,
-            rate=plan.rate, warmup_s=float(rt.options.llm_warmup),
-            target_requests=plan.requests, kind=plan.kind,
-        ))  # fmt: skip
+        rt.stages.append(
+            Stage(
+                index=self._index,
+                name=plan.name,
+                start_wall_s=now,
+                concurrency=plan.concurrency,
+                rate=plan.rate,
+                warmup_s=float(rt.options.llm_warmup),
+                target_requests=plan.requests,
+                kind=plan.kind,
+            )
+        )
         logger.info("locust-llm: stage %d/%d %s", self._index + 1, len(plans), plan.name)
-        self._broadcast(rt, stage=self._index, rate=plan.rate or 0.0, start=now,
-                        requests=plan.requests)  # fmt: skip
+        self._broadcast(
+            rt, stage=self._index, rate=plan.rate or 0.0, start=now, requests=plan.requests
+        )
         return True
 
     def _broadcast(
-        self, rt: plugin.Runtime, *, stage: int, rate: float, start: float,
+        self,
+        rt: plugin.Runtime,
+        *,
+        stage: int,
+        rate: float,
+        start: float,
         requests: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Tell every worker (or this process) the stage, its request quota and open-loop rate.
 
         A stage's requests are handed out as permits: in one process all at once, across
