@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import random
 import socket
 import sys
 import time
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+from gevent.event import Event
 from locust import events
 from locust.event import EventHook
 from locust.runners import MasterRunner, WorkerRunner
@@ -73,6 +75,10 @@ class Runtime:
         self.stage_remaining: int | None = None  # master: permits not yet granted in the stage
         self._permit_asked = False
         self._stage_exhausted = False
+        self.changed = Event()  # set (and replaced) whenever stage, permits or rate change
+        # open-loop arrivals: each worker its own seeded stream (identical streams would align
+        # every worker's bursts)
+        self._arrival_rng = random.Random(f"{self.options.llm_seed}:{self.worker_id}")
         self.rate = 0.0  # open loop: this process's share of the current rate (req/s)
         self.burstiness = float(self.options.llm_burstiness)
         self._next_arrival = math.nan
@@ -226,15 +232,18 @@ class Runtime:
             context={},
         )
 
-    def acquire_permit(self) -> None:
-        """Wait until this process may start a request in the current stage.
+    def acquire_permit(self, user: Any) -> bool:
+        """Wait until this process may start a request in the current stage; False: stop.
 
         With ``--llm-stage-requests`` each stage allows exactly its number of requests. In one
-        process the quota is local; a worker asks the master for permits (as many as it has users
-        at a time) whenever it runs out, so the stage's requests go to whichever workers have
-        users free, and no more than the stage's number start in all.
+        process the quota is local; a worker asks the master for permits (as many as it has
+        users) whenever it runs out, so the stage's requests go to whichever workers have users
+        free, and no more than the stage's number start in all. Waiting users sleep on an event
+        (no polling) and give up as soon as Locust asks them to stop.
         """
         while self.stage_quota is not None and self.stage_quota <= 0:
+            if _stopping(user):
+                return False
             if self.is_worker and not self._permit_asked and not self._stage_exhausted:
                 self._permit_asked = True
                 want = max(self.environment.runner.user_count, 1)
@@ -242,9 +251,15 @@ class Runtime:
                     MSG_PERMIT_ASK,
                     {"worker": self.worker_id, "stage": self.current_stage, "n": want},
                 )
-            gevent.sleep(0.002 if self._permit_asked else 0.02)
+            self.changed.wait(timeout=0.25)
         if self.stage_quota is not None:
             self.stage_quota -= 1
+        return not _stopping(user)
+
+    def _notify(self) -> None:
+        """Wake every user waiting for permits or a rate; the next wait uses a fresh event."""
+        event, self.changed = self.changed, Event()
+        event.set()
 
     def enter_stage(self, stage: int, quota: int | None, rate: float, start_wall_s: float) -> None:
         self.current_stage = stage
@@ -252,6 +267,7 @@ class Runtime:
         self._permit_asked = False
         self._stage_exhausted = False
         self.set_rate(rate, start_wall_s)
+        self._notify()
 
     def receive_permits(self, stage: int, n: int) -> None:
         """Worker: the master's answer to a permit request."""
@@ -260,6 +276,7 @@ class Runtime:
         self.stage_quota += n
         self._permit_asked = False
         self._stage_exhausted = n == 0  # nothing left: wait for the next stage
+        self._notify()
 
     def grant_permits(self, stage: int, n: int) -> int:
         """Master: hand out up to ``n`` of the stage's remaining permits."""
@@ -274,22 +291,30 @@ class Runtime:
         self.rate = rate_per_s
         self._next_arrival = start_wall_s
 
-    def claim_arrival(self) -> float | None:
+    def claim_arrival(self, user: Any) -> float | None:
         """Open loop: the next scheduled send time (wall clock); None in closed loop.
 
-        Between open-loop stages (rate 0) users wait here until a rate arrives.
+        Between open-loop stages (rate 0) users wait here until a rate arrives; a user asked to
+        stop gets NaN (send nothing).
         """
         if not self.options.llm_rate:
             return None
         while self.rate <= 0:
-            gevent.sleep(0.05)
-        import random
+            if _stopping(user):
+                return math.nan
+            self.changed.wait(timeout=0.25)
 
         when = self._next_arrival if not math.isnan(self._next_arrival) else time.time()
         shape = self.burstiness
-        gap = random.gammavariate(shape, 1.0 / (shape * self.rate)) if shape > 0 else 1 / self.rate
+        rate = self.rate
+        gap = self._arrival_rng.gammavariate(shape, 1.0 / (shape * rate)) if shape > 0 else 1 / rate
         self._next_arrival = when + gap
         return when
+
+
+def _stopping(user: Any) -> bool:
+    """True once Locust has asked ``user`` to stop (graceful stop) or the runner is stopping."""
+    return getattr(user, "_state", None) == "stopping"
 
 
 class LLMRequestError(Exception):

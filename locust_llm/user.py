@@ -28,6 +28,7 @@ import gevent
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import User, task
+from locust.exception import StopUser
 
 from locust_llm import plugin, sse
 from locust_llm.metrics import (
@@ -77,13 +78,21 @@ class LLMUser(User):
 
     @task
     def generate(self) -> None:
-        """One request: wait for a stage permit and (open loop) its slot; send it, record it."""
-        self.runtime.acquire_permit()
-        scheduled = self.runtime.claim_arrival()
+        """One request: wait for a stage permit and (open loop) its slot; send it, record it.
+
+        A user that Locust asks to stop while it waits sends nothing more: it raises StopUser.
+        """
+        if not self.runtime.acquire_permit(self):
+            raise StopUser()
+        scheduled = self.runtime.claim_arrival(self)
         if scheduled is not None:
+            if scheduled != scheduled:  # nan: stopping
+                raise StopUser()
             delay = scheduled - time.time()
             if delay > 0:
                 gevent.sleep(delay)
+            if self._state == "stopping":
+                raise StopUser()
         self.send(scheduled_wall_s=NAN if scheduled is None else scheduled)
 
     # ---- request building ---------------------------------------------------------------------
@@ -182,7 +191,7 @@ class LLMUser(User):
     ) -> int | None:
         """Write the request, read the response; fills ``timing``. Returns usage tokens."""
         client = self._client_for(base_url)
-        headers = self.runtime.headers
+        headers = {**self.runtime.headers, "X-Request-Id": record.request_id}
         record.start_wall_s = time.time()
         timing.t0 = perf_counter()
         try:

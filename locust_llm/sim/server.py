@@ -146,6 +146,7 @@ class SimApp:
             fault=fault,
             arrival_wall=arrival_wall,
             arrival_mono=arrival_mono,
+            client_request_id=req.headers.get("x-request-id", ""),
         )
         if fault is not None and fault.kind in ("http500", "http503", "http429"):
             stream.reject_with_fault(fault)
@@ -251,8 +252,10 @@ class Stream:
         fault: Fault | None,
         arrival_wall: float,
         arrival_mono: float,
+        client_request_id: str = "",
     ) -> None:
         self.app, self.conn, self.chat = app, conn, chat
+        self.client_request_id = client_request_id
         self.streaming: bool = params["stream"]
         self.prompt_tokens: int = params["prompt_tokens"]
         self.output, self.finish_reason, self.fault = output, finish, fault
@@ -462,6 +465,7 @@ class Stream:
         trace.write(
             {
                 "id": self.id,
+                "client_request_id": self.client_request_id,
                 "endpoint": "chat" if self.chat else "completions",
                 "stream": self.streaming,
                 "arrival": self.arrival_wall,
