@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.histogram import LatencyHistogram
-from locust_llm.metrics import RequestRecord, itl_samples
+from locust_llm.metrics import RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 TOTAL = "Aggregated"
@@ -185,15 +185,17 @@ class LiveStats:
         self.entries: dict[str, EndpointStats] = {}
         self.history: list[dict[str, Any]] = []
 
-    def add(self, record: RequestRecord, chunk_times: list[float], chunk_tokens: list[int]) -> None:
-        """Count one finished request (``chunk_*``: its token-bearing chunks, for ITL)."""
-        values, weights = (
-            itl_samples(chunk_times, chunk_tokens, record.output_tokens) if record.ok else ([], [])
-        )
+    def add(
+        self, record: RequestRecord, itl_values: list[float], itl_weights: list[float]
+    ) -> None:
+        """Count one finished request (``itl_*``: its per-token ITL samples, see metrics.py)."""
         entry = self.entries.get(record.endpoint)
         if entry is None:
             entry = self.entries[record.endpoint] = EndpointStats()
-        entry.add(record, values, weights)
+        if record.ok:
+            entry.add(record, itl_values, itl_weights)
+        else:
+            entry.add(record, [], [])
 
     def total(self) -> EndpointStats:
         total = EndpointStats()

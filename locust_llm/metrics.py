@@ -120,6 +120,9 @@ class StreamTiming:
     chunk_tokens: list[int] = field(default_factory=list)
     first_content_time: float = NAN
     end_time: float = NAN
+    # filled by summarize_stream: per-token ITL samples and their weights (for the live stats)
+    itl_values: list[float] = field(default_factory=list)
+    itl_weights: list[float] = field(default_factory=list)
 
 
 def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
@@ -136,10 +139,7 @@ def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: floa
     if total <= 0:
         return NAN
     if all(w == pairs[0][1] for _, w in pairs):
-        rank = q * (len(pairs) - 1)
-        lo = math.floor(rank)
-        hi = min(lo + 1, len(pairs) - 1)
-        return pairs[lo][0] + (pairs[hi][0] - pairs[lo][0]) * (rank - lo)
+        return _linear_quantile([v for v, _ in pairs], q)
     # unequal weights: inverted CDF (the smallest value whose cumulative weight reaches q)
     need = q * total
     cum = 0.0
@@ -201,10 +201,25 @@ def summarize_stream(
     if record.output_tokens > 1 and len(times) >= 2:
         record.tpot_s = (times[-1] - times[0]) / (record.output_tokens - 1)
     values, weights = itl_samples(times, timing.chunk_tokens, record.output_tokens)
+    timing.itl_values, timing.itl_weights = values, weights
     if values:
         total = sum(weights)
         record.itl_mean_s = sum(v * w for v, w in zip(values, weights, strict=True)) / total
-        record.itl_p50_s = weighted_quantile(values, weights, 0.5)
-        record.itl_p99_s = weighted_quantile(values, weights, 0.99)
-        record.itl_max_s = max(values)
+        if weights.count(weights[0]) == len(weights):  # equal weights: one sort, numpy's rule
+            ordered = sorted(values)
+            record.itl_p50_s = _linear_quantile(ordered, 0.5)
+            record.itl_p99_s = _linear_quantile(ordered, 0.99)
+            record.itl_max_s = ordered[-1]
+        else:
+            record.itl_p50_s = weighted_quantile(values, weights, 0.5)
+            record.itl_p99_s = weighted_quantile(values, weights, 0.99)
+            record.itl_max_s = max(values)
     return record
+
+
+def _linear_quantile(ordered: Sequence[float], q: float) -> float:
+    """numpy's default quantile of already sorted values."""
+    rank = q * (len(ordered) - 1)
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)

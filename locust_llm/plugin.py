@@ -214,7 +214,7 @@ class Runtime:
         e2e_ms = record.e2e_s * 1000.0 if record.e2e_s == record.e2e_s else 0.0
         if record.error_kind != "cancelled":  # as Locust itself: a killed request is not counted
             self._fire_locust_request(record, e2e_ms)
-        self.stats.add(record, timing.chunk_times, timing.chunk_tokens)
+        self.stats.add(record, timing.itl_values, timing.itl_weights)
         self.recorder.add(record)
         hook = getattr(self.environment.events, "llm_request_done", None)
         if hook is not None and hook._handlers:

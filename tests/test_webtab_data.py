@@ -29,7 +29,7 @@ def _record(
 def _stats(ttfts: list[float]) -> LiveStats:
     stats = LiveStats()
     for t in ttfts:
-        stats.add(_record(t), [t, t + 0.02, t + 0.04], [1, 1, 1])
+        stats.add(_record(t), [0.02, 0.02], [1.0, 1.0])  # two per-token ITL samples
     return stats
 
 
