@@ -74,7 +74,7 @@ def test_stage_requests_are_exact_across_two_workers(tmp_path: Path) -> None:
                 cwd=tmp_path,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            )
             for _ in range(2)
         ]
         try:
