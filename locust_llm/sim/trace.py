@@ -1,11 +1,12 @@
 """Ground truth: one JSON line per request, written when the request ends.
 
 Fields (wall clock, ``time.time()`` seconds): ``id``, ``client_request_id`` (the request's
-``X-Request-Id`` header, "" without one: locust-llm sends its record's id there), ``endpoint``, ``stream``, ``arrival``,
-``admission`` (first admission to the batch; null if never admitted), ``first_token`` and
-``last_token`` (the moment the chunk's bytes were handed to the transport; null if none),
-``prompt_tokens``, ``tokens_sent``, ``preemptions``, ``outcome`` (``ok``, ``oom``,
-``aborted`` = client went away, ``rejected`` = 4xx, ``fault:KIND``) and ``status`` (HTTP).
+``X-Request-Id`` header, "" without one: locust-llm sends its record's id there),
+``endpoint``, ``stream``, ``arrival``, ``admission`` (first admission to the batch; null if
+never admitted), ``first_token`` and ``last_token`` (the moment the chunk's bytes were handed
+to the transport; null if none), ``prompt_tokens``, ``tokens_sent``, ``preemptions``,
+``outcome`` (``ok``, ``oom``, ``aborted`` = client went away, ``rejected`` = 4xx,
+``fault:KIND``) and ``status`` (HTTP).
 The file is line-buffered, so every finished request is on disk at once and nothing is lost
 when the server stops.
 """
