@@ -48,6 +48,48 @@ def run_locust(args: list[str], *, timeout: float = 120, env: dict[str, str] | N
     )  # fmt: skip
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_distributed(
+    locustfile: str, master_args: list[str], *, workers: int, worker_cwd: Path,
+    timeout: float = 120,
+) -> tuple[int, str]:
+    """A headless Locust master (cwd = repo root) and ``workers`` workers (cwd = ``worker_cwd``,
+    so nothing is shared through files). Returns the master's exit code and output."""
+    port = free_port()
+    master = subprocess.Popen(
+        [*locust_cmd(), "-f", locustfile, "--headless", "--master",
+         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+         "--expect-workers", str(workers), "--expect-workers-max-wait", "30", *master_args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    procs = [master] + [
+        subprocess.Popen(
+            [*locust_cmd(), "-f", str(ROOT / locustfile), "--worker", "--master-host",
+             "127.0.0.1", "--master-port", str(port)],
+            cwd=worker_cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for _ in range(workers)
+    ]  # fmt: skip
+    try:
+        output, _ = master.communicate(timeout=timeout)
+        for proc in procs[1:]:
+            proc.wait(timeout=30)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return master.returncode, output
+
+
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "run"

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, locust_cmd, run_locust
+from conftest import locust_cmd, run_distributed, run_locust
 from fake_openai import FakeConfig, fake_openai_server
-from test_user import _free_port
 
 from locust_llm.rundir import read_run_info, stage_of
 
@@ -49,43 +48,14 @@ def test_stage_requests_are_exact_in_one_process(tmp_path: Path) -> None:
 
 def test_stage_requests_are_exact_across_two_workers(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    port = _free_port()
     with fake_openai_server(FakeConfig(tokens=6, interval_s=0.005)) as url:
-        master = subprocess.Popen(
-            [*locust_cmd(), "-f", SWEEP, "--host", url, "--headless", "--only-summary",
-             "--stop-timeout", "10s", "--master", "--master-bind-host", "127.0.0.1",
-             "--master-bind-port", str(port), "--expect-workers", "2",
-             "--expect-workers-max-wait", "30", "--llm-run-dir", str(run_dir),
-             "--llm-concurrency", "1,4,8", "--llm-stage-requests", "5,12,30"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        code, output = run_distributed(
+            SWEEP,
+            ["--host", url, "--only-summary", "--stop-timeout", "10s", "--llm-run-dir",
+             str(run_dir), "--llm-concurrency", "1,4,8", "--llm-stage-requests", "5,12,30"],
+            workers=2, worker_cwd=tmp_path,
         )  # fmt: skip
-        workers = [
-            subprocess.Popen(
-                [
-                    *locust_cmd(),
-                    "-f",
-                    str(ROOT / SWEEP),
-                    "--worker",
-                    "--master-host",
-                    "127.0.0.1",
-                    "--master-port",
-                    str(port),
-                ],
-                cwd=tmp_path,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for _ in range(2)
-        ]
-        try:
-            output, _ = master.communicate(timeout=120)
-            for w in workers:
-                w.wait(timeout=30)
-        finally:
-            for p in (master, *workers):
-                if p.poll() is None:
-                    p.kill()
-    assert master.returncode == 0, output[-3000:]
+    assert code == 0, output[-3000:]
     counts, records = _per_stage(run_dir)
     assert counts == [5, 12, 30]
     assert records.worker_id.nunique() == 2 and records.request_id.is_unique

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import csv
 import json
-import socket
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, locust_cmd, run_locust
+from conftest import run_distributed, run_locust
 from fake_openai import FakeConfig, fake_openai_server
 
 pytestmark = pytest.mark.slow
@@ -88,51 +86,16 @@ def test_server_without_usage_gives_estimated_tokens(tmp_path: Path) -> None:
     assert (records.ttfc_s > records.ttft_s).all()  # TTFT is taken on the reasoning token
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_master_and_two_workers_lose_nothing(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    port = _free_port()
     with fake_openai_server(FakeConfig(tokens=10, interval_s=0.005)) as url:
-        master = subprocess.Popen(
-            [*locust_cmd(), "-f", "locustfiles/chat.py", "--host", url, "--headless", "-u", "6",
-             "-r", "6", "-t", "4s", "--stop-timeout", "5", "--master",
-             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-             "--expect-workers", "2", "--expect-workers-max-wait", "30",
+        code, output = run_distributed(
+            "locustfiles/chat.py",
+            ["--host", url, "-u", "6", "-r", "6", "-t", "4s", "--stop-timeout", "5",
              "--llm-run-dir", str(run_dir)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            workers=2, worker_cwd=tmp_path,
         )  # fmt: skip
-        workers = [
-            subprocess.Popen(
-                [
-                    *locust_cmd(),
-                    "-f",
-                    str(ROOT / "locustfiles/chat.py"),
-                    "--worker",
-                    "--master-host",
-                    "127.0.0.1",
-                    "--master-port",
-                    str(port),
-                ],
-                cwd=tmp_path,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for _ in range(2)
-        ]
-        try:
-            output, _ = master.communicate(timeout=90)
-            for w in workers:
-                w.wait(timeout=30)
-        finally:
-            for p in (master, *workers):
-                if p.poll() is None:
-                    p.kill()
-    assert master.returncode == 0, output[-3000:]
+    assert code == 0, output[-3000:]
     records = pd.read_parquet(run_dir / "requests.parquet")
     assert len(records) == _locust_requests(output) > 20
     assert records.request_id.is_unique and records.worker_id.nunique() == 2
