@@ -42,6 +42,9 @@ ERROR_KINDS: tuple[str, ...] = (
     "cancelled",  # stopped by the load test itself (not the server's fault; not in error rates)
 )
 
+#: The kinds that count as the server's failures (error rates); ``cancelled`` is the client's.
+FAILURE_KINDS: tuple[str, ...] = tuple(k for k in ERROR_KINDS if k != "cancelled")
+
 _OOM_MARKERS = ("out of memory", "outofmemory", "oom", "cuda error: out of memory")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from locust_llm.metrics import ERROR_KINDS
+from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.build import Report
 from locust_llm.report.fmt import load_label, ms, num, pct, ratio
 
@@ -63,7 +63,7 @@ def detail_sections(report: Report) -> list[Section]:
           ms(r["ttft_floor_s"], 1), ms(r["tpot_avg_s"], 1), ms(r["tpot_p50_s"], 1),
           ms(r["tpot_p99_s"], 1), ms(r["tpot_floor_s"], 1), ms(r["itl_p99_s"], 1),
           pct(r["model_bw_util"])] for r in rows])]
-    kinds = [k for k in ERROR_KINDS if any((r[f"error_rate_{k}"] or 0) > 0 for r in rows)]
+    kinds = [k for k in FAILURE_KINDS if any((r[f"error_rate_{k}"] or 0) > 0 for r in rows)]
     open_loop = report.run.info.mode == "open"
     headers = [head, "failed", "error rate", *kinds, "goodput (req/s)", "SLO attainment"]
     if open_loop:

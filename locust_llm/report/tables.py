@@ -5,7 +5,8 @@ belongs to the stage whose window holds its start time and is left out when it s
 stage's first ``warmup_s``; the stage's duration is its window minus the warm-up; QPS = completed
 / duration, TPS = output tokens of completed requests / duration (total TPS adds their input
 tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
-numpy's default linear interpolation; error rate = failed / all, per kind too; goodput = completed
+numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
+load test cancelled itself at its end count in neither); goodput = completed
 requests meeting every SLO given / duration. Telemetry is averaged over the same window (all
 sources and GPUs pooled); a signal with no samples in a window is NaN ("no data"), never 0.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from locust_llm.metrics import ERROR_KINDS
+from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.roofline import GpuSpec, ModelSpec, decode_step_seconds, step_cost
 from locust_llm.rundir import Stage
 
@@ -28,10 +29,10 @@ NAN = math.nan
 #: The columns of stages.csv, in order (units in the names; ratios are 0..1).
 COLUMNS: tuple[str, ...] = (
     "stage", "name", "kind", "concurrency", "rate", "start_wall_s", "end_wall_s", "duration_s",
-    "requests", "completed", "failed", "qps", "output_tps", "total_tps",
+    "requests", "completed", "failed", "cancelled", "qps", "output_tps", "total_tps",
     "latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s",
     "ttft_avg_s", "ttft_p50_s", "ttft_p99_s", "tpot_avg_s", "tpot_p50_s", "tpot_p99_s",
-    "itl_p99_s", "error_rate", *(f"error_rate_{k}" for k in ERROR_KINDS),
+    "itl_p99_s", "error_rate", *(f"error_rate_{k}" for k in FAILURE_KINDS),
     "goodput_rps", "slo_attainment", "dispatch_delay_p99_s",
     "input_tokens_avg", "output_tokens_avg",
     "ttft_floor_s", "tpot_floor_s", "model_bw_util",
@@ -100,7 +101,10 @@ def _mean(values: np.ndarray) -> float:
 
 def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_loop: bool) -> dict:
     ok = req["ok"]
-    n, completed = int(ok.size), int(ok.sum())
+    kinds = req["error_kind"][~ok]
+    # requests the load test itself stopped are neither completed nor the server's failures
+    cancelled = int((kinds == "cancelled").sum())
+    n, completed = int(ok.size) - cancelled, int(ok.sum())
     failed = n - completed
     dur = duration if duration > 0 else NAN
     e2e, ttft, tpot = req["e2e_s"][ok], req["ttft_s"][ok], req["tpot_s"][ok]
@@ -108,7 +112,7 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
     in_tok = req["input_tokens"][ok].astype(float)
     in_known = in_tok[in_tok >= 0]
     row: dict = {
-        "requests": n, "completed": completed, "failed": failed,
+        "requests": n, "completed": completed, "failed": failed, "cancelled": cancelled,
         "qps": completed / dur,
         "output_tps": float(out_tok.sum()) / dur,
         "total_tps": float(out_tok.sum() + in_known.sum()) / dur,
@@ -124,8 +128,7 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
     o50, o99 = _pcts(tpot, (50, 99))
     row.update(ttft_p50_s=t50, ttft_p99_s=t99, tpot_p50_s=o50, tpot_p99_s=o99)
     row["itl_p99_s"] = _pcts(req["itl_p99_s"][ok], (99,))[0]
-    kinds = req["error_kind"][~ok]
-    for kind in ERROR_KINDS:
+    for kind in FAILURE_KINDS:
         row[f"error_rate_{kind}"] = float((kinds == kind).sum()) / n if n else NAN
     if slo.given and n:
         good = np.ones(completed, dtype=bool)
