@@ -437,6 +437,8 @@ def _cpu_warnings(runner: Any) -> list[str]:
 # ---- event listeners ---------------------------------------------------------------------------
 def _on_parser(parser: Any, **_kw: Any) -> None:
     options.add_arguments(parser)
+    # everything that listens binds loopback unless told otherwise (containers pass 0.0.0.0)
+    parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
 
 
 def _on_init(environment: Any, **_kw: Any) -> None:
@@ -477,6 +479,11 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         logger.error("locust-llm: run dir %s is not writable (%s); no load was sent", run_dir, exc)
         sys.exit(2)
     rt.run_dir = run_dir
+    if not environment.stop_timeout:
+        logger.warning(
+            "locust-llm: --stop-timeout is 0, so requests still streaming when the test stops "
+            "are cancelled (recorded as 'cancelled'); set it above your longest stream"
+        )
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
