@@ -391,7 +391,7 @@ def new_run_info(rt: Runtime) -> RunInfo:
             for k, v in (("model", opts.llm_roofline_model), ("gpu", opts.llm_roofline_gpu))
             if v
         },
-        server_instances=max(len(rt.hosts), 1),
+        server_instances=opts.llm_server_instances or max(len(rt.hosts), 1),
         extra={"machine": socket.gethostname()},
     )
 

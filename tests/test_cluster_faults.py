@@ -1,0 +1,179 @@
+"""Faults of a real cluster during a run, with exact counts.
+
+* a worker killed with SIGKILL mid-stage: the master goes on; run.json names the lost worker and
+  its requests in flight; every other record is there;
+* the target killed and restarted mid-stage: failures are classified connect / stream_broken and
+  the run recovers;
+* the GPU exporter stopped: telemetry records the gap as a gap (scrape_up 0, NaN values) and the
+  report says where data is missing;
+* the master's run dir unwritable at start: a clear error, a non-zero exit, no request sent.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from cluster_utils import (
+    Cluster,
+    free_port,
+    http_get,
+    locust_counts,
+    metric_value,
+    read_run,
+    read_trace,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+#: each request streams 100 tokens at 20 ms a step: 2 s in flight, cheap for the CPU
+SLOW_SIM = ("--zero-cost", "--step-overhead-ms", "20", "--output-len", "fixed:100")
+
+
+def _running(sim_url: str) -> float:
+    return metric_value(http_get(sim_url + "/metrics", 2), "vllm:num_requests_running")
+
+
+def test_worker_sigkill_mid_stage_is_named_with_its_in_flight_requests(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        trace = tmp_path / "trace.jsonl"
+        _, sim_url = cluster.sim(*SLOW_SIM, "--trace", str(trace))
+        run_dir = tmp_path / "run"
+        master, port = cluster.master(sim_url, [
+            "--llm-concurrency", "4", "--llm-stage-duration", "9", "--llm-max-tokens", "100",
+            "--llm-record-batch-s", "0.2", "--stop-timeout", "5", "--llm-run-dir", str(run_dir),
+            "--llm-server-metrics", "none",
+        ])  # fmt: skip
+        victim, survivor = (cluster.worker(i, "127.0.0.1", port) for i in (1, 2))
+        # all 4 users have a 2 s request in flight; 0.6 s later every batch has reported them
+        wait_until(lambda: _running(sim_url) >= 4, 20, "4 requests in flight")
+        time.sleep(0.6)
+        victim.send(signal.SIGKILL)
+        victim.popen.wait(5)
+        master.wait(60)
+        survivor.wait(20)
+
+        info, requests = read_run(run_dir)
+        counts = locust_counts(survivor)
+        assert len(counts) == 1, survivor.text()[-2000:]
+        (survivor_id, survivor_count), = counts.items()
+        lost_id = next(w for w in info["workers"] if w != survivor_id)
+        # the lost worker is named, with its 2 users' requests that were in flight
+        assert info["lost_workers"] == {lost_id: 2}
+        # it sent no finished record; the server saw exactly those 2 requests go away
+        assert (requests["worker_id"] == lost_id).sum() == 0
+        outcomes = [r["outcome"] for r in read_trace(trace)]
+        assert outcomes.count("aborted") == 2
+        # every other record is there: the survivor's records equal its Locust-counted requests,
+        # and every request the server completed has its record
+        mine = requests[requests["worker_id"] == survivor_id]
+        assert (mine["error_kind"] != "cancelled").sum() == survivor_count > 0
+        assert mine["ok"].sum() == outcomes.count("ok")
+        assert set(requests["worker_id"]) == {survivor_id}
+
+
+def test_target_restart_mid_stage_is_classified_and_recovers(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        port = free_port()
+        sim_args = ("--zero-cost", "--step-overhead-ms", "10", "--output-len", "fixed:40")
+        sim, sim_url = cluster.sim(*sim_args, port=port, name="sim-a")
+        run_dir = tmp_path / "run"
+        master, mport = cluster.master(sim_url, [
+            "--llm-concurrency", "2", "--llm-stage-duration", "7", "--llm-max-tokens", "40",
+            "--llm-record-batch-s", "0.2", "--stop-timeout", "3", "--llm-run-dir", str(run_dir),
+            "--llm-server-metrics", "none", "--llm-connect-timeout", "2",
+        ], workers=1)  # fmt: skip
+        worker = cluster.worker(1, "127.0.0.1", mport)
+        wait_until(lambda: _running(sim_url) >= 2, 20, "2 requests in flight")
+        time.sleep(1.0)
+        killed_at = time.time()
+        sim.send(signal.SIGKILL)  # a crash: open streams break, new connections are refused
+        sim.popen.wait(5)
+        time.sleep(0.5)
+        cluster.sim(*sim_args, port=port, name="sim-b")
+        restarted_at = time.time()
+        master.wait(60)
+        worker.wait(20)
+
+        _, requests = read_run(run_dir)
+        failed = requests[~requests["ok"] & (requests["error_kind"] != "cancelled")]
+        kinds = failed["error_kind"].value_counts().to_dict()
+        assert set(kinds) <= {"connect", "stream_broken"}, kinds
+        assert kinds.get("stream_broken", 0) >= 1 and kinds.get("connect", 0) >= 1, kinds
+        # every failure happened around the outage; the run went on and recovered after it
+        assert failed["start_wall_s"].min() >= killed_at - 1.0
+        assert failed["start_wall_s"].max() <= restarted_at + 1.0
+        before = requests[requests["start_wall_s"] < killed_at - 1.0]
+        after = requests[requests["start_wall_s"] > restarted_at + 1.0]
+        assert before["ok"].all() and len(before) > 0
+        completed_after = after[after["error_kind"] != "cancelled"]
+        assert len(completed_after) >= 4 and completed_after["ok"].all()
+
+
+def test_exporter_stopped_leaves_a_gap_not_zeros(tmp_path: Path) -> None:
+    import pandas as pd
+
+    with Cluster(tmp_path) as cluster:
+        _, sim_url = cluster.sim("--zero-cost", "--step-overhead-ms", "10",
+                                 "--output-len", "fixed:20")  # fmt: skip
+        exporter, exporter_url = cluster.exporter()
+        run_dir = tmp_path / "run"
+        master, port = cluster.master(sim_url, [
+            "--llm-concurrency", "2", "--llm-stage-duration", "6", "--llm-max-tokens", "20",
+            "--llm-run-dir", str(run_dir), "--llm-gpu-metrics", exporter_url,
+            "--llm-server-metrics", sim_url + "/metrics", "--llm-scrape-interval", "0.25",
+        ], workers=1)  # fmt: skip
+        worker = cluster.worker(1, "127.0.0.1", port)
+        wait_until(lambda: _running(sim_url) >= 2, 20, "the load running")
+        time.sleep(2.0)
+        exporter.stop()
+        stopped_at = time.time()
+        master.wait(60)
+        worker.wait(20)
+
+        telemetry = pd.read_parquet(run_dir / "telemetry.parquet")
+        gpu = telemetry[(telemetry["source"] == exporter_url)]
+        up = gpu[gpu["signal"] == "scrape_up"]
+        util = gpu[gpu["signal"] == "gpu_util"]
+        assert (up[up["time_s"] < stopped_at - 0.5]["value"] == 1).all()
+        assert (up[up["time_s"] > stopped_at + 0.5]["value"] == 0).sum() >= 4
+        # before the stop: readings; after it: NaN rows (a gap), never 0
+        assert util[util["time_s"] < stopped_at - 0.5]["value"].notna().sum() >= 4
+        after = util[util["time_s"] > stopped_at + 0.5]["value"]
+        assert len(after) >= 4 and after.isna().all()
+        # the server's own metrics kept coming: the gap is the exporter's only
+        server_up = telemetry[(telemetry["source"] == sim_url + "/metrics")
+                              & (telemetry["signal"] == "scrape_up")]  # fmt: skip
+        assert (server_up["value"] == 1).all() and len(server_up) >= 8
+
+        done = cluster.report(run_dir, "--out", str(tmp_path / "report"))
+        assert done.returncode in (0, 3), done.stdout
+        report_md = (tmp_path / "report" / "report.md").read_text()
+        exporter_hostport = exporter_url.split("://", 1)[1].split("/", 1)[0]
+        assert any(exporter_hostport in line and "gap" in line for line in report_md.splitlines()
+                   ), "the report should say which source has a gap"  # fmt: skip
+
+
+def test_unwritable_run_dir_fails_before_any_request(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        trace = tmp_path / "trace.jsonl"
+        _, sim_url = cluster.sim("--zero-cost", "--trace", str(trace))
+        blocker = tmp_path / "not-a-dir"
+        blocker.write_text("a file where the run dir's parent should be")
+        master, port = cluster.master(sim_url, [
+            "--llm-concurrency", "2", "--llm-stage-requests", "10",
+            "--llm-run-dir", str(blocker / "run"), "--llm-server-metrics", "none",
+        ], workers=1)  # fmt: skip
+        cluster.worker(1, "127.0.0.1", port)
+        code = master.wait(30)
+        output = master.text()
+        assert code != 0
+        assert "not writable" in output and str(blocker / "run") in output, output[-2000:]
+        time.sleep(0.5)
+        metrics = http_get(sim_url + "/metrics", 2)
+        assert metric_value(metrics, "vllm:prompt_tokens_total") == 0
+        assert metric_value(metrics, "vllm:request_success_total") == 0
+        assert read_trace(trace) == []
