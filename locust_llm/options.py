@@ -82,6 +82,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         {},
     ),
     (
+        "server-instances",
+        0,
+        "server instances behind --host (a load balancer), for the report's throughput gain per "
+        "instance (default: the number of --llm-hosts, else 1)",
+        {"type": int},
+    ),
+    (
         "record-batch-s",
         1.0,
         "seconds between record batches a worker sends the master",

@@ -12,14 +12,17 @@ Per-stage rules, first match wins (thresholds are :class:`Rules` fields):
 3. ``client_bound``: a Locust worker's CPU peaked at or above ``client_cpu``.
 4. ``errors``: error rate above ``error_rate``.
 5. ``insufficient_data``: no server telemetry (none of GPU utilization, DRAM bandwidth, KV-cache
-   usage, running) in the stage: the cause cannot be told from client timings alone.
+   usage, running) in the stage: the cause cannot be told from client timings alone (they are
+   quoted: QPS, E2E, TTFT, TPOT, and the overload test on them).
 6. ``overloaded``: past the knee. Throughput gain over the next-lower load at most ``flat_gain``
    while P99 latency rose at least ``latency_climb``; or a standing queue (waiting >= 1 and >=
    half the batch) with the KV cache at ``saturated_kv`` or preempting; or, open loop, achieved
    QPS below ``open_loop_shortfall`` of the offered rate.
-7. ``low_concurrency``: no queue (waiting < ``no_queue_waiting``) and the batch (running) at most
-   ``low_batch_fraction`` of its limit: ``max_num_seqs`` when known, else the KV capacity
-   implied by running / KV-cache usage; with neither, GPU utilization below 50%.
+7. ``low_concurrency``: no queue (mean waiting below ``no_queue_waiting``; or below one request
+   and below ``no_queue_share`` of the batch: requests only waiting for the next step to admit
+   them) and the batch (running) at most ``low_batch_fraction`` of its limit: ``max_num_seqs``
+   when known, else the KV capacity implied by running / KV-cache usage; with neither, GPU
+   utilization below 50%.
 8. ``prefill_bound`` / ``decode_bound``: saturated (GPU utilization >= ``saturated_gpu_util``,
    DRAM or model bandwidth utilization >= ``saturated_bw_util``, KV cache >= ``saturated_kv``,
    or a queue) and TTFT's share of E2E latency >= ``prefill_share`` (prefill) or below (decode).
@@ -27,8 +30,9 @@ Per-stage rules, first match wins (thresholds are :class:`Rules` fields):
 
 Overall: the first stage that is ``memory_oom`` or ``client_bound``; otherwise the verdict of the
 highest-load stage with enough data (when that one is ``overloaded``, the verdict at the
-recommended cap is quoted beside it). A soak stage's drift verdict (``unstable``) comes from
-``locust_llm.report.soak``.
+recommended cap is quoted beside it); ``locust_llm.report.build`` also makes it ``client_bound``
+when run.json carries Locust's own CPU warning that no stage window caught. A soak stage's drift
+verdict (``unstable``) comes from ``locust_llm.report.soak``.
 """
 
 from __future__ import annotations
@@ -128,6 +132,7 @@ class Rules:
     client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
     error_rate: float = 0.01  # failed / all above: errors (the seed's alert level)
     no_queue_waiting: float = 0.5  # mean waiting below: no queue
+    no_queue_share: float = 0.25  # ... or below 1 and below this share of the mean batch
     low_batch_fraction: float = 0.25  # running at most this share of its limit: under-used
     saturated_gpu_util: float = 0.90
     saturated_bw_util: float = 0.70
@@ -317,7 +322,11 @@ def stage_verdict(
         )
     if not any(_has(row, s) for s in SERVER_SIGNALS):
         evidence = [f"no server telemetry {where} (none of {', '.join(SERVER_SIGNALS)}): "
-                    "the bottleneck cannot be told from client timings"]
+                    "the bottleneck cannot be told from client timings",
+                    f"client timings {where}: QPS {num(_v(row, 'qps'))}, E2E avg "
+                    f"{ms(_v(row, 'latency_avg_s'))} ms (P99 {ms(_v(row, 'latency_p99_s'))} ms), "
+                    f"TTFT avg {ms(_v(row, 'ttft_avg_s'))} ms, TPOT avg "
+                    f"{ms(_v(row, 'tpot_avg_s'), 1)} ms"]
         overload = _overload(row, rows, rules)
         if overload:
             evidence.append("client timings alone: " + "; ".join(overload))
@@ -329,7 +338,8 @@ def stage_verdict(
                        ACTIONS[phase][:2])
     waiting, running = _v(row, "waiting"), _v(row, "running")
     limit, limit_text = batch_limit(row, max_num_seqs)
-    no_queue = not waiting >= rules.no_queue_waiting  # NaN waiting: no queue reported
+    no_queue = (not waiting >= rules.no_queue_waiting  # NaN waiting: no queue reported
+                or waiting < min(1.0, rules.no_queue_share * running))
     if no_queue:
         if not math.isnan(limit) and running <= rules.low_batch_fraction * limit:
             return verdict("low_concurrency", [

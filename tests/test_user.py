@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_distributed, run_locust
+from conftest import ROOT, run_distributed, run_locust
 from fake_openai import FakeConfig, fake_openai_server
 
 pytestmark = pytest.mark.slow
@@ -119,3 +119,24 @@ def test_unwritable_run_dir_fails_before_any_load(tmp_path: Path) -> None:
     assert out.returncode == 2 and "not writable" in out.stdout
     assert time.monotonic() - started < 5
     assert "/v1/chat/completions" not in out.stdout.split("not writable")[-1].split("Type")[0]
+
+
+def test_every_option_parses_and_is_used() -> None:
+    """Each --llm-* option the plugin reads exists (a typo would crash every run at start)."""
+    import re
+
+    from locust_llm import options
+
+    declared = set(vars(options.defaults()))
+    used: set[str] = set()
+    for path in (ROOT / "locust_llm").glob("*.py"):
+        used |= set(re.findall(r"\bllm_[a-z_]+\b", path.read_text()))
+    read = {name for name in used if name.startswith("llm_") and
+            re.search(rf"(opts|options)\.{name}\b", _all_sources())}  # fmt: skip
+    assert read <= declared, sorted(read - declared)
+    unused = {name for name in declared if not re.search(rf"\b{name}\b", _all_sources())}
+    assert not unused, f"declared but never read: {sorted(unused)}"
+
+
+def _all_sources() -> str:
+    return "\n".join(p.read_text() for p in (ROOT / "locust_llm").rglob("*.py"))

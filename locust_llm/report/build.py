@@ -30,7 +30,10 @@ from locust_llm.report.tables import (
 )
 from locust_llm.roofline import get_gpu, get_model
 from locust_llm.rundir import Stage
-from locust_llm.verdict import Rules, Verdict, overall_verdict, stage_verdicts
+from locust_llm.verdict import ACTIONS, Rules, Verdict, overall_verdict, stage_verdicts
+
+#: run.json warnings (locust_llm.plugin) that say Locust's own CPU monitor saw > 90%.
+CPU_WARNING_MARKS: tuple[str, ...] = ("load generator's CPU went above", "worker's CPU went above")
 
 
 @dataclass
@@ -80,6 +83,29 @@ def _max_num_seqs(extra: dict[str, Any]) -> int | None:
     return None
 
 
+def _client_warning_verdict(
+    overall: Verdict, rows: list[dict[str, Any]], warnings: list[str]
+) -> Verdict:
+    """``client_bound`` overall when Locust warned of its CPU though no stage window caught it.
+
+    Locust's monitor reports CPU over the past interval, so the reading that covers a stage's
+    last second can land after its window; its warning still says the run's timings are suspect.
+    OOM keeps precedence (the server failed, whatever the client did).
+    """
+    if overall.kind in ("memory_oom", "client_bound"):
+        return overall
+    said = [w for w in warnings if any(mark in w for mark in CPU_WARNING_MARKS)]
+    if not said:
+        return overall
+    peaks = [float(r["worker_cpu_max"]) for r in rows
+             if isinstance(r.get("worker_cpu_max"), float) and math.isfinite(r["worker_cpu_max"])]
+    seen = f"{max(peaks):.0%}" if peaks else "n/a"
+    evidence = (f"run.json: {said[0]} (Locust's own CPU monitor, threshold 90%); worker CPU max "
+                f"sampled inside the stage windows {seen}",
+                f"without it the verdict would be {overall.kind}: " + "; ".join(overall.evidence))
+    return Verdict("client_bound", evidence, ACTIONS["client_bound"], None)
+
+
 def effective_stages(run: RunData) -> list[Stage]:
     """run.json's stages; a run without any is one stage spanning all its requests."""
     if run.info.stages:
@@ -113,6 +139,7 @@ def build_report(
     knee = find_knee(rows, slo=slo)
     verdicts = stage_verdicts(rows, rules=rules, max_num_seqs=_max_num_seqs(run.info.extra))
     overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, rules=rules)
+    overall = _client_warning_verdict(overall, rows, run.warnings)
     arrays = request_arrays(run.requests)
     ends = stage_ends(stages, run.info.end_wall_s)
     ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows,
