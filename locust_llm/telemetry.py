@@ -276,11 +276,20 @@ def write_frame(frame: pd.DataFrame, run_dir: Path) -> Path:
 
 def locust_worker_cpu(runner: Any) -> dict[str, float]:
     """CPU ratio (0..1) per Locust worker from a master runner's ``clients``; a local runner's
-    own usage under the id ``"local"``. Locust reports percent of one core."""
+    own usage under the id ``"local"``. Locust reports percent of one core.
+
+    Locust's first CPU reading comes only after its monitor's first interval; until then it
+    reports exactly 0, which is "not measured yet" here (NaN), not an idle client.
+    """
     clients = getattr(runner, "clients", None)
     if clients is not None:
-        return {str(node.id): float(node.cpu_usage) / 100.0 for node in clients.values()}
-    return {"local": float(getattr(runner, "current_cpu_usage", math.nan)) / 100.0}
+        return {str(node.id): _cpu_ratio(node.cpu_usage) for node in clients.values()}
+    return {"local": _cpu_ratio(getattr(runner, "current_cpu_usage", math.nan))}
+
+
+def _cpu_ratio(percent: Any) -> float:
+    value = float(percent)
+    return math.nan if value == 0.0 else value / 100.0
 
 
 def targets_from_options(options: Any, host: str | None) -> list[str]:

@@ -103,6 +103,8 @@ def test_cpu_probe_rows_and_locust_runner_adapter() -> None:
     )
     assert locust_worker_cpu(master) == {"w1": 0.42, "w2": 0.07}
     assert locust_worker_cpu(SimpleNamespace(current_cpu_usage=50.0)) == {"local": 0.5}
+    # Locust's 0 before its first CPU measurement is "no data yet", not an idle client
+    assert math.isnan(locust_worker_cpu(SimpleNamespace(current_cpu_usage=0.0))["local"])
 
     def broken() -> dict[str, float]:
         raise RuntimeError("runner gone")
