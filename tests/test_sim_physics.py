@@ -101,9 +101,8 @@ def test_preemptions_and_simulated_gpu_in_metrics() -> None:
     for _ in range(3):
         eng.add(64, 40)
     t0 = eng.clock_s
-    source.read()
     clock[0] = t0
-    source._last_t = t0  # start the interval at the engine clock
+    source.read()  # start the interval at the engine clock
     while eng.has_work:
         eng.step()
     clock[0] = eng.clock_s
@@ -147,3 +146,21 @@ def test_real_time_steps_follow_the_physics(tmp_path) -> None:
     assert measured == pytest.approx(expected, rel=0.10)
     assert wall >= sim.finished_s * 0.95  # no faster than the physics allows
     assert record["tokens_sent"] == 40 and record["outcome"] == "ok"
+
+
+def test_simulated_gpu_counts_only_the_elapsed_part_of_a_step() -> None:
+    eng = engine()
+    clock = [0.0]
+    source = SimGpuSource(eng, clock=lambda: clock[0])
+    eng.add(2048, 1)  # one long prefill step
+    eng.step(0.0)
+    duration = eng.stats.last_step_duration_s
+    assert duration > 0.05
+    clock[0] = duration / 2  # half-way through the step: the GPU has been busy all along
+    assert source.read().gpus[0].utilization_ratio == pytest.approx(1.0)
+    clock[0] = duration  # the rest of the step lands in the next sample
+    half = source.read().gpus[0]
+    assert half.utilization_ratio == pytest.approx(1.0)
+    assert half.dram_bandwidth_utilization_ratio == pytest.approx(
+        eng.stats.last_step_bytes / 2 / (RTX4090.memory_bandwidth_bytes_s * duration / 2)
+    )

@@ -98,6 +98,10 @@ class EngineStats:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     finished_total: int = 0
+    # the latest step, so a reader in real time can leave out the part not yet elapsed
+    last_step_end_s: float = 0.0
+    last_step_duration_s: float = 0.0
+    last_step_bytes: float = 0.0
     failed_total: int = 0
     rejected_total: int = 0
 
@@ -334,6 +338,8 @@ class Engine:
         stats.steps_total += 1
         stats.busy_s_total += duration
         stats.bytes_total += result.bytes
+        stats.last_step_end_s, stats.last_step_duration_s = end, duration
+        stats.last_step_bytes = result.bytes
         stats.flops_total += result.flops
         finished = False
         for req, n in scheduled:

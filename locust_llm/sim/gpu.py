@@ -31,21 +31,28 @@ class SimGpuSource:
             uuid.uuid5(uuid.NAMESPACE_URL, f"locust-llm-sim/{engine.gpu.name}")
         )
         self._last_t = clock()
-        self._last_busy = engine.stats.busy_s_total
-        self._last_bytes = engine.stats.bytes_total
+        self._last_busy, self._last_bytes = self._elapsed_totals(self._last_t)
+
+    def _elapsed_totals(self, now: float) -> tuple[float, float]:
+        """Busy seconds and bytes moved up to ``now`` (the latest step prorated)."""
+        stats = self.engine.stats
+        ahead = min(max(stats.last_step_end_s - now, 0.0), stats.last_step_duration_s)
+        share = ahead / stats.last_step_duration_s if stats.last_step_duration_s > 0 else 0.0
+        return stats.busy_s_total - ahead, stats.bytes_total - stats.last_step_bytes * share
 
     def read(self) -> HostSample:
-        """One sample over the interval since the previous read."""
+        """One sample over the interval since the previous read.
+
+        The engine books a step's whole duration when the step starts; the part of the latest
+        step that lies after ``now`` has not happened yet and is left for the next sample.
+        """
         eng, gpu = self.engine, self.engine.gpu
         now = self._clock()
+        busy_total, bytes_total = self._elapsed_totals(now)
         interval = now - self._last_t
-        busy = eng.stats.busy_s_total - self._last_busy
-        moved = eng.stats.bytes_total - self._last_bytes
-        self._last_t, self._last_busy, self._last_bytes = (
-            now,
-            eng.stats.busy_s_total,
-            eng.stats.bytes_total,
-        )
+        busy = busy_total - self._last_busy
+        moved = bytes_total - self._last_bytes
+        self._last_t, self._last_busy, self._last_bytes = now, busy_total, bytes_total
         if interval > 0:
             util: float | None = min(1.0, busy / interval)
             bw: float | None = min(1.0, moved / (gpu.memory_bandwidth_bytes_s * interval))
