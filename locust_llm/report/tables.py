@@ -2,7 +2,8 @@
 
 Pure (numpy/pandas in, DataFrame out, no I/O). Definitions follow ARCHITECTURE.md: a request
 belongs to the stage whose window holds its start time and is left out when it started in the
-stage's first ``warmup_s``; the stage's duration is its window minus the warm-up; QPS = completed
+stage's first ``warmup_s``; the stage's duration is its window minus the warm-up (a stage that
+ends at a request count ends at its last completion); QPS = completed
 / duration, TPS = output tokens of completed requests / duration (total TPS adds their input
 tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
 numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
@@ -296,9 +297,12 @@ def stage_table(
         pick = order[a:b]
         req = {k: v[pick] for k, v in arrays.items()}
         lo = stage.start_wall_s + stage.warmup_s
-        if math.isnan(end):  # still open: up to the last completion seen in it
-            done = req["start_wall_s"] + np.nan_to_num(req["e2e_s"])
-            end = float(done.max()) if done.size else NAN
+        done = req["start_wall_s"] + np.nan_to_num(req["e2e_s"])
+        last_done = float(done.max()) if done.size else NAN
+        if math.isnan(end) or (stage.target_requests and last_done < end):
+            # still open, or a request-count stage: it ends with its last completion (the
+            # shape notices that up to a second later; that second is not the stage's work)
+            end = last_done
         row: dict = {
             "stage": stage.index, "name": stage.name, "kind": stage.kind,
             "concurrency": float(stage.concurrency) if stage.concurrency is not None else NAN,
