@@ -95,6 +95,13 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         help="give up on the whole run after this many seconds",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the result")
+    parser.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=demo,
+        help="ask for exactly --max-tokens tokens (vLLM/SGLang's ignore_eos; the OpenAI API "
+        "itself rejects it; default: on for the demo, off for run)",
+    )
 
 
 def configure_demo_parser(parser: argparse.ArgumentParser) -> None:
@@ -155,7 +162,7 @@ def simulator(args: list[str], log_path: Path) -> Iterator[str]:
     )
     try:
         assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+        url = _first_line(proc.stdout, timeout_s=60.0)
         if not url.startswith("http"):
             proc.wait(timeout=10)
             raise InputError(f"the simulator did not start (see {log_path}): {url!r}")
@@ -172,6 +179,17 @@ def simulator(args: list[str], log_path: Path) -> Iterator[str]:
         if proc.stdout is not None:
             proc.stdout.close()
         log.close()
+
+
+def _first_line(stream: object, timeout_s: float) -> str:
+    """The first line a child prints, or '' if it prints none within ``timeout_s``."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+        if not sel.select(timeout_s):
+            return ""
+    return stream.readline().strip()  # type: ignore[attr-defined]
 
 
 def _drain(stream: object) -> None:
@@ -207,7 +225,7 @@ def run_sweep(
         "--headless",
         "--only-summary",
         "--stop-timeout",
-        f"{int(stop_timeout)}s",
+        f"{max(1, round(stop_timeout))}s",
         "--llm-run-dir",
         str(run_dir),
         *llm_args,
@@ -302,8 +320,9 @@ def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
         str(args.max_tokens),
         "--llm-dataset",
         args.dataset,
-        "--llm-ignore-eos",
     ]
+    if args.ignore_eos:
+        out.append("--llm-ignore-eos")
     if args.stage_duration:
         out += ["--llm-stage-duration", args.stage_duration]
     else:

@@ -76,6 +76,9 @@ class EndpointStats:
         self.last_s = math.nan
 
     def add(self, record: RequestRecord, itl_values: list[float], itl_weights: list[float]) -> None:
+        if record.error_kind == "cancelled":  # stopped by the load test: not a request outcome
+            self.errors["cancelled"] = self.errors.get("cancelled", 0) + 1
+            return
         self.requests += 1
         now = time.time()
         self.first_s = now if math.isnan(self.first_s) else self.first_s

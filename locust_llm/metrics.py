@@ -15,7 +15,8 @@ Definitions (the docs state them the same way):
   vLLM's and EvalScope's TPOT; GuideLLM and AIPerf call the same quantity "ITL".
 - **ITL** = gaps between consecutive token-bearing chunks, each divided by the tokens the later
   chunk carries (known per chunk from ``continuous_usage_stats``; otherwise the stream's average
-  tokens per chunk); weighted by those tokens, so the token-weighted mean ITL equals TPOT.
+  tokens per later chunk); weighted by those tokens, so the token-weighted mean ITL equals TPOT
+  whenever the first chunk carries one token.
 - **error rate** = failed / (failed + completed); every failure has one of :data:`ERROR_KINDS`.
 
 Undefined values are ``nan`` (never 0): a one-token answer has no TPOT, a failed request no TTFT.
@@ -24,6 +25,7 @@ Undefined values are ``nan`` (never 0): a one-token answer has no TPOT, a failed
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 
@@ -45,13 +47,13 @@ ERROR_KINDS: tuple[str, ...] = (
 #: The kinds that count as the server's failures (error rates); ``cancelled`` is the client's.
 FAILURE_KINDS: tuple[str, ...] = tuple(k for k in ERROR_KINDS if k != "cancelled")
 
-_OOM_MARKERS = ("out of memory", "outofmemory", "oom", "cuda error: out of memory")
+_OOM = re.compile(r"\b(?:out of memory|outofmemory\w*|oom)\b")
 
 
 def classify_http_error(status: int, body: str = "") -> str:
     """The error kind of an HTTP error response (``status`` >= 400)."""
     text = body.lower()
-    if any(marker in text for marker in _OOM_MARKERS) and status >= 400:
+    if _OOM.search(text):
         return "oom"
     if status == 429:
         return "http_429"

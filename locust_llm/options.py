@@ -25,7 +25,12 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         "API key sent as a Bearer token (default: $OPENAI_API_KEY); never recorded",
         {},
     ),
-    ("endpoint", "chat", "chat (/v1/chat/completions) or completions (/v1/completions)", {}),
+    (
+        "insecure",
+        False,
+        "do not verify the server's TLS certificate (https only)",
+        {"action": "store_true"},
+    ),
     (
         "max-tokens",
         "",

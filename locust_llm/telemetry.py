@@ -23,6 +23,7 @@ is separate from the timer loop, so it can be driven by hand with an injected ``
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
 import threading
@@ -65,7 +66,7 @@ def fetch_text(url: str, timeout_s: float) -> str:
         raise ScrapeError(f"HTTP {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
         raise ScrapeError(f"unreachable ({exc.reason})") from exc
-    except (TimeoutError, OSError) as exc:
+    except (TimeoutError, OSError, http.client.HTTPException) as exc:  # incl. a garbled answer
         raise ScrapeError(f"{type(exc).__name__}: {exc}") from exc
     if len(body) > MAX_BODY_BYTES:
         raise ScrapeError(f"response larger than {MAX_BODY_BYTES} bytes")

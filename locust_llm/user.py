@@ -42,6 +42,7 @@ from locust_llm.metrics import (
 _CHAT = "/v1/chat/completions"
 _COMPLETIONS = "/v1/completions"
 _ERROR_BODY_LIMIT = 4096
+_TERMINATOR_WAIT_S = 0.05
 _request_ids = itertools.count()
 
 
@@ -80,19 +81,21 @@ class LLMUser(User):
     def generate(self) -> None:
         """One request: wait for a stage permit and (open loop) its slot; send it, record it.
 
-        A user that Locust asks to stop while it waits sends nothing more: it raises StopUser.
+        A user that Locust asks to stop while it waits sends nothing more (StopUser); an
+        open-loop slot whose stage ended before it came due is dropped, not sent in the next.
         """
-        if not self.runtime.acquire_permit(self):
+        runtime = self.runtime
+        if not runtime.acquire_permit(self):
             raise StopUser()
-        scheduled = self.runtime.claim_arrival(self)
-        if scheduled is not None:
-            if scheduled != scheduled:  # nan: stopping
-                raise StopUser()
-            delay = scheduled - time.time()
-            if delay > 0:
-                gevent.sleep(delay)
+        stage = runtime.current_stage
+        scheduled = runtime.claim_arrival(self)
+        if scheduled is not None and not (
+            scheduled == scheduled and runtime.wait_until(scheduled, stage, self)
+        ):
+            runtime.release_permit(stage)
             if self._state == "stopping":
                 raise StopUser()
+            return
         self.send(scheduled_wall_s=NAN if scheduled is None else scheduled)
 
     # ---- request building ---------------------------------------------------------------------
@@ -127,7 +130,7 @@ class LLMUser(User):
                 connection_timeout=opts.llm_connect_timeout,
                 network_timeout=opts.llm_read_timeout,
                 concurrency=1,
-                insecure=True,
+                insecure=bool(opts.llm_insecure),
             )
             self._clients[base_url] = client
         return client
@@ -162,6 +165,9 @@ class LLMUser(User):
             record.ok = True
         except _StreamError as exc:
             record.error_kind, record.error_message = exc.kind, str(exc)[:300]
+        except Exception as exc:  # never lose a request: whatever broke, it gets its record
+            record.error_kind = "bad_payload"
+            record.error_message = f"unexpected {type(exc).__name__}: {exc}"[:300]
         except gevent.GreenletExit:
             record.error_kind, record.error_message = "cancelled", "stopped by the load test"
             self._finish(record, timing, usage_tokens)
@@ -198,6 +204,8 @@ class LLMUser(User):
             resp = client.request("POST", path, body=body, headers=headers)
         except (ConnectionRefusedError, ConnectionResetError, HTTPConnectionClosed) as exc:
             raise _StreamError("connect", f"{type(exc).__name__}: {exc}") from None
+        except HTTPParseError as exc:  # a garbled or cut response head
+            raise _StreamError("bad_payload", f"bad response head: {exc}") from None
         except TimeoutError as exc:
             raise _StreamError("timeout", f"no response: {exc}") from None
         except OSError as exc:
@@ -293,6 +301,9 @@ class LLMUser(User):
             raise _StreamError(
                 "stream_broken", f"stream closed after {len(times)} chunks without [DONE]"
             )
+        if not resp.message_complete:  # the chunked terminator may follow [DONE] a bit later:
+            with gevent.Timeout(_TERMINATOR_WAIT_S, False):  # wait for it, or the connection
+                resp.read()  # cannot be reused (every request would pay a new connect)
         return usage_tokens
 
 

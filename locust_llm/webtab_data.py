@@ -89,15 +89,12 @@ def table_rows(endpoints: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
     """Rows of the tab's table from the payload's ``endpoints`` (same numbers, in ms).
 
     Requests and failures leave out requests the load test cancelled itself (as Locust's own
-    table does), so the two tables agree; those are counted in their own column.
+    table does, and as the live stats count them), so the two tables agree; those are counted
+    in their own column.
     """
     out = []
     for row in endpoints:
-        counted = {
-            **row,
-            "counted_requests": row["requests"] - row["cancelled"],
-            "counted_failures": row["failures"] - row["cancelled"],
-        }
+        counted = {**row, "counted_requests": row["requests"], "counted_failures": row["failures"]}
         out.append({key: format_cell(counted.get(field), scale, dec)
                     for key, _, field, scale, dec in TABLE_COLUMNS})  # fmt: skip
     return out
@@ -121,8 +118,8 @@ def rates_time(stats: LiveStats, state: str | None, now: float) -> float:
 def endpoint_rows(stats: LiveStats, at_s: float) -> list[dict[str, Any]]:
     """One dict per request name plus ``Aggregated``: counts, latencies in s, rates; NaN -> None.
 
-    ``requests`` and ``failures`` count every finished request, including those the load test
-    cancelled when it stopped (``cancelled``, also in ``errors``), which Locust does not count.
+    ``requests`` and ``failures`` leave out requests the load test cancelled when it stopped
+    (as Locust does); those are in ``cancelled`` (and ``errors``).
     """
     out = []
     for name, summary in stats.rows(at_s):

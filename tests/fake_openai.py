@@ -22,6 +22,9 @@ class FakeConfig:
     usage: bool = True
     reasoning_tokens: int = 0
     model: str = "fake-model"
+    terminator_delay_s: float = 0.0  # send the chunked terminator this long after [DONE]
+    garbage_head: bool = False  # answer completions with a response head that is not HTTP
+    connections: list[int] | None = None  # if given, one entry is appended per connection
 
 
 def _chunk(delta: dict[str, str], usage: dict[str, int] | None = None) -> bytes:
@@ -38,6 +41,8 @@ def _chunk(delta: dict[str, str], usage: dict[str, int] | None = None) -> bytes:
 async def _handle(
     cfg: FakeConfig, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
+    if cfg.connections is not None:
+        cfg.connections.append(1)
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -55,6 +60,10 @@ async def _handle(
                 )
                 await writer.drain()
                 continue
+            if cfg.garbage_head:
+                writer.write(b"HTTQ/9 what\r\n\r\n")
+                await writer.drain()
+                break
             writer.write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                 b"Transfer-Encoding: chunked\r\n\r\n"
@@ -74,6 +83,8 @@ async def _handle(
                 total = cfg.tokens + cfg.reasoning_tokens
                 await send(_chunk({}, {"prompt_tokens": 7, "completion_tokens": total}))
             await send(b"data: [DONE]\n\n")
+            if cfg.terminator_delay_s:
+                await asyncio.sleep(cfg.terminator_delay_s)
             writer.write(b"0\r\n\r\n")
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):

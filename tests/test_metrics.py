@@ -77,6 +77,9 @@ def test_weighted_quantile_equal_weights_is_numpy() -> None:
 @pytest.mark.parametrize(("status", "body", "kind"), [
     (429, "", "http_429"), (404, "model not found", "http_4xx"), (503, "busy", "http_5xx"),
     (500, '{"error": {"message": "CUDA out of memory. Tried to allocate"}}', "oom"),
+    (500, "torch.OutOfMemoryError: ...", "oom"), (500, "engine OOM, aborted", "oom"),
+    (404, "The model `bigscience/bloom-560m` does not exist", "http_4xx"),
+    (400, "no room left in the context", "http_4xx"),
 ])  # fmt: skip
 def test_classify_http_error(status: int, body: str, kind: str) -> None:
     assert classify_http_error(status, body) == kind
