@@ -29,7 +29,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser; with ``only`` just that subcommand's module is imported."""
-    parser = argparse.ArgumentParser(prog="locust-llm", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="locust-llm",
+        description="Load-test OpenAI-compatible LLM servers on Locust, find the bottleneck: "
+        "run a sweep (demo against the built-in simulator, or run against your server), read "
+        "its report, compute the roofline floors, serve a simulated server or GPU metrics.",
+    )
     parser.add_argument("--version", action="version", version=f"locust-llm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():

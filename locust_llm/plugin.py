@@ -725,8 +725,12 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    events.llm_first_token = EventHook()  # fired with record, ttft_s (only when listened to)
-    events.llm_request_done = EventHook()  # fired with record after each request
+    # Locust's Events declares only its own hooks; custom ones are added as attributes, which
+    # its stubs don't model (readers use getattr(environment.events, ...)).
+    # fired with record, ttft_s (only when listened to)
+    events.llm_first_token = EventHook()  # type: ignore[attr-defined]
+    # fired with record after each request
+    events.llm_request_done = EventHook()  # type: ignore[attr-defined]
     events.init_command_line_parser.add_listener(_on_parser)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)

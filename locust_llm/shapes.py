@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from locust import LoadTestShape
+from locust.env import Environment
+from locust.runners import MasterRunner
 
 from locust_llm import plugin
 from locust_llm.errors import InputError
@@ -162,10 +164,15 @@ class StagesShape(LoadTestShape):
         self._seen = 0
         self._users = 0
 
+    def _environment(self) -> Environment:
+        """The runner's environment (Locust sets ``runner`` before it calls the shape)."""
+        assert self.runner is not None, "the shape is used before Locust attached its runner"
+        return self.runner.environment
+
     def reset_time(self) -> None:
         """Locust calls this when a test starts (and again, on a master, at its first spawn):
         a new test starts over from the first stage; a running one is left as it is."""
-        rt = plugin.runtime(self.runner.environment)
+        rt = plugin.runtime(self._environment())
         if rt.run_info is not None and not rt.run_ended:
             return
         super().reset_time()
@@ -176,7 +183,7 @@ class StagesShape(LoadTestShape):
 
     def _setup(self) -> list[StagePlan]:
         if self._plans is None:
-            rt = plugin.runtime(self.runner.environment)
+            rt = plugin.runtime(self._environment())
             plans = plan_stages(rt.options)
             if not plans:
                 raise InputError("the sweep locustfile needs --llm-concurrency or --llm-rate")
@@ -186,7 +193,7 @@ class StagesShape(LoadTestShape):
 
     def tick(self) -> tuple[int, float] | None:
         plans = self._setup()
-        rt = plugin.runtime(self.runner.environment)
+        rt = plugin.runtime(self._environment())
         now = time.time()
         stage_over = self._index < 0 or self._stage_done(rt, plans[self._index], now)
         if stage_over and not self._advance(rt, plans, now):
@@ -262,6 +269,7 @@ class StagesShape(LoadTestShape):
         rt.current_stage = stage
         rt.stage_remaining = requests
         runner = self.runner
+        assert isinstance(runner, MasterRunner)  # rt.is_master means the runner is a master
         workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
         n = max(len(workers), 1)
         quota = None if requests is None else 0

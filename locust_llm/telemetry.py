@@ -23,6 +23,7 @@ is separate from the timer loop, so it can be driven by hand with an injected ``
 
 from __future__ import annotations
 
+import functools
 import http.client
 import logging
 import math
@@ -194,7 +195,7 @@ class TelemetryScraper:
             return self
         self._stop.clear()
         steps: list[tuple[str, Callable[[float], Any]]] = [
-            (target, lambda now, t=target: self.scrape_target(t, now)) for target in self.targets
+            (target, functools.partial(self.scrape_target, target)) for target in self.targets
         ]
         if self._cpu_probe is not None:
             steps.append(("cpu", self.probe_cpu))

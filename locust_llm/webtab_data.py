@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from locust_llm.histogram import LatencyHistogram
@@ -150,7 +150,7 @@ def history_series(history: list[dict[str, Any]], points: int = HISTORY_POINTS) 
     return series
 
 
-def telemetry_rows(telemetry: Any) -> list[tuple[Any, ...]]:
+def telemetry_rows(telemetry: Any) -> list[Sequence[Any]]:
     """Rows ``(time_s, source, signal, gpu, value)`` of the scraper (``[]`` when there is none).
 
     Read defensively: the scraper may be absent, stopped, or offer only ``samples()``.
@@ -175,7 +175,7 @@ def _reduce(kind: str, values: list[float]) -> float | None:
     return sum(finite) if kind == "sum" else sum(finite) / len(finite)
 
 
-def latest_signals(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+def latest_signals(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
     """The newest value of each (source, signal, gpu), combined over GPUs and servers.
 
     Means for ratios, sums for memory and request counts; a signal nobody reported (or whose
@@ -196,7 +196,7 @@ def latest_signals(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
     return out
 
 
-def signal_series(rows: list[tuple[Any, ...]], since_s: float) -> dict[str, list]:
+def signal_series(rows: Sequence[Sequence[Any]], since_s: float) -> dict[str, list]:
     """Per whole second since ``since_s``: the mean of each :data:`SIGNAL_SERIES` signal."""
     buckets: dict[int, dict[str, list[float]]] = {}
     for time_s, _source, signal, _gpu, value in rows:

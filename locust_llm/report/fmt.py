@@ -7,30 +7,31 @@ prints as ``n/a`` everywhere, never as 0.
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 NO_DATA = "n/a"
 
 
-def is_num(value: object) -> bool:
+def is_num(value: object) -> TypeGuard[int | float]:
     """True for a finite int/float (NaN, None and inf are 'no data')."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def ms(seconds: object, digits: int = 0) -> str:
     """Seconds as milliseconds, e.g. ``0.1234 -> '123'``."""
-    return f"{float(seconds) * 1e3:,.{digits}f}" if is_num(seconds) else NO_DATA  # type: ignore[arg-type]
+    return f"{float(seconds) * 1e3:,.{digits}f}" if is_num(seconds) else NO_DATA
 
 
 def pct(ratio: object, digits: int = 0) -> str:
     """A 0..1 ratio as a percentage, e.g. ``0.953 -> '95%'``."""
-    return f"{float(ratio) * 100:.{digits}f}%" if is_num(ratio) else NO_DATA  # type: ignore[arg-type]
+    return f"{float(ratio) * 100:.{digits}f}%" if is_num(ratio) else NO_DATA
 
 
 def num(value: object, digits: int = 1) -> str:
     """A plain number with thousands separators; integers print without decimals."""
     if not is_num(value):
         return NO_DATA
-    v = float(value)  # type: ignore[arg-type]
+    v = float(value)
     if v.is_integer() and abs(v) < 1e15:
         return f"{int(v):,}"
     return f"{v:,.{digits}f}"
@@ -38,7 +39,7 @@ def num(value: object, digits: int = 1) -> str:
 
 def ratio(value: object) -> str:
     """A multiplier, e.g. ``1.75 -> 'x1.75'``."""
-    return f"x{float(value):.2f}" if is_num(value) else NO_DATA  # type: ignore[arg-type]
+    return f"x{float(value):.2f}" if is_num(value) else NO_DATA
 
 
 def load_label(concurrency: object, rate: object) -> str:

@@ -97,24 +97,27 @@ def _vs_load_charts(report: Report) -> list[str]:
             k_x = k["concurrency"] if math.isfinite(k["concurrency"]) else k["rate"]
             bands.append((k_x, cap_x, f"best {knee.best}"))
     unit = "rate (req/s)" if report.run.info.mode == "open" else "concurrency"
-    log_x = x.size > 1 and x.min() > 0 and x.max() / x.min() >= 20
-    common = {"x_label": unit, "log_x": bool(log_x), "markers": markers, "bands": bands}
+    log_x = bool(x.size > 1 and x.min() > 0 and x.max() / x.min() >= 20)
+
+    def chart(series: Sequence[Series], title: str, y_label: str) -> str:
+        return line_chart(series, title=title, y_label=y_label, x_label=unit, log_x=log_x,
+                          markers=markers, bands=bands)
+
     return [
-        line_chart([Series("QPS", x, col("qps"))], title="Throughput vs load",
-                   y_label="req/s", **common),
-        line_chart([Series("output TPS", x, col("output_tps"))], title="Token throughput vs load",
-                   y_label="tokens/s", **common),
-        line_chart([Series("avg", x, col("latency_avg_s", 1e3)),
-                    Series("P99", x, col("latency_p99_s", 1e3))],
-                   title="E2E latency vs load", y_label="ms", **common),
-        line_chart([Series("P50", x, col("ttft_p50_s", 1e3)),
-                    Series("P99", x, col("ttft_p99_s", 1e3)),
-                    Series("floor", x, col("ttft_floor_s", 1e3))],
-                   title="TTFT percentiles vs load", y_label="ms", **common),
-        line_chart([Series("P50", x, col("tpot_p50_s", 1e3)),
-                    Series("P99", x, col("tpot_p99_s", 1e3)),
-                    Series("floor", x, col("tpot_floor_s", 1e3))],
-                   title="TPOT percentiles vs load", y_label="ms", **common),
+        chart([Series("QPS", x, col("qps"))], "Throughput vs load", "req/s"),
+        chart([Series("output TPS", x, col("output_tps"))], "Token throughput vs load",
+              "tokens/s"),
+        chart([Series("avg", x, col("latency_avg_s", 1e3)),
+               Series("P99", x, col("latency_p99_s", 1e3))],
+              "E2E latency vs load", "ms"),
+        chart([Series("P50", x, col("ttft_p50_s", 1e3)),
+               Series("P99", x, col("ttft_p99_s", 1e3)),
+               Series("floor", x, col("ttft_floor_s", 1e3))],
+              "TTFT percentiles vs load", "ms"),
+        chart([Series("P50", x, col("tpot_p50_s", 1e3)),
+               Series("P99", x, col("tpot_p99_s", 1e3)),
+               Series("floor", x, col("tpot_floor_s", 1e3))],
+              "TPOT percentiles vs load", "ms"),
     ]
 
 
@@ -135,11 +138,11 @@ def _timeline_charts(report: Report) -> list[str]:
               series("KV cache", "kv_cache_usage", scale=100),
               series("worker CPU max", "worker_cpu_util", "max", 100)]
     queue = [series("running", "running"), series("waiting", "waiting")]
-    common = {"x_label": "seconds since the first stage", "bands": bands}
+    x_label = "seconds since the first stage"
     return [line_chart(ratios, title="GPU, KV cache and worker CPU over time", y_label="%",
-                       **common),
+                       x_label=x_label, bands=bands),
             line_chart(queue, title="Server batch and queue over time", y_label="requests",
-                       **common)]
+                       x_label=x_label, bands=bands)]
 
 
 def _histograms(report: Report) -> list[str]:

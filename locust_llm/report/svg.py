@@ -23,8 +23,8 @@ class Series:
     """One line: label, x and y values (NaN = gap)."""
 
     label: str
-    xs: Sequence[float]
-    ys: Sequence[float]
+    xs: Sequence[float] | np.ndarray
+    ys: Sequence[float] | np.ndarray
 
 
 def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
