@@ -39,8 +39,6 @@ from locust_llm.sim.textgen import estimate_tokens
 
 #: Prompt length of the random dataset when ``--llm-input-len`` is not given (tokens).
 DEFAULT_INPUT_LEN = "256"
-#: Built-in data sets by name.
-BUILTIN = ("random", "openqa")
 ROLES = ("system", "user", "assistant", "developer", "tool")
 
 _SHAREGPT_HUMAN = ("human", "user")

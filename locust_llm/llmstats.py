@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import math
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -312,11 +311,3 @@ def _nanmin(a: float, b: float) -> float:
 
 def _nanmax(a: float, b: float) -> float:
     return b if math.isnan(a) else a if math.isnan(b) else max(a, b)
-
-
-def merged(parts: Iterable[LiveStats]) -> LiveStats:
-    """One LiveStats holding the sum of ``parts`` (tests and the web tab use this)."""
-    out = LiveStats()
-    for part in parts:
-        out.merge_delta({name: e.to_dict() for name, e in part.entries.items()})
-    return out

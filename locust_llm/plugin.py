@@ -88,6 +88,7 @@ class Runtime:
         self.drained: set[str] = set()
         self.last_progress_sent = (0, 0)
         self.run_ended = False
+        self.written_records = -1  # records in the run dir as last written
         self.flusher: Any = None
         self.history_greenlet: Any = None
         self.telemetry: Any = None
@@ -453,6 +454,7 @@ def write_run_dir(rt: Runtime) -> None:
     scraper_warnings = rt.telemetry.warnings if rt.telemetry is not None else []
     info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)) | set(scraper_warnings))
     rt.recorder.write(rt.run_dir, info)
+    rt.written_records = len(rt.recorder.records)
     if rt.telemetry is not None:
         rt.telemetry.write(rt.run_dir)
     llmstats.write_csv(rt.stats, rt.run_dir / "llm_stats.csv")
@@ -714,7 +716,8 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
     rt = _runtimes.get(id(environment))
     if rt is None or rt.is_worker:
         return
-    write_run_dir(rt)
+    if not (rt.run_ended and rt.written_records == len(rt.recorder.records)):
+        write_run_dir(rt)  # records that arrived after the test stopped (or no stop at all)
     if rt.stats.entries and getattr(rt.options, "headless", False):
         print(llmstats.format_table(rt.stats), flush=True)
 

@@ -144,10 +144,10 @@ def open_loop_users(opts: Any, plans: list[StagePlan]) -> int:
     if opts.llm_max_users:
         return int(opts.llm_max_users)
     top = max((p.rate or 0.0) for p in plans)
-    try:
-        tokens = float(str(opts.llm_max_tokens).split(":")[-1].split(",")[0])
-    except ValueError:
-        tokens = 256.0
+    from locust_llm.distributions import parse_distribution
+
+    spec = str(opts.llm_max_tokens or plugin.DEFAULT_MAX_TOKENS)
+    tokens = parse_distribution(spec, what="--llm-max-tokens").mean
     return max(32, int(4 * top * max(tokens, 1.0) / 100))
 
 

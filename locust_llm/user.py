@@ -251,6 +251,7 @@ class LLMUser(User):
         times = timing.chunk_times
         tokens = timing.chunk_tokens
         parse = sse.parse_chunk
+        data_payload = sse.data_payload
         first_token_hook = self.runtime.first_token_hook
         usage_tokens: int | None = None
         prev_usage = 0
@@ -264,9 +265,10 @@ class LLMUser(User):
             now = perf_counter()
             if not line:
                 break
-            if line[:5] != b"data:":
+            payload = data_payload(line)
+            if payload is None:
                 continue
-            kind, chunk = parse(line[5:].strip())
+            kind, chunk = parse(payload)
             if kind == sse.KIND_CHUNK:
                 assert chunk is not None
                 if chunk.error is not None:

@@ -27,6 +27,8 @@ PEER_VENVS: dict[str, Path] = {
     "evalscope": Path(os.environ.get("LOCUST_LLM_EVALSCOPE_VENV", "/work/peers-venv2")),
     "aiperf": Path(os.environ.get("LOCUST_LLM_AIPERF_VENV", "/work/peers-venv3")),
 }
+#: the small word-level tokenizer EvalScope and AIPerf need offline (docs/metrics.md)
+TOKENIZER = Path(os.environ.get("LOCUST_LLM_PEER_TOKENIZER", "/work/peers-tok"))
 MODEL = "bench-model"
 PROMPT_WORDS = (48, 240)  # words per prompt, varied by index (the trace's prompt_tokens key)
 MAX_TOKENS = 256  # output cap each client asks; the simulator's EOS draw ends most answers first

@@ -23,14 +23,13 @@ from bench.peers.common import (
     MAX_TOKENS,
     MODEL,
     PEER_VENVS,
+    TOKENIZER,
     ClientRun,
     Load,
     Timed,
     prompt_text,
     run_measured,
 )
-
-TOKENIZER = Path("/work/peers-tok")
 
 
 def command(url: str, load: Load, work: Path) -> list[str]:

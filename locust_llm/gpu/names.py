@@ -14,8 +14,6 @@ from typing import Literal
 
 #: labels every per-GPU metric carries (ours) -> the label dcgm-exporter uses for the same thing
 GPU_LABELS: tuple[str, str] = ("gpu", "uuid")
-DCGM_LABELS: dict[str, str] = {"gpu": "gpu", "uuid": "UUID", "name": "modelName"}
-
 MIB = 1024 * 1024
 
 
@@ -85,7 +83,6 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
 #: labelled gauge: 1 while the reason holds the clocks down, 0 otherwise (label ``reason``)
 THROTTLE_METRIC = "nvml_throttle_reason_active"
 #: dcgm-exporter serves the same information as one bitmask (NVML's clocks-event reason bits)
-THROTTLE_DCGM = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 #: NVML clocks-event (throttle) reason bit -> our ``reason`` label
 THROTTLE_REASON_BITS: dict[int, str] = {
     0x001: "gpu_idle",
@@ -119,7 +116,6 @@ DCGM_TO_OURS: dict[str, tuple[str, float]] = {
     m.dcgm: (m.sample_name, m.dcgm_scale) for m in GPU_METRICS if m.dcgm is not None
 }
 #: our sample name -> GpuMetric
-BY_NAME: dict[str, GpuMetric] = {m.sample_name: m for m in GPU_METRICS}
 
 
 def throttle_reasons_from_mask(mask: int, supported: int | None = None) -> dict[str, bool]:
