@@ -94,6 +94,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         {"type": int},
     ),
     (
+        "server-max-num-seqs",
+        0,
+        "the server's batch limit (vLLM --max-num-seqs), for the report's low-concurrency rule "
+        "(default: estimated from the KV cache)",
+        {"type": int},
+    ),
+    (
         "record-batch-s",
         1.0,
         "seconds between record batches a worker sends the master",

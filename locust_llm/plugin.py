@@ -428,7 +428,14 @@ def new_run_info(rt: Runtime) -> RunInfo:
             if v
         },
         server_instances=opts.llm_server_instances or max(len(rt.hosts), 1),
-        extra={"machine": socket.gethostname()},
+        extra={
+            "machine": socket.gethostname(),
+            **(
+                {"max_num_seqs": opts.llm_server_max_num_seqs}
+                if opts.llm_server_max_num_seqs
+                else {}
+            ),
+        },
     )
 
 

@@ -142,8 +142,9 @@ MISTRAL_4090 = ("mistral-7b", "rtx4090")
 #: 0.5 s scrapes of running / waiting).
 REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
     # 7B on ~1 TB/s, 64-token prompts: each decode step reads the 14.5 GB of weights (~19 ms);
-    # max-num-seqs 32 so 16 users fill half the batch.
+    # max-num-seqs 32 (told to the report) so 16 users fill half the batch.
     "decode": (Regime(sim=["--max-num-seqs", "32"], sweep=[
+        "--llm-server-max-num-seqs", "32",
         "--llm-concurrency", "4,16", "--llm-stage-requests", "12,48",
         "--llm-max-tokens", "uniform:24,40", "--llm-input-len", "64"]),
         "decode_bound", ("decode dominates", "TPOT avg", "bandwidth utilization")),
@@ -161,6 +162,7 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
         "memory_oom", ("out-of-memory", "GPU memory peaked")),
     # 1 and 4 users against max-num-seqs 256 and ~650 sequences of KV room.
     "low_concurrency": (Regime(sim=["--max-num-seqs", "256"], sweep=[
+        "--llm-server-max-num-seqs", "256",
         "--llm-concurrency", "1,4", "--llm-stage-requests", "6,32",
         "--llm-max-tokens", "uniform:16,48", "--llm-input-len", "64"]),
         "low_concurrency", ("of its limit", "no queue")),
