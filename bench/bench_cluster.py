@@ -89,9 +89,12 @@ def steady_rates(run_dir: Path, warmup_s: float) -> dict[str, float]:
     done_at = ok["start_wall_s"] + ok["e2e_s"]
     window = ok[(ok["start_wall_s"] >= start) & (done_at <= end)]
     span = end - start
-    return {"rps": len(window) / span, "tps": float(window["output_tokens"].sum()) / span,
-            "failed": int((~requests["ok"] & (requests["error_kind"] != "cancelled")).sum()),
-            "window": (start, end)}
+    return {
+        "rps": len(window) / span,
+        "tps": float(window["output_tokens"].sum()) / span,
+        "failed": int((~requests["ok"] & (requests["error_kind"] != "cancelled")).sum()),
+        "window": (start, end),
+    }
 
 
 def one_run(tmp: Path, *, workers: int, sims: int, sim_args: tuple[str, ...], concurrency: int,
@@ -152,8 +155,10 @@ def main() -> int:
     print(f"\nnproc={os.cpu_count()} cpu={cpu_model!r} python={platform.python_version()} "
           f"date={datetime.date.today()} repeat={args.repeat} duration={args.duration}s "
           f"warmup={args.warmup}s")  # fmt: skip
-    print("\n| configuration | req/s (median) | output tok/s (median) | runs (req/s) "
-          "| CPU cores: workers / sims / master (median) | req/s per worker core |")
+    print(
+        "\n| configuration | req/s (median) | output tok/s (median) | runs (req/s) "
+        "| CPU cores: workers / sims / master (median) | req/s per worker core |"
+    )
     print("|---|---:|---:|---|---|---:|")
     medians = {}
     for name, rows in results.items():

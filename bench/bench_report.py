@@ -36,8 +36,13 @@ def main() -> None:
     specs = [replace(s, qps=s.qps * scale) for s in specs]
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        run = make_run(Path(tmp) / "bench", specs, stage_s=stage_s, extra={"max_num_seqs": 128},
-                       roofline={"model": "mistral-7b", "gpu": "rtx4090"})
+        run = make_run(
+            Path(tmp) / "bench",
+            specs,
+            stage_s=stage_s,
+            extra={"max_num_seqs": 128},
+            roofline={"model": "mistral-7b", "gpu": "rtx4090"},
+        )
         made = time.perf_counter() - t0
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         times = []

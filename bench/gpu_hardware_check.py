@@ -66,7 +66,9 @@ def main() -> int:
 
     exporter = subprocess.Popen(
         [sys.executable, "-m", "locust_llm.gpu.cli", "--source", "nvml", "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     samples: list[tuple[str, dict[str, float]]] = []
     phase = ["start"]
@@ -112,14 +114,17 @@ def main() -> int:
         exporter.wait(timeout=10)
 
     print(f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
-    print(f"gpu {info.get('name')} driver {info.get('driver_version')} "
-          f"cuda {info.get('cuda_version')} torch {torch.__version__}")
+    print(
+        f"gpu {info.get('name')} driver {info.get('driver_version')} "
+        f"cuda {info.get('cuda_version')} torch {torch.__version__}"
+    )
     medians: dict[str, dict[str, float]] = {}
     print("phase   n  " + " ".join(f"{k:>9s}" for k in SHOWN))
     for name in ("idle", "matmul", "copy"):
         rows = [v for p, v in samples if p == name]
         medians[name] = {
-            k: statistics.median([r[m] for r in rows if m in r]) if any(m in r for r in rows)
+            k: statistics.median([r[m] for r in rows if m in r])
+            if any(m in r for r in rows)
             else float("nan")
             for k, m in SHOWN.items()
         }

@@ -187,9 +187,7 @@ class LiveStats:
         self.entries: dict[str, EndpointStats] = {}
         self.history: list[dict[str, Any]] = []
 
-    def add(
-        self, record: RequestRecord, itl_values: list[float], itl_weights: list[float]
-    ) -> None:
+    def add(self, record: RequestRecord, itl_values: list[float], itl_weights: list[float]) -> None:
         """Count one finished request (``itl_*``: its per-token ITL samples, see metrics.py)."""
         entry = self.entries.get(record.endpoint)
         if entry is None:

@@ -240,7 +240,11 @@ class StagesShape(LoadTestShape):
         )
         logger.info("locust-llm: stage %d/%d %s", self._index + 1, len(plans), plan.name)
         self._broadcast(
-            rt, stage=self._index, rate=plan.rate or 0.0, start=now, requests=plan.requests,
+            rt,
+            stage=self._index,
+            rate=plan.rate or 0.0,
+            start=now,
+            requests=plan.requests,
             open_loop=plan.rate is not None,
         )
         return True
@@ -252,7 +256,8 @@ class StagesShape(LoadTestShape):
         stage: int,
         rate: float,
         start: float,
-        requests: int | None = None, open_loop: bool = False,
+        requests: int | None = None,
+        open_loop: bool = False,
     ) -> None:
         """Tell every worker (or this process) the stage, its request quota and open-loop rate.
 
@@ -275,7 +280,11 @@ class StagesShape(LoadTestShape):
         quota = None if requests is None else 0
         for worker in workers:
             data = {
-                "stage": stage, "rate": rate, "workers": n, "start": start, "quota": quota,
+                "stage": stage,
+                "rate": rate,
+                "workers": n,
+                "start": start,
+                "quota": quota,
                 "open_loop": open_loop,
             }
             runner.send_message(plugin.MSG_STAGE, data, client_id=worker)

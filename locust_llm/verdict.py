@@ -97,9 +97,7 @@ ACTIONS: dict[str, tuple[str, ...]] = {
         "lighten the locustfile (no heavy per-request Python work); rerun: this stage's "
         "latencies include client delay",
     ),
-    "errors": (
-        "read the failures by kind below; fix them before reading performance numbers",
-    ),
+    "errors": ("read the failures by kind below; fix them before reading performance numbers",),
     "healthy": ("no change needed at this load",),
     "insufficient_data": (
         "scrape the server's /metrics and a GPU exporter (locust-llm gpu-exporter) during the "
@@ -183,8 +181,11 @@ def _lower_neighbour(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) 
     """The stage with the next-lower load (soak stages excluded), or None."""
     load = _load(row)
     lower = [
-        r for r in rows
-        if r.get("kind") != "soak" and not math.isnan(_load(r)) and _load(r) < load
+        r
+        for r in rows
+        if r.get("kind") != "soak"
+        and not math.isnan(_load(r))
+        and _load(r) < load
         and _v(r, "completed") > 0
     ]
     return max(lower, key=_load) if lower else None
@@ -233,10 +234,13 @@ def _saturation(row: Mapping[str, Any], rules: Rules) -> list[str]:
     """Evidence strings for each saturated resource (empty: nothing saturated)."""
     found = []
     if _v(row, "gpu_util") >= rules.saturated_gpu_util:
-        found.append(f"GPU utilization {pct(_v(row, 'gpu_util'))} >= "
-                     f"{pct(rules.saturated_gpu_util)}")
-    for key, label in (("dram_bw_util", "DRAM bandwidth utilization"),
-                       ("model_bw_util", "model bandwidth utilization (roofline / TPOT)")):
+        found.append(
+            f"GPU utilization {pct(_v(row, 'gpu_util'))} >= {pct(rules.saturated_gpu_util)}"
+        )
+    for key, label in (
+        ("dram_bw_util", "DRAM bandwidth utilization"),
+        ("model_bw_util", "model bandwidth utilization (roofline / TPOT)"),
+    ):
         if _v(row, key) >= rules.saturated_bw_util:
             found.append(f"{label} {pct(_v(row, key))} >= {pct(rules.saturated_bw_util)}")
     if _v(row, "kv_cache_usage_max") >= rules.saturated_kv:
@@ -252,8 +256,11 @@ def _overload(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], rules: 
     prev = _lower_neighbour(row, rows)
     if prev is not None and row.get("kind") != "soak":
         gain = _v(row, "qps") / _v(prev, "qps") if _v(prev, "qps") > 0 else math.nan
-        climb = (_v(row, "latency_p99_s") / _v(prev, "latency_p99_s")
-                 if _v(prev, "latency_p99_s") > 0 else math.nan)
+        climb = (
+            _v(row, "latency_p99_s") / _v(prev, "latency_p99_s")
+            if _v(prev, "latency_p99_s") > 0
+            else math.nan
+        )
         if gain <= rules.flat_gain and climb >= rules.latency_climb:
             found.append(
                 f"from load {load_label(prev.get('concurrency'), prev.get('rate'))} to "
@@ -271,8 +278,9 @@ def _overload(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], rules: 
         )
     rate, qps = _v(row, "rate"), _v(row, "qps")
     if rate > 0 and qps < rules.open_loop_shortfall * rate:
-        found.append(f"achieved {num(qps, 2)} req/s of {num(rate, 2)} req/s offered "
-                     f"({pct(qps / rate)})")
+        found.append(
+            f"achieved {num(qps, 2)} req/s of {num(rate, 2)} req/s offered ({pct(qps / rate)})"
+        )
     return found
 
 
@@ -292,24 +300,37 @@ def stage_verdict(
 
     requests = _v(row, "requests")
     if not requests >= rules.min_requests:
-        return verdict("insufficient_data", [
-            f"{num(requests if not math.isnan(requests) else 0)} requests {where} "
-            f"(< {rules.min_requests})"])
+        return verdict(
+            "insufficient_data",
+            [
+                f"{num(requests if not math.isnan(requests) else 0)} requests {where} "
+                f"(< {rules.min_requests})"
+            ],
+        )
     oom = _v(row, "error_rate_oom")
     if oom > 0:
-        evidence = [f"{pct(oom, 1)} of requests {where} failed with out-of-memory "
-                    f"({num(round(oom * requests))} of {num(requests)})"]
-        for key, label in (("gpu_mem_util_max", "GPU memory peaked at"),
-                           ("kv_cache_usage_max", "KV cache peaked at")):
+        evidence = [
+            f"{pct(oom, 1)} of requests {where} failed with out-of-memory "
+            f"({num(round(oom * requests))} of {num(requests)})"
+        ]
+        for key, label in (
+            ("gpu_mem_util_max", "GPU memory peaked at"),
+            ("kv_cache_usage_max", "KV cache peaked at"),
+        ):
             if _has(row, key):
                 evidence.append(f"{label} {pct(_v(row, key))}")
         return verdict("memory_oom", evidence)
     cpu = _v(row, "worker_cpu_max")
     if cpu >= rules.client_cpu:
         who = row.get("worker_cpu_max_id") or "a worker"
-        return verdict("client_bound", [
-            f"Locust worker {who} CPU peaked at {pct(cpu)} {where} (>= {pct(rules.client_cpu)}): "
-            "the load generator, not the server, limits this stage"])
+        return verdict(
+            "client_bound",
+            [
+                f"Locust worker {who} CPU peaked at {pct(cpu)} {where} "
+                f"(>= {pct(rules.client_cpu)}): the load generator, not the server, "
+                "limits this stage"
+            ],
+        )
     rate = _v(row, "error_rate")
     if rate > rules.error_rate:
         kinds = [(k, _v(row, f"error_rate_{k}")) for k in ERROR_KINDS]
@@ -321,12 +342,14 @@ def stage_verdict(
             [ERROR_ACTIONS[k] for k, _ in kinds if k in ERROR_ACTIONS],
         )
     if not any(_has(row, s) for s in SERVER_SIGNALS):
-        evidence = [f"no server telemetry {where} (none of {', '.join(SERVER_SIGNALS)}): "
-                    "the bottleneck cannot be told from client timings",
-                    f"client timings {where}: QPS {num(_v(row, 'qps'))}, E2E avg "
-                    f"{ms(_v(row, 'latency_avg_s'))} ms (P99 {ms(_v(row, 'latency_p99_s'))} ms), "
-                    f"TTFT avg {ms(_v(row, 'ttft_avg_s'))} ms, TPOT avg "
-                    f"{ms(_v(row, 'tpot_avg_s'), 1)} ms"]
+        evidence = [
+            f"no server telemetry {where} (none of {', '.join(SERVER_SIGNALS)}): "
+            "the bottleneck cannot be told from client timings",
+            f"client timings {where}: QPS {num(_v(row, 'qps'))}, E2E avg "
+            f"{ms(_v(row, 'latency_avg_s'))} ms (P99 {ms(_v(row, 'latency_p99_s'))} ms), "
+            f"TTFT avg {ms(_v(row, 'ttft_avg_s'))} ms, TPOT avg "
+            f"{ms(_v(row, 'tpot_avg_s'), 1)} ms",
+        ]
         overload = _overload(row, rows, rules)
         if overload:
             evidence.append("client timings alone: " + "; ".join(overload))
@@ -334,31 +357,46 @@ def stage_verdict(
     phase, phase_text = _phase(row, rules)
     overload = _overload(row, rows, rules)
     if overload:
-        return verdict("overloaded", [*overload, f"bottleneck phase: {phase_text}"],
-                       ACTIONS[phase][:2])
+        return verdict(
+            "overloaded", [*overload, f"bottleneck phase: {phase_text}"], ACTIONS[phase][:2]
+        )
     waiting, running = _v(row, "waiting"), _v(row, "running")
     limit, limit_text = batch_limit(row, max_num_seqs)
-    no_queue = (not waiting >= rules.no_queue_waiting  # NaN waiting: no queue reported
-                or waiting < min(1.0, rules.no_queue_share * running))
+    no_queue = (
+        not waiting >= rules.no_queue_waiting  # NaN waiting: no queue reported
+        or waiting < min(1.0, rules.no_queue_share * running)
+    )
     if no_queue:
         if not math.isnan(limit) and running <= rules.low_batch_fraction * limit:
-            return verdict("low_concurrency", [
-                f"batch {num(running)} running {where} is {pct(running / limit)} of its limit "
-                f"({limit_text}); <= {pct(rules.low_batch_fraction)}",
-                f"no queue: {num(waiting)} waiting; KV cache max "
-                f"{pct(_v(row, 'kv_cache_usage_max'))}",
-                f"QPS {num(_v(row, 'qps'))}, E2E avg {ms(_v(row, 'latency_avg_s'))} ms"])
+            return verdict(
+                "low_concurrency",
+                [
+                    f"batch {num(running)} running {where} is {pct(running / limit)} of its limit "
+                    f"({limit_text}); <= {pct(rules.low_batch_fraction)}",
+                    f"no queue: {num(waiting)} waiting; KV cache max "
+                    f"{pct(_v(row, 'kv_cache_usage_max'))}",
+                    f"QPS {num(_v(row, 'qps'))}, E2E avg {ms(_v(row, 'latency_avg_s'))} ms",
+                ],
+            )
         if math.isnan(limit) and _v(row, "gpu_util") < 0.5:
-            return verdict("low_concurrency", [
-                f"GPU utilization {pct(_v(row, 'gpu_util'))} {where} with no queue "
-                f"({num(waiting)} waiting)"])
+            return verdict(
+                "low_concurrency",
+                [
+                    f"GPU utilization {pct(_v(row, 'gpu_util'))} {where} with no queue "
+                    f"({num(waiting)} waiting)"
+                ],
+            )
     saturated = _saturation(row, rules)
     if saturated:
         return verdict(phase, [*saturated, phase_text])
-    return verdict("healthy", [
-        f"nothing saturated {where}: GPU utilization {pct(_v(row, 'gpu_util'))}, KV cache max "
-        f"{pct(_v(row, 'kv_cache_usage_max'))}, {num(waiting)} waiting; error rate "
-        f"{pct(rate, 1)}"])
+    return verdict(
+        "healthy",
+        [
+            f"nothing saturated {where}: GPU utilization {pct(_v(row, 'gpu_util'))}, KV cache max "
+            f"{pct(_v(row, 'kv_cache_usage_max'))}, {num(waiting)} waiting; error rate "
+            f"{pct(rate, 1)}"
+        ],
+    )
 
 
 def stage_verdicts(
@@ -381,13 +419,15 @@ def overall_verdict(
         for v in verdicts:
             if v.kind == kind:
                 return Verdict(kind, v.evidence, v.actions, None)
-    usable = [r for r, v in zip(rows, verdicts, strict=True)
-              if v.kind != "insufficient_data" or _v(r, "requests") >= rules.min_requests]
+    usable = [
+        r
+        for r, v in zip(rows, verdicts, strict=True)
+        if v.kind != "insufficient_data" or _v(r, "requests") >= rules.min_requests
+    ]
     if not usable:
         evidence = [e for v in verdicts for e in v.evidence] or ["the run has no stages"]
         return Verdict("insufficient_data", tuple(evidence[:3]), ACTIONS["insufficient_data"])
-    top = max(usable, key=lambda r: (_load(r) if not math.isnan(_load(r)) else -1,
-                                     int(r["stage"])))
+    top = max(usable, key=lambda r: (_load(r) if not math.isnan(_load(r)) else -1, int(r["stage"])))
     chosen = by_stage[int(top["stage"])]
     evidence = list(chosen.evidence)
     actions = list(chosen.actions)
@@ -395,7 +435,9 @@ def overall_verdict(
         at_cap = by_stage[cap_stage]
         cap_row = next(r for r in rows if int(r["stage"]) == cap_stage)
         cap_load = load_label(cap_row.get("concurrency"), cap_row.get("rate"))
-        evidence.append(f"at the recommended cap (load {cap_load}) the verdict is "
-                        f"{at_cap.kind}: " + "; ".join(at_cap.evidence))
+        evidence.append(
+            f"at the recommended cap (load {cap_load}) the verdict is "
+            f"{at_cap.kind}: " + "; ".join(at_cap.evidence)
+        )
         actions += [a for a in at_cap.actions if a not in actions]
     return Verdict(chosen.kind, tuple(evidence), tuple(actions), None)

@@ -70,7 +70,7 @@ def metric_value(text: str, name: str) -> float:
     """Sum of every sample of ``name`` in Prometheus text (0.0 when there is none)."""
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
             total += float(line.rsplit(" ", 1)[1])
     return total
 

@@ -58,7 +58,11 @@ def free_port() -> int:
 
 
 def run_distributed(
-    locustfile: str, master_args: list[str], *, workers: int, worker_cwd: Path,
+    locustfile: str,
+    master_args: list[str],
+    *,
+    workers: int,
+    worker_cwd: Path,
     timeout: float = 120,
 ) -> tuple[int, str]:
     """A headless Locust master (cwd = repo root) and ``workers`` workers (cwd = ``worker_cwd``,

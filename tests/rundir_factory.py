@@ -84,11 +84,20 @@ def server_stage(m: ServerModel, c: int) -> StageSpec:
     busy = min(1.0, x * gpu_per_req)
     running = min(float(c), x * (p + (m.output_tokens - 1) * tpot))
     return StageSpec(
-        concurrency=c, qps=x, e2e_mean_s=e2e, e2e_p99_s=e2e * m.spread, ttft_share=ttft / e2e,
-        input_tokens=m.input_tokens, output_tokens=m.output_tokens,
-        gpu_util=0.99 * busy, mem_util=m.mem_util, dram_bw=0.85 * busy * (1 - rho_p),
+        concurrency=c,
+        qps=x,
+        e2e_mean_s=e2e,
+        e2e_p99_s=e2e * m.spread,
+        ttft_share=ttft / e2e,
+        input_tokens=m.input_tokens,
+        output_tokens=m.output_tokens,
+        gpu_util=0.99 * busy,
+        mem_util=m.mem_util,
+        dram_bw=0.85 * busy * (1 - rho_p),
         kv=min(1.0, running * (m.input_tokens + m.output_tokens / 2) / m.kv_tokens),
-        running=running, waiting=max(0.0, c - running), worker_cpu=min(1.0, x * m.cpu_per_rps),
+        running=running,
+        waiting=max(0.0, c - running),
+        worker_cpu=min(1.0, x * m.cpu_per_rps),
         preemptions_per_s=2.0 if full else 0.0,
     )
 
@@ -98,9 +107,13 @@ PREFILL = ServerModel(input_tokens=4000, output_tokens=16, prefill_s_per_token=0
 SMALL_KV = ServerModel(kv_tokens=40 * 256, max_num_seqs=256)
 
 #: The source document's example table: concurrency, QPS, avg ms, P99 ms, GPU util, mem util.
-SEED_TABLE = ((1, 10, 100, 120, 0.30, 0.40), (10, 95, 105, 150, 0.85, 0.70),
-              (50, 400, 125, 200, 0.95, 0.85), (100, 450, 222, 350, 0.98, 0.92),
-              (200, 420, 476, 800, 0.99, 0.95))
+SEED_TABLE = (
+    (1, 10, 100, 120, 0.30, 0.40),
+    (10, 95, 105, 150, 0.85, 0.70),
+    (50, 400, 125, 200, 0.95, 0.85),
+    (100, 450, 222, 350, 0.98, 0.92),
+    (200, 420, 476, 800, 0.99, 0.95),
+)
 
 
 def seed_specs(max_num_seqs: int = 128) -> list[StageSpec]:
@@ -108,11 +121,23 @@ def seed_specs(max_num_seqs: int = 128) -> list[StageSpec]:
     out = []
     for c, qps, avg, p99, gpu, mem in SEED_TABLE:
         running = min(c, max_num_seqs)
-        out.append(StageSpec(concurrency=c, qps=qps, e2e_mean_s=avg / 1e3, e2e_p99_s=p99 / 1e3,
-                             ttft_share=0.1, output_tokens=32, gpu_util=gpu, mem_util=mem,
-                             dram_bw=0.8 * gpu, kv=min(1.0, running / max_num_seqs),
-                             running=running, waiting=float(max(0, c - max_num_seqs)),
-                             worker_cpu=0.3))
+        out.append(
+            StageSpec(
+                concurrency=c,
+                qps=qps,
+                e2e_mean_s=avg / 1e3,
+                e2e_p99_s=p99 / 1e3,
+                ttft_share=0.1,
+                output_tokens=32,
+                gpu_util=gpu,
+                mem_util=mem,
+                dram_bw=0.8 * gpu,
+                kv=min(1.0, running / max_num_seqs),
+                running=running,
+                waiting=float(max(0, c - max_num_seqs)),
+                worker_cpu=0.3,
+            )
+        )
     return out
 
 
@@ -127,8 +152,7 @@ def regime(name: str) -> tuple[list[StageSpec], dict]:
         specs[-1] = replace(specs[-1], errors={"oom": 0.05}, mem_util=0.97)
         return specs, {}
     if name == "low_concurrency":
-        return ([server_stage(DECODE, c) for c in (1, 2, 4)],
-                {"extra": {"max_num_seqs": 128}})
+        return ([server_stage(DECODE, c) for c in (1, 2, 4)], {"extra": {"max_num_seqs": 128}})
     if name == "overloaded":
         return [server_stage(SMALL_KV, c) for c in (8, 32, 128)], {}
     if name == "client_bound":
@@ -165,31 +189,51 @@ def _records(spec: Stage, s: StageSpec, rng: np.random.Generator, workers: int) 
     ok[fail] = False
     names = [k for k, share in s.errors.items() for _ in range(round(n_err * share / err_share))]
     kinds[fail[: len(names)]] = names
-    kinds[fail[len(names):]] = next(iter(s.errors), "")
+    kinds[fail[len(names) :]] = next(iter(s.errors), "")
     ttft = e2e * s.ttft_share * rng.uniform(0.9, 1.1, n)
     ttft = np.minimum(ttft, e2e * 0.99)
     out_tok = np.full(n, s.output_tokens, dtype=np.int64)
     tpot = (e2e - ttft) / max(s.output_tokens - 1, 1)
     for arr in (ttft, tpot):
         arr[~ok] = np.nan
-    frame = pd.DataFrame({
-        "request_id": [f"{spec.index}-{i}" for i in range(n)], "endpoint": "/v1/chat/completions",
-        "model": "synthetic", "worker_id": [f"w{i % workers + 1}" for i in range(n)],
-        "user_id": np.arange(n) % max(s.concurrency, 1), "stage": spec.index,
-        "start_wall_s": start, "scheduled_wall_s": np.nan, "ok": ok,
-        "status_code": np.where(ok, 200, 500), "error_kind": kinds, "error_message": "",
-        "ttft_s": ttft, "ttfc_s": ttft, "e2e_s": e2e, "first_token_s": ttft,
-        "last_token_s": np.where(ok, e2e, np.nan), "tpot_s": tpot, "itl_mean_s": tpot,
-        "itl_p50_s": tpot, "itl_p99_s": tpot * 1.5, "itl_max_s": tpot * 3,
-        "chunks": np.where(ok, out_tok, 0), "input_tokens": s.input_tokens,
-        "output_tokens": np.where(ok, out_tok, 0), "reasoning_tokens": 0,
-        "tokens_estimated": False, "input_tokens_estimated": False,
-    })
+    frame = pd.DataFrame(
+        {
+            "request_id": [f"{spec.index}-{i}" for i in range(n)],
+            "endpoint": "/v1/chat/completions",
+            "model": "synthetic",
+            "worker_id": [f"w{i % workers + 1}" for i in range(n)],
+            "user_id": np.arange(n) % max(s.concurrency, 1),
+            "stage": spec.index,
+            "start_wall_s": start,
+            "scheduled_wall_s": np.nan,
+            "ok": ok,
+            "status_code": np.where(ok, 200, 500),
+            "error_kind": kinds,
+            "error_message": "",
+            "ttft_s": ttft,
+            "ttfc_s": ttft,
+            "e2e_s": e2e,
+            "first_token_s": ttft,
+            "last_token_s": np.where(ok, e2e, np.nan),
+            "tpot_s": tpot,
+            "itl_mean_s": tpot,
+            "itl_p50_s": tpot,
+            "itl_p99_s": tpot * 1.5,
+            "itl_max_s": tpot * 3,
+            "chunks": np.where(ok, out_tok, 0),
+            "input_tokens": s.input_tokens,
+            "output_tokens": np.where(ok, out_tok, 0),
+            "reasoning_tokens": 0,
+            "tokens_estimated": False,
+            "input_tokens_estimated": False,
+        }
+    )
     return frame[list(RECORD_FIELDS)]
 
 
-def _telemetry(stage: Stage, s: StageSpec, rng: np.random.Generator, workers: int,
-               interval_s: float) -> list[pd.DataFrame]:
+def _telemetry(
+    stage: Stage, s: StageSpec, rng: np.random.Generator, workers: int, interval_s: float
+) -> list[pd.DataFrame]:
     t = np.arange(stage.start_wall_s, stage.end_wall_s, interval_s)
     n = t.size
 
@@ -200,8 +244,11 @@ def _telemetry(stage: Stage, s: StageSpec, rng: np.random.Generator, workers: in
     parts = []
 
     def add(source: str, signal: str, gpu: str, values: np.ndarray) -> None:
-        parts.append(pd.DataFrame({"time_s": t, "source": source, "signal": signal, "gpu": gpu,
-                                   "value": values}))
+        parts.append(
+            pd.DataFrame(
+                {"time_s": t, "source": source, "signal": signal, "gpu": gpu, "value": values}
+            )
+        )
 
     gpu_src, srv = "http://127.0.0.1:9400/metrics", "http://127.0.0.1:8000/metrics"
     if s.gpu_util is not None:
@@ -246,19 +293,44 @@ def make_run(
     stages, t = [], start_wall_s
     for i, s in enumerate(specs):
         dur = stage_s if s.kind != "soak" else max(stage_s, 600.0)
-        stages.append(Stage(index=i, name=f"stage-{i}", start_wall_s=t, end_wall_s=t + dur,
-                            concurrency=s.concurrency, warmup_s=warmup_s, kind=s.kind))
+        stages.append(
+            Stage(
+                index=i,
+                name=f"stage-{i}",
+                start_wall_s=t,
+                end_wall_s=t + dur,
+                concurrency=s.concurrency,
+                warmup_s=warmup_s,
+                kind=s.kind,
+            )
+        )
         t += dur
-    info = RunInfo(run_id=path.name, model="synthetic", start_wall_s=start_wall_s, end_wall_s=t,
-                   workers=[f"w{i + 1}" for i in range(workers)], stages=stages,
-                   roofline=roofline or {}, extra=extra or {}, server_instances=server_instances)
+    info = RunInfo(
+        run_id=path.name,
+        model="synthetic",
+        start_wall_s=start_wall_s,
+        end_wall_s=t,
+        workers=[f"w{i + 1}" for i in range(workers)],
+        stages=stages,
+        roofline=roofline or {},
+        extra=extra or {},
+        server_instances=server_instances,
+    )
     write_run_info(path, info)
-    reqs = pd.concat([_records(st, s, rng, workers) for st, s in zip(stages, specs, strict=True)],
-                     ignore_index=True)
+    reqs = pd.concat(
+        [_records(st, s, rng, workers) for st, s in zip(stages, specs, strict=True)],
+        ignore_index=True,
+    )
     reqs.to_parquet(path / REQUESTS_FILE, index=False)
     if telemetry:
-        tel = pd.concat([p for st, s in zip(stages, specs, strict=True)
-                         for p in _telemetry(st, s, rng, workers, interval_s)], ignore_index=True)
+        tel = pd.concat(
+            [
+                p
+                for st, s in zip(stages, specs, strict=True)
+                for p in _telemetry(st, s, rng, workers, interval_s)
+            ],
+            ignore_index=True,
+        )
         if gap is not None:
             rel = tel["time_s"] - start_wall_s
             tel.loc[(rel >= gap[0]) & (rel < gap[1]), "value"] = np.nan

@@ -59,7 +59,7 @@ def test_worker_sigkill_mid_stage_is_named_with_its_in_flight_requests(tmp_path:
         info, requests = read_run(run_dir)
         counts = locust_counts(survivor)
         assert len(counts) == 1, survivor.text()[-2000:]
-        (survivor_id, survivor_count), = counts.items()
+        ((survivor_id, survivor_count),) = counts.items()
         lost_id = next(w for w in info["workers"] if w != survivor_id)
         # the lost worker is named, with its 2 users' requests that were in flight
         assert info["lost_workers"] == {lost_id: 2}

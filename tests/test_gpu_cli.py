@@ -24,9 +24,21 @@ def parse(text: str) -> dict[str, list]:
 
 def test_http_scrape_on_port_0_parses_and_shuts_down_cleanly() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "locust_llm.gpu.cli", "--source", "fake", "--fake-gpus", "2",
-         "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "locust_llm.gpu.cli",
+            "--source",
+            "fake",
+            "--fake-gpus",
+            "2",
+            "--port",
+            "0",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         url = proc.stdout.readline().strip()  # first stdout line: the URL

@@ -56,8 +56,12 @@ def test_nan_is_missing_data() -> None:
 def test_every_table_metric_is_served_when_the_source_has_it() -> None:
     values = {m.field: 0.25 for m in GPU_METRICS}
     gpu = GpuSample(3, "GPU-x", name="H", **values)
-    sample = HostSample(gpus=[gpu], host_cpu_utilization_ratio=0.5,
-                        host_memory_used_bytes=1e9, host_memory_total_bytes=4e9)
+    sample = HostSample(
+        gpus=[gpu],
+        host_cpu_utilization_ratio=0.5,
+        host_memory_used_bytes=1e9,
+        host_memory_total_bytes=4e9,
+    )
     registry = registry_for(StaticSource(sample))
     for metric in GPU_METRICS:
         assert registry.get_sample_value(metric.sample_name, {"gpu": "3", "uuid": "GPU-x"}) == 0.25

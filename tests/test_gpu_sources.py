@@ -82,12 +82,15 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_replay_serves_the_row_in_force(tmp_path: Path) -> None:
-    path = write(tmp_path, (
-        "t_s,gpu,uuid,utilization_ratio,power_watts,throttle_reasons,host_cpu_utilization_ratio\n"
-        "0,0,GPU-a,0.1,100,gpu_idle,0.2\n"
-        "0,1,GPU-b,0.2,,,\n"
-        "2,0,GPU-a,0.9,400,sw_power_cap;hw_slowdown,0.7\n"
-    ))
+    path = write(
+        tmp_path,
+        (
+            "t_s,gpu,uuid,utilization_ratio,power_watts,throttle_reasons,host_cpu_utilization_ratio\n"
+            "0,0,GPU-a,0.1,100,gpu_idle,0.2\n"
+            "0,1,GPU-b,0.2,,,\n"
+            "2,0,GPU-a,0.9,400,sw_power_cap;hw_slowdown,0.7\n"
+        ),
+    )
     clock = Clock()
     source = ReplaySource(path, clock=clock)
     clock.t = 1.0
@@ -163,12 +166,18 @@ def test_dcgm_table_covers_every_metric_with_unit_factors() -> None:
     assert names.DCGM_TO_OURS["DCGM_FI_DEV_GPU_UTIL"] == ("nvml_gpu_utilization_ratio", 0.01)
     assert names.DCGM_TO_OURS["DCGM_FI_DEV_FB_USED"] == ("nvml_memory_used_bytes", 1024 * 1024)
     assert names.DCGM_TO_OURS["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == (
-        "nvml_energy_consumption_joules_total", 0.001)
+        "nvml_energy_consumption_joules_total",
+        0.001,
+    )
     assert names.DCGM_TO_OURS["DCGM_FI_PROF_DRAM_ACTIVE"] == (
-        "nvml_dram_bandwidth_utilization_ratio", 1.0)
+        "nvml_dram_bandwidth_utilization_ratio",
+        1.0,
+    )
     assert len(names.DCGM_TO_OURS) == len(names.GPU_METRICS)  # one-to-one
     assert all(m.name.startswith("nvml_") for m in names.GPU_METRICS)
     assert names.throttle_reasons_from_mask(0x005, supported=0x00F) == {
-        "gpu_idle": True, "applications_clocks_setting": False,
-        "sw_power_cap": True, "hw_slowdown": False,
+        "gpu_idle": True,
+        "applications_clocks_setting": False,
+        "sw_power_cap": True,
+        "hw_slowdown": False,
     }

@@ -143,45 +143,141 @@ MISTRAL_4090 = ("mistral-7b", "rtx4090")
 REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
     # 7B on ~1 TB/s, 64-token prompts: each decode step reads the 14.5 GB of weights (~19 ms);
     # max-num-seqs 32 (told to the report) so 16 users fill half the batch.
-    "decode": (Regime(sim=["--max-num-seqs", "32"], sweep=[
-        "--llm-server-max-num-seqs", "32",
-        "--llm-concurrency", "4,16", "--llm-stage-requests", "12,48",
-        "--llm-max-tokens", "uniform:24,40", "--llm-input-len", "64"]),
-        "decode_bound", ("decode dominates", "TPOT avg", "bandwidth utilization")),
+    "decode": (
+        Regime(
+            sim=["--max-num-seqs", "32"],
+            sweep=[
+                "--llm-server-max-num-seqs",
+                "32",
+                "--llm-concurrency",
+                "4,16",
+                "--llm-stage-requests",
+                "12,48",
+                "--llm-max-tokens",
+                "uniform:24,40",
+                "--llm-input-len",
+                "64",
+            ],
+        ),
+        "decode_bound",
+        ("decode dominates", "TPOT avg", "bandwidth utilization"),
+    ),
     # 2048-token prompts, 4-token answers on an H100: one prompt fills the 2048-token step
     # budget (~55 ms of compute), so 8 users queue behind each other's prefills.
-    "prefill": (Regime(sim=["--max-num-batched-tokens", "2048"], sweep=[
-        "--llm-concurrency", "1,8", "--llm-stage-requests", "12,64",
-        "--llm-max-tokens", "4", "--llm-input-len", "2048"], roofline=("mistral-7b", "h100-sxm")),
-        "prefill_bound", ("prefill dominates",)),
+    "prefill": (
+        Regime(
+            sim=["--max-num-batched-tokens", "2048"],
+            sweep=[
+                "--llm-concurrency",
+                "1,8",
+                "--llm-stage-requests",
+                "12,64",
+                "--llm-max-tokens",
+                "4",
+                "--llm-input-len",
+                "2048",
+            ],
+            roofline=("mistral-7b", "h100-sxm"),
+        ),
+        "prefill_bound",
+        ("prefill dominates",),
+    ),
     # --gpu-memory-utilization 0.62 leaves 200 KV blocks (3,200 tokens) beside 14.5 GB of
     # weights: ~5 sequences of 512 + 64 tokens; 8 users overflow it and --oom fails them.
-    "oom": (Regime(sim=["--oom", "--gpu-memory-utilization", "0.62"], sweep=[
-        "--llm-concurrency", "2,8", "--llm-stage-requests", "6,24",
-        "--llm-max-tokens", "64", "--llm-input-len", "512"]),
-        "memory_oom", ("out-of-memory", "GPU memory peaked")),
+    "oom": (
+        Regime(
+            sim=["--oom", "--gpu-memory-utilization", "0.62"],
+            sweep=[
+                "--llm-concurrency",
+                "2,8",
+                "--llm-stage-requests",
+                "6,24",
+                "--llm-max-tokens",
+                "64",
+                "--llm-input-len",
+                "512",
+            ],
+        ),
+        "memory_oom",
+        ("out-of-memory", "GPU memory peaked"),
+    ),
     # 1 and 4 users against max-num-seqs 256 and ~650 sequences of KV room.
-    "low_concurrency": (Regime(sim=["--max-num-seqs", "256"], sweep=[
-        "--llm-server-max-num-seqs", "256",
-        "--llm-concurrency", "1,4", "--llm-stage-requests", "6,32",
-        "--llm-max-tokens", "uniform:16,48", "--llm-input-len", "64"]),
-        "low_concurrency", ("of its limit", "no queue")),
+    "low_concurrency": (
+        Regime(
+            sim=["--max-num-seqs", "256"],
+            sweep=[
+                "--llm-server-max-num-seqs",
+                "256",
+                "--llm-concurrency",
+                "1,4",
+                "--llm-stage-requests",
+                "6,32",
+                "--llm-max-tokens",
+                "uniform:16,48",
+                "--llm-input-len",
+                "64",
+            ],
+        ),
+        "low_concurrency",
+        ("of its limit", "no queue"),
+    ),
     # 64 KV blocks (1,024 tokens) hold ~6 sequences of 128 + 32 tokens; 24 users queue and
     # preempt each other.
-    "overloaded": (Regime(sim=["--num-gpu-blocks-override", "64"], sweep=[
-        "--llm-concurrency", "4,24", "--llm-stage-requests", "8,48",
-        "--llm-max-tokens", "uniform:24,40", "--llm-input-len", "128"]),
-        "overloaded", ("waiting", "preemptions")),
+    "overloaded": (
+        Regime(
+            sim=["--num-gpu-blocks-override", "64"],
+            sweep=[
+                "--llm-concurrency",
+                "4,24",
+                "--llm-stage-requests",
+                "8,48",
+                "--llm-max-tokens",
+                "uniform:24,40",
+                "--llm-input-len",
+                "128",
+            ],
+        ),
+        "overloaded",
+        ("waiting", "preemptions"),
+    ),
     # Users that burn 0.2 s of CPU per request (HEAVY_LOCUSTFILE): the client saturates.
-    "client_bound": (Regime(sim=[], sweep=[
-        "--llm-concurrency", "8", "--llm-stage-duration", "7",
-        "--llm-max-tokens", "16", "--llm-input-len", "64"], locustfile=HEAVY_LOCUSTFILE),
-        "client_bound", ("CPU",)),
+    "client_bound": (
+        Regime(
+            sim=[],
+            sweep=[
+                "--llm-concurrency",
+                "8",
+                "--llm-stage-duration",
+                "7",
+                "--llm-max-tokens",
+                "16",
+                "--llm-input-len",
+                "64",
+            ],
+            locustfile=HEAVY_LOCUSTFILE,
+        ),
+        "client_bound",
+        ("CPU",),
+    ),
     # The decode-bound server again, with the /metrics scrape switched off.
-    "no_telemetry": (Regime(sim=["--max-num-seqs", "32"], sweep=[
-        "--llm-concurrency", "4,16", "--llm-stage-requests", "12,48",
-        "--llm-max-tokens", "uniform:24,40", "--llm-input-len", "64"], metrics=False),
-        "insufficient_data", ("no server telemetry", "client timings")),
+    "no_telemetry": (
+        Regime(
+            sim=["--max-num-seqs", "32"],
+            sweep=[
+                "--llm-concurrency",
+                "4,16",
+                "--llm-stage-requests",
+                "12,48",
+                "--llm-max-tokens",
+                "uniform:24,40",
+                "--llm-input-len",
+                "64",
+            ],
+            metrics=False,
+        ),
+        "insufficient_data",
+        ("no server telemetry", "client timings"),
+    ),
 }
 
 

@@ -18,8 +18,9 @@ from locust_llm.report.tables import Slo
 
 @pytest.fixture(scope="module")
 def seed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_run(tmp_path_factory.mktemp("c") / "seed", seed_specs(), stage_s=4,
-                    extra={"max_num_seqs": 128})
+    return make_run(
+        tmp_path_factory.mktemp("c") / "seed", seed_specs(), stage_s=4, extra={"max_num_seqs": 128}
+    )
 
 
 def test_seed_sweep_reading_and_conclusion(seed_run: Path, tmp_path: Path, capsys) -> None:
@@ -37,22 +38,52 @@ def test_seed_sweep_reading_and_conclusion(seed_run: Path, tmp_path: Path, capsy
     assert {a["name"] for a in summary["alerts"]} == {"gpu_util", "gpu_mem"}
     assert (tmp_path / "stages.csv").read_text().startswith("stage,name,kind,concurrency")
     html = (tmp_path / "report.html").read_text()
-    assert html.count("<svg") >= 8 and "cap 100" in html and "http" not in html.split(
-        "<body>")[1].replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert (
+        html.count("<svg") >= 8
+        and "cap 100" in html
+        and "http" not in html.split("<body>")[1].replace('xmlns="http://www.w3.org/2000/svg"', "")
+    )
 
 
 def test_alert_overrides_and_exit_zero(seed_run: Path, tmp_path: Path) -> None:
-    assert main(["report", str(seed_run), "--out", str(tmp_path),
-                 "--alert", "gpu_util=off,gpu_mem=99%"]) == 0
-    assert main(["report", str(seed_run), "--out", str(tmp_path),
-                 "--alert", "gpu_util=off,gpu_mem=off", "--slo", "e2e=0.3"]) == 3  # P99 E2E
+    assert (
+        main(
+            ["report", str(seed_run), "--out", str(tmp_path), "--alert", "gpu_util=off,gpu_mem=99%"]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "report",
+                str(seed_run),
+                "--out",
+                str(tmp_path),
+                "--alert",
+                "gpu_util=off,gpu_mem=off",
+                "--slo",
+                "e2e=0.3",
+            ]
+        )
+        == 3
+    )  # P99 E2E
 
 
 def test_slo_moves_the_cap() -> None:
-    rows = [{"stage": i, "kind": "step", "concurrency": c, "qps": q, "completed": 10,
-             "latency_p99_s": p, "error_rate": 0.0}
-            for i, (c, q, p) in enumerate([(1, 10, .12), (10, 95, .15), (50, 400, .2),
-                                           (100, 450, .35), (200, 420, .8)])]
+    rows = [
+        {
+            "stage": i,
+            "kind": "step",
+            "concurrency": c,
+            "qps": q,
+            "completed": 10,
+            "latency_p99_s": p,
+            "error_rate": 0.0,
+        }
+        for i, (c, q, p) in enumerate(
+            [(1, 10, 0.12), (10, 95, 0.15), (50, 400, 0.2), (100, 450, 0.35), (200, 420, 0.8)]
+        )
+    ]
     assert find_knee(rows).conclusion == "best concurrency 50-100; cap concurrency at 100"
     tight = find_knee(rows, slo=Slo(e2e_s=0.25))
     assert tight.cap == "50" and "misses the SLOs" in tight.notes[0]
@@ -60,14 +91,17 @@ def test_slo_moves_the_cap() -> None:
 
 @pytest.mark.parametrize(
     ("break_it", "message"),
-    [(lambda d: (d / "requests.parquet").unlink(), "requests.parquet: missing"),
-     (lambda d: (d / "requests.parquet").write_bytes(b"garbage"), "requests.parquet: corrupt"),
-     (lambda d: (d / "telemetry.parquet").write_bytes(b"PAR1xx"), "telemetry.parquet: corrupt"),
-     (lambda d: (d / "run.json").write_text("{"), "run.json: corrupt"),
-     (lambda d: (d / "run.json").unlink(), "run.json: missing")],
+    [
+        (lambda d: (d / "requests.parquet").unlink(), "requests.parquet: missing"),
+        (lambda d: (d / "requests.parquet").write_bytes(b"garbage"), "requests.parquet: corrupt"),
+        (lambda d: (d / "telemetry.parquet").write_bytes(b"PAR1xx"), "telemetry.parquet: corrupt"),
+        (lambda d: (d / "run.json").write_text("{"), "run.json: corrupt"),
+        (lambda d: (d / "run.json").unlink(), "run.json: missing"),
+    ],
 )
-def test_bad_run_dir_is_one_line_naming_the_file(tmp_path: Path, capsys, break_it,
-                                                 message: str) -> None:
+def test_bad_run_dir_is_one_line_naming_the_file(
+    tmp_path: Path, capsys, break_it, message: str
+) -> None:
     specs, kw = regime("decode")
     run = make_run(tmp_path / "bad", specs, stage_s=5, **kw)
     break_it(run)
@@ -90,8 +124,19 @@ def test_soak_drift_verdict(tmp_path: Path) -> None:
     drifting = replace(steady, drift_pct_per_h=300.0)
     for spec, kind in ((steady, "healthy"), (drifting, "unstable")):
         run = make_run(tmp_path / kind, [spec], stage_s=600)
-        assert main(["report", str(run), "--out", str(tmp_path / f"o-{kind}"),
-                     "--alert", "gpu_util=off"]) == 0
+        assert (
+            main(
+                [
+                    "report",
+                    str(run),
+                    "--out",
+                    str(tmp_path / f"o-{kind}"),
+                    "--alert",
+                    "gpu_util=off",
+                ]
+            )
+            == 0
+        )
         soak = json.loads((tmp_path / f"o-{kind}" / "summary.json").read_text())["soak"][0]
         assert soak["verdict"]["kind"] == kind
     assert soak["p99_drift_pct_per_h"] > 100
@@ -102,8 +147,21 @@ def test_compare_gain_per_instance(tmp_path: Path) -> None:
     one = make_run(tmp_path / "one", specs, stage_s=20, **kw)
     doubled = [replace(s, qps=s.qps * 1.8) for s in specs]
     two = make_run(tmp_path / "two", doubled, stage_s=20, server_instances=2, **kw)
-    assert main(["report", str(one), "--compare", str(two), "--out", str(tmp_path / "o"),
-                 "--alert", "gpu_util=off"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(one),
+                "--compare",
+                str(two),
+                "--out",
+                str(tmp_path / "o"),
+                "--alert",
+                "gpu_util=off",
+            ]
+        )
+        == 0
+    )
     rows = json.loads((tmp_path / "o" / "summary.json").read_text())["comparison"]
     assert rows[1]["instances"] == 2
     assert rows[1]["gain"] == pytest.approx(1.8, rel=0.05)

@@ -20,25 +20,49 @@ from locust_llm.report.tables import COLUMNS, Slo
 
 @pytest.fixture(scope="module")
 def seed_report(tmp_path_factory: pytest.TempPathFactory):
-    run = make_run(tmp_path_factory.mktemp("r") / "seed", seed_specs(), stage_s=4,
-                   extra={"max_num_seqs": 128}, roofline={"model": "mistral-7b", "gpu": "rtx4090"})
+    run = make_run(
+        tmp_path_factory.mktemp("r") / "seed",
+        seed_specs(),
+        stage_s=4,
+        extra={"max_num_seqs": 128},
+        roofline={"model": "mistral-7b", "gpu": "rtx4090"},
+    )
     return build_report(load_run(run), slo=Slo(ttft_s=0.05, e2e_s=0.3))
 
 
 def test_every_issue_column_is_in_the_table(seed_report) -> None:
     assert list(seed_report.table.columns) == list(COLUMNS)
-    for col in ("qps", "output_tps", "total_tps", "latency_p90_s", "latency_p95_s",
-                "ttft_p99_s", "tpot_p99_s", "itl_p99_s", "error_rate_oom", "goodput_rps",
-                "dispatch_delay_p99_s", "gpu_mem_util_max", "dram_bw_util", "model_bw_util",
-                "kv_cache_usage", "running", "waiting", "worker_cpu_max"):
+    for col in (
+        "qps",
+        "output_tps",
+        "total_tps",
+        "latency_p90_s",
+        "latency_p95_s",
+        "ttft_p99_s",
+        "tpot_p99_s",
+        "itl_p99_s",
+        "error_rate_oom",
+        "goodput_rps",
+        "dispatch_delay_p99_s",
+        "gpu_mem_util_max",
+        "dram_bw_util",
+        "model_bw_util",
+        "kv_cache_usage",
+        "running",
+        "waiting",
+        "worker_cpu_max",
+    ):
         assert col in COLUMNS
 
 
 def test_percentiles_are_exact_over_records(seed_report) -> None:
     req = pd.read_parquet(seed_report.run.path / "requests.parquet")
     for stage, row in zip(seed_report.stages, seed_report.rows, strict=True):
-        sel = req[(req.start_wall_s >= stage.start_wall_s) & (req.start_wall_s < stage.end_wall_s)
-                  & req.ok]
+        sel = req[
+            (req.start_wall_s >= stage.start_wall_s)
+            & (req.start_wall_s < stage.end_wall_s)
+            & req.ok
+        ]
         e2e = sel.e2e_s.to_numpy()
         assert row["latency_p99_s"] == np.percentile(e2e, 99)
         assert row["latency_p90_s"] == np.percentile(e2e, 90)
@@ -51,8 +75,9 @@ def test_percentiles_are_exact_over_records(seed_report) -> None:
 def test_seed_table_comes_first_with_the_seed_numbers(seed_report) -> None:
     md = render_markdown(seed_report)
     first_table = md.split("\n\n")[2].splitlines()
-    assert first_table[0] == ("| concurrency | QPS | avg latency (ms) | P99 (ms) | GPU util | "
-                              "GPU mem util |")
+    assert first_table[0] == (
+        "| concurrency | QPS | avg latency (ms) | P99 (ms) | GPU util | GPU mem util |"
+    )
     cells = [line.strip("|").split("|") for line in first_table[2:]]
     assert [c[0].strip() for c in cells] == ["1", "10", "50", "100", "200"]
     assert [c[1].strip() for c in cells] == ["10", "95", "400", "450", "420"]
@@ -96,7 +121,7 @@ def test_telemetry_gap_is_shown_as_a_gap(tmp_path: Path) -> None:
     assert len(segments(t, v)) == 2
     html = render_html(report)
     title = "GPU, KV cache and worker CPU over time"
-    chart = html[html.index(title):]
+    chart = html[html.index(title) :]
     chart = chart[: chart.index("</svg>")]
     assert chart.count('stroke="#1f77b4"') == 2  # GPU util line broken in two
 

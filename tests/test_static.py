@@ -23,3 +23,8 @@ def test_ruff_clean() -> None:
 def test_mypy_clean() -> None:
     result = _run("mypy", "locust_llm")
     assert result.returncode == 0, f"mypy failed:\n{result.stdout}\n{result.stderr}"
+
+
+def test_ruff_format_clean() -> None:
+    result = _run("ruff", "format", "--check", "locust_llm", "tests", "bench", "locustfiles")
+    assert result.returncode == 0, f"ruff format would change:\n{result.stdout}\n{result.stderr}"

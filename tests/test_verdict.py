@@ -24,9 +24,15 @@ def _report(tmp_path: Path, name: str):
 
 @pytest.mark.parametrize(
     ("name", "kind"),
-    [("decode", "decode_bound"), ("prefill", "prefill_bound"), ("oom", "memory_oom"),
-     ("low_concurrency", "low_concurrency"), ("overloaded", "overloaded"),
-     ("client_bound", "client_bound"), ("no_telemetry", "insufficient_data")],
+    [
+        ("decode", "decode_bound"),
+        ("prefill", "prefill_bound"),
+        ("oom", "memory_oom"),
+        ("low_concurrency", "low_concurrency"),
+        ("overloaded", "overloaded"),
+        ("client_bound", "client_bound"),
+        ("no_telemetry", "insufficient_data"),
+    ],
 )
 def test_each_regime_gets_its_verdict(tmp_path: Path, name: str, kind: str) -> None:
     report = _report(tmp_path, name)
@@ -84,24 +90,42 @@ def test_no_telemetry_says_what_is_missing(tmp_path: Path) -> None:
 
 
 def _row(**kw: float) -> dict:
-    base = {"stage": 0, "kind": "step", "concurrency": 10.0, "requests": 100.0,
-            "completed": 100.0, "qps": 5.0, "error_rate": 0.0, "latency_avg_s": 1.0,
-            "latency_p99_s": 1.5, "ttft_avg_s": 0.1, "tpot_avg_s": 0.02}
+    base = {
+        "stage": 0,
+        "kind": "step",
+        "concurrency": 10.0,
+        "requests": 100.0,
+        "completed": 100.0,
+        "qps": 5.0,
+        "error_rate": 0.0,
+        "latency_avg_s": 1.0,
+        "latency_p99_s": 1.5,
+        "ttft_avg_s": 0.1,
+        "tpot_avg_s": 0.02,
+    }
     base.update(kw)
     return base
 
 
 def test_errors_rule_lists_kinds_and_their_actions() -> None:
-    v = stage_verdict(_row(error_rate=0.05, error_rate_http_429=0.04, error_rate_timeout=0.01,
-                           gpu_util=0.5))
+    v = stage_verdict(
+        _row(error_rate=0.05, error_rate_http_429=0.04, error_rate_timeout=0.01, gpu_util=0.5)
+    )
     assert v.kind == "errors"
     assert "http_429 4.0%" in v.evidence[0] and "timeout 1.0%" in v.evidence[0]
     assert any(a.startswith("http_429") for a in v.actions)
 
 
 def test_thresholds_are_rules_fields() -> None:
-    row = _row(worker_cpu_max=0.85, worker_cpu_max_id="w2", gpu_util=0.95, running=10.0,
-               waiting=0.0, kv_cache_usage=0.5, kv_cache_usage_max=0.6)
+    row = _row(
+        worker_cpu_max=0.85,
+        worker_cpu_max_id="w2",
+        gpu_util=0.95,
+        running=10.0,
+        waiting=0.0,
+        kv_cache_usage=0.5,
+        kv_cache_usage_max=0.6,
+    )
     assert stage_verdict(row).kind != "client_bound"
     assert stage_verdict(row, rules=Rules(client_cpu=0.8)).kind == "client_bound"
 

@@ -24,28 +24,58 @@ DEFAULT_PORT = 9400
 
 def configure_gpu_exporter_parser(parser: argparse.ArgumentParser) -> None:
     """Add the exporter's flags to ``parser``."""
-    parser.add_argument("--source", choices=("nvml", "fake", "replay"), default="nvml",
-                        help="where readings come from (default: nvml, the NVIDIA driver)")
-    parser.add_argument("--bind", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1; 0.0.0.0 in containers)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
-                        help=f"port to listen on (default {DEFAULT_PORT}; 0 = any free port)")
-    parser.add_argument("--fake-gpus", type=int, default=1, metavar="N",
-                        help="--source fake: number of fake GPUs (default 1)")
-    parser.add_argument("--fake-profile", default="idle:5,compute:10,copy:5",
-                        metavar="PHASE:S,...",
-                        help="--source fake: looping phases idle/compute/copy with seconds "
-                             "(default idle:5,compute:10,copy:5)")
-    parser.add_argument("--fake-no-gpm", action="store_true",
-                        help="--source fake: act like a pre-Hopper GPU (no GPM metrics)")
-    parser.add_argument("--replay-file", metavar="CSV",
-                        help="--source replay: recorded timeline (see docs/gpu-exporter.md)")
-    parser.add_argument("--replay-loop", action="store_true",
-                        help="--source replay: repeat the timeline instead of holding its end")
-    parser.add_argument("--no-host", action="store_true",
-                        help="leave out host CPU and memory metrics")
-    parser.add_argument("--once", action="store_true",
-                        help="print one scrape in Prometheus text format and exit")
+    parser.add_argument(
+        "--source",
+        choices=("nvml", "fake", "replay"),
+        default="nvml",
+        help="where readings come from (default: nvml, the NVIDIA driver)",
+    )
+    parser.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 in containers)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port to listen on (default {DEFAULT_PORT}; 0 = any free port)",
+    )
+    parser.add_argument(
+        "--fake-gpus",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--source fake: number of fake GPUs (default 1)",
+    )
+    parser.add_argument(
+        "--fake-profile",
+        default="idle:5,compute:10,copy:5",
+        metavar="PHASE:S,...",
+        help="--source fake: looping phases idle/compute/copy with seconds "
+        "(default idle:5,compute:10,copy:5)",
+    )
+    parser.add_argument(
+        "--fake-no-gpm",
+        action="store_true",
+        help="--source fake: act like a pre-Hopper GPU (no GPM metrics)",
+    )
+    parser.add_argument(
+        "--replay-file",
+        metavar="CSV",
+        help="--source replay: recorded timeline (see docs/gpu-exporter.md)",
+    )
+    parser.add_argument(
+        "--replay-loop",
+        action="store_true",
+        help="--source replay: repeat the timeline instead of holding its end",
+    )
+    parser.add_argument(
+        "--no-host", action="store_true", help="leave out host CPU and memory metrics"
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="print one scrape in Prometheus text format and exit"
+    )
 
 
 def build_source(args: argparse.Namespace, *, nvml: Any = None) -> GpuSource:

@@ -24,34 +24,59 @@ Value = Union[float, None, Callable[[float, int], Union[float, None]]]  # noqa: 
 #: phase name -> readings (GpuSample field -> value in base units); memory_used is a fraction
 PHASES: dict[str, dict[str, float]] = {
     "idle": {
-        "utilization_ratio": 0.0, "memory_utilization_ratio": 0.0,
-        "dram_bandwidth_utilization_ratio": 0.0, "sm_activity_ratio": 0.0,
-        "sm_occupancy_ratio": 0.0, "tensor_activity_ratio": 0.0,
-        "power_watts": 75.0, "temperature_celsius": 32.0,
-        "sm_clock_hertz": 345e6, "memory_clock_hertz": 2619e6, "memory_used_fraction": 0.004,
-        "pcie_rx_bytes_per_second": 0.0, "pcie_tx_bytes_per_second": 0.0,
+        "utilization_ratio": 0.0,
+        "memory_utilization_ratio": 0.0,
+        "dram_bandwidth_utilization_ratio": 0.0,
+        "sm_activity_ratio": 0.0,
+        "sm_occupancy_ratio": 0.0,
+        "tensor_activity_ratio": 0.0,
+        "power_watts": 75.0,
+        "temperature_celsius": 32.0,
+        "sm_clock_hertz": 345e6,
+        "memory_clock_hertz": 2619e6,
+        "memory_used_fraction": 0.004,
+        "pcie_rx_bytes_per_second": 0.0,
+        "pcie_tx_bytes_per_second": 0.0,
     },
     "compute": {
-        "utilization_ratio": 1.0, "memory_utilization_ratio": 0.25,
-        "dram_bandwidth_utilization_ratio": 0.2, "sm_activity_ratio": 0.95,
-        "sm_occupancy_ratio": 0.5, "tensor_activity_ratio": 0.85,
-        "power_watts": 650.0, "temperature_celsius": 65.0,
-        "sm_clock_hertz": 1980e6, "memory_clock_hertz": 2619e6, "memory_used_fraction": 0.6,
-        "pcie_rx_bytes_per_second": 1e6, "pcie_tx_bytes_per_second": 1e6,
+        "utilization_ratio": 1.0,
+        "memory_utilization_ratio": 0.25,
+        "dram_bandwidth_utilization_ratio": 0.2,
+        "sm_activity_ratio": 0.95,
+        "sm_occupancy_ratio": 0.5,
+        "tensor_activity_ratio": 0.85,
+        "power_watts": 650.0,
+        "temperature_celsius": 65.0,
+        "sm_clock_hertz": 1980e6,
+        "memory_clock_hertz": 2619e6,
+        "memory_used_fraction": 0.6,
+        "pcie_rx_bytes_per_second": 1e6,
+        "pcie_tx_bytes_per_second": 1e6,
     },
     "copy": {
-        "utilization_ratio": 1.0, "memory_utilization_ratio": 0.9,
-        "dram_bandwidth_utilization_ratio": 0.9, "sm_activity_ratio": 0.3,
-        "sm_occupancy_ratio": 0.2, "tensor_activity_ratio": 0.0,
-        "power_watts": 450.0, "temperature_celsius": 55.0,
-        "sm_clock_hertz": 1980e6, "memory_clock_hertz": 2619e6, "memory_used_fraction": 0.6,
-        "pcie_rx_bytes_per_second": 1e6, "pcie_tx_bytes_per_second": 1e6,
+        "utilization_ratio": 1.0,
+        "memory_utilization_ratio": 0.9,
+        "dram_bandwidth_utilization_ratio": 0.9,
+        "sm_activity_ratio": 0.3,
+        "sm_occupancy_ratio": 0.2,
+        "tensor_activity_ratio": 0.0,
+        "power_watts": 450.0,
+        "temperature_celsius": 55.0,
+        "sm_clock_hertz": 1980e6,
+        "memory_clock_hertz": 2619e6,
+        "memory_used_fraction": 0.6,
+        "pcie_rx_bytes_per_second": 1e6,
+        "pcie_tx_bytes_per_second": 1e6,
     },
 }
 DEFAULT_PROFILE: tuple[tuple[str, float], ...] = (("idle", 5.0), ("compute", 10.0), ("copy", 5.0))
 GPM_FIELDS = frozenset(
-    {"dram_bandwidth_utilization_ratio", "sm_activity_ratio", "sm_occupancy_ratio",
-     "tensor_activity_ratio"}
+    {
+        "dram_bandwidth_utilization_ratio",
+        "sm_activity_ratio",
+        "sm_occupancy_ratio",
+        "tensor_activity_ratio",
+    }
 )
 SAMPLE_FIELDS = frozenset(f.name for f in fields(GpuSample)) - {"index", "uuid", "name"}
 
@@ -153,11 +178,17 @@ class FakeSource:
         values["energy_joules_total"] = self._energy[i]
         if "throttle_reasons" not in self.overrides:
             values["throttle_reasons"] = {  # type: ignore[assignment]
-                "gpu_idle": phase == "idle", "sw_power_cap": False, "hw_slowdown": False,
-                "sw_thermal_slowdown": False, "hw_thermal_slowdown": False,
+                "gpu_idle": phase == "idle",
+                "sw_power_cap": False,
+                "hw_slowdown": False,
+                "sw_thermal_slowdown": False,
+                "hw_thermal_slowdown": False,
             }
         for field_name in self.unsupported:
             values[field_name] = None
         return GpuSample(
-            index=i, uuid=f"GPU-fake-{i:04d}", name=self.name, **values  # type: ignore[arg-type]
+            index=i,
+            uuid=f"GPU-fake-{i:04d}",
+            name=self.name,
+            **values,  # type: ignore[arg-type]
         )

@@ -34,8 +34,12 @@ GPM_METRICS: dict[str, str] = {
 }
 _UNSUPPORTED_CODES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
 _FATAL_CODES = (
-    "NVML_ERROR_UNINITIALIZED", "NVML_ERROR_DRIVER_NOT_LOADED", "NVML_ERROR_LIBRARY_NOT_FOUND",
-    "NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_LIB_RM_VERSION_MISMATCH", "NVML_ERROR_UNKNOWN",
+    "NVML_ERROR_UNINITIALIZED",
+    "NVML_ERROR_DRIVER_NOT_LOADED",
+    "NVML_ERROR_LIBRARY_NOT_FOUND",
+    "NVML_ERROR_GPU_IS_LOST",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    "NVML_ERROR_UNKNOWN",
 )
 
 
@@ -104,7 +108,9 @@ class NvmlSource:
         for index in range(nv.nvmlDeviceGetCount()):
             handle = nv.nvmlDeviceGetHandleByIndex(index)
             device = _Device(
-                index, handle, _text(nv.nvmlDeviceGetUUID(handle)),
+                index,
+                handle,
+                _text(nv.nvmlDeviceGetUUID(handle)),
                 _text(nv.nvmlDeviceGetName(handle)),
             )
             supported = self._call(device, "throttle_reasons", self._supported_reasons, handle)
@@ -116,7 +122,8 @@ class NvmlSource:
     def _supported_reasons(self, handle: Any) -> int:
         return self._newer_or_older(
             "nvmlDeviceGetSupportedClocksEventReasons",
-            "nvmlDeviceGetSupportedClocksThrottleReasons", handle,
+            "nvmlDeviceGetSupportedClocksThrottleReasons",
+            handle,
         )
 
     def _newer_or_older(self, newer: str, older: str, handle: Any) -> int:
@@ -210,7 +217,8 @@ class NvmlSource:
     def _current_reasons(self, handle: Any) -> int:
         return self._newer_or_older(
             "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons", handle,
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+            handle,
         )
 
     def _read_pcie(self, d: _Device, s: GpuSample) -> None:

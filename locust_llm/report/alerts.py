@@ -104,9 +104,19 @@ def check(rows: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> list[Ale
             value = row.get(column)
             if limit is None or not is_num(value) or not value > limit:
                 continue
-            shown = (f"{pct(value, 1)} > {pct(limit, 1)}" if is_ratio
-                     else f"{ms(value)} ms > {ms(limit)} ms")
+            shown = (
+                f"{pct(value, 1)} > {pct(limit, 1)}"
+                if is_ratio
+                else f"{ms(value)} ms > {ms(limit)} ms"
+            )
             where = load_label(row.get("concurrency"), row.get("rate"))
-            alerts.append(Alert(name, int(row["stage"]), float(value), float(limit),
-                                f"stage {row['stage']} (load {where}): {label} {shown}"))
+            alerts.append(
+                Alert(
+                    name,
+                    int(row["stage"]),
+                    float(value),
+                    float(limit),
+                    f"stage {row['stage']} (load {where}): {label} {shown}",
+                )
+            )
     return alerts

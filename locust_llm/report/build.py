@@ -97,12 +97,17 @@ def _client_warning_verdict(
     said = [w for w in warnings if any(mark in w for mark in CPU_WARNING_MARKS)]
     if not said:
         return overall
-    peaks = [float(r["worker_cpu_max"]) for r in rows
-             if isinstance(r.get("worker_cpu_max"), float) and math.isfinite(r["worker_cpu_max"])]
+    peaks = [
+        float(r["worker_cpu_max"])
+        for r in rows
+        if isinstance(r.get("worker_cpu_max"), float) and math.isfinite(r["worker_cpu_max"])
+    ]
     seen = f"{max(peaks):.0%}" if peaks else "n/a"
-    evidence = (f"run.json: {said[0]} (Locust's own CPU monitor, threshold 90%); worker CPU max "
-                f"sampled inside the stage windows {seen}",
-                f"without it the verdict would be {overall.kind}: " + "; ".join(overall.evidence))
+    evidence = (
+        f"run.json: {said[0]} (Locust's own CPU monitor, threshold 90%); worker CPU max "
+        f"sampled inside the stage windows {seen}",
+        f"without it the verdict would be {overall.kind}: " + "; ".join(overall.evidence),
+    )
     return Verdict("client_bound", evidence, ACTIONS["client_bound"], None)
 
 
@@ -114,8 +119,9 @@ def effective_stages(run: RunData) -> list[Stage]:
     starts = starts[np.isfinite(starts)]
     if starts.size == 0:
         raise InputError(f"{run.path}: no stages in run.json and no request start times")
-    return [Stage(index=0, name="all", start_wall_s=float(starts.min()),
-                  end_wall_s=run.info.end_wall_s)]
+    return [
+        Stage(index=0, name="all", start_wall_s=float(starts.min()), end_wall_s=run.info.end_wall_s)
+    ]
 
 
 def build_report(
@@ -133,8 +139,15 @@ def build_report(
     rules = rules or Rules()
     floors, warnings = resolve_floors(run.info.roofline, model, gpu)
     stages = effective_stages(run)
-    table = stage_table(run.requests, run.telemetry, stages, run_end_wall_s=run.info.end_wall_s,
-                        mode=run.info.mode, slo=slo, floors=floors)
+    table = stage_table(
+        run.requests,
+        run.telemetry,
+        stages,
+        run_end_wall_s=run.info.end_wall_s,
+        mode=run.info.mode,
+        slo=slo,
+        floors=floors,
+    )
     rows = table.to_dict("records")
     knee = find_knee(rows, slo=slo)
     verdicts = stage_verdicts(rows, rules=rules, max_num_seqs=_max_num_seqs(run.info.extra))
@@ -142,15 +155,24 @@ def build_report(
     overall = _client_warning_verdict(overall, rows, run.warnings)
     arrays = request_arrays(run.requests)
     ends = stage_ends(stages, run.info.end_wall_s)
-    ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows,
-                                                                           strict=True)]
+    ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows, strict=True)]
     stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
-    soak = soak_results(stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"],
-                        arrays["ok"])
+    soak = soak_results(
+        stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"], arrays["ok"]
+    )
     return Report(
-        run=run, stages=stages, table=table, verdicts=verdicts, overall=overall, knee=knee,
-        alerts=check(rows, thresholds), soak=soak, slo=slo, thresholds=thresholds,
-        floors=floors, stage_ix=stage_ix,
+        run=run,
+        stages=stages,
+        table=table,
+        verdicts=verdicts,
+        overall=overall,
+        knee=knee,
+        alerts=check(rows, thresholds),
+        soak=soak,
+        slo=slo,
+        thresholds=thresholds,
+        floors=floors,
+        stage_ix=stage_ix,
         telemetry=TelemetryIndex(run.telemetry, floors.gpu if floors else None),
         warnings=[*run.warnings, *warnings],
     )

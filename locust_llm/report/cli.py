@@ -38,8 +38,9 @@ def parse_slo(spec: str | None) -> Slo:
         try:
             value = float(text.removesuffix("ms").removesuffix("s")) * scale
         except ValueError:
-            raise InputError(f"--slo {name}={text!r}: expected seconds, e.g. 0.5 or 500ms"
-                             ) from None
+            raise InputError(
+                f"--slo {name}={text!r}: expected seconds, e.g. 0.5 or 500ms"
+            ) from None
         if not value > 0 or not math.isfinite(value):
             raise InputError(f"--slo {name}: must be a positive number of seconds")
         values[f"{name}_s"] = value
@@ -49,18 +50,37 @@ def parse_slo(spec: str | None) -> Slo:
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Flags of ``locust-llm report``."""
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run dir written by locust-llm")
-    parser.add_argument("--slo", help="objectives for goodput and the cap, e.g. "
-                        "ttft=0.5,tpot=0.05,e2e=10 (seconds; 500ms also works)")
-    parser.add_argument("--alert", help="override alert thresholds, e.g. gpu_mem=95%%,"
-                        "gpu_util=off,error_rate=0.05,ttft=0.5,tpot=0.05,e2e=10")
+    parser.add_argument(
+        "--slo",
+        help="objectives for goodput and the cap, e.g. "
+        "ttft=0.5,tpot=0.05,e2e=10 (seconds; 500ms also works)",
+    )
+    parser.add_argument(
+        "--alert",
+        help="override alert thresholds, e.g. gpu_mem=95%%,"
+        "gpu_util=off,error_rate=0.05,ttft=0.5,tpot=0.05,e2e=10",
+    )
     parser.add_argument("--model", help="served model (preset or config.json) for roofline floors")
     parser.add_argument("--gpu", help="GPU preset for roofline floors")
-    parser.add_argument("--prometheus", metavar="URL",
-                        help="read telemetry for the run's window from this Prometheus")
-    parser.add_argument("--prometheus-step", type=float, default=1.0, metavar="S",
-                        help="query step in seconds (default 1)")
-    parser.add_argument("--compare", nargs="+", metavar="RUN", default=[],
-                        help="other run dirs to put side by side (horizontal scaling)")
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read telemetry for the run's window from this Prometheus",
+    )
+    parser.add_argument(
+        "--prometheus-step",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="query step in seconds (default 1)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="RUN",
+        default=[],
+        help="other run dirs to put side by side (horizontal scaling)",
+    )
     parser.add_argument("--out", help="output folder (default: RUN_DIR)")
 
 
@@ -79,22 +99,32 @@ def _clean(value: Any) -> Any:
 def summary(report: Report) -> dict[str, Any]:
     """The machine-readable summary (NaN becomes null)."""
     info = report.run.info
-    return _clean({
-        "run_id": info.run_id, "mode": info.mode, "server_instances": info.server_instances,
-        "verdict": report.overall.as_dict(),
-        "stage_verdicts": [v.as_dict() for v in report.verdicts],
-        "knee": report.knee.as_dict(),
-        "alerts": [a.as_dict() for a in report.alerts],
-        "soak": [s.as_dict() for s in report.soak],
-        "comparison": [c.as_dict() for c in report.comparison],
-        "slo": {"ttft_s": report.slo.ttft_s, "tpot_s": report.slo.tpot_s,
-                "e2e_s": report.slo.e2e_s},
-        "thresholds": dict(report.thresholds.__dict__),
-        "roofline": ({"model": report.floors.model.name, "gpu": report.floors.gpu.name}
-                     if report.floors else None),
-        "warnings": report.warnings,
-        "stages": report.rows,
-    })
+    return _clean(
+        {
+            "run_id": info.run_id,
+            "mode": info.mode,
+            "server_instances": info.server_instances,
+            "verdict": report.overall.as_dict(),
+            "stage_verdicts": [v.as_dict() for v in report.verdicts],
+            "knee": report.knee.as_dict(),
+            "alerts": [a.as_dict() for a in report.alerts],
+            "soak": [s.as_dict() for s in report.soak],
+            "comparison": [c.as_dict() for c in report.comparison],
+            "slo": {
+                "ttft_s": report.slo.ttft_s,
+                "tpot_s": report.slo.tpot_s,
+                "e2e_s": report.slo.e2e_s,
+            },
+            "thresholds": dict(report.thresholds.__dict__),
+            "roofline": (
+                {"model": report.floors.model.name, "gpu": report.floors.gpu.name}
+                if report.floors
+                else None
+            ),
+            "warnings": report.warnings,
+            "stages": report.rows,
+        }
+    )
 
 
 def write_outputs(report: Report, out_dir: Path) -> dict[str, Path]:
@@ -103,8 +133,9 @@ def write_outputs(report: Report, out_dir: Path) -> dict[str, Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"--out {out_dir}: cannot create ({exc.strerror})") from None
-    paths = {name: out_dir / name for name in
-             ("report.md", "report.html", "stages.csv", "summary.json")}
+    paths = {
+        name: out_dir / name for name in ("report.md", "report.html", "stages.csv", "summary.json")
+    }
     paths["report.md"].write_text(render_markdown(report))
     paths["report.html"].write_text(render_html(report))
     report.table.to_csv(paths["stages.csv"], index=False)
@@ -117,16 +148,27 @@ def make_report(args: argparse.Namespace) -> Report:
     slo = parse_slo(args.slo)
     base = Thresholds(ttft=slo.ttft_s, tpot=slo.tpot_s, e2e=slo.e2e_s)
     thresholds = parse_thresholds(args.alert, base)
-    run = load_run(args.run_dir, prometheus=args.prometheus,
-                   prometheus_step_s=args.prometheus_step)
+    run = load_run(args.run_dir, prometheus=args.prometheus, prometheus_step_s=args.prometheus_step)
     report = build_report(run, slo=slo, thresholds=thresholds, model=args.model, gpu=args.gpu)
     if args.compare:
-        entries = [(report.run.info.run_id or str(args.run_dir), report.run.info.server_instances,
-                    report.rows, report.knee.cap)]
+        entries = [
+            (
+                report.run.info.run_id or str(args.run_dir),
+                report.run.info.server_instances,
+                report.rows,
+                report.knee.cap,
+            )
+        ]
         for other_dir in args.compare:
             other = build_report(load_run(other_dir), slo=slo, model=args.model, gpu=args.gpu)
-            entries.append((other.run.info.run_id or str(other_dir),
-                            other.run.info.server_instances, other.rows, other.knee.cap))
+            entries.append(
+                (
+                    other.run.info.run_id or str(other_dir),
+                    other.run.info.server_instances,
+                    other.rows,
+                    other.knee.cap,
+                )
+            )
         report.comparison = compare_runs(entries)
     return report
 
@@ -136,12 +178,21 @@ def run(args: argparse.Namespace) -> int:
     report = make_report(args)
     paths = write_outputs(report, Path(args.out or args.run_dir))
     v = report.overall
-    lines = [seed_table(report), "", f"Reading: {report.knee.reading or 'n/a'}.",
-             f"Conclusion: {report.knee.conclusion or 'n/a'}.", "", f"Verdict: {v.kind}",
-             *(f"  - {e}" for e in v.evidence)]
+    lines = [
+        seed_table(report),
+        "",
+        f"Reading: {report.knee.reading or 'n/a'}.",
+        f"Conclusion: {report.knee.conclusion or 'n/a'}.",
+        "",
+        f"Verdict: {v.kind}",
+        *(f"  - {e}" for e in v.evidence),
+    ]
     if report.alerts:
-        lines += ["", f"Alerts ({len(report.alerts)}):", *(f"  - {a.message}"
-                                                            for a in report.alerts)]
+        lines += [
+            "",
+            f"Alerts ({len(report.alerts)}):",
+            *(f"  - {a.message}" for a in report.alerts),
+        ]
     lines += ["", f"Report: {paths['report.html']}"]
     print("\n".join(lines))
     return EXIT_ALERTS if report.alerts else EXIT_OK

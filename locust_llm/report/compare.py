@@ -55,16 +55,18 @@ def compare_runs(runs: Sequence[RunSummary]) -> list[CompareRow]:
             base_qps, base_inst = qps, instances
         gain = qps / base_qps if base_qps > 0 else math.nan
         inst_ratio = instances / base_inst
-        out.append(CompareRow(
-            run=label,
-            instances=instances,
-            peak_qps=qps,
-            peak_output_tps=float(peak["output_tps"]) if peak else math.nan,
-            peak_load=load_label(peak.get("concurrency"), peak.get("rate")) if peak else "n/a",
-            p99_at_peak_s=float(peak["latency_p99_s"]) if peak else math.nan,
-            cap=cap,
-            gain=gain,
-            instance_ratio=inst_ratio,
-            gain_per_instance=gain / inst_ratio,
-        ))
+        out.append(
+            CompareRow(
+                run=label,
+                instances=instances,
+                peak_qps=qps,
+                peak_output_tps=float(peak["output_tps"]) if peak else math.nan,
+                peak_load=load_label(peak.get("concurrency"), peak.get("rate")) if peak else "n/a",
+                p99_at_peak_s=float(peak["latency_p99_s"]) if peak else math.nan,
+                cap=cap,
+                gain=gain,
+                instance_ratio=inst_ratio,
+                gain_per_instance=gain / inst_ratio,
+            )
+        )
     return out

@@ -73,8 +73,12 @@ class Knee:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "knee_stage": self.knee_stage, "cap_stage": self.cap_stage, "best": self.best,
-            "cap": self.cap, "reading": self.reading, "conclusion": self.conclusion,
+            "knee_stage": self.knee_stage,
+            "cap_stage": self.cap_stage,
+            "best": self.best,
+            "cap": self.cap,
+            "reading": self.reading,
+            "conclusion": self.conclusion,
             "notes": list(self.notes),
             "steps": [s.__dict__ for s in self.steps],
         }
@@ -98,8 +102,11 @@ def meets_slo(row: Mapping[str, Any], slo: Slo, rule: Rule = Rule()) -> tuple[bo
     """(ok, why not) for one stage against the SLOs and the error-rate limit."""
     if _f(row, "error_rate") > rule.max_error_rate:
         return False, f"error rate {_f(row, 'error_rate') * 100:.1f}%"
-    checks = (("ttft_p99_s", slo.ttft_s, "TTFT"), ("tpot_p99_s", slo.tpot_s, "TPOT"),
-              ("latency_p99_s", slo.e2e_s, "E2E"))
+    checks = (
+        ("ttft_p99_s", slo.ttft_s, "TTFT"),
+        ("tpot_p99_s", slo.tpot_s, "TPOT"),
+        ("latency_p99_s", slo.e2e_s, "E2E"),
+    )
     for key, limit, label in checks:
         if limit is not None and _f(row, key) > limit:
             return False, f"P99 {label} {ms(_f(row, key))} ms > SLO {ms(limit)} ms"
@@ -134,8 +141,10 @@ def _phrase(group: list[Step]) -> str:
     if cls == "linear":
         return f"{span} scales linearly ({qps})"
     if cls == "flattening":
-        return f"{span} throughput flattens ({qps}, {ratio(gain)}) while {_latency_words(lat)}: " \
-               "near the limit"
+        return (
+            f"{span} throughput flattens ({qps}, {ratio(gain)}) while {_latency_words(lat)}: "
+            "near the limit"
+        )
     if cls == "flat":
         return f"{span} throughput stays flat ({qps}) while {_latency_words(lat)}: overload"
     return f"{span} throughput falls ({qps}) and {_latency_words(lat)}: overload"
@@ -147,8 +156,11 @@ def find_knee(
     """Classify the sweep's steps and pick the best range and the cap (module docstring)."""
     slo = slo or Slo()
     stages = sorted(
-        (r for r in rows if r.get("kind") != "soak" and _f(r, "completed") > 0
-         and not math.isnan(_load(r))),
+        (
+            r
+            for r in rows
+            if r.get("kind") != "soak" and _f(r, "completed") > 0 and not math.isnan(_load(r))
+        ),
         key=_load,
     )
     dedup: list[Mapping[str, Any]] = []
@@ -163,11 +175,28 @@ def find_knee(
         gain = _f(hi, "qps") / _f(lo, "qps") if _f(lo, "qps") > 0 else math.nan
         lr = _load(hi) / _load(lo) if _load(lo) > 0 else math.nan
         eff = (gain - 1) / (lr - 1) if lr > 1 else math.nan
-        lat = (_f(hi, "latency_p99_s") / _f(lo, "latency_p99_s")
-               if _f(lo, "latency_p99_s") > 0 else math.nan)
-        steps.append(Step(int(lo["stage"]), int(hi["stage"]), _label(lo), _label(hi), gain, lr,
-                          eff, lat, _classify(gain, eff, rule), _f(lo, "qps"), _f(hi, "qps"),
-                          _f(lo, "latency_p99_s"), _f(hi, "latency_p99_s")))
+        lat = (
+            _f(hi, "latency_p99_s") / _f(lo, "latency_p99_s")
+            if _f(lo, "latency_p99_s") > 0
+            else math.nan
+        )
+        steps.append(
+            Step(
+                int(lo["stage"]),
+                int(hi["stage"]),
+                _label(lo),
+                _label(hi),
+                gain,
+                lr,
+                eff,
+                lat,
+                _classify(gain, eff, rule),
+                _f(lo, "qps"),
+                _f(hi, "qps"),
+                _f(lo, "latency_p99_s"),
+                _f(hi, "latency_p99_s"),
+            )
+        )
     notes: list[str] = []
     ok0, why0 = meets_slo(dedup[0], slo, rule)
     cap_ix: int | None = 0 if ok0 else None
@@ -182,8 +211,10 @@ def find_knee(
                 notes.append(f"load {step.hi_load} misses the SLOs: {why}")
                 break
             if not worth:
-                notes.append(f"load {step.hi_load}: throughput {ratio(step.gain)} is not worth "
-                             f"P99 {ratio(step.latency_ratio)}")
+                notes.append(
+                    f"load {step.hi_load}: throughput {ratio(step.gain)} is not worth "
+                    f"P99 {ratio(step.latency_ratio)}"
+                )
                 break
             cap_ix = i
     knee_ix = 0
@@ -201,14 +232,32 @@ def find_knee(
     if not steps:
         notes.append("one load level only: sweep the load to find the knee")
     if cap_ix is None:
-        return Knee(tuple(steps), None, None, "", "", reading,
-                    f"no {unit} meets the SLOs; lower the load or fix the server", tuple(notes))
+        return Knee(
+            tuple(steps),
+            None,
+            None,
+            "",
+            "",
+            reading,
+            f"no {unit} meets the SLOs; lower the load or fix the server",
+            tuple(notes),
+        )
     if cap_ix == len(dedup) - 1 and len(dedup) > 1 and steps[-1].cls == "linear":
-        notes.append(f"still scaling at the highest {unit} ({_label(dedup[-1])}): the knee lies "
-                     "above it; extend the sweep")
+        notes.append(
+            f"still scaling at the highest {unit} ({_label(dedup[-1])}): the knee lies "
+            "above it; extend the sweep"
+        )
     knee_ix = min(knee_ix, cap_ix)
     lo_lab, cap_lab = _label(dedup[knee_ix]), _label(dedup[cap_ix])
     best = lo_lab if knee_ix == cap_ix else f"{lo_lab}-{cap_lab}"
     conclusion = f"best {unit} {best}; cap {unit} at {cap_lab}"
-    return Knee(tuple(steps), int(dedup[knee_ix]["stage"]), int(dedup[cap_ix]["stage"]), best,
-                cap_lab, reading, conclusion, tuple(notes))
+    return Knee(
+        tuple(steps),
+        int(dedup[knee_ix]["stage"]),
+        int(dedup[cap_ix]["stage"]),
+        best,
+        cap_lab,
+        reading,
+        conclusion,
+        tuple(notes),
+    )

@@ -27,7 +27,13 @@ from locust_llm.rundir import (
 
 #: requests.parquet columns the report cannot do without
 REQUIRED_REQUEST_COLUMNS: tuple[str, ...] = (
-    "ok", "error_kind", "start_wall_s", "e2e_s", "ttft_s", "tpot_s", "output_tokens",
+    "ok",
+    "error_kind",
+    "start_wall_s",
+    "e2e_s",
+    "ttft_s",
+    "tpot_s",
+    "output_tokens",
 )
 
 
@@ -55,8 +61,9 @@ def _read_parquet(path: Path, required: tuple[str, ...], wanted: tuple[str, ...]
     try:
         return pd.read_parquet(path, columns=[c for c in wanted if c in names])
     except Exception as exc:
-        raise InputError(f"{path}: cannot read ({type(exc).__name__}: {exc})".splitlines()[0]
-                         ) from None
+        raise InputError(
+            f"{path}: cannot read ({type(exc).__name__}: {exc})".splitlines()[0]
+        ) from None
 
 
 def read_requests(run_dir: Path) -> pd.DataFrame:
@@ -77,8 +84,12 @@ def read_telemetry(run_dir: Path) -> pd.DataFrame | None:
 
 def empty_telemetry() -> pd.DataFrame:
     """A telemetry frame with the contract's columns and no rows."""
-    return pd.DataFrame({c: pd.Series(dtype=float if c in ("time_s", "value") else object)
-                         for c in TELEMETRY_COLUMNS})
+    return pd.DataFrame(
+        {
+            c: pd.Series(dtype=float if c in ("time_s", "value") else object)
+            for c in TELEMETRY_COLUMNS
+        }
+    )
 
 
 def prometheus_telemetry(url: str, info: RunInfo, step_s: float = 1.0) -> pd.DataFrame:
@@ -86,8 +97,7 @@ def prometheus_telemetry(url: str, info: RunInfo, step_s: float = 1.0) -> pd.Dat
     from locust_llm.promapi import read_prometheus as reader
 
     starts = [s.start_wall_s for s in info.stages] or [info.start_wall_s]
-    ends = [e for e in [*(s.end_wall_s for s in info.stages), info.end_wall_s]
-            if not math.isnan(e)]
+    ends = [e for e in [*(s.end_wall_s for s in info.stages), info.end_wall_s] if not math.isnan(e)]
     start, end = min(starts), max(ends, default=math.nan)
     if math.isnan(start) or math.isnan(end):
         raise InputError(f"--prometheus {url}: run.json has no start/end time to query")
@@ -98,8 +108,9 @@ def prometheus_telemetry(url: str, info: RunInfo, step_s: float = 1.0) -> pd.Dat
     return frame
 
 
-def load_run(run_dir: Path | str, *, prometheus: str | None = None,
-             prometheus_step_s: float = 1.0) -> RunData:
+def load_run(
+    run_dir: Path | str, *, prometheus: str | None = None, prometheus_step_s: float = 1.0
+) -> RunData:
     """Load a run dir; raises InputError naming the first bad file."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -53,8 +53,9 @@ def with_gaps(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (np.insert(t, cut + 1, t[cut] + limit / 3), np.insert(v, cut + 1, math.nan))
 
 
-def downsample(t: np.ndarray, v: np.ndarray, points: int = MAX_POINTS
-               ) -> tuple[np.ndarray, np.ndarray]:
+def downsample(
+    t: np.ndarray, v: np.ndarray, points: int = MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray]:
     """Bucket means over equal time bins; a bin without finite samples stays NaN (a gap)."""
     if t.size <= points:
         return t, v
@@ -70,8 +71,9 @@ def downsample(t: np.ndarray, v: np.ndarray, points: int = MAX_POINTS
 
 def _loads(report: Report) -> np.ndarray:
     rows = [r for r in report.rows if r["kind"] != "soak"]
-    return np.array([r["concurrency"] if math.isfinite(r["concurrency"]) else r["rate"]
-                     for r in rows], float)
+    return np.array(
+        [r["concurrency"] if math.isfinite(r["concurrency"]) else r["rate"] for r in rows], float
+    )
 
 
 def _vs_load_charts(report: Report) -> list[str]:
@@ -100,49 +102,90 @@ def _vs_load_charts(report: Report) -> list[str]:
     log_x = bool(x.size > 1 and x.min() > 0 and x.max() / x.min() >= 20)
 
     def chart(series: Sequence[Series], title: str, y_label: str) -> str:
-        return line_chart(series, title=title, y_label=y_label, x_label=unit, log_x=log_x,
-                          markers=markers, bands=bands)
+        return line_chart(
+            series,
+            title=title,
+            y_label=y_label,
+            x_label=unit,
+            log_x=log_x,
+            markers=markers,
+            bands=bands,
+        )
 
     return [
         chart([Series("QPS", x, col("qps"))], "Throughput vs load", "req/s"),
-        chart([Series("output TPS", x, col("output_tps"))], "Token throughput vs load",
-              "tokens/s"),
-        chart([Series("avg", x, col("latency_avg_s", 1e3)),
-               Series("P99", x, col("latency_p99_s", 1e3))],
-              "E2E latency vs load", "ms"),
-        chart([Series("P50", x, col("ttft_p50_s", 1e3)),
-               Series("P99", x, col("ttft_p99_s", 1e3)),
-               Series("floor", x, col("ttft_floor_s", 1e3))],
-              "TTFT percentiles vs load", "ms"),
-        chart([Series("P50", x, col("tpot_p50_s", 1e3)),
-               Series("P99", x, col("tpot_p99_s", 1e3)),
-               Series("floor", x, col("tpot_floor_s", 1e3))],
-              "TPOT percentiles vs load", "ms"),
+        chart([Series("output TPS", x, col("output_tps"))], "Token throughput vs load", "tokens/s"),
+        chart(
+            [
+                Series("avg", x, col("latency_avg_s", 1e3)),
+                Series("P99", x, col("latency_p99_s", 1e3)),
+            ],
+            "E2E latency vs load",
+            "ms",
+        ),
+        chart(
+            [
+                Series("P50", x, col("ttft_p50_s", 1e3)),
+                Series("P99", x, col("ttft_p99_s", 1e3)),
+                Series("floor", x, col("ttft_floor_s", 1e3)),
+            ],
+            "TTFT percentiles vs load",
+            "ms",
+        ),
+        chart(
+            [
+                Series("P50", x, col("tpot_p50_s", 1e3)),
+                Series("P99", x, col("tpot_p99_s", 1e3)),
+                Series("floor", x, col("tpot_floor_s", 1e3)),
+            ],
+            "TPOT percentiles vs load",
+            "ms",
+        ),
     ]
 
 
 def _timeline_charts(report: Report) -> list[str]:
     tel = report.telemetry
     t0 = min((s.start_wall_s for s in report.stages), default=0.0)
-    bands = [(r["start_wall_s"] - t0, r["end_wall_s"] - t0,
-              f"{r['stage']}: {load_label(r['concurrency'], r['rate'])}")
-             for r in report.rows if math.isfinite(r["end_wall_s"])]
+    bands = [
+        (
+            r["start_wall_s"] - t0,
+            r["end_wall_s"] - t0,
+            f"{r['stage']}: {load_label(r['concurrency'], r['rate'])}",
+        )
+        for r in report.rows
+        if math.isfinite(r["end_wall_s"])
+    ]
 
     def series(label: str, signal: str, how: str = "mean", scale: float = 1.0) -> Series:
         t, v = tel.timeline(signal, how)
         t, v = downsample(*with_gaps(t - t0, v * scale))
         return Series(label, t, v)
 
-    ratios = [series("GPU util", "gpu_util", scale=100), series("GPU mem", "gpu_mem_util",
-                                                                  scale=100),
-              series("KV cache", "kv_cache_usage", scale=100),
-              series("worker CPU max", "worker_cpu_util", "max", 100)]
+    ratios = [
+        series("GPU util", "gpu_util", scale=100),
+        series("GPU mem", "gpu_mem_util", scale=100),
+        series("KV cache", "kv_cache_usage", scale=100),
+        series("worker CPU max", "worker_cpu_util", "max", 100),
+    ]
     queue = [series("running", "running"), series("waiting", "waiting")]
     x_label = "seconds since the first stage"
-    return [line_chart(ratios, title="GPU, KV cache and worker CPU over time", y_label="%",
-                       x_label=x_label, bands=bands),
-            line_chart(queue, title="Server batch and queue over time", y_label="requests",
-                       x_label=x_label, bands=bands)]
+    return [
+        line_chart(
+            ratios,
+            title="GPU, KV cache and worker CPU over time",
+            y_label="%",
+            x_label=x_label,
+            bands=bands,
+        ),
+        line_chart(
+            queue,
+            title="Server batch and queue over time",
+            y_label="requests",
+            x_label=x_label,
+            bands=bands,
+        ),
+    ]
 
 
 def _histograms(report: Report) -> list[str]:
@@ -152,8 +195,14 @@ def _histograms(report: Report) -> list[str]:
     out = []
     for r in report.rows[:16]:
         sel = ok & (report.stage_ix == r["stage"])
-        out.append(histogram(e2e[sel], title=f"E2E latency, stage {r['stage']} (load "
-                             f"{load_label(r['concurrency'], r['rate'])})", x_label="ms"))
+        out.append(
+            histogram(
+                e2e[sel],
+                title=f"E2E latency, stage {r['stage']} (load "
+                f"{load_label(r['concurrency'], r['rate'])})",
+                x_label="ms",
+            )
+        )
     return out
 
 
@@ -161,30 +210,52 @@ def render_html(report: Report) -> str:
     """The whole report.html text."""
     info, knee, v = report.run.info, report.knee, report.overall
     li = "".join
-    body = [f"<h1>locust-llm report: {escape(info.run_id)}</h1>",
-            _md_to_html_table(seed_table(report)),
-            f"<p><b>Reading:</b> {escape(knee.reading or 'n/a')}.</p>",
-            f"<p><b>Conclusion:</b> {escape(knee.conclusion or 'n/a')}.</p>",
-            f"<h2>Verdict</h2><p class=verdict>{escape(v.kind)}</p>",
-            "<p>Evidence:</p><ul>" + li(f"<li>{escape(e)}</li>" for e in v.evidence) + "</ul>",
-            "<p>Actions:</p><ul>" + li(f"<li>{escape(a)}</li>" for a in v.actions) + "</ul>",
-            "<h2>Alerts</h2>" + ("<ul>" + li(f"<li class=alert>{escape(a.message)}</li>"
-                                             for a in report.alerts) + "</ul>"
-                                 if report.alerts else "<p>No alert fired.</p>"),
-            "<h2>Stage verdicts</h2>" + _html_table(
-                ["stage", "load", "verdict", "evidence"],
-                [[str(r["stage"]), load_label(r["concurrency"], r["rate"]), sv.kind,
-                  "; ".join(sv.evidence)] for r, sv in zip(report.rows, report.verdicts,
-                                                           strict=True)]),
-            "<h2>Scaling</h2><div class=grid>" + li(_vs_load_charts(report)) + "</div>",
-            "<h2>Telemetry</h2><div class=grid>" + li(_timeline_charts(report)) + "</div>",
-            "<h2>Latency histograms</h2><div class=grid>" + li(_histograms(report)) + "</div>"]
+    body = [
+        f"<h1>locust-llm report: {escape(info.run_id)}</h1>",
+        _md_to_html_table(seed_table(report)),
+        f"<p><b>Reading:</b> {escape(knee.reading or 'n/a')}.</p>",
+        f"<p><b>Conclusion:</b> {escape(knee.conclusion or 'n/a')}.</p>",
+        f"<h2>Verdict</h2><p class=verdict>{escape(v.kind)}</p>",
+        "<p>Evidence:</p><ul>" + li(f"<li>{escape(e)}</li>" for e in v.evidence) + "</ul>",
+        "<p>Actions:</p><ul>" + li(f"<li>{escape(a)}</li>" for a in v.actions) + "</ul>",
+        "<h2>Alerts</h2>"
+        + (
+            "<ul>"
+            + li(f"<li class=alert>{escape(a.message)}</li>" for a in report.alerts)
+            + "</ul>"
+            if report.alerts
+            else "<p>No alert fired.</p>"
+        ),
+        "<h2>Stage verdicts</h2>"
+        + _html_table(
+            ["stage", "load", "verdict", "evidence"],
+            [
+                [
+                    str(r["stage"]),
+                    load_label(r["concurrency"], r["rate"]),
+                    sv.kind,
+                    "; ".join(sv.evidence),
+                ]
+                for r, sv in zip(report.rows, report.verdicts, strict=True)
+            ],
+        ),
+        "<h2>Scaling</h2><div class=grid>" + li(_vs_load_charts(report)) + "</div>",
+        "<h2>Telemetry</h2><div class=grid>" + li(_timeline_charts(report)) + "</div>",
+        "<h2>Latency histograms</h2><div class=grid>" + li(_histograms(report)) + "</div>",
+    ]
     for title, note, headers, rows in detail_sections(report):
-        body.append(f"<h2>{escape(title)}</h2>" + (f"<p>{escape(note)}</p>" if note else "")
-                    + _html_table(headers, rows))
+        body.append(
+            f"<h2>{escape(title)}</h2>"
+            + (f"<p>{escape(note)}</p>" if note else "")
+            + _html_table(headers, rows)
+        )
     if report.warnings:
-        body.append("<h2>Warnings</h2><ul>" + li(f"<li>{escape(w)}</li>"
-                                                 for w in report.warnings) + "</ul>")
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>locust-llm report "
-            f"{escape(info.run_id)}</title><style>{CSS}</style></head><body>"
-            + "\n".join(body) + "</body></html>\n")
+        body.append(
+            "<h2>Warnings</h2><ul>" + li(f"<li>{escape(w)}</li>" for w in report.warnings) + "</ul>"
+        )
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>locust-llm report "
+        f"{escape(info.run_id)}</title><style>{CSS}</style></head><body>"
+        + "\n".join(body)
+        + "</body></html>\n"
+    )

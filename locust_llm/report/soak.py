@@ -49,9 +49,13 @@ class SoakResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "stage": self.stage, "minutes": list(self.minutes), "p99_s": list(self.p99_s),
-            "qps": list(self.qps), "p99_drift_pct_per_h": self.p99_drift_pct_per_h,
-            "qps_drift_pct_per_h": self.qps_drift_pct_per_h, "verdict": self.verdict.as_dict(),
+            "stage": self.stage,
+            "minutes": list(self.minutes),
+            "p99_s": list(self.p99_s),
+            "qps": list(self.qps),
+            "p99_drift_pct_per_h": self.p99_drift_pct_per_h,
+            "qps_drift_pct_per_h": self.qps_drift_pct_per_h,
+            "verdict": self.verdict.as_dict(),
         }
 
 
@@ -95,21 +99,27 @@ def soak_drift(
     qps_drift, qps_se = drift_pct_per_hour(x, np.asarray(qpss, dtype=float))
     usable = int(np.isfinite(np.asarray(p99s, dtype=float)).sum())
     limit = rule.max_drift_pct_per_h
-    evidence = [f"P99 latency drifts {num(p99_drift)} ± {num(p99_se)}%/h, throughput "
-                f"{num(qps_drift)} ± {num(qps_se)}%/h over {usable} minutes "
-                f"(limit ±{num(limit)}%/h beyond {num(rule.sigmas)} standard errors)"]
+    evidence = [
+        f"P99 latency drifts {num(p99_drift)} ± {num(p99_se)}%/h, throughput "
+        f"{num(qps_drift)} ± {num(qps_se)}%/h over {usable} minutes "
+        f"(limit ±{num(limit)}%/h beyond {num(rule.sigmas)} standard errors)"
+    ]
     if usable < rule.min_minutes:
         kind = "insufficient_data"
-        evidence = [f"{usable} usable minutes in soak stage {stage.index} "
-                    f"(< {rule.min_minutes}, each needs {rule.min_per_minute} requests)"]
+        evidence = [
+            f"{usable} usable minutes in soak stage {stage.index} "
+            f"(< {rule.min_minutes}, each needs {rule.min_per_minute} requests)"
+        ]
     elif (p99_drift > limit and p99_drift > rule.sigmas * p99_se) or (
-            qps_drift < -limit and -qps_drift > rule.sigmas * qps_se):
+        qps_drift < -limit and -qps_drift > rule.sigmas * qps_se
+    ):
         kind = "unstable"
     else:
         kind = "healthy"
     verdict = Verdict(kind, tuple(evidence), ACTIONS[kind], stage.index)
-    return SoakResult(stage.index, tuple(mins), tuple(p99s), tuple(qpss), p99_drift, qps_drift,
-                      verdict)
+    return SoakResult(
+        stage.index, tuple(mins), tuple(p99s), tuple(qpss), p99_drift, qps_drift, verdict
+    )
 
 
 def soak_results(

@@ -73,9 +73,11 @@ def line_chart(
     xs_all = np.concatenate([np.asarray(s.xs, float) for s in series] or [np.empty(0)])
     ys_all = np.concatenate([np.asarray(s.ys, float) for s in series] or [np.empty(0)])
     fin_x, fin_y = xs_all[np.isfinite(xs_all)], ys_all[np.isfinite(ys_all)]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" class="chart" '
-             f'role="img"><title>{escape(title)}</title>',
-             f'<text x="{W / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" class="chart" '
+        f'role="img"><title>{escape(title)}</title>',
+        f'<text x="{W / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
+    ]
     if fin_x.size == 0 or fin_y.size == 0:
         parts.append(f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle">no data</text></svg>')
         return "".join(parts)
@@ -97,35 +99,51 @@ def line_chart(
 
     for x0, x1, label in bands:
         a, b = px(max(x0, fin_x.min())), px(min(x1, fin_x.max()))
-        parts.append(f'<rect x="{a:.1f}" y="{T}" width="{max(b - a, 0):.1f}" '
-                     f'height="{H - T - B}" class="band"><title>{escape(label)}</title></rect>'
-                     f'<text x="{a + 2:.1f}" y="{T + 10}" class="bl">{escape(label)}</text>')
-    parts.append(f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" class="ax"/>'
-                 f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" class="ax"/>')
+        parts.append(
+            f'<rect x="{a:.1f}" y="{T}" width="{max(b - a, 0):.1f}" '
+            f'height="{H - T - B}" class="band"><title>{escape(label)}</title></rect>'
+            f'<text x="{a + 2:.1f}" y="{T + 10}" class="bl">{escape(label)}</text>'
+        )
+    parts.append(
+        f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" class="ax"/>'
+        f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" class="ax"/>'
+    )
     for y in _ticks(y_lo, y_hi):
         parts.append(f'<text x="{L - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{_fmt(y)}</text>')
-    x_ticks = sorted(set(fin_x.tolist())) if use_log and np.unique(fin_x).size <= 12 else [
-        10 ** t if use_log else t for t in _ticks(x_lo, x_hi)]
+    x_ticks = (
+        sorted(set(fin_x.tolist()))
+        if use_log and np.unique(fin_x).size <= 12
+        else [10**t if use_log else t for t in _ticks(x_lo, x_hi)]
+    )
     for x in x_ticks:
-        parts.append(f'<text x="{px(x):.1f}" y="{H - B + 14}" text-anchor="middle">'
-                     f'{_fmt(x)}</text>')
-    parts.append(f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">'
-                 f'{escape(x_label)}{" (log)" if use_log else ""}</text>'
-                 f'<text x="12" y="{(T + H - B) / 2}" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {(T + H - B) / 2})">{escape(y_label)}</text>')
+        parts.append(
+            f'<text x="{px(x):.1f}" y="{H - B + 14}" text-anchor="middle">{_fmt(x)}</text>'
+        )
+    parts.append(
+        f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">'
+        f"{escape(x_label)}{' (log)' if use_log else ''}</text>"
+        f'<text x="12" y="{(T + H - B) / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 12 {(T + H - B) / 2})">{escape(y_label)}</text>'
+    )
     for x, label in markers:
         if math.isfinite(x):
-            parts.append(f'<line x1="{px(x):.1f}" y1="{T}" x2="{px(x):.1f}" y2="{H - B}" '
-                         f'class="mk"/><text x="{px(x) + 3:.1f}" y="{T + 22}" class="mk">'
-                         f'{escape(label)}</text>')
+            parts.append(
+                f'<line x1="{px(x):.1f}" y1="{T}" x2="{px(x):.1f}" y2="{H - B}" '
+                f'class="mk"/><text x="{px(x) + 3:.1f}" y="{T + 22}" class="mk">'
+                f"{escape(label)}</text>"
+            )
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         for xs, ys in segments(np.asarray(s.xs, float), np.asarray(s.ys, float)):
             pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys, strict=True))
-            parts.append(f'<polyline points="{pts}" fill="none" stroke="{color}" '
-                         f'stroke-width="1.5" class="series"/>')
-        parts.append(f'<text x="{W - R - 4}" y="{T + 12 + 13 * i}" text-anchor="end" '
-                     f'fill="{color}">{escape(s.label)}</text>')
+            parts.append(
+                f'<polyline points="{pts}" fill="none" stroke="{color}" '
+                f'stroke-width="1.5" class="series"/>'
+            )
+        parts.append(
+            f'<text x="{W - R - 4}" y="{T + 12 + 13 * i}" text-anchor="end" '
+            f'fill="{color}">{escape(s.label)}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -139,19 +157,25 @@ def histogram(values: np.ndarray, *, title: str, x_label: str, bins: int = 40) -
     counts, edges = np.histogram(values, bins=bins)
     top = counts.max() or 1
     bw = (W - L - R) / len(counts)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" class="chart" '
-             f'role="img"><title>{escape(title)}</title>',
-             f'<text x="{W / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
-             f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" class="ax"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" class="chart" '
+        f'role="img"><title>{escape(title)}</title>',
+        f'<text x="{W / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
+        f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" class="ax"/>',
+    ]
     for i, c in enumerate(counts):
         h = c / top * (H - T - B)
-        parts.append(f'<rect x="{L + i * bw:.1f}" y="{H - B - h:.1f}" width="{bw * 0.9:.1f}" '
-                     f'height="{h:.1f}" class="bar"><title>{_fmt(edges[i])}-{_fmt(edges[i + 1])}'
-                     f': {c}</title></rect>')
+        parts.append(
+            f'<rect x="{L + i * bw:.1f}" y="{H - B - h:.1f}" width="{bw * 0.9:.1f}" '
+            f'height="{h:.1f}" class="bar"><title>{_fmt(edges[i])}-{_fmt(edges[i + 1])}'
+            f": {c}</title></rect>"
+        )
     for x in _ticks(float(edges[0]), float(edges[-1])):
         xp = L + (x - edges[0]) / (edges[-1] - edges[0] or 1) * (W - L - R)
         parts.append(f'<text x="{xp:.1f}" y="{H - B + 14}" text-anchor="middle">{_fmt(x)}</text>')
-    parts.append(f'<text x="{L - 4}" y="{T + 4}" text-anchor="end">{top}</text>'
-                 f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">'
-                 f'{escape(x_label)}</text></svg>')
+    parts.append(
+        f'<text x="{L - 4}" y="{T + 4}" text-anchor="end">{top}</text>'
+        f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">'
+        f"{escape(x_label)}</text></svg>"
+    )
     return "".join(parts)

@@ -29,17 +29,59 @@ NAN = math.nan
 
 #: The columns of stages.csv, in order (units in the names; ratios are 0..1).
 COLUMNS: tuple[str, ...] = (
-    "stage", "name", "kind", "concurrency", "rate", "start_wall_s", "end_wall_s", "duration_s",
-    "requests", "completed", "failed", "cancelled", "qps", "output_tps", "total_tps",
-    "latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s",
-    "ttft_avg_s", "ttft_p50_s", "ttft_p99_s", "tpot_avg_s", "tpot_p50_s", "tpot_p99_s",
-    "itl_p99_s", "error_rate", *(f"error_rate_{k}" for k in FAILURE_KINDS),
-    "goodput_rps", "slo_attainment", "dispatch_delay_p99_s",
-    "input_tokens_avg", "output_tokens_avg",
-    "ttft_floor_s", "tpot_floor_s", "model_bw_util",
-    "gpu_util", "gpu_util_max", "gpu_mem_util", "gpu_mem_util_max", "dram_bw_util",
-    "kv_cache_usage", "kv_cache_usage_max", "running", "running_max", "waiting", "waiting_max",
-    "preemptions", "power_w", "worker_cpu_max", "worker_cpu_max_id", "telemetry_samples",
+    "stage",
+    "name",
+    "kind",
+    "concurrency",
+    "rate",
+    "start_wall_s",
+    "end_wall_s",
+    "duration_s",
+    "requests",
+    "completed",
+    "failed",
+    "cancelled",
+    "qps",
+    "output_tps",
+    "total_tps",
+    "latency_avg_s",
+    "latency_p50_s",
+    "latency_p90_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "ttft_avg_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tpot_avg_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "itl_p99_s",
+    "error_rate",
+    *(f"error_rate_{k}" for k in FAILURE_KINDS),
+    "goodput_rps",
+    "slo_attainment",
+    "dispatch_delay_p99_s",
+    "input_tokens_avg",
+    "output_tokens_avg",
+    "ttft_floor_s",
+    "tpot_floor_s",
+    "model_bw_util",
+    "gpu_util",
+    "gpu_util_max",
+    "gpu_mem_util",
+    "gpu_mem_util_max",
+    "dram_bw_util",
+    "kv_cache_usage",
+    "kv_cache_usage_max",
+    "running",
+    "running_max",
+    "waiting",
+    "waiting_max",
+    "preemptions",
+    "power_w",
+    "worker_cpu_max",
+    "worker_cpu_max_id",
+    "telemetry_samples",
 )
 
 
@@ -113,12 +155,16 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
     in_tok = req["input_tokens"][ok].astype(float)
     in_known = in_tok[in_tok >= 0]
     row: dict = {
-        "requests": n, "completed": completed, "failed": failed, "cancelled": cancelled,
+        "requests": n,
+        "completed": completed,
+        "failed": failed,
+        "cancelled": cancelled,
         "qps": completed / dur,
         "output_tps": float(out_tok.sum()) / dur,
         "total_tps": float(out_tok.sum() + in_known.sum()) / dur,
         "latency_avg_s": _mean(e2e),
-        "ttft_avg_s": _mean(ttft), "tpot_avg_s": _mean(tpot),
+        "ttft_avg_s": _mean(ttft),
+        "tpot_avg_s": _mean(tpot),
         "error_rate": failed / n if n else NAN,
         "input_tokens_avg": float(in_known.mean()) if in_known.size else NAN,
         "output_tokens_avg": float(out_tok.mean()) if out_tok.size else NAN,
@@ -155,7 +201,8 @@ class TelemetryIndex:
         frame = telemetry.sort_values("time_s", kind="stable")
         for signal, part in frame.groupby("signal", sort=False):
             self.series[str(signal)] = (
-                part["time_s"].to_numpy(float), part["value"].to_numpy(float),
+                part["time_s"].to_numpy(float),
+                part["value"].to_numpy(float),
                 part["source"].astype(str).to_numpy(),
             )
         mem = _mem_util(frame, gpu)
@@ -207,24 +254,30 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
             return NAN, NAN, values, sources
         return float(values.mean()), float(values.max()), values, sources
 
-    for signal, col in (("gpu_util", "gpu_util"), ("gpu_mem_util", "gpu_mem_util"),
-                        ("kv_cache_usage", "kv_cache_usage"), ("running", "running"),
-                        ("waiting", "waiting")):
+    for signal, col in (
+        ("gpu_util", "gpu_util"),
+        ("gpu_mem_util", "gpu_mem_util"),
+        ("kv_cache_usage", "kv_cache_usage"),
+        ("running", "running"),
+        ("waiting", "waiting"),
+    ):
         mean, peak, _, _ = stats(signal)
         row[col], row[f"{col}_max"] = mean, peak
     row["dram_bw_util"] = stats("dram_bw_util")[0]
     row["power_w"] = stats("power_w")[0]
     _, _, pre, pre_src = stats("preemptions")
     if pre.size:
-        row["preemptions"] = float(sum(pre[pre_src == s].max() - pre[pre_src == s].min()
-                                       for s in np.unique(pre_src)))
+        row["preemptions"] = float(
+            sum(pre[pre_src == s].max() - pre[pre_src == s].min() for s in np.unique(pre_src))
+        )
     else:
         row["preemptions"] = NAN
     _, peak, cpu, cpu_src = stats("worker_cpu_util")
     row["worker_cpu_max"] = peak
     row["worker_cpu_max_id"] = str(cpu_src[int(np.argmax(cpu))]) if cpu.size else ""
-    row["telemetry_samples"] = int(sum(np.isfinite(tel.window(s, lo, hi)[0]).sum()
-                                       for s in tel.series))
+    row["telemetry_samples"] = int(
+        sum(np.isfinite(tel.window(s, lo, hi)[0]).sum() for s in tel.series)
+    )
     return row
 
 
@@ -251,8 +304,16 @@ def _floor_stats(row: dict, floors: Floors | None, concurrency: float) -> dict:
 
 
 REQUEST_ARRAYS: tuple[str, ...] = (
-    "ok", "error_kind", "e2e_s", "ttft_s", "tpot_s", "itl_p99_s", "output_tokens",
-    "input_tokens", "start_wall_s", "scheduled_wall_s",
+    "ok",
+    "error_kind",
+    "e2e_s",
+    "ttft_s",
+    "tpot_s",
+    "itl_p99_s",
+    "output_tokens",
+    "input_tokens",
+    "start_wall_s",
+    "scheduled_wall_s",
 )
 
 
@@ -288,12 +349,15 @@ def stage_table(
     stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
     order = np.argsort(stage_ix, kind="stable")
     sorted_ix = stage_ix[order]
-    tel = TelemetryIndex(telemetry if telemetry is not None else pd.DataFrame(),
-                         floors.gpu if floors else None)
+    tel = TelemetryIndex(
+        telemetry if telemetry is not None else pd.DataFrame(), floors.gpu if floors else None
+    )
     rows = []
     for stage, end in zip(stages, ends, strict=True):
-        a, b = np.searchsorted(sorted_ix, stage.index, "left"), np.searchsorted(
-            sorted_ix, stage.index, "right")
+        a, b = (
+            np.searchsorted(sorted_ix, stage.index, "left"),
+            np.searchsorted(sorted_ix, stage.index, "right"),
+        )
         pick = order[a:b]
         req = {k: v[pick] for k, v in arrays.items()}
         lo = stage.start_wall_s + stage.warmup_s
@@ -304,10 +368,14 @@ def stage_table(
             # shape notices that up to a second later; that second is not the stage's work)
             end = last_done
         row: dict = {
-            "stage": stage.index, "name": stage.name, "kind": stage.kind,
+            "stage": stage.index,
+            "name": stage.name,
+            "kind": stage.kind,
             "concurrency": float(stage.concurrency) if stage.concurrency is not None else NAN,
             "rate": float(stage.rate) if stage.rate is not None else NAN,
-            "start_wall_s": stage.start_wall_s, "end_wall_s": end, "duration_s": end - lo,
+            "start_wall_s": stage.start_wall_s,
+            "end_wall_s": end,
+            "duration_s": end - lo,
         }
         row.update(_request_stats(req, end - lo, slo, mode == "open"))
         row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
