@@ -7,6 +7,7 @@ JSON) read the :class:`Report` this returns and compute nothing themselves.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,17 +112,60 @@ def _client_warning_verdict(
     return Verdict("client_bound", evidence, ACTIONS["client_bound"], None)
 
 
-def effective_stages(run: RunData) -> list[Stage]:
-    """run.json's stages; a run without any is one stage spanning all its requests."""
-    if run.info.stages:
-        return list(run.info.stages)
-    starts = run.requests["start_wall_s"].to_numpy(float)
-    starts = starts[np.isfinite(starts)]
+def locust_users(command: Sequence[str]) -> int | None:
+    """The user count a plain Locust command line asked for (``-u N``, ``--users N``,
+    ``--users=N``; the last one given wins), or None."""
+    users = None
+    for i, arg in enumerate(command):
+        value = None
+        if arg in ("-u", "--users") and i + 1 < len(command):
+            value = command[i + 1]
+        elif arg.startswith("--users="):
+            value = arg.partition("=")[2]
+        elif arg.startswith("-u") and arg[2:].isdigit():
+            value = arg[2:]
+        if value is not None and value.strip().isdigit():
+            users = int(value)
+    return users
+
+
+def peak_in_flight(start_wall_s: np.ndarray, e2e_s: np.ndarray) -> int:
+    """The most requests that were in flight at once (records with a start and a duration)."""
+    ok = np.isfinite(start_wall_s) & np.isfinite(e2e_s)
+    starts, ends = start_wall_s[ok], start_wall_s[ok] + e2e_s[ok]
     if starts.size == 0:
+        return 0
+    times = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(starts.size), -np.ones(ends.size)])
+    order = np.lexsort((steps, times))  # at equal times an end (-1) comes before a start
+    return int(np.cumsum(steps[order]).max())
+
+
+def effective_stages(run: RunData) -> tuple[list[Stage], list[str]]:
+    """run.json's stages; a run without any (plain Locust) is one stage spanning all its
+    requests, at the user count Locust ran (its ``-u``; else the peak of requests in flight,
+    said in a warning)."""
+    if run.info.stages:
+        return list(run.info.stages), []
+    starts = run.requests["start_wall_s"].to_numpy(float)
+    finite = starts[np.isfinite(starts)]
+    if finite.size == 0:
         raise InputError(f"{run.path}: no stages in run.json and no request start times")
-    return [
-        Stage(index=0, name="all", start_wall_s=float(starts.min()), end_wall_s=run.info.end_wall_s)
-    ]
+    users, warnings = locust_users(run.info.command), []
+    if users is None:
+        users = peak_in_flight(starts, run.requests["e2e_s"].to_numpy(float, na_value=np.nan))
+        warnings.append(
+            f"run.json has no stages and its command no -u/--users: concurrency {users} is the "
+            "peak of requests in flight"
+        )
+    stage = Stage(
+        index=0,
+        name="all",
+        start_wall_s=float(finite.min()),
+        end_wall_s=run.info.end_wall_s,
+        concurrency=users or None,
+    )
+    return [stage], warnings
 
 
 def build_report(
@@ -138,7 +182,8 @@ def build_report(
     thresholds = thresholds or Thresholds()
     rules = rules or Rules()
     floors, warnings = resolve_floors(run.info.roofline, model, gpu)
-    stages = effective_stages(run)
+    stages, stage_warnings = effective_stages(run)
+    warnings += stage_warnings
     table = stage_table(
         run.requests,
         run.telemetry,

@@ -15,8 +15,9 @@ from locust_llm.report.alerts import Thresholds, parse_thresholds
 from locust_llm.report.build import Report, build_report
 from locust_llm.report.compare import compare_runs
 from locust_llm.report.load import load_run
+from locust_llm.report.render_console import render_console
 from locust_llm.report.render_html import render_html
-from locust_llm.report.render_md import render_markdown, seed_table
+from locust_llm.report.render_md import render_markdown
 from locust_llm.report.tables import Slo
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALERTS = 0, 2, 3
@@ -177,22 +178,5 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``locust-llm report``."""
     report = make_report(args)
     paths = write_outputs(report, Path(args.out or args.run_dir))
-    v = report.overall
-    lines = [
-        seed_table(report),
-        "",
-        f"Reading: {report.knee.reading or 'n/a'}.",
-        f"Conclusion: {report.knee.conclusion or 'n/a'}.",
-        "",
-        f"Verdict: {v.kind}",
-        *(f"  - {e}" for e in v.evidence),
-    ]
-    if report.alerts:
-        lines += [
-            "",
-            f"Alerts ({len(report.alerts)}):",
-            *(f"  - {a.message}" for a in report.alerts),
-        ]
-    lines += ["", f"Report: {paths['report.html']}"]
-    print("\n".join(lines))
+    print(render_console(report, paths["report.html"]))
     return EXIT_ALERTS if report.alerts else EXIT_OK
