@@ -199,7 +199,7 @@ def line_chart(
     for x, row in zip(x_ticks, tick_rows, strict=True):
         if row is not None:
             parts.append(
-                f'<text x="{px(x):.1f}" y="{bottom + 14}" text-anchor="middle" class="tk">'
+                f'<text x="{px(x):.1f}" y="{bottom + 18}" text-anchor="middle" class="tk">'
                 f"{_fmt(x)}</text>"
             )
     mid = (top + bottom) / 2
@@ -277,7 +277,7 @@ def histogram(
     for x in _ticks(0.0, hi):
         xp = L + x / hi * (right_px - L)
         parts.append(
-            f'<text x="{xp:.1f}" y="{bottom + 14}" text-anchor="middle" class="tk">{_fmt(x)}</text>'
+            f'<text x="{xp:.1f}" y="{bottom + 18}" text-anchor="middle" class="tk">{_fmt(x)}</text>'
         )
     mid = (top + bottom) / 2
     parts.append(
