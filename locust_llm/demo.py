@@ -1,13 +1,15 @@
 """``locust-llm demo`` and ``locust-llm run``: a whole stepped sweep, from start to verdict.
 
-``run`` drives Locust headless against any OpenAI-compatible server: one master and one worker per
-core (Locust processes on 127.0.0.1), the stages of ``--concurrency`` / ``--stage-requests``, the
-master scraping the server's ``/metrics`` (and GPU exporters), then the report: the table, the
-verdict and where the HTML is. ``demo`` first starts the simulated server (mistral-7b on an RTX
-4090 unless told otherwise, KV cache sized so the knee falls inside the sweep) on a free port,
-then does the same against it. Progress (stage by stage) is printed; Locust's own log goes to
-``locust.log`` in the run dir.
-"""
+``run`` drives Locust against any OpenAI-compatible server: one master and one worker per core
+(Locust processes on 127.0.0.1), the stages of ``--concurrency`` / ``--stage-requests``, the
+master scraping the server's ``/metrics`` (and GPU exporters), then the report's console
+summary (per stage QPS, tokens/s, TTFT / TPOT / E2E percentiles, errors, then the verdict) and
+where the HTML is. ``demo`` first starts the simulated server (mistral-7b on an RTX 4090 unless
+told otherwise, KV cache sized so the knee falls inside the sweep) on a free port, then does the
+same against it. Both say what they are about to run, then show one progress line per stage
+(:mod:`locust_llm.progress`, from the master's ``/llm/stats``: the master runs with
+``--autostart`` and its web UI on 127.0.0.1 instead of ``--headless``); Locust's own log goes
+to ``locust.log`` in the run dir."""
 
 from __future__ import annotations
 

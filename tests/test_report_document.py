@@ -9,6 +9,8 @@ computed here from the raw records.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -150,3 +152,16 @@ def test_field_table_has_the_field_s_columns() -> None:
     table = field_table(build_report(load_run(EXAMPLE)))
     assert table.headers == ("stage", "concurrency", "QPS", "out tok/s", "TTFT P50", "TTFT P99",
                              "TPOT P50", "TPOT P99", "E2E P50", "E2E P99", "errors")  # fmt: skip
+
+
+def test_docs_console_summary_is_what_the_command_prints() -> None:
+    doc = (EXAMPLE.parent.parent / "docs" / "report.md").read_text()
+    command = "locust-llm report reports/example --out /tmp/example-report"
+    assert f"`{command}` prints" in doc
+    block = doc.split(f"`{command}` prints", 1)[1].split("```\n", 2)[1]
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "locust-llm"), *command.split()[1:]],
+        cwd=EXAMPLE.parent.parent, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr  # the example's alerts fired
+    assert out.stdout == block
