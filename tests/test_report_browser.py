@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rundir_factory import DECODE, make_run, server_stage
 from webui_support import chromium
 
 from locust_llm.report.build import build_report
@@ -80,10 +81,23 @@ MEASURE_JS = """() => {
 }"""
 
 
+#: A crowded sweep: 14 short stages, so stage bands and their labels are narrow.
+CROWDED = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
 @pytest.fixture(scope="module")
 def page_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("html") / "report.html"
     path.write_text(render_html(build_report(load_run(EXAMPLE))))
+    return path
+
+
+@pytest.fixture(scope="module")
+def crowded_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("crowded")
+    run = make_run(tmp / "run", [server_stage(DECODE, c) for c in CROWDED], stage_s=3)
+    path = tmp / "report.html"
+    path.write_text(render_html(build_report(load_run(run))))
     return path
 
 
@@ -126,3 +140,15 @@ def test_report_layout_in_chromium(
     stages = [t for t, cls in charts["GPU, KV cache and worker CPU over time"]["labels"]
               if cls == "bl"]  # fmt: skip
     assert stages == ["c=1", "c=10", "c=50", "c=100", "c=200"]
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+def test_crowded_sweep_labels_stay_apart(crowded_path: Path, tmp_path: Path, width: int) -> None:
+    m = _measure(crowded_path, tmp_path / "profile", width)
+    assert not m["crossings"], m["crossings"][:10]
+    assert not m["overlaps"], m["overlaps"][:10]
+    charts = {c["title"]: c for c in m["charts"]}
+    stages = [t for t, cls in charts["GPU, KV cache and worker CPU over time"]["labels"]
+              if cls == "bl"]  # fmt: skip
+    # most stages keep a visible label (two rows); the rest keep their tooltip
+    assert len(stages) >= len(CROWDED) // 2 and stages[0] == "c=1"

@@ -47,6 +47,17 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [start + i * step for i in range(int((hi - start) / step + 1e-9) + 1)]
 
 
+def _log_ticks(lo_exp: float, hi_exp: float) -> list[float]:
+    """1-2-5 ticks between 10**lo_exp and 10**hi_exp (log axes)."""
+    out = []
+    for decade in range(math.floor(lo_exp), math.ceil(hi_exp) + 1):
+        for mult in (1, 2, 5):
+            v = mult * 10.0**decade
+            if 10**lo_exp * (1 - 1e-9) <= v <= 10**hi_exp * (1 + 1e-9):
+                out.append(v)
+    return out
+
+
 def _fmt(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 or float(v).is_integer() else f"{v:.3g}"
 
@@ -125,6 +136,9 @@ def line_chart(
 ) -> str:
     """An SVG line chart; ``markers`` are labelled vertical lines, ``bands`` shaded x ranges,
     ``right`` series use a second y axis (from zero) on the right."""
+    # a series without a single value (no roofline floors, say) has no line and no legend entry
+    series = [s for s in series if np.isfinite(np.asarray(s.ys, float)).any()]
+    right = [s for s in right if np.isfinite(np.asarray(s.ys, float)).any()]
     everything = [*series, *right]
     xs_all = np.concatenate([np.asarray(s.xs, float) for s in everything] or [np.empty(0)])
     ys_all = np.concatenate([np.asarray(s.ys, float) for s in series] or [np.empty(0)])
@@ -190,11 +204,11 @@ def line_chart(
         f'<line x1="{L}" y1="{bottom}" x2="{W - r_margin}" y2="{bottom}" class="ax"/>'
         f'<line x1="{L}" y1="{top}" x2="{L}" y2="{bottom}" class="ax"/>'
     )
-    x_ticks = (
-        sorted(set(fin_x.tolist()))
-        if use_log and np.unique(fin_x).size <= 12
-        else [10**t if use_log else t for t in _ticks(x_lo, x_hi)]
-    )
+    if use_log:
+        few = np.unique(fin_x).size <= 12
+        x_ticks = sorted(set(fin_x.tolist())) if few else _log_ticks(x_lo, x_hi)
+    else:
+        x_ticks = _ticks(x_lo, x_hi)
     tick_rows = label_rows([(px(x) - CHAR_W * len(_fmt(x)) / 2, _fmt(x)) for x in x_ticks], rows=1)
     for x, row in zip(x_ticks, tick_rows, strict=True):
         if row is not None:
