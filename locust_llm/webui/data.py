@@ -4,8 +4,8 @@ Prometheus collector of ``/llm/metrics``.
 Pure apart from reading the objects it is given: a locust-llm ``Runtime``-like object (``stats``,
 ``stages``, ``current_stage``, ``telemetry``, ``run_dir``, ``run_ended``) and a Locust
 runner-like object (``state``, ``user_count``; ``worker_count`` on a master), both duck-typed.
-It imports neither Flask nor Locust, so tests call it directly; :mod:`locust_llm.webtab` serves
-it.
+It imports neither Flask nor Locust, so tests call it directly; :mod:`locust_llm.webui.routes`
+serves it.
 
 Rates in a stopped run: tokens/s are "over the last 10 complete seconds"; once the runner is no
 longer running they are taken over the 10 seconds that ended with the last request (not "now"),
@@ -153,19 +153,17 @@ def history_series(history: list[dict[str, Any]], points: int = HISTORY_POINTS) 
 def telemetry_rows(telemetry: Any) -> list[Sequence[Any]]:
     """Rows ``(time_s, source, signal, gpu, value)`` of the scraper (``[]`` when there is none).
 
-    Read defensively: the scraper may be absent, stopped, or offer only ``samples()``.
+    Read defensively through :meth:`locust_llm.telemetry.TelemetryScraper.samples`: the scraper
+    may be absent or stopped, and a failure there must never fail the web tab.
     """
-    if telemetry is None:
+    samples = getattr(telemetry, "samples", None)
+    if not callable(samples):
         return []
-    for method in ("latest", "samples"):
-        fn = getattr(telemetry, method, None)
-        if callable(fn):
-            try:
-                rows = fn()
-            except Exception:  # the web tab must never fail because telemetry did
-                return []
-            return [r for r in rows if isinstance(r, tuple | list) and len(r) == 5]
-    return []
+    try:
+        rows = samples()
+    except Exception:  # the web tab must never fail because telemetry did
+        return []
+    return [r for r in rows if isinstance(r, tuple | list) and len(r) == 5]
 
 
 def _reduce(kind: str, values: list[float]) -> float | None:
