@@ -36,7 +36,7 @@ def test_an_unknown_name_lists_what_is_registered() -> None:
     with pytest.raises(InputError) as info:
         registry.lookup_source("dcgm")
     assert str(info.value) == (
-        "--source 'dcgm': no such GPU source; registered: nvml, fake, replay, simulated"
+        "--source: no GPU source 'dcgm'; registered: nvml, fake, replay, simulated"
     )
     with pytest.raises(InputError, match=r"served by `locust-llm sim`.*builds nvml, fake, replay"):
         registry.build_source("simulated", types.SimpleNamespace())

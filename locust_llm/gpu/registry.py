@@ -25,6 +25,7 @@ from typing import Any
 
 from locust_llm.errors import InputError
 from locust_llm.gpu.source import GpuSource
+from locust_llm.registry import Registry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,40 +38,34 @@ class SourceEntry:
     exporter: bool = True  # the exporter can build it (the module defines ``from_args``)
 
 
-_REGISTRY: dict[str, SourceEntry] = {}
+_REGISTRY: Registry[SourceEntry] = Registry("GPU source")
 
 
 def register_source(entry: SourceEntry) -> SourceEntry:
     """Add ``entry`` under its name (a name can be registered once); returns it."""
-    if entry.name in _REGISTRY:
-        raise ValueError(f"GPU source {entry.name!r} is already registered")
-    _REGISTRY[entry.name] = entry
-    return entry
+    return _REGISTRY.register(entry.name, entry)
 
 
 def unregister_source(name: str) -> None:
     """Remove a registered source (tests that register their own)."""
-    _REGISTRY.pop(name, None)
+    _REGISTRY.unregister(name)
 
 
 def registered_sources() -> tuple[SourceEntry, ...]:
     """Every registered source, in registration order."""
-    return tuple(_REGISTRY.values())
+    return tuple(_REGISTRY)
 
 
 def source_names(*, exporter_only: bool = False) -> tuple[str, ...]:
     """The registered names (only those the exporter can build, when asked)."""
-    return tuple(e.name for e in _REGISTRY.values() if e.exporter or not exporter_only)
+    return tuple(e.name for e in _REGISTRY if e.exporter or not exporter_only)
 
 
 def lookup_source(name: str) -> SourceEntry:
     """The entry registered as ``name``; an InputError listing the registered names otherwise."""
-    entry = _REGISTRY.get(name)
-    if entry is None:
-        raise InputError(
-            f"--source {name!r}: no such GPU source; registered: {', '.join(source_names())}"
-        )
-    return entry
+    if name not in _REGISTRY:
+        raise InputError(f"--source: {_REGISTRY.unknown(name)}")
+    return _REGISTRY.get(name)
 
 
 def build_source(name: str, args: argparse.Namespace, *, nvml: Any = None) -> GpuSource:
