@@ -44,10 +44,10 @@ def _dist_name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", name.group()).lower()
 
 
-def _imported_modules() -> dict[str, set[str]]:
-    """Top-level module name -> files of locust_llm that import it (absolute imports only)."""
+def _imported_modules(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Top-level module name -> files under ``root`` that import it (absolute imports only)."""
     found: dict[str, set[str]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             names: list[str] = []
@@ -75,6 +75,28 @@ def test_every_import_in_the_package_is_declared() -> None:
             undeclared.append(f"{module} (from {sorted(dists) or 'nothing installed'}) in {files}")
     assert not undeclared, "imported but not a runtime dependency:\n" + "\n".join(undeclared)
     assert any(_dist_name(r) == "tomli" for r in project["dependencies"])
+
+
+def test_the_test_extra_covers_what_the_benchmarks_and_tests_import() -> None:
+    """``bootstrap.sh --test`` installs ``.[test]``; everything bench/ and tests/ import must
+    come from it (or be their own helper modules, or torch: bench/gpu_hardware_check.py prints
+    the install command when it is missing)."""
+    project = _project()
+    extras = project["optional-dependencies"]
+    declared = {_dist_name(r) for r in project["dependencies"]}
+    for extra in ("test", "bench", *RUNTIME_EXTRAS):
+        declared |= {_dist_name(r) for r in extras[extra]}
+    providers = metadata.packages_distributions()
+    local = {p.stem for d in ("bench", "tests") for p in (ROOT / d).rglob("*.py")} | {"bench"}
+    missing = []
+    for root in (ROOT / "bench", ROOT / "tests"):
+        for module, files in sorted(_imported_modules(root).items()):
+            if module in sys.stdlib_module_names or module in local or module == "locust_llm":
+                continue
+            dists = {_dist_name(d) for d in providers.get(module, [])}
+            if module not in ("torch", "tomli") and not dists & declared:  # tomli: 3.10 only
+                missing.append(f"{module} in {sorted(files)[:3]}")
+    assert not missing, "not installed by the test extra:\n" + "\n".join(missing)
 
 
 def test_dependencies_are_only_what_runtime_code_imports() -> None:
