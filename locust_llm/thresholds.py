@@ -1,8 +1,9 @@
-"""Every threshold the report judges by, in one frozen object shared by the verdict, the knee and
-the alerts (pure: no I/O).
+"""Every threshold the report judges by, in one frozen object shared by the verdict, the knee,
+the soak drift and the alerts (pure: no I/O).
 
-The verdict rules (:mod:`locust_llm.verdict`), the knee and cap (:mod:`locust_llm.report.knee`)
-and the alerts (:mod:`locust_llm.report.alerts`) all read one :class:`Thresholds`; a value that
+The verdict rules (:mod:`locust_llm.verdict`), the knee and cap (:mod:`locust_llm.report.knee`),
+the soak drift (:mod:`locust_llm.report.soak`) and the alerts (:mod:`locust_llm.report.alerts`)
+all read one :class:`Thresholds`; a value that
 two of them use (the 1% error rate) is one field. ``locust-llm report --alert NAME=VALUE``
 overrides the alert fields (:data:`ALERT_FIELDS`) and so, for ``error_rate``, the verdict's
 ``errors`` rule and the cap's error bound too; ``error_rate=off`` switches all three off.
@@ -51,6 +52,12 @@ class Thresholds:
     flat_band: float = 0.02  # gain within this of 1: flat
     min_gain: float = 0.05  # the cap needs at least this throughput gain per step ...
     latency_weight: float = 0.10  # ... and at least this share of the P99 increase
+
+    # -- soak stages: drift of P99 latency and throughput -----------------------------------
+    soak_max_drift_pct_per_h: float = 10.0  # drift beyond this (percent per hour): unstable ...
+    soak_sigmas: float = 2.0  # ... and beyond this many standard errors of its slope
+    soak_min_minutes: int = 3  # fewer usable minutes: insufficient data
+    soak_min_per_minute: int = 5  # requests a minute needs for its P99
 
     def alert_values(self) -> dict[str, Any]:
         """The alert fields and their values (what summary.json records as ``thresholds``)."""

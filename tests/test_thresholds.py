@@ -78,6 +78,11 @@ def test_no_other_module_defines_a_threshold_class_or_error_rate_default() -> No
             named = isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
             if named and "error_rate" in node.target.id and node.value is not None:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-            if isinstance(node, ast.ClassDef) and node.name in ("Rules", "Rule", "Thresholds"):
+            if isinstance(node, ast.ClassDef) and node.name in (
+                "Rules",
+                "Rule",
+                "SoakRule",
+                "Thresholds",
+            ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} class {node.name}")
     assert not offenders, offenders

@@ -159,8 +159,9 @@ def build_report(
     ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows, strict=True)]
     stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
     soak = soak_results(
-        stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"], arrays["ok"]
-    )
+        stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"], arrays["ok"],
+        thresholds=thresholds,
+    )  # fmt: skip
     return Report(
         run=run,
         stages=stages,
