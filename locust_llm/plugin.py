@@ -508,7 +508,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         )
         return
     if environment.web_ui is not None:
-        from locust_llm import webtab
+        from locust_llm.webui import routes as webtab
 
         webtab.install(environment, rt)
     if isinstance(runner, MasterRunner):

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import Alert, Thresholds, check
+from locust_llm.report.alerts import Alert, check
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.knee import Knee, find_knee
 from locust_llm.report.load import RunData
@@ -31,7 +31,8 @@ from locust_llm.report.tables import (
 )
 from locust_llm.roofline import get_gpu, get_model
 from locust_llm.rundir import Stage
-from locust_llm.verdict import ACTIONS, Rules, Verdict, overall_verdict, stage_verdicts
+from locust_llm.thresholds import Thresholds
+from locust_llm.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
 
 #: run.json warnings (locust_llm.plugin) that say Locust's own CPU monitor saw > 90%.
 CPU_WARNING_MARKS: tuple[str, ...] = ("load generator's CPU went above", "worker's CPU went above")
@@ -175,12 +176,10 @@ def build_report(
     thresholds: Thresholds | None = None,
     model: str | None = None,
     gpu: str | None = None,
-    rules: Rules | None = None,
 ) -> Report:
     """The full analysis of one run."""
     slo = slo or Slo()
     thresholds = thresholds or Thresholds()
-    rules = rules or Rules()
     floors, warnings = resolve_floors(run.info.roofline, model, gpu)
     stages, stage_warnings = effective_stages(run)
     warnings += stage_warnings
@@ -194,17 +193,20 @@ def build_report(
         floors=floors,
     )
     rows = table.to_dict("records")
-    knee = find_knee(rows, slo=slo)
-    verdicts = stage_verdicts(rows, rules=rules, max_num_seqs=_max_num_seqs(run.info.extra))
-    overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, rules=rules)
+    knee = find_knee(rows, slo=slo, thresholds=thresholds)
+    verdicts = stage_verdicts(
+        rows, thresholds=thresholds, max_num_seqs=_max_num_seqs(run.info.extra)
+    )
+    overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
     overall = _client_warning_verdict(overall, rows, run.warnings)
     arrays = request_arrays(run.requests)
     ends = stage_ends(stages, run.info.end_wall_s)
     ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows, strict=True)]
     stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
     soak = soak_results(
-        stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"], arrays["ok"]
-    )
+        stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"], arrays["ok"],
+        thresholds=thresholds,
+    )  # fmt: skip
     return Report(
         run=run,
         stages=stages,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import Thresholds, parse_thresholds
+from locust_llm.report.alerts import parse_thresholds
 from locust_llm.report.build import Report, build_report
 from locust_llm.report.compare import compare_runs
 from locust_llm.report.load import load_run
@@ -19,6 +19,7 @@ from locust_llm.report.render_console import render_console
 from locust_llm.report.render_html import render_html
 from locust_llm.report.render_md import render_markdown
 from locust_llm.report.tables import Slo
+from locust_llm.thresholds import Thresholds
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALERTS = 0, 2, 3
 
@@ -116,7 +117,7 @@ def summary(report: Report) -> dict[str, Any]:
                 "tpot_s": report.slo.tpot_s,
                 "e2e_s": report.slo.e2e_s,
             },
-            "thresholds": dict(report.thresholds.__dict__),
+            "thresholds": report.thresholds.alert_values(),
             "roofline": (
                 {"model": report.floors.model.name, "gpu": report.floors.gpu.name}
                 if report.floors

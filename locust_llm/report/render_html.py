@@ -205,8 +205,8 @@ def _timeline_charts(report: Report) -> list[str]:
         if math.isfinite(r["end_wall_s"])
     ]
 
-    def series(label: str, signal: str, how: str = "mean", scale: float = 1.0) -> Series:
-        t, v = tel.timeline(signal, how)
+    def series(label: str, signal: str, scale: float = 1.0) -> Series:
+        t, v = tel.timeline(signal)  # combined over GPUs and sources as the signal says
         t, v = downsample(*with_gaps(t - t0, v * scale))
         return Series(label, t, v)
 
@@ -214,7 +214,7 @@ def _timeline_charts(report: Report) -> list[str]:
         series("GPU util", "gpu_util", scale=100),
         series("GPU mem used", "gpu_mem_util", scale=100),
         series("KV cache", "kv_cache_usage", scale=100),
-        series("worker CPU max", "worker_cpu_util", "max", 100),
+        series("worker CPU max", "worker_cpu_util", scale=100),
     ]
     queue = [series("running", "running"), series("waiting", "waiting")]
     x_label = "seconds since the first stage"
