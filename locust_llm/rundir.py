@@ -41,6 +41,9 @@ SIGNALS: dict[str, str] = {
     "waiting": "requests queued in the server",
     "preemptions": "server preemptions, cumulative count",
     "host_cpu_util": "CPU utilization ratio 0..1 of the exporter's host",
+    "sim_lag_s": "simulated server: summed step lag behind its real-time schedule, seconds",
+    "sim_steps": "simulated server: engine steps handed out, cumulative count",
+    "sim_late_steps": "simulated server: steps handed out > 10 ms late, cumulative count",
     "worker_cpu_util": "Locust worker CPU ratio 0..1 (source = worker id)",
     "scrape_up": "1 = target scraped and parsed, 0 = scrape failed (a gap)",
 }

@@ -42,6 +42,7 @@ from prometheus_client.registry import Collector
 from locust_llm.gpu.collector import GpuCollector
 from locust_llm.sim.engine import Engine, SimRequest
 from locust_llm.sim.gpu import SimGpuSource
+from locust_llm.sim.lag import LATE_STEP_S
 
 TTFT_BUCKETS = (
     0.001,
@@ -115,9 +116,6 @@ REQUEST_BUCKETS = (
 
 #: Step lag buckets (seconds): sub-millisecond scheduling noise up to seconds of a stalled host.
 LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-#: A step handed out later than this counts in ``locust_llm_sim_late_steps_total``.
-LATE_STEP_S = 0.01
 
 
 class Histogram:

@@ -1,0 +1,115 @@
+"""Prefix caching: vLLM's chained block hashes, LRU eviction, counters and usage, checked
+against counts the test makes itself from the prompts it sends."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from locust_llm.sim.config import config_from_mapping
+from locust_llm.sim.engine import Engine
+from locust_llm.sim.prefix_cache import block_hashes
+from locust_llm.sim.testing import running_sim
+from locust_llm.sim.trace import read_trace
+
+FAST = {"step_overhead_s": 0.0, "bandwidth_efficiency": 1.0, "compute_efficiency": 1.0}
+
+
+def words(n: int, salt: int = 0) -> list[str]:
+    """``n`` distinct 4-letter words: one token each by the simulator's documented estimate."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz"
+    return [
+        "".join(alphabet[(i * 7 + salt * 131 + k * 3) % 26] for k in range(3)) + "q"
+        for i in range(n)
+    ]
+
+
+def test_chained_hashes_share_exactly_the_common_full_blocks() -> None:
+    a = block_hashes([f"t{i}" for i in range(64)], 16)
+    b = block_hashes([f"t{i}" for i in range(40)] + ["x"] * 24, 16)
+    assert len(a) == 4 and a[:2] == b[:2] and a[2] != b[2] and a[3] != b[3]
+    assert block_hashes(["t"] * 15, 16) == ()  # a partial block is never cached
+
+
+def test_engine_hits_skip_prefill_and_lru_evicts_the_oldest_free_block() -> None:
+    eng = Engine(config_from_mapping({**FAST, "num_gpu_blocks_override": 12}))
+    first = [f"a{i}" for i in range(64)]
+    r1 = eng.add(64, 2, block_hashes=block_hashes(first, 16))
+    eng.run_until_idle()
+    assert r1.cached_tokens == 0 and len(eng.prefix_cache.evictable) == 4
+    assert eng.free_blocks == eng.total_blocks  # cached blocks nobody uses are free memory
+    r2 = eng.add(64, 2, block_hashes=block_hashes(first, 16))
+    results = eng.run_until_idle()
+    # the whole prompt is cached but its last token is computed: 3 blocks hit, 16 tokens run
+    assert r2.cached_tokens == 48 and results[0].prefill_tokens == 16
+    assert eng.stats.prefix_cache_hits_total == 48
+    assert eng.stats.prefix_cache_queries_total == 128
+    # a 160-token prompt needs 10 of 12 blocks: the oldest cached blocks are evicted
+    eng.add(160, 2, block_hashes=block_hashes([f"b{i}" for i in range(160)], 16))
+    eng.run_until_idle()
+    assert eng.prefix_cache.evictions_total >= 2
+    r4 = eng.add(64, 2, block_hashes=block_hashes(first, 16))
+    eng.run_until_idle()
+    assert r4.cached_tokens < 48  # its prefix lost its first block: the chain breaks
+
+
+def test_disabled_prefix_caching_never_hits() -> None:
+    eng = Engine(config_from_mapping({**FAST, "enable_prefix_caching": False}))
+    hashes = block_hashes([f"a{i}" for i in range(64)], 16)
+    for _ in range(2):
+        req = eng.add(64, 2, block_hashes=hashes)
+        eng.run_until_idle()
+    assert req.cached_tokens == 0 and eng.stats.prefix_cache_queries_total == 0
+
+
+def _post(url: str, text: str) -> dict:
+    body = {
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": 4,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    req = urllib.request.Request(
+        url + "/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        events = [line[6:] for line in resp.read().decode().splitlines() if line[:6] == "data: "]
+    return json.loads(events[-2])["usage"]
+
+
+def test_server_hits_equal_an_independent_count(tmp_path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    shared = words(70, salt=1)  # a shared 70-token "system prompt"
+    prompts = [shared + words(n, salt=10 + n) for n in (5, 30, 17)] + [shared[:40], shared]
+    with running_sim(trace_path=str(trace), **FAST) as url:
+        usages = [_post(url, " ".join(p)) for p in prompts]  # one after the other
+        metrics = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    # independent count: common prefix with any earlier prompt, in whole 16-token blocks,
+    # never the prompt's last token (vLLM recomputes it)
+    expected = []
+    for i, p in enumerate(prompts):
+        common = max((_common(p, q) for q in prompts[:i]), default=0)
+        expected.append(min(common // 16, (len(p) - 1) // 16) * 16)
+    assert [u["prompt_tokens"] for u in usages] == [len(p) for p in prompts]
+    assert [u["prompt_tokens_details"]["cached_tokens"] for u in usages] == expected
+    assert expected == [0, 64, 64, 32, 64]
+    lines = read_trace(trace)
+    assert sum(r["cached_tokens"] for r in lines) == sum(expected)
+
+    def value(name: str) -> float:
+        return float(next(x for x in metrics.splitlines() if x.startswith(name)).split()[-1])
+
+    assert value("vllm:prefix_cache_hits_total") == sum(expected)
+    assert value("vllm:prefix_cache_queries_total") == sum(len(p) for p in prompts)
+
+
+def _common(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
