@@ -16,9 +16,10 @@ Labels, the first rule that holds wins (thresholds are :class:`LabelRules` field
    ``max_num_seqs`` did;
 2. ``batch_limit_admission``: the same with ``max_num_seqs`` the main blocker;
 3. ``under_loaded``: the GPU was busy less than ``busy_share`` of the window;
-4. ``prefill_interference``: compute set at least ``bound_share`` of the step time and at
-   least ``interference_share`` of the step time went to steps that decode sequences shared
-   with prefill chunks (decode tokens waiting behind prompts);
+4. ``prefill_interference``: compute set at least ``bound_share`` of the step time, at least
+   ``interference_share`` of it went to steps that decode sequences shared with prefill
+   chunks, and the requests spent longer decoding than waiting for their first token (decode
+   tokens slowed by other requests' prompts);
 5. ``compute_bound_prefill``: compute set at least ``bound_share`` of the step time and
    prefill tokens were at least half the tokens computed;
 6. ``compute_bound_decode``: compute set at least ``bound_share`` of the step time (a decode
@@ -176,7 +177,9 @@ def ground_truth(
         "prefill_token_share": prefill / (prefill + decode) if prefill + decode else math.nan,
         "busy_share": busy / span if span and span > 0 else math.nan,
     }
-    label = _label(truth, kv_share, seqs_share, admission_wait, rules)
+    ttft = _mean([q + p for q, p in zip(queue, pre, strict=True)])
+    decode_longer = bool(_mean(dec) > ttft)
+    label = _label(truth, kv_share, seqs_share, admission_wait, decode_longer, rules)
     return GroundTruth(
         start_s=start_s,
         end_s=end_s,
@@ -206,6 +209,7 @@ def _label(
     kv_share: float,
     seqs_share: float,
     admission_wait: float,
+    decode_longer: bool,
     rules: LabelRules,
 ) -> str:
     """The first rule of the module docstring that holds."""
@@ -215,7 +219,7 @@ def _label(
     if not busy >= rules.busy_share:  # NaN (no steps) reads as under-loaded
         return "under_loaded"
     if truth["compute_share"] >= rules.bound_share:
-        if truth["mixed_share"] >= rules.interference_share:
+        if truth["mixed_share"] >= rules.interference_share and decode_longer:
             return "prefill_interference"
         if truth["prefill_token_share"] >= 0.5:
             return "compute_bound_prefill"

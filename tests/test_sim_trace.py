@@ -1,0 +1,186 @@
+"""The phase trace, ground-truth labels, the simulator's lag and its listen backlog."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+
+import pandas as pd
+import pytest
+
+from locust_llm.signals import extract_signals
+from locust_llm.sim.config import config_from_mapping
+from locust_llm.sim.engine import Engine
+from locust_llm.sim.labels import VERDICT_KINDS, ground_truth
+from locust_llm.sim.lag import lag_summary, lag_warnings
+from locust_llm.sim.testing import SimThread, running_sim
+from locust_llm.sim.trace import read_trace, request_times, step_record
+
+
+def _stream(url: str, tokens: int, text: str = "hello there") -> None:
+    body = {
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    req = urllib.request.Request(
+        url + "/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        resp.read()
+
+
+def _metric(text: str, name: str) -> float:
+    return float(next(x for x in text.splitlines() if x.startswith(name)).split()[-1])
+
+
+def test_trace_notes_survived_faults_and_steps_carry_the_physics(tmp_path) -> None:
+    trace, steps = tmp_path / "trace.jsonl", tmp_path / "steps.jsonl"
+    with running_sim(
+        trace_path=str(trace), step_trace_path=str(steps), faults=("stall:1:0.2",)
+    ) as url:
+        _stream(url, 8)
+        metrics = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    (line,) = read_trace(trace)
+    assert line["outcome"] == "ok" and line["fault"] == "stall"  # survived, and noted
+    assert line["arrival"] <= line["admission"] <= line["engine_first_token"]
+    assert line["engine_finish"] < line["last_token"]  # the stall held the bytes back
+    assert line["last_token"] - line["engine_finish"] == pytest.approx(0.2, abs=0.15)
+    rows = read_trace(steps)
+    assert (
+        sum(r["decode_seqs"] for r in rows) == 7 and rows[0]["prefill_tokens"] == 4
+    )  # "hello there": hell o ther e
+    for r in rows:
+        expected = r["overhead_s"] + max(r["compute_s"], r["memory_s"]) + r["allreduce_s"]
+        assert r["duration_s"] == pytest.approx(expected)
+        assert r["bound"] == ("compute" if r["compute_s"] >= r["memory_s"] else "memory")
+        assert r["lag_s"] >= 0
+    for name in ("queue", "prefill", "decode", "inference"):
+        assert _metric(metrics, f"vllm:request_{name}_time_seconds_count") == 1
+    decode = _metric(metrics, "vllm:request_decode_time_seconds_sum")
+    assert decode == pytest.approx(line["engine_finish"] - line["engine_first_token"], abs=1e-5)
+    assert _metric(metrics, "locust_llm_sim_step_lag_seconds_count") == len(rows)
+
+
+def test_a_blocked_loop_is_counted_as_lag_and_reported() -> None:
+    thread = SimThread(config_from_mapping({"port": 0}))
+    url = thread.start()
+    try:
+        _stream(url, 4)
+        before = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        t_before = time.time()
+        # a busy host: the simulator's loop cannot run for 0.3 s in the middle of a stream
+        thread.loop.call_later(0.05, time.sleep, 0.3)
+        _stream(url, 30)
+        after = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        t_after = time.time()
+    finally:
+        thread.stop()
+    assert _metric(after, "locust_llm_sim_late_steps_total") >= 1
+    assert _metric(after, "locust_llm_sim_step_lag_seconds_sum") > 0.2
+    # through the telemetry signal map, as the scraper records them, into the report's rule
+    rows = [
+        (t, "sim", signal, gpu, value)
+        for t, text in ((t_before, before), (t_after, after))
+        for signal, gpu, value in extract_signals(text)
+    ]
+    frame = pd.DataFrame(rows, columns=["time_s", "source", "signal", "gpu", "value"])
+    (warning,) = lag_warnings(frame, [("c=1", t_before - 1, t_after + 1)])
+    assert warning.startswith("stage c=1: the simulated server fell behind")
+    assert lag_warnings(frame, [("quiet", t_after + 5, t_after + 9)]) == []
+
+
+def test_lag_summary_rule() -> None:
+    assert lag_summary([0.0001] * 200) == pytest.approx((0.0001, 0.0001, False))
+    assert lag_summary([0.0] * 99 + [0.05])[2]  # 1% of steps late
+    assert lag_summary([])[2] is False
+
+
+def virtual_run(concurrency: int, requests: int, prompt: int, output: int, **kw: object):
+    """A closed loop on the engine's virtual clock; returns (step lines, request lines)."""
+    eng = Engine(config_from_mapping({"model": "mistral-7b", "gpu": "rtx4090", **kw}))
+    live = [eng.add(prompt, output) for _ in range(min(concurrency, requests))]
+    sent, steps, done = len(live), [], []
+    while eng.has_work:
+        result = eng.step()
+        steps.append(step_record(result, kv_usage=eng.kv_usage_ratio))
+        for req in result.finished:
+            done.append({**request_times(req), "outcome": "ok", "tokens_sent": req.generated,
+                         "prompt_tokens": req.prompt_tokens, "cached_tokens": 0})  # fmt: skip
+            if sent < requests:
+                eng.add(prompt, output)
+                sent += 1
+    return steps, done
+
+
+@pytest.mark.parametrize(
+    ("label", "run"),
+    [
+        ("bandwidth_bound_decode", {"concurrency": 4, "requests": 8, "prompt": 64, "output": 200}),
+        ("compute_bound_prefill", {"concurrency": 16, "requests": 32, "prompt": 4000, "output": 2}),
+        ("prefill_interference", {"concurrency": 24, "requests": 96, "prompt": 1500, "output": 40}),
+        (
+            "batch_limit_admission",
+            {"concurrency": 16, "requests": 48, "prompt": 64, "output": 100, "max_num_seqs": 2},
+        ),
+        (
+            "kv_capacity_admission",
+            {
+                "concurrency": 32,
+                "requests": 96,
+                "prompt": 256,
+                "output": 128,
+                "num_gpu_blocks_override": 200,
+            },
+        ),
+    ],
+)
+def test_labels_name_what_limited_the_engine(label: str, run: dict) -> None:
+    steps, reqs = virtual_run(**run)
+    truth = ground_truth(steps, reqs)
+    assert truth.label == label, truth
+    assert truth.verdict_kind == VERDICT_KINDS[label]
+    assert truth.compute_share + truth.memory_share == pytest.approx(1.0)
+    assert truth.ttft_queue_s >= 0 and truth.ttft_prefill_s > 0 and truth.decode_s > 0
+
+
+def test_label_under_loaded_and_ttft_split() -> None:
+    eng = Engine(config_from_mapping({"step_overhead_s": 0.0}))
+    steps, reqs, t = [], [], 0.0
+    for _ in range(5):  # one short request a second: the GPU idles most of the time
+        req = eng.add(100, 10, arrival_s=t)
+        while eng.has_work:
+            steps.append(step_record(eng.step(t)))
+            t = max(t, eng.clock_s)
+        reqs.append({**request_times(req), "outcome": "ok", "tokens_sent": 10})
+        t += 1.0
+    truth = ground_truth(steps, reqs, start_s=0.0, end_s=5.0)
+    assert truth.label == "under_loaded" and truth.busy_share < 0.2
+    assert truth.ttft_queue_s == 0 and truth.admission_limit == "none"
+    assert truth.ttft_prefill_s == pytest.approx(steps[0]["duration_s"])
+
+
+def test_listen_backlog_takes_a_burst_of_2000_connects() -> None:
+    with running_sim() as url:
+        port = int(url.rsplit(":", 1)[1])
+        socks, slowest = [], 0.0
+        try:
+            for _ in range(2000):  # connect completes once the kernel queued it for accept
+                s = socket.socket()
+                s.settimeout(2.0)
+                t0 = time.perf_counter()
+                s.connect(("127.0.0.1", port))
+                slowest = max(slowest, time.perf_counter() - t0)
+                socks.append(s)
+            for s in socks[:: len(socks) // 20]:  # and the server serves them
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert s.recv(64).startswith(b"HTTP/1.1 200")
+        finally:
+            for s in socks:
+                s.close()
+    assert slowest < 0.5
