@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import selectors
 import socket
 import time
 import urllib.request
@@ -165,22 +167,37 @@ def test_label_under_loaded_and_ttft_split() -> None:
     assert truth.ttft_prefill_s == pytest.approx(steps[0]["duration_s"])
 
 
+def burst_connect_times(port: int, n: int, timeout_s: float = 5.0) -> list[float]:
+    """Fire ``n`` non-blocking connects at once; seconds until each one completed."""
+    sel = selectors.DefaultSelector()
+    socks, done = [], {}
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            sel.register(s, selectors.EVENT_WRITE, i)
+            socks.append(s)
+        while len(done) < n and time.perf_counter() - t0 < timeout_s:
+            for key, _ in sel.select(timeout=0.1):
+                done[key.data] = time.perf_counter() - t0
+                sel.unregister(key.fileobj)
+        for s in socks[:: n // 10]:  # and the server serves them
+            s.setblocking(True)
+            s.settimeout(5.0)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        sel.close()
+        for s in socks:
+            s.close()
+    return [done.get(i, math.inf) for i in range(n)]
+
+
 def test_listen_backlog_takes_a_burst_of_2000_connects() -> None:
+    # the connect completes when the kernel queues it for accept; a full queue drops the SYN
+    # and the client retries after ~1 s (a TTFT outlier the client would blame on the server)
     with running_sim() as url:
-        port = int(url.rsplit(":", 1)[1])
-        socks, slowest = [], 0.0
-        try:
-            for _ in range(2000):  # connect completes once the kernel queued it for accept
-                s = socket.socket()
-                s.settimeout(2.0)
-                t0 = time.perf_counter()
-                s.connect(("127.0.0.1", port))
-                slowest = max(slowest, time.perf_counter() - t0)
-                socks.append(s)
-            for s in socks[:: len(socks) // 20]:  # and the server serves them
-                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-                assert s.recv(64).startswith(b"HTTP/1.1 200")
-        finally:
-            for s in socks:
-                s.close()
-    assert slowest < 0.5
+        times = burst_connect_times(int(url.rsplit(":", 1)[1]), 2000)
+    assert max(times) < 0.5

@@ -9,7 +9,8 @@ processes and runs.
 :class:`PrefixCache` holds the hashes of computed blocks. A block is *referenced* while some
 running request uses it, and *evictable* once none does: evictable blocks still count as free
 KV memory (``vllm:kv_cache_usage_perc`` leaves them out, as vLLM does) and are reclaimed least
-recently freed first when new blocks are needed. The engine (``locust_llm.sim.engine``) owns
+recently freed first when new blocks are needed (a request's blocks join that order tail
+first, so prefixes shrink from their end, as in vLLM). The engine (``locust_llm.sim.engine``) owns
 the block counts; this class only says which blocks hold which hashes.
 """
 
@@ -81,9 +82,13 @@ class PrefixCache:
         return True
 
     def release(self, hashes: Sequence[bytes]) -> int:
-        """A request stops using these blocks; returns how many became free (evictable)."""
+        """A request stops using these blocks (in prompt order); returns how many became free.
+
+        They join the eviction order tail block first, as vLLM frees them, so a prefix is
+        evicted from its end and its head stays reusable longest.
+        """
         freed = 0
-        for h in hashes:
+        for h in reversed(hashes):
             left = self.referenced[h] - 1
             if left:
                 self.referenced[h] = left

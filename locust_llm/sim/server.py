@@ -502,8 +502,8 @@ class Stream:
         req = self.req
         times = {"admission": math.nan, "engine_first_token": math.nan, "engine_finish": math.nan}
         if req is not None:
-            # engine times, anchored at the request's own wall-clock arrival
-            times = request_times(req, clock_offset_s=self.arrival_wall - req.arrival_s)
+            # engine times on one wall-clock offset, shared with the step trace
+            times = request_times(req, clock_offset_s=self.app.clock_offset_s)
             del times["arrival"]
         trace.write(
             {
