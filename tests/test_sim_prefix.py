@@ -3,13 +3,12 @@ against counts the test makes itself from the prompts it sends."""
 
 from __future__ import annotations
 
-import json
 import urllib.request
 
 from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine
 from locust_llm.sim.prefix_cache import block_hashes
-from locust_llm.sim.testing import running_sim
+from locust_llm.sim.testing import running_sim, stream_chat
 from locust_llm.sim.trace import read_trace
 
 FAST = {"step_overhead_s": 0.0, "bandwidth_efficiency": 1.0, "compute_efficiency": 1.0}
@@ -64,21 +63,7 @@ def test_disabled_prefix_caching_never_hits() -> None:
 
 
 def _post(url: str, text: str) -> dict:
-    body = {
-        "messages": [{"role": "user", "content": text}],
-        "max_tokens": 4,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    req = urllib.request.Request(
-        url + "/v1/chat/completions",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        events = [line[6:] for line in resp.read().decode().splitlines() if line[:6] == "data: "]
-    return json.loads(events[-2])["usage"]
+    return stream_chat(url, text, max_tokens=4)
 
 
 def test_server_hits_equal_an_independent_count(tmp_path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import selectors
 import socket
@@ -17,24 +16,12 @@ from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine
 from locust_llm.sim.labels import VERDICT_KINDS, ground_truth
 from locust_llm.sim.lag import lag_summary, lag_warnings
-from locust_llm.sim.testing import SimThread, running_sim
+from locust_llm.sim.testing import SimThread, running_sim, stream_chat
 from locust_llm.sim.trace import read_trace, request_times, step_record
 
 
-def _stream(url: str, tokens: int, text: str = "hello there") -> None:
-    body = {
-        "messages": [{"role": "user", "content": text}],
-        "max_tokens": tokens,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    req = urllib.request.Request(
-        url + "/v1/chat/completions",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=20) as resp:
-        resp.read()
+def _stream(url: str, tokens: int) -> None:
+    stream_chat(url, "hello there", max_tokens=tokens, timeout_s=20)
 
 
 def _metric(text: str, name: str) -> float:

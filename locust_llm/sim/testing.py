@@ -1,5 +1,8 @@
 """Start a real simulator from a test or a script: ``with running_sim(**config) as url: ...``.
 
+:func:`stream_chat` sends one streamed chat request to it with the standard library and
+returns the usage chunk (tests and benchmarks use it as an independent little client).
+
 The server runs on its own event loop in a background thread, on 127.0.0.1 port 0 unless the
 config says otherwise; leaving the block stops it, closes its connections and its trace file,
 and joins the thread. Startup errors (a bad config) are raised in the caller's thread.
@@ -8,7 +11,9 @@ and joins the thread. Startup errors (a bad config) are raised in the caller's t
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -77,3 +82,24 @@ def running_sim(**config: Any) -> Iterator[str]:
         yield url
     finally:
         thread.stop()
+
+
+def stream_chat(
+    url: str, text: str, *, max_tokens: int, request_id: str = "", timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """Stream one chat completion (``ignore_eos``, usage asked) and return its usage object."""
+    body = {
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"Content-Type": "application/json"}
+    if request_id:
+        headers["X-Request-Id"] = request_id
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        events = [x[6:] for x in resp.read().decode().splitlines() if x[:6] == "data: "]
+    usage: dict[str, Any] = json.loads(events[-2])["usage"]
+    return usage
