@@ -99,10 +99,10 @@ METRICS: tuple[MetricMap, ...] = (
     MetricMap("vllm:kv_cache_usage_perc", "kv_cache_usage", "vllm"),  # a 0..1 ratio despite "perc"
     MetricMap("vllm:gpu_cache_usage_perc", "kv_cache_usage", "vllm"),
     MetricMap("vllm:num_preemptions_total", "preemptions", "vllm"),
-    # locust-llm's simulated server: its own lag (locust_llm.sim.lag), cumulative
-    MetricMap("locust_llm_sim_step_lag_seconds_sum", "sim_lag_s", "sim"),
-    MetricMap("locust_llm_sim_step_lag_seconds_count", "sim_steps", "sim"),
-    MetricMap("locust_llm_sim_late_steps_total", "sim_late_steps", "sim"),
+    # locust-llm's simulated server (vocabulary "ours"): its own lag (locust_llm.sim.lag)
+    MetricMap("locust_llm_sim_step_lag_seconds_sum", "sim_lag_s", "ours"),
+    MetricMap("locust_llm_sim_step_lag_seconds_count", "sim_steps", "ours"),
+    MetricMap("locust_llm_sim_late_steps_total", "sim_late_steps", "ours"),
     # SGLang
     MetricMap("sglang:num_running_reqs", "running", "sglang"),
     MetricMap("sglang:num_queue_reqs", "waiting", "sglang"),
