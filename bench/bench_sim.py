@@ -11,6 +11,10 @@ decode floor at tensor-parallel degrees 1, 2, 4, 8 (target: within 1%).
 prefix-cache hits the server counts (``/metrics``, usage) are compared with a count made
 independently from the trace and the prompts sent (target: equal).
 
+``backlog``: a real ``locust-llm sim`` process per ``--listen-backlog`` value; 2,000 connects
+fired at once, each timed from its own connect call until the kernel queued it (a full accept
+queue drops the SYN; the client retries after ~1 s).
+
 ``front``: a real server with a zero-cost engine (steps take no simulated time) pinned to one
 core, and a raw-socket client process on another core holding N concurrent streams; counts
 SSE chunks per second the server delivers. ``--library aiohttp`` serves the same chunks
@@ -19,6 +23,7 @@ through ``aiohttp.web.StreamResponse`` instead, for the measurement that chose t
     .venv/bin/python bench/bench_sim.py sweep
     .venv/bin/python bench/bench_sim.py tp
     .venv/bin/python bench/bench_sim.py prefix
+    .venv/bin/python bench/bench_sim.py backlog
     .venv/bin/python bench/bench_sim.py front --streams 100 500
 """
 
@@ -241,6 +246,40 @@ def cmd_prefix(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# backlog (real sockets)
+
+
+def cmd_backlog(args: argparse.Namespace) -> None:
+    import subprocess
+
+    from locust_llm.sim.testing import burst_connect_times
+
+    print(f"# {args.connects} connects at once on loopback, somaxconn = {_somaxconn()}")
+    print("| --listen-backlog | slowest connect (s) | connects > 0.5 s |")
+    print("|---:|---:|---:|")
+    for backlog in args.backlog:
+        cmd = [sys.executable, "-m", "locust_llm.cli", "sim", "--port", "0",
+               "--listen-backlog", str(backlog)]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert proc.stdout is not None
+            port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
+            times = burst_connect_times(port, args.connects)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        print(f"| {backlog} | {max(times):.3f} | {sum(t > 0.5 for t in times)} |")
+
+
+def _somaxconn() -> str:
+    try:
+        with open("/proc/sys/net/core/somaxconn") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
 # front (real sockets)
 
 _BODY = json.dumps(
@@ -409,6 +448,9 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--output", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
+    b = sub.add_parser("backlog")
+    b.add_argument("--backlog", type=int, nargs="+", default=[100, 4096])
+    b.add_argument("--connects", type=int, default=2000)
     f = sub.add_parser("front")
     f.add_argument("--streams", type=int, nargs="+", default=[100, 500])
     f.add_argument("--library", nargs="+", default=["raw", "aiohttp"], choices=["raw", "aiohttp"])
@@ -416,7 +458,8 @@ def main() -> None:
     f.add_argument("--seconds", type=float, default=5.0)
     f.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    {"sweep": cmd_sweep, "tp": cmd_tp, "prefix": cmd_prefix, "front": cmd_front}[args.cmd](args)
+    commands = {"sweep": cmd_sweep, "tp": cmd_tp, "prefix": cmd_prefix, "backlog": cmd_backlog}
+    {**commands, "front": cmd_front}[args.cmd](args)
 
 
 if __name__ == "__main__":

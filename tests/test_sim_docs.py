@@ -20,7 +20,9 @@ DOC = ROOT / "docs" / "simulator.md"
 def doc_commands() -> list[str]:
     blocks = re.findall(r"```\n(.*?)```", DOC.read_text(), flags=re.S)
     lines = [line.strip() for block in blocks for line in block.splitlines()]
-    return [x for x in lines if x.startswith(("locust-llm ", ".venv/bin/python bench/bench_sim"))]
+    inline = re.findall(r"`(\.venv/bin/python bench/bench_sim\.py [^`]+)`", DOC.read_text())
+    shown = [x for x in lines if x.startswith(("locust-llm ", ".venv/bin/python bench/bench_sim"))]
+    return list(dict.fromkeys([*shown, *inline]))
 
 
 def _env() -> dict[str, str]:

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import urllib.request
 
+import pytest
+
+from locust_llm.errors import InputError
 from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.testing import running_sim, stream_chat
+from locust_llm.sim.textgen import (
+    estimate_message_tokens,
+    estimate_tokens,
+    message_pieces,
+    prompt_pieces,
+)
 from locust_llm.sim.trace import read_trace
 
 FAST = {"step_overhead_s": 0.0, "bandwidth_efficiency": 1.0, "compute_efficiency": 1.0}
@@ -51,6 +60,24 @@ def test_engine_hits_skip_prefill_and_lru_evicts_the_oldest_free_block() -> None
     r4 = eng.add(64, 2, block_hashes=block_hashes(first, 16))
     eng.run_until_idle()
     assert r4.cached_tokens == 32  # the prefix lost its two tail blocks, its head still hits
+
+
+def test_hashed_tokens_are_the_counted_tokens() -> None:
+    for text in ("Hello, wonderful world! 12345", "a  b\tc", "", "naïve café — ok?"):
+        assert len(prompt_pieces(text)) == estimate_tokens(text)
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "what is up?"}]},
+    ]
+    assert len(message_pieces(messages)) == estimate_message_tokens(messages)
+    same_text = [{"role": "assistant", "content": "be brief"}]
+    assert message_pieces(same_text) != message_pieces(messages[:1])  # the role counts
+
+
+def test_too_many_block_hashes_are_refused() -> None:
+    eng = Engine(config_from_mapping(FAST))
+    with pytest.raises(InputError, match="at most one per full block"):
+        eng.add(20, 2, block_hashes=block_hashes([f"a{i}" for i in range(32)], 16))
 
 
 def test_disabled_prefix_caching_never_hits() -> None:

@@ -292,6 +292,11 @@ class Engine:
             raise InputError(
                 f"prompt and output must be >= 1 token, got {prompt_tokens}, {output_tokens}"
             )
+        if len(block_hashes) > prompt_tokens // self.config.block_size:
+            raise InputError(
+                f"{len(block_hashes)} block hashes for a {prompt_tokens}-token prompt: at most "
+                f"one per full block of {self.config.block_size} tokens"
+            )
         try:
             self.check_fits(prompt_tokens, max(output_tokens, max_tokens or 0))
         except RequestTooLarge:

@@ -156,8 +156,11 @@ def ground_truth(
         for r in reqs
         if start_s <= _num(r.get("engine_finish")) < end_s and r.get("outcome") == "ok"
     ]
-    queue = [_num(r.get("admission")) - _num(r.get("arrival")) for r in started]
-    pre = [_num(r.get("engine_first_token")) - _num(r.get("admission")) for r in started]
+    # a lagging real-time engine can schedule a request "before" its wall-clock arrival (its
+    # clock is behind by the lag): such a request did not queue, and its prefill starts on arrival
+    admitted = [max(_num(r.get("admission")), _num(r.get("arrival"))) for r in started]
+    queue = [a - _num(r.get("arrival")) for a, r in zip(admitted, started, strict=True)]
+    pre = [_num(r.get("engine_first_token")) - a for a, r in zip(admitted, started, strict=True)]
     dec = [_num(r.get("engine_finish")) - _num(r.get("engine_first_token")) for r in ended]
     tpot = [
         d / (int(r["tokens_sent"]) - 1)
