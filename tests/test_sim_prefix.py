@@ -126,3 +126,37 @@ def _common(a: list[str], b: list[str]) -> int:
             break
         n += 1
     return n
+
+
+def test_openai_client_reads_cached_tokens() -> None:
+    import openai
+
+    text = " ".join(words(100, salt=3))
+    with running_sim(**FAST) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+        usages = []
+        for _ in range(2):
+            stream = client.chat.completions.create(
+                model="mistral-7b",
+                messages=[{"role": "user", "content": text}],
+                max_tokens=3,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True},
+            )
+            usages.append(list(stream)[-1].usage)
+    assert usages[0].prompt_tokens_details.cached_tokens == 0
+    assert usages[1].prompt_tokens_details.cached_tokens == 96  # 6 full blocks of 100 tokens
+
+
+def test_no_enable_prefix_caching_flag_mirrors_vllm() -> None:
+    import argparse
+
+    from locust_llm.sim.cli import config_from_args, configure_parser
+
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    assert config_from_args(parser.parse_args([])).enable_prefix_caching is True
+    off = parser.parse_args(["--no-enable-prefix-caching"])
+    assert config_from_args(off).enable_prefix_caching is False
+    assert config_from_args(parser.parse_args(["--enable-prefix-caching"])).enable_prefix_caching

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -171,3 +172,24 @@ def test_listen_backlog_takes_a_burst_of_2000_connects() -> None:
         if proc.stdout is not None:
             proc.stdout.close()
     assert max(times) < 0.5, sorted(times)[-5:]
+
+
+#: vLLM's request_latency_buckets (vllm/v1/metrics/loggers.py), for the per-request phases.
+VLLM_REQUEST_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                        60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]  # fmt: skip
+
+
+def test_phase_histograms_have_vllms_names_and_buckets() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with running_sim() as url:
+        _stream(url, 3)
+        text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("queue", "prefill", "decode", "inference"):
+        family = families[f"vllm:request_{name}_time_seconds"]
+        assert family.type == "histogram"
+        bounds = [float(s.labels["le"]) for s in family.samples if s.name.endswith("_bucket")]
+        assert bounds == [*VLLM_REQUEST_BUCKETS, math.inf]
+    for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
+        assert families[name].type == "counter"
