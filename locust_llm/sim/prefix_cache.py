@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 #: The parent hash of a prompt's first block.
 ROOT_HASH = b"locust-llm-sim/prefix-root"
+#: Between a block's tokens in the hashed bytes.
+SEPARATOR = "\x1f"
 
 
 def block_hashes(tokens: Sequence[str | int], block_size: int) -> tuple[bytes, ...]:
@@ -29,10 +31,9 @@ def block_hashes(tokens: Sequence[str | int], block_size: int) -> tuple[bytes, .
     out = []
     parent = ROOT_HASH
     for end in range(block_size, len(tokens) + 1, block_size):
-        h = hashlib.sha256(parent)
-        for token in tokens[end - block_size : end]:
-            h.update(b"\x1f" + str(token).encode("utf-8", "surrogatepass"))
-        parent = h.digest()
+        # a token is never empty and never holds the separator inside a longer piece
+        block = SEPARATOR.join(map(str, tokens[end - block_size : end]))
+        parent = hashlib.sha256(parent + block.encode("utf-8", "surrogatepass")).digest()
         out.append(parent)
     return tuple(out)
 

@@ -61,8 +61,12 @@ def prompt_pieces(text: str) -> list[str]:
     into pieces of four characters, each other non-space character alone
     (``len(prompt_pieces(t)) == estimate_tokens(t)``). The prefix cache hashes these."""
     out: list[str] = []
+    keep = out.append
     for piece in _PIECES.findall(text):
-        out.extend(piece[i : i + 4] for i in range(0, len(piece), 4))
+        if len(piece) <= 4:
+            keep(piece)  # most words: one piece
+        else:
+            out.extend(piece[i : i + 4] for i in range(0, len(piece), 4))
     return out
 
 
