@@ -193,3 +193,22 @@ def test_phase_histograms_have_vllms_names_and_buckets() -> None:
         assert bounds == [*VLLM_REQUEST_BUCKETS, math.inf]
     for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
         assert families[name].type == "counter"
+
+
+def test_labels_from_a_real_time_run(tmp_path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    trace, steps = tmp_path / "trace.jsonl", tmp_path / "steps.jsonl"
+    with (
+        running_sim(trace_path=str(trace), step_trace_path=str(steps)) as url,
+        ThreadPoolExecutor(4) as pool,
+    ):
+        list(pool.map(lambda _: _stream(url, 40), range(4)))
+    requests, step_lines = read_trace(trace), read_trace(steps)
+    truth = ground_truth(step_lines, requests)
+    assert truth.label == "bandwidth_bound_decode" and truth.requests == 4
+    # the two traces share one clock: every request's phases lie inside the stepped span
+    assert all(truth.start_s <= r["admission"] <= r["engine_finish"] <= truth.end_s + 1e-6
+               for r in requests)  # fmt: skip
+    ttft = [r["engine_first_token"] - r["arrival"] for r in requests]
+    assert truth.ttft_queue_s + truth.ttft_prefill_s == pytest.approx(sum(ttft) / 4, abs=1e-3)
