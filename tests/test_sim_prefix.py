@@ -160,3 +160,35 @@ def test_no_enable_prefix_caching_flag_mirrors_vllm() -> None:
     off = parser.parse_args(["--no-enable-prefix-caching"])
     assert config_from_args(off).enable_prefix_caching is False
     assert config_from_args(parser.parse_args(["--enable-prefix-caching"])).enable_prefix_caching
+
+
+def _stream_text(url: str, messages: list[dict], max_tokens: int) -> tuple[str, dict]:
+    """One streamed chat answer through the openai SDK: (text, usage)."""
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+    chunks = list(
+        client.chat.completions.create(
+            model="mistral-7b",
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, chunks[-1].usage.model_dump()
+
+
+def test_the_next_turn_reuses_the_previous_answer() -> None:
+    first = [{"role": "user", "content": " ".join(words(50, salt=5))}]
+    with running_sim(**FAST) as url:
+        answer, _ = _stream_text(url, first, 40)
+        follow = [*first, {"role": "assistant", "content": answer},
+                  {"role": "user", "content": " ".join(words(30, salt=6))}]  # fmt: skip
+        _, usage = _stream_text(url, follow, 4)
+    # 50 prompt + 40 answer tokens were in KV, less the last answer token (never computed):
+    # 89 tokens, 5 full blocks, all shared with the follow-up's 120-token prompt
+    assert usage["prompt_tokens"] == 50 + 40 + 30
+    assert usage["prompt_tokens_details"]["cached_tokens"] == (50 + 40 - 1) // 16 * 16 == 80

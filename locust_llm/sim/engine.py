@@ -23,12 +23,12 @@ One step, the way vLLM's scheduler does it:
 4. a sequence whose computed context reaches all its known tokens emits one token at the
    step's end; it finishes when it has emitted its target.
 
-Prefix caching (``enable_prefix_caching``, vLLM's default): a request added with its prompt's
-block hashes (:func:`locust_llm.sim.prefix_cache.block_hashes`) starts, when admitted, from the
-longest cached prefix of full blocks (never the whole prompt: its last token is always
-computed, as vLLM does), so those tokens cost no prefill; each full prompt block it computes is
-cached for later requests. Cached blocks nobody uses count as free and are evicted least
-recently freed first.
+Prefix caching (``enable_prefix_caching``, vLLM's default): a request added with its block
+hashes (:func:`locust_llm.sim.prefix_cache.block_hashes` over its prompt and the output it will
+generate) starts, when admitted, from the longest cached prefix of full blocks (never the whole
+prompt: its last token is always computed, as vLLM does), so those tokens cost no prefill; each
+full block it computes (prompt or output) is cached for later requests. Cached blocks nobody
+uses count as free and are evicted least recently freed first.
 
 The KV pool is preallocated, as vLLM does at start: ``total_blocks`` per GPU from the memory
 left after the weight shard and the reserve at ``gpu_memory_utilization``, so the simulated
@@ -73,7 +73,7 @@ class SimRequest:
     generated: int = 0  # tokens emitted so far
     blocks: int = 0  # KV blocks held
     preemptions: int = 0
-    block_hashes: tuple[bytes, ...] = ()  # chained hashes of the prompt's full blocks
+    block_hashes: tuple[bytes, ...] = ()  # chained hashes of its full blocks (prompt + output)
     cache_refs: list[bytes] = field(default_factory=list)  # cached blocks it holds
     cached_tokens: int = 0  # prompt tokens its first admission found in the prefix cache
     admitted_s: float = math.nan  # first admission
@@ -285,17 +285,19 @@ class Engine:
 
         ``max_tokens`` (what the client asked for, when larger than the tokens it will get) is
         what the fit check uses, as vLLM checks the requested length, not the one that happens.
-        ``block_hashes``: the prompt's chained full-block hashes, for prefix caching (ignored
-        when it is off; without them the request never hits the cache).
+        ``block_hashes``: chained hashes of the request's full blocks, over its prompt and, when
+        known, the output it will generate (ignored when prefix caching is off; without them the
+        request never hits the cache). Admission looks up at most the known tokens' blocks;
+        every block whose KV the request computes is cached, output blocks included.
         """
         if prompt_tokens < 1 or output_tokens < 1:
             raise InputError(
                 f"prompt and output must be >= 1 token, got {prompt_tokens}, {output_tokens}"
             )
-        if len(block_hashes) > prompt_tokens // self.config.block_size:
+        if len(block_hashes) > (prompt_tokens + output_tokens) // self.config.block_size:
             raise InputError(
-                f"{len(block_hashes)} block hashes for a {prompt_tokens}-token prompt: at most "
-                f"one per full block of {self.config.block_size} tokens"
+                f"{len(block_hashes)} block hashes for {prompt_tokens} + {output_tokens} tokens: "
+                f"at most one per full block of {self.config.block_size} tokens"
             )
         try:
             self.check_fits(prompt_tokens, max(output_tokens, max_tokens or 0))

@@ -33,6 +33,7 @@ from locust_llm.sim.scheduler import RealTimeScheduler
 from locust_llm.sim.textgen import (
     OutputLengths,
     WordStream,
+    answer_pieces,
     estimate_message_tokens,
     estimate_tokens,
     message_pieces,
@@ -166,7 +167,10 @@ class SimApp:
             return
         hashes: tuple[bytes, ...] = ()
         if self.config.enable_prefix_caching:
-            hashes = block_hashes(params["pieces"](), self.config.block_size)
+            # prompt + the answer it will get: a follow-up turn that quotes the answer reuses
+            # its blocks too, as in vLLM
+            answer = answer_pieces(self.config.seed, number, output, chat=chat)
+            hashes = block_hashes([*params["pieces"](), *answer], self.config.block_size)
         try:
             sim_req = self.engine.add(
                 prompt_tokens,

@@ -90,6 +90,17 @@ def message_pieces(messages: Iterable[object]) -> list[str]:
     return out
 
 
+def answer_pieces(seed: int, request_number: int, tokens: int, *, chat: bool) -> list[str]:
+    """The tokens the simulator will generate for a request, as a follow-up prompt carrying
+    that answer tokenizes them (:func:`prompt_pieces`; in chat, the first one carries the
+    ``assistant`` role, as :func:`message_pieces` gives it)."""
+    stream = WordStream(seed, request_number)
+    out = [stream.next_word().strip() for _ in range(tokens)]
+    if chat and out:
+        out[0] = f"assistant\x1e{out[0]}"
+    return out
+
+
 class OutputLengths:
     """Seeded draws of EOS-ended output lengths from a ``parse_distribution`` spec."""
 
