@@ -151,6 +151,20 @@ _builtin(
 )  # fmt: skip
 _builtin("host_cpu_util", "ratio", "CPU utilization ratio 0..1 of the exporter's host")
 _builtin(
+    "sim_lag_s", "seconds",
+    "simulated server: summed step lag behind its real-time schedule (locust_llm.sim.lag)",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin(
+    "sim_steps", "count", "simulated server: engine steps handed out, cumulative count",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin(
+    "sim_late_steps", "count",
+    "simulated server: steps handed out > 10 ms late, cumulative count",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin(
     "worker_cpu_util", "ratio", "Locust worker CPU ratio 0..1 (source = worker id)",
     over_instances="max",
 )  # fmt: skip

@@ -13,6 +13,7 @@ one :class:`MetricMap` line in its entry. Built in:
 ``sglang``    SGLang (``sglang:*``; a *retracted* request is SGLang's preemption)
 ``tgi``       Hugging Face text-generation-inference (``tgi_*``)
 ``llamacpp``  llama.cpp server with ``--metrics`` (``llamacpp:*``)
+``sim``       locust-llm's simulated server's own lag (``locust_llm_sim_*``)
 ============  =====================================================================
 
 Rules, applied per scrape of one source:
@@ -257,4 +258,11 @@ register_vocabulary(Vocabulary("llamacpp", "llama.cpp server with --metrics (lla
     MetricMap("llamacpp:requests_processing", "running"),
     MetricMap("llamacpp:requests_deferred", "waiting"),
     MetricMap("llamacpp:kv_cache_usage_ratio", "kv_cache_usage"),
+)))  # fmt: skip
+
+register_vocabulary(Vocabulary("sim", "locust-llm's simulated server (locust_llm_sim_*)", (
+    # its own lag behind the real-time schedule (locust_llm.sim.lag)
+    MetricMap("locust_llm_sim_step_lag_seconds_sum", "sim_lag_s"),
+    MetricMap("locust_llm_sim_step_lag_seconds_count", "sim_steps"),
+    MetricMap("locust_llm_sim_late_steps_total", "sim_late_steps"),
 )))  # fmt: skip

@@ -24,7 +24,8 @@ def as_dict(text: str) -> dict[tuple[str, str], float]:
 
 def test_every_mapped_signal_is_canonical() -> None:
     assert {m.signal for _, m in metric_maps()} <= set(SIGNALS)
-    assert {v for v, _ in metric_maps()} == {"ours", "dcgm", "vllm", "sglang", "tgi", "llamacpp"}
+    vocabularies = {v for v, _ in metric_maps()}
+    assert vocabularies == {"ours", "dcgm", "vllm", "sglang", "tgi", "llamacpp", "sim"}
     assert len(known_metrics()) == len(set(known_metrics()))
 
 

@@ -31,6 +31,7 @@ from locust_llm.report.tables import (
 )
 from locust_llm.roofline import get_gpu, get_model
 from locust_llm.rundir import Stage
+from locust_llm.sim.lag import lag_warnings
 from locust_llm.thresholds import Thresholds
 from locust_llm.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
 
@@ -221,5 +222,12 @@ def build_report(
         floors=floors,
         stage_ix=stage_ix,
         telemetry=TelemetryIndex(run.telemetry, floors.gpu if floors else None),
-        warnings=[*run.warnings, *warnings],
+        warnings=[
+            *run.warnings,
+            *warnings,
+            *lag_warnings(
+                run.telemetry,
+                [(s.name, s.start_wall_s, e) for s, e in zip(stages, ends, strict=True)],
+            ),
+        ],
     )
