@@ -105,6 +105,10 @@ def on_request(name, context, start_time, **kw):
 def on_done(record, **kw):
     SEEN.append({{"done": record.request_id}})
 
+@llm_events.first_token.add_listener
+def on_first(record, ttft_s, **kw):
+    SEEN.append({{"first": record.request_id, "ttft_s": ttft_s}})
+
 @events.quitting.add_listener
 def dump(**kw):
     with open({out!r}, "w") as f:
@@ -141,6 +145,8 @@ def test_two_user_classes_reach_their_own_servers_models_and_apis(tmp_path: Path
     events = json.loads(seen.read_text())
     requests = [e for e in events if "name" in e]
     assert len(requests) == len(records) == len([e for e in events if "done" in e])
+    firsts = {e["first"]: e["ttft_s"] for e in events if "first" in e}
+    assert firsts == dict(zip(records.request_id, records.ttft_s, strict=True))
     starts = dict(zip(records.request_id, records.start_wall_s, strict=True))
     assert min(starts.values()) <= min(e["start_time"] for e in requests)
     for event in requests:
