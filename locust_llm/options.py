@@ -79,7 +79,27 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         "(default reports/<UTC timestamp>)",
         {},
     ),
-    ("seed", 0, "random seed for prompts and lengths (per user: seed + user index)", {"type": int}),
+    (
+        "seed",
+        0,
+        "random seed for prompts and lengths (each user its own stream: seed, worker index and "
+        "user index)",
+        {"type": int},
+    ),
+    (
+        "share-prompts",
+        False,
+        "every worker's user N sends the same prompts as user N of the other workers (a "
+        "prefix-cache workload); default: prompts distinct across users, workers and hosts",
+        {"action": "store_true"},
+    ),
+    (
+        "no-request-id",
+        False,
+        "leave out the X-Request-Id header (a UUID4 joined to the records) for servers that "
+        "refuse it",
+        {"action": "store_true"},
+    ),
     (
         "hosts",
         "",

@@ -37,6 +37,8 @@ class Recorder:
         self.records: list[tuple[Any, ...]] = []  # master/local: everything received
         self.sent_total = 0  # worker: requests started on this process
         self.recorded_total = 0  # worker: records produced on this process
+        self.reconnects = 0  # requests resent on a fresh connection (this process)
+        self.reconnects_by_worker: dict[str, int] = {}  # master: as of each worker's last batch
         # master: worker id -> (requests sent, records produced) as of its last batch
         self.worker_progress: dict[str, tuple[int, int]] = {}
         self.received_by_worker: dict[str, int] = {}
@@ -65,7 +67,11 @@ class Recorder:
         """The next batch to send (and forget the records it carries)."""
         batch, self.pending = self.pending, []
         return RecordBatch(
-            worker=worker_id, records=batch, sent=self.sent_total, recorded=self.recorded_total
+            worker=worker_id,
+            records=batch,
+            sent=self.sent_total,
+            recorded=self.recorded_total,
+            reconnects=self.reconnects,
         )
 
     def receive_batch(self, batch: RecordBatch) -> None:
@@ -76,6 +82,12 @@ class Recorder:
             batch.records
         )
         self.worker_progress[worker] = (batch.sent, batch.recorded)
+        self.reconnects_by_worker[worker] = batch.reconnects
+
+    @property
+    def reconnects_total(self) -> int:
+        """Resends on a fresh connection in the whole run (this process + every worker)."""
+        return self.reconnects + sum(self.reconnects_by_worker.values())
 
     def _keep(self, rows: list[tuple[Any, ...]]) -> None:
         self.records.extend(rows)

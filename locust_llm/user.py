@@ -31,6 +31,7 @@ import json
 import logging
 import random
 import time
+import uuid
 from time import perf_counter
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -60,7 +61,6 @@ logger = logging.getLogger("locust_llm")
 
 _ERROR_BODY_LIMIT = 4096
 _TERMINATOR_WAIT_S = 0.05
-_request_ids = itertools.count()
 
 lifecycle.install()
 
@@ -91,7 +91,7 @@ class LLMUser(User):
         self.adapter: ApiAdapter = get_api(self.settings.api)
         self.endpoint = self.adapter.path
         self.user_index = self.runtime.next_user_index()
-        self.rng = random.Random(self.options.seed * 1_000_003 + self.user_index)
+        self.rng = random.Random(self.runtime.prompt_seed(self.user_index))
         hosts = list(self.settings.hosts)
         # round robin over the servers, each user starting at a different one
         start = self.user_index % len(hosts) if hosts else 0
@@ -100,6 +100,7 @@ class LLMUser(User):
             connect_timeout_s=self.settings.connect_timeout_s,
             read_timeout_s=self.settings.read_timeout_s,
             insecure=self.options.insecure,
+            on_reconnect=self.runtime.count_reconnect,
         )
 
     @classmethod
@@ -175,7 +176,7 @@ class LLMUser(User):
         """Send one request now and return its record (already recorded and reported)."""
         rt = self.runtime
         record = RequestRecord(
-            request_id=f"{rt.worker_id}-{next(_request_ids)}",
+            request_id=str(uuid.uuid4()),  # UUID4: some servers refuse any other X-Request-Id
             endpoint=self.endpoint,
             worker_id=rt.worker_id,
             user_id=self.user_index,
@@ -239,23 +240,27 @@ class LLMUser(User):
         self, base_url: str, path: str, body: bytes, record: RequestRecord, timing: StreamTiming
     ) -> int | None:
         """Write the request, read the response; fills ``timing``. Returns usage tokens."""
-        headers = {**self.runtime.headers, "X-Request-Id": record.request_id}
-        record.start_wall_s = time.time()
-        timing.t0 = perf_counter()
-        resp = self.transport.post(base_url, path, body, headers)
+        headers = self.runtime.headers
+        if self.options.request_id_header:
+            headers = {**headers, "X-Request-Id": record.request_id}
+
+        def stamp() -> None:  # just before the request is written (again, after a reconnect)
+            record.start_wall_s = time.time()
+            timing.t0 = perf_counter()
+
+        resp = self.transport.post(base_url, path, body, headers, before_send=stamp)
         status = resp.status_code
         record.status_code = status
         try:
             if status >= 400:
                 text = self._read_error_body(resp)
-                raise RequestFailed(
-                    classify_http_error(status, text), f"HTTP {status}: {text[:200]}"
-                )
+                detail = text[:200].strip() or "(empty body)"  # no cause invented for it
+                raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
             if self.options.no_stream:
                 return self._read_whole(resp, record, timing)
             return self._read_stream(resp, record, timing)
         finally:
-            resp.release()
+            self.transport.release(base_url, resp)
 
     @staticmethod
     def _read_error_body(resp: Any) -> str:

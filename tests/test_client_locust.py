@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -46,7 +47,7 @@ def test_each_locustfile_runs_as_a_script_and_stops_by_itself(name: str, tmp_pat
     assert "Traceback" not in out.stdout, out.stdout[-3000:]
     sent = _trace(trace)
     assert len(sent) == 2 and all(r["outcome"] == "ok" for r in sent), sent
-    assert all(r["client_request_id"].startswith("local-") for r in sent)
+    assert all(uuid.UUID(r["client_request_id"]).version == 4 for r in sent)
     assert out.stdout.count("/v1/") >= 2  # Locust's debug listener printed each request
     assert not list(tmp_path.glob("reports")), "the debug path writes no run dir"
 

@@ -46,6 +46,8 @@ class ClientOptions:
     total_timeout_s: float = 600.0
     run_dir: str = ""
     seed: int = 0
+    share_prompts: bool = False  # the same prompt streams on every worker (prefix caching)
+    request_id_header: bool = True  # send X-Request-Id (the record's UUID4)
     hosts: tuple[str, ...] = ()  # --llm-hosts (empty: the user class's / Locust's host)
     server_instances: int = 0
     server_max_num_seqs: int = 0
@@ -117,6 +119,8 @@ def from_namespace(opts: Any) -> ClientOptions:
         total_timeout_s=float(opts.llm_total_timeout),
         run_dir=str(opts.llm_run_dir or ""),
         seed=int(opts.llm_seed),
+        share_prompts=bool(opts.llm_share_prompts),
+        request_id_header=not opts.llm_no_request_id,
         hosts=split_hosts(opts.llm_hosts or ""),
         server_instances=int(opts.llm_server_instances or 0),
         server_max_num_seqs=int(opts.llm_server_max_num_seqs or 0),

@@ -152,6 +152,8 @@ def write_run_dir(rt: Runtime) -> None:
             client = runner.clients.get(worker) if hasattr(runner, "clients") else None
             if client is not None and client.state == "missing":
                 info.lost_workers[worker] = rt.recorder.lost_in_flight(worker)
+    if rt.recorder.reconnects_total:
+        info.extra["reconnects"] = rt.recorder.reconnects_total
     scraper_warnings = rt.telemetry.warnings if rt.telemetry is not None else []
     info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)) | set(scraper_warnings))
     rt.recorder.write(rt.run_dir, info)

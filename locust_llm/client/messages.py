@@ -97,6 +97,7 @@ class RecordBatch:
     records: list[tuple[Any, ...]] = field(default_factory=list)
     sent: int = 0  # requests the worker has started
     recorded: int = 0  # records it has produced
+    reconnects: int = 0  # requests it resent on a fresh connection
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +105,7 @@ class RecordBatch:
             "records": self.records,
             "sent": self.sent,
             "recorded": self.recorded,
+            "reconnects": self.reconnects,
         }
 
     @classmethod
@@ -113,4 +115,5 @@ class RecordBatch:
             records=[tuple(r) for r in data.get("records") or []],
             sent=int(data["sent"]),
             recorded=int(data["recorded"]),
+            reconnects=int(data.get("reconnects") or 0),
         )

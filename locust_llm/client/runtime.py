@@ -10,6 +10,7 @@ recorder and :data:`~locust_llm.client.events.llm_events`.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from locust_llm.errors import InputError, RequestFailed
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
 from locust_llm.recorder import Recorder
 from locust_llm.rundir import RunInfo, Stage
+
+logger = logging.getLogger("locust_llm")
 
 _DISCOVERY_CONNECT_S = 5.0
 _DISCOVERY_READ_S = 10.0
@@ -121,6 +124,28 @@ class Runtime:
 
     def next_user_index(self) -> int:
         return next(self._user_index)
+
+    def prompt_seed(self, user_index: int) -> str:
+        """The seed of one user's prompts and lengths: unique in the run (the worker's index
+        from Locust's master, else its client id, with the user's index in the process), so no
+        two users send the same prompts; with ``--llm-share-prompts`` user N of every worker
+        shares one stream."""
+        if self.options.share_prompts:
+            return f"{self.options.seed}:shared:{user_index}"
+        process = "local"
+        if self.is_worker:
+            index = getattr(self.environment.runner, "worker_index", -1)
+            process = f"worker{index}" if index >= 0 else self.worker_id
+        return f"{self.options.seed}:{process}:{user_index}"
+
+    def count_reconnect(self) -> None:
+        """A kept connection was found closed and the request resent on a fresh one."""
+        if not self.recorder.reconnects:
+            logger.warning(
+                "locust-llm: the server closed a kept-alive connection without "
+                "'Connection: close'; reconnecting and resending (counted in run.json)"
+            )
+        self.recorder.reconnects += 1
 
     # ---- what users draw from ------------------------------------------------------------------
     def dataset_for(self, settings: UserSettings) -> Any:
