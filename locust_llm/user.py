@@ -82,6 +82,8 @@ class LLMUser(User):
     connect_timeout_s: ClassVar[float | None] = None
     read_timeout_s: ClassVar[float | None] = None
     total_timeout_s: ClassVar[float | None] = None
+    #: how requests reach the server (the seam for another transport)
+    transport_class: ClassVar[type[Transport]] = Transport
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -96,7 +98,7 @@ class LLMUser(User):
         # round robin over the servers, each user starting at a different one
         start = self.user_index % len(hosts) if hosts else 0
         self._hosts = itertools.cycle(hosts[start:] + hosts[:start]) if hosts else None
-        self.transport = Transport(
+        self.transport = self.transport_class(
             connect_timeout_s=self.settings.connect_timeout_s,
             read_timeout_s=self.settings.read_timeout_s,
             insecure=self.options.insecure,
