@@ -199,3 +199,17 @@ def test_a_bug_in_the_client_is_a_client_error_not_a_server_failure(tmp_path: Pa
     assert row["failed"] == 0 and row["error_rate"] == 0.0
     assert row["client_errors"] == len(bugs)
     assert row["requests"] == len(records) - len(bugs) - cancelled
+
+
+def test_a_user_class_without_any_host_stops_the_run_with_one_line(tmp_path: Path) -> None:
+    locustfile = tmp_path / "nohost.py"
+    locustfile.write_text(
+        "from locust_llm.user import ChatUser\n\nclass Nowhere(ChatUser):\n    model = 'm'\n"
+    )
+    out = run_locust([
+        "-f", str(locustfile), "--headless", "-u", "1", "-t", "3s",
+        "--llm-run-dir", str(tmp_path / "run"),
+    ], timeout=60)  # fmt: skip
+    assert out.returncode == 2, out.stdout[-3000:]
+    assert "Nowhere: no host (--host, --llm-hosts or the class's host)" in out.stdout
+    assert "Traceback" not in out.stdout

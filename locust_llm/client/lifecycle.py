@@ -274,6 +274,10 @@ def _resolve_user_classes(rt: Runtime) -> None:
     for user_class in rt.environment.user_classes or ():
         if isinstance(user_class, type) and issubclass(user_class, LLMUser):
             settings = rt.settings_for(user_class)
+            if not settings.hosts:
+                raise InputError(
+                    f"{user_class.__name__}: no host (--host, --llm-hosts or the class's host)"
+                )
             rt.model_for(settings)
             get_api(settings.api)  # an unknown API name fails here, listing the known ones
             if not rt.is_master:
