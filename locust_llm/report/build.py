@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from locust_llm.client.runinfo import is_cpu_warning
 from locust_llm.errors import InputError
 from locust_llm.report.alerts import Alert, check
 from locust_llm.report.compare import CompareRow
@@ -34,9 +35,6 @@ from locust_llm.rundir import Stage
 from locust_llm.sim.lag import lag_warnings
 from locust_llm.thresholds import Thresholds
 from locust_llm.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
-
-#: run.json warnings (locust_llm.plugin) that say Locust's own CPU monitor saw > 90%.
-CPU_WARNING_MARKS: tuple[str, ...] = ("load generator's CPU went above", "worker's CPU went above")
 
 
 @dataclass
@@ -97,7 +95,7 @@ def _client_warning_verdict(
     """
     if overall.kind in ("memory_oom", "client_bound"):
         return overall
-    said = [w for w in warnings if any(mark in w for mark in CPU_WARNING_MARKS)]
+    said = [w for w in warnings if is_cpu_warning(w)]  # coded in locust_llm.client.runinfo
     if not said:
         return overall
     peaks = [

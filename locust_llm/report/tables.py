@@ -7,7 +7,7 @@ ends at a request count ends at its last completion); QPS = completed
 / duration, TPS = output tokens of completed requests / duration (total TPS adds their input
 tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
 numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
-load test cancelled itself at its end count in neither); goodput = completed
+load test cancelled itself at its end, and client-side bugs, count in neither); goodput = completed
 requests meeting every SLO given / duration. Telemetry is combined as each signal's definition
 says (:mod:`locust_llm.signals`: over the GPUs of a source, then over sources, each source at its
 latest sample), the same way the live web tab combines it, and that timeline is averaged (and
@@ -46,6 +46,7 @@ COLUMNS: tuple[str, ...] = (
     "completed",
     "failed",
     "cancelled",
+    "client_errors",
     "qps",
     "output_tps",
     "total_tps",
@@ -152,7 +153,8 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
     kinds = req["error_kind"][~ok]
     # requests the load test itself stopped are neither completed nor the server's failures
     cancelled = int((kinds == "cancelled").sum())
-    n, completed = int(ok.size) - cancelled, int(ok.sum())
+    client_errors = int((kinds == "client_error").sum())  # our own bugs: not the server's
+    n, completed = int(ok.size) - cancelled - client_errors, int(ok.sum())
     failed = n - completed
     dur = duration if duration > 0 else NAN
     e2e, ttft, tpot = req["e2e_s"][ok], req["ttft_s"][ok], req["tpot_s"][ok]
@@ -164,6 +166,7 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
         "completed": completed,
         "failed": failed,
         "cancelled": cancelled,
+        "client_errors": client_errors,
         "qps": completed / dur,
         "output_tps": float(out_tok.sum()) / dur,
         "total_tps": float(out_tok.sum() + in_known.sum()) / dur,
