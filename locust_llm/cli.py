@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "roofline": ("locust_llm.roofline_cli", "theoretical latency/throughput floors"),
     "sim": ("locust_llm.sim.cli", "start the simulated OpenAI-compatible server"),
     "gpu-exporter": ("locust_llm.gpu.cli", "serve GPU and host metrics for Prometheus"),
+    "options": ("locust_llm.options_cli", "list every --llm-* option a locustfile accepts"),
 }
 
 
