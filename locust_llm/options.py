@@ -20,6 +20,13 @@ def _env(name: str) -> str:
     return "LOCUST_LLM_" + name.upper().replace("-", "_")
 
 
+#: seconds without a byte before a stream counts as timed out (``--llm-read-timeout``)
+READ_TIMEOUT_DEFAULT_S = 120.0
+
+#: Locust's ``--stop-timeout`` default under locust-llm (Locust's own is 0: cancel at once): a
+#: stream still running at the stop either ends within this or stalls past the read timeout
+STOP_TIMEOUT_DEFAULT_S = READ_TIMEOUT_DEFAULT_S
+
 #: (flag without --llm-, default, help, extra kwargs)
 _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("model", "", "model id to request (default: the first id from /v1/models)", {}),
@@ -70,7 +77,7 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("connect-timeout", 10.0, "seconds to connect", {"type": float}),
     (
         "read-timeout",
-        120.0,
+        READ_TIMEOUT_DEFAULT_S,
         "seconds without a byte before a stream counts as timed out",
         {"type": float},
     ),
