@@ -19,6 +19,7 @@ from typing import Any
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.build import Report
 from locust_llm.report.fmt import load_label, ms, num, pct, ratio
+from locust_llm.report.sources import source_lines, source_summaries
 
 
 @dataclass(frozen=True)
@@ -420,5 +421,11 @@ def document(report: Report) -> Document:
     ]
     if report.warnings:
         sections.append(Section("warnings", "Warnings", (Bullets(tuple(report.warnings)),)))
+    sources = source_lines(source_summaries(report.run.telemetry))
+    if sources:
+        lead = "Every GPU and server figure in the tables and charts comes from these sources"
+        sections.append(
+            Section("sources", "Telemetry sources", (Bullets(tuple(sources), lead=lead),))
+        )
     sections.append(Section("definitions", "Definitions", (Bullets(DEFINITIONS),)))
     return Document(f"locust-llm report: {info.run_id}", tuple(sections))
