@@ -42,7 +42,9 @@ def test_the_default_lets_streams_in_flight_at_the_stop_finish(tmp_path: Path) -
     assert STOP_TIMEOUT_DEFAULT_S == READ_TIMEOUT_DEFAULT_S
     records, sent, log, wall_s = _run(tmp_path)
     assert "--stop-timeout is 0" not in log
-    assert len(records) == 3 and records.ok.all(), records.error_kind.tolist()
+    # every request sent (one per user that started before the stop: a busy machine may start
+    # fewer than 3) finished, none cancelled
+    assert 1 <= len(records) <= 3 and records.ok.all(), records.error_kind.tolist()
     assert sorted(records.request_id) == sorted(r["client_request_id"] for r in sent)
     assert all(r["outcome"] == "ok" for r in sent), sent
     assert (records.output_tokens == 64).all()
@@ -53,4 +55,5 @@ def test_the_default_lets_streams_in_flight_at_the_stop_finish(tmp_path: Path) -
 def test_stop_timeout_zero_still_cancels_and_says_so(tmp_path: Path) -> None:
     records, _sent, log, _wall_s = _run(tmp_path, "--stop-timeout", "0")
     assert "--stop-timeout is 0" in log
-    assert (records.error_kind == "cancelled").sum() == 3
+    assert 1 <= len(records) <= 3
+    assert (records.error_kind == "cancelled").all(), records.error_kind.tolist()
