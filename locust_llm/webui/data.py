@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from locust_llm.histogram import LatencyHistogram
-from locust_llm.llmstats import METRICS, TOTAL, LiveStats
+from locust_llm.llmstats import METRICS, RECENT_QUANTILES, RECENT_WINDOW_S, TOTAL, LiveStats
 from locust_llm.signals import combine
 
 #: Runner states in which the live rates are taken up to "now".
@@ -140,7 +140,7 @@ def history_series(history: list[dict[str, Any]], points: int = HISTORY_POINTS) 
                 break
     rows.reverse()
     fields = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-              "itl_p99_s", *RATE_FIELDS)  # fmt: skip
+              "itl_p99_s", *RATE_FIELDS, *(key for key, _, _ in RECENT_QUANTILES))  # fmt: skip
     series: dict[str, list] = {"time_s": [float(r["Timestamp"]) for r in rows]}
     for key in fields:
         series[key] = [_json_number(float(r.get(key, math.nan))) for r in rows]
@@ -262,6 +262,10 @@ def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[s
         "signals": latest_signals(rows),
         "telemetry": getattr(runtime, "telemetry", None) is not None,
         "history": history_series(stats.history),
+        "recent_window_s": RECENT_WINDOW_S,
+        "scrape_interval_s": _json_number(
+            float(getattr(getattr(runtime, "options", None), "scrape_interval_s", math.nan))
+        ),
         "signal_history": signal_series(rows, now - SIGNAL_WINDOW_S),
         "report": report_info(runtime),
     }
