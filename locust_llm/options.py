@@ -48,6 +48,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("input-len", "", "prompt length for the random dataset: N or a distribution", {}),
     ("dataset", "random", "prompt source: random, openqa, or a JSONL / ShareGPT file", {}),
     ("tokenizer", "", "path to a local Hugging Face tokenizer: exact prompt lengths", {}),
+    (
+        "chat-template",
+        "",
+        "chat template for counting prompt tokens as a chat server does: a .jinja file or a "
+        "tokenizer_config.json (default: the one beside --llm-tokenizer; 'none': text only)",
+        {},
+    ),
     ("temperature", 0.0, "sampling temperature", {"type": float}),
     (
         "ignore-eos",

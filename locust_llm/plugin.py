@@ -37,6 +37,7 @@ from locust.event import EventHook
 from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm import __version__, llmstats, options
+from locust_llm.batch_limit import run_info_extra
 from locust_llm.errors import InputError
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord, StreamTiming
 from locust_llm.recorder import MSG_RECORDS, Recorder, ensure_writable
@@ -147,6 +148,7 @@ class Runtime:
                 input_len=opts.llm_input_len or None,
                 seed=opts.llm_seed,
                 tokenizer_path=opts.llm_tokenizer or None,
+                chat_template=opts.llm_chat_template or None,
             )
         return self._dataset
 
@@ -430,11 +432,7 @@ def new_run_info(rt: Runtime) -> RunInfo:
         server_instances=opts.llm_server_instances or max(len(rt.hosts), 1),
         extra={
             "machine": socket.gethostname(),
-            **(
-                {"max_num_seqs": opts.llm_server_max_num_seqs}
-                if opts.llm_server_max_num_seqs
-                else {}
-            ),
+            **run_info_extra(opts.llm_server_max_num_seqs, rt.hosts[0] if rt.hosts else ""),
         },
     )
 

@@ -45,7 +45,18 @@ MIB = 1024.0 * 1024.0
 SCRAPE_UP = "scrape_up"
 
 #: Signals whose parallel series (engines, ranks) add up rather than average.
-SUMMED_SIGNALS: frozenset[str] = frozenset({"running", "waiting", "preemptions"})
+SUMMED_SIGNALS: frozenset[str] = frozenset(
+    {
+        "running",
+        "waiting",
+        "preemptions",
+        "generation_tokens_total",
+        "prompt_tokens_total",
+        "prompt_tokens_computed_total",
+        "prompt_tokens_cached_total",
+        "decode_calls_total",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +101,41 @@ def _exporter_maps() -> tuple[MetricMap, ...]:
     return (*ours, *dcgm)
 
 
+def _token_counter_maps() -> tuple[MetricMap, ...]:
+    """Servers' cumulative token counters and llama.cpp's slot occupancy per decode call.
+
+    ``prompt_tokens_total`` counts every prompt token; llama.cpp counts only the ones it computed
+    (cache hits apart), so its counter feeds ``prompt_tokens_computed_total``. TGI has histograms
+    only: their ``_sum`` series are the totals.
+    """
+    table = {
+        "generation_tokens_total": (
+            "llamacpp:tokens_predicted_total",
+            "vllm:generation_tokens_total",
+            "sglang:generation_tokens_total",
+            "tgi_request_generated_tokens_sum",
+        ),
+        "prompt_tokens_total": (
+            "vllm:prompt_tokens_total",
+            "sglang:prompt_tokens_total",
+            "tgi_request_input_length_sum",
+        ),
+        "prompt_tokens_computed_total": ("llamacpp:prompt_tokens_total",),
+        "prompt_tokens_cached_total": (
+            "llamacpp:prompt_tokens_cached_total",
+            "vllm:prefix_cache_hits_total",
+            "sglang:cached_tokens_total",
+        ),
+        "decode_calls_total": ("llamacpp:n_decode_total",),
+        "busy_slots_per_decode": ("llamacpp:n_busy_slots_per_decode",),
+    }
+    return tuple(
+        MetricMap(metric, signal, metric.split(":", 1)[0] if ":" in metric else "tgi")
+        for signal, metrics in table.items()
+        for metric in metrics
+    )
+
+
 #: Every known metric, in priority order within each signal.
 METRICS: tuple[MetricMap, ...] = (
     *_exporter_maps(),
@@ -110,7 +156,8 @@ METRICS: tuple[MetricMap, ...] = (
     # llama.cpp server
     MetricMap("llamacpp:requests_processing", "running", "llamacpp"),
     MetricMap("llamacpp:requests_deferred", "waiting", "llamacpp"),
-    MetricMap("llamacpp:kv_cache_usage_ratio", "kv_cache_usage", "llamacpp"),
+    MetricMap("llamacpp:kv_cache_usage_ratio", "kv_cache_usage", "llamacpp"),  # gone since 2025
+    *_token_counter_maps(),
 )
 
 #: dcgm-exporter memory parts that make up the total (MiB).

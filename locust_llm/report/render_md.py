@@ -59,6 +59,33 @@ def _bullets(items: Sequence[str]) -> str:
 Section = tuple[str, str, list[str], list[list[str]]]  # title, note, headers, rows
 
 
+def _token_section(report: Report, head: str) -> Section:
+    """Token counts per stage: ours (and how many are estimates) beside the server's counters."""
+    extra = report.run.info.extra
+    limit = extra.get("max_num_seqs")
+    note = "Estimated: share of requests whose counts are ours (the server sent no usage)."
+    if limit:
+        source = extra.get("max_num_seqs_source", "")
+        note += f" Batch limit: {limit}{f' ({source})' if source else ''}."
+    headers = [head, "input tokens avg", "output tokens avg", "input estimated",
+               "output estimated", "output tokens", "server output tokens",
+               "busy slots / decode"]  # fmt: skip
+    rows = [
+        [
+            _load(r),
+            num(r["input_tokens_avg"]),
+            num(r["output_tokens_avg"]),
+            pct(r["input_tokens_estimated_ratio"]),
+            pct(r["output_tokens_estimated_ratio"]),
+            num(r["output_tokens_avg"] * r["completed"]),
+            num(r["server_output_tokens"]),
+            num(r["busy_slots_per_decode"]),
+        ]
+        for r in report.rows
+    ]
+    return ("Token counts", note, headers, rows)
+
+
 def detail_sections(report: Report) -> list[Section]:
     """The detail tables as data, shared by the markdown and HTML renderers."""
     rows, head = report.rows, _load_header(report)
@@ -154,6 +181,7 @@ def detail_sections(report: Report) -> list[Section]:
             line.append(ms(r["dispatch_delay_p99_s"], 1))
         table.append(line)
     out += [("Errors and goodput", "", headers, table)]
+    out += [_token_section(report, head)]
     out += [
         (
             "Resources",

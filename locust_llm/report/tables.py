@@ -63,6 +63,8 @@ COLUMNS: tuple[str, ...] = (
     "dispatch_delay_p99_s",
     "input_tokens_avg",
     "output_tokens_avg",
+    "input_tokens_estimated_ratio",
+    "output_tokens_estimated_ratio",
     "ttft_floor_s",
     "tpot_floor_s",
     "model_bw_util",
@@ -78,6 +80,8 @@ COLUMNS: tuple[str, ...] = (
     "waiting",
     "waiting_max",
     "preemptions",
+    "server_output_tokens",
+    "busy_slots_per_decode",
     "power_w",
     "worker_cpu_max",
     "worker_cpu_max_id",
@@ -168,6 +172,9 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
         "error_rate": failed / n if n else NAN,
         "input_tokens_avg": float(in_known.mean()) if in_known.size else NAN,
         "output_tokens_avg": float(out_tok.mean()) if out_tok.size else NAN,
+        # share of completed requests whose counts are ours, not the server's usage
+        "input_tokens_estimated_ratio": _mean(req["input_tokens_estimated"][ok]),
+        "output_tokens_estimated_ratio": _mean(req["tokens_estimated"][ok]),
     }
     p50, p90, p95, p99 = _pcts(e2e, (50, 90, 95, 99))
     row.update(latency_p50_s=p50, latency_p90_s=p90, latency_p95_s=p95, latency_p99_s=p99)
@@ -211,11 +218,18 @@ class TelemetryIndex:
 
     def window(self, signal: str, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
         """(values, sources) of ``signal`` sampled in [lo, hi)."""
+        _, values, sources = self.window_with_times(signal, lo, hi)
+        return values, sources
+
+    def window_with_times(
+        self, signal: str, lo: float, hi: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(times, values, sources) of ``signal`` sampled in [lo, hi)."""
         if signal not in self.series:
-            return np.empty(0), np.empty(0, dtype=object)
+            return np.empty(0), np.empty(0), np.empty(0, dtype=object)
         t, v, src = self.series[signal]
         a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "left")
-        return v[a:b], src[a:b]
+        return t[a:b], v[a:b], src[a:b]
 
     def timeline(self, signal: str, how: str = "mean") -> tuple[np.ndarray, np.ndarray]:
         """(times, values) with all sources pooled per timestamp (NaN kept: gaps)."""
@@ -272,6 +286,7 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
         )
     else:
         row["preemptions"] = NAN
+    row.update(_counter_stats(tel, lo, hi))
     _, peak, cpu, cpu_src = stats("worker_cpu_util")
     row["worker_cpu_max"] = peak
     row["worker_cpu_max_id"] = str(cpu_src[int(np.argmax(cpu))]) if cpu.size else ""
@@ -279,6 +294,34 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
         sum(np.isfinite(tel.window(s, lo, hi)[0]).sum() for s in tel.series)
     )
     return row
+
+
+def _counter_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
+    """Increments of the server's cumulative counters inside a stage window.
+
+    ``server_output_tokens``: what the server counted generating in the window (between its first
+    and last scrape there, so the stage's edges are missed). ``busy_slots_per_decode``: llama.cpp's
+    average since start, turned into the window's own: the increase of average x decode calls
+    over the increase of decode calls.
+    """
+    out = {"server_output_tokens": NAN, "busy_slots_per_decode": NAN}
+    tokens, sources = tel.window("generation_tokens_total", lo, hi)
+    keep = np.isfinite(tokens)
+    if keep.any():
+        tokens, sources = tokens[keep], sources[keep]
+        out["server_output_tokens"] = float(
+            sum(tokens[sources == s].max() - tokens[sources == s].min() for s in set(sources))
+        )
+    calls_t, calls, calls_src = tel.window_with_times("decode_calls_total", lo, hi)
+    avg_t, avg, avg_src = tel.window_with_times("busy_slots_per_decode", lo, hi)
+    for source in set(calls_src) & set(avg_src):
+        c = dict(zip(calls_t[calls_src == source], calls[calls_src == source], strict=True))
+        a = dict(zip(avg_t[avg_src == source], avg[avg_src == source], strict=True))
+        both = sorted(t for t in c if t in a and np.isfinite(c[t]) and np.isfinite(a[t]))
+        if len(both) >= 2 and c[both[-1]] > c[both[0]]:
+            busy = a[both[-1]] * c[both[-1]] - a[both[0]] * c[both[0]]
+            out["busy_slots_per_decode"] = float(busy / (c[both[-1]] - c[both[0]]))
+    return out
 
 
 def _floor_stats(row: dict, floors: Floors | None, concurrency: float) -> dict:
@@ -312,6 +355,8 @@ REQUEST_ARRAYS: tuple[str, ...] = (
     "itl_p99_s",
     "output_tokens",
     "input_tokens",
+    "tokens_estimated",
+    "input_tokens_estimated",
     "start_wall_s",
     "scheduled_wall_s",
 )
