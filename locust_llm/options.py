@@ -12,12 +12,13 @@ import argparse
 from typing import Any
 
 
-def _env(name: str) -> str:
+def env_var(name: str) -> str:
+    """The environment variable of option ``--llm-<name>`` (``LOCUST_LLM_<NAME>``)."""
     return "LOCUST_LLM_" + name.upper().replace("-", "_")
 
 
 #: (flag without --llm-, default, help, extra kwargs)
-_OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
+OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("model", "", "model id to request (default: the first id from /v1/models)", {}),
     (
         "api-key",
@@ -156,11 +157,11 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
 def add_arguments(parser: Any) -> None:
     """Add every ``--llm-*`` option to ``parser`` (Locust's configargparse parser or argparse)."""
     group = parser.add_argument_group("locust-llm", "LLM load-test options (locust-llm)")
-    for flag, default, help_text, extra in _OPTIONS:
+    for flag, default, help_text, extra in OPTIONS:
         kwargs = dict(extra)
         kwargs.setdefault("default", default)
         if "env_var" in _add_argument_params(parser):
-            kwargs["env_var"] = _env(flag)
+            kwargs["env_var"] = env_var(flag)
         group.add_argument(f"--llm-{flag}", help=help_text, **kwargs)
 
 
