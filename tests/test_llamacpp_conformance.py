@@ -48,7 +48,14 @@ class Sweep:
                 "--llm-server-metrics", server.url + "/metrics", "--llm-scrape-interval", "0.2",
                 "--llm-record-batch-s", "0.25",
             ]  # fmt: skip
-            self.run_dir, self.workers = cluster.run("run", server.url, args, timeout_s=150)
+            self.run_dir = tmp / "run"
+            master, port = cluster.master(server.url, [*args, "--llm-run-dir", str(self.run_dir)])
+            self.workers = [cluster.worker(i, "127.0.0.1", port) for i in (1, 2)]
+            # Locust exits 1 when a request failed: the tests below say which and why
+            self.master_code = master.wait(150)
+            assert self.master_code in (0, 1), master.text()[-3000:]
+            for worker in self.workers:
+                worker.wait(20)
             self.info, self.requests = read_run(self.run_dir)
             self.locust_counts = locust_counts(*self.workers)
             report = cluster.report(self.run_dir, "--out", str(tmp / "report"))
@@ -84,14 +91,14 @@ def test_no_failed_request_and_one_record_per_locust_request(sweep: Sweep) -> No
 
 
 def test_output_tokens_equal_the_servers_counter(sweep: Sweep) -> None:
-    req = sweep.requests
+    req = sweep.requests[sweep.requests["ok"]]  # a request that failed to connect never arrived
     assert not req["tokens_estimated"].any()  # llama-server sends usage in the stream
     assert (req["output_tokens"] == MAX_TOKENS).all()  # the tiny model never picks EOS
     assert int(req["output_tokens"].sum()) == sweep.delta("llamacpp:tokens_predicted_total")
 
 
 def test_input_tokens_equal_the_servers_counters(sweep: Sweep) -> None:
-    req = sweep.requests
+    req = sweep.requests[sweep.requests["ok"]]
     assert not req["input_tokens_estimated"].any()
     server = sweep.delta("llamacpp:prompt_tokens_total") + sweep.delta(
         "llamacpp:prompt_tokens_cached_total"

@@ -1,8 +1,8 @@
 """A tiny random-weight llama model the conformance tests write themselves (no model hub, no torch).
 
-:func:`write_tiny_model` writes, in well under a second:
+:func:`write_tiny_model` writes, in about a second:
 
-* ``tiny-llama.gguf``: llama architecture, 2 layers, 64-wide, 4 heads, f32 random weights, and a
+* ``tiny-llama.gguf``: llama architecture, 4 layers, 512-wide, 8 heads, f16 random weights, and a
   GPT-2 style byte-level BPE vocabulary: the 256 byte tokens, a few merges, and three control
   tokens (``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``), with a ChatML chat template in the
   metadata so ``/v1/chat/completions`` works.
@@ -68,19 +68,31 @@ def vocabulary() -> tuple[list[str], list[int]]:
     return tokens, generable
 
 
-def write_tiny_model(folder: Path, *, seed: int = 0, context_tokens: int = 4096) -> TinyModel:
-    """Write the GGUF model and its Hugging Face tokenizer files into ``folder``."""
+def write_tiny_model(
+    folder: Path,
+    *,
+    seed: int = 0,
+    context_tokens: int = 4096,
+    n_embd: int = 512,
+    n_layer: int = 4,
+    n_head: int = 8,
+) -> TinyModel:
+    """Write the GGUF model and its Hugging Face tokenizer files into ``folder``.
+
+    The default size (about 13 M parameters, f16, 27 MB) makes one decode step take a few
+    milliseconds on one core, so the server, not the client, sets the pace of a load test.
+    """
     import gguf
     import numpy as np
 
     folder.mkdir(parents=True, exist_ok=True)
     tokens, generable = vocabulary()
-    n_vocab, n_embd, n_ff, n_layer, n_head = len(tokens), 64, 128, 2, 4
+    n_vocab, n_ff = len(tokens), 3 * n_embd
     special_ids = {t: tokens.index(t) for t in SPECIAL_TOKENS}
     rng = np.random.default_rng(seed)
 
     def rand(*shape: int, scale: float) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
+        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float16)
 
     path = folder / "tiny-llama.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -94,7 +106,7 @@ def write_tiny_model(folder: Path, *, seed: int = 0, context_tokens: int = 4096)
     writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -119,7 +131,7 @@ def write_tiny_model(folder: Path, *, seed: int = 0, context_tokens: int = 4096)
         writer.add_tensor(f"{p}.ffn_up.weight", rand(n_ff, n_embd, scale=n_embd**-0.5))
         writer.add_tensor(f"{p}.ffn_down.weight", rand(n_embd, n_ff, scale=n_ff**-0.5))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    output = np.zeros((n_vocab, n_embd), dtype=np.float32)
+    output = np.zeros((n_vocab, n_embd), dtype=np.float16)
     output[generable] = rand(len(generable), n_embd, scale=1.5)
     writer.add_tensor("output.weight", output)
     writer.write_header_to_file()
