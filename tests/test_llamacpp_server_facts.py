@@ -45,12 +45,17 @@ def _chat(conn: http.client.HTTPConnection, *, stream: bool) -> tuple[int, dict[
     return response.status, dict(response.getheaders()), response.read().decode()
 
 
-def test_streams_carry_usage_in_the_last_chunk(server: LlamaServer) -> None:
+def _chat_once(server: LlamaServer, *, stream: bool) -> tuple[int, dict[str, str], str]:
+    """One request on a fresh connection, closed after."""
     conn = _connection(server)
     try:
-        status, _, text = _chat(conn, stream=True)
+        return _chat(conn, stream=stream)
     finally:
         conn.close()
+
+
+def test_streams_carry_usage_in_the_last_chunk(server: LlamaServer) -> None:
+    status, _, text = _chat_once(server, stream=True)
     assert status == 200
     events = [json.loads(line[6:]) for line in text.splitlines()
               if line.startswith("data: {")]  # fmt: skip
@@ -82,11 +87,7 @@ def test_plain_responses_keep_the_connection_alive(server: LlamaServer) -> None:
 
 
 def test_the_request_id_header_is_ignored(server: LlamaServer) -> None:
-    conn = _connection(server)
-    try:
-        _, headers, text = _chat(conn, stream=False)
-    finally:
-        conn.close()
+    _, headers, text = _chat_once(server, stream=False)
     assert "ours-1" not in json.dumps(headers) and "ours-1" not in text
     assert json.loads(text)["id"].startswith("chatcmpl-")
 
