@@ -30,8 +30,12 @@ STAGE_REQUESTS = (4, 8, 16, 32)
 MAX_TOKENS = 48
 INPUT_LEN = 40
 #: Tokens every prompt shares with any other: the ChatML "<|im_start|>user\n" opening (5 tokens
-#: in the tiny vocabulary), plus at most 2 for two random first words sharing their first letters.
-SHARED_PREFIX_TOKENS = 7
+#: in the tiny vocabulary), which a slot reuses from its previous prompt; two random first words
+#: rarely share a letter or two more (slack below). One prompt sent twice that lands on the slot
+#: that served it is ~58 cached tokens at once. Distinct prompts measured 308 cached tokens over
+#: 64 requests (4.8 a request).
+SHARED_PREFIX_TOKENS = 5
+FIRST_WORD_SLACK_TOKENS = 30
 
 
 class Sweep:
@@ -109,9 +113,10 @@ def test_input_tokens_equal_the_servers_counters(sweep: Sweep) -> None:
 def test_prompts_are_distinct_across_users_and_workers(sweep: Sweep) -> None:
     cached = sweep.delta("llamacpp:prompt_tokens_cached_total")
     n = len(sweep.requests)
-    assert cached <= n * SHARED_PREFIX_TOKENS, (
+    assert cached <= n * SHARED_PREFIX_TOKENS + FIRST_WORD_SLACK_TOKENS, (
         f"the server served {cached:.0f} prompt tokens from its cache over {n} requests "
-        f"(at most {SHARED_PREFIX_TOKENS} per request expected from distinct prompts)"
+        f"(about {SHARED_PREFIX_TOKENS} per request expected from distinct prompts): "
+        "the same prompt was sent more than once"
     )
 
 
@@ -140,3 +145,19 @@ def test_slot_count_is_the_batch_limit_and_all_slots_busy_at_concurrency_8(sweep
     assert low["busy_slots_per_decode"] < 1.5, low
     print("verdict at c=8:", json.dumps(sweep.summary["stage_verdicts"][-1], indent=1))
     print("overall verdict:", json.dumps(sweep.summary["verdict"], indent=1))
+
+
+def test_report_shows_estimated_shares_and_the_servers_counts_beside_ours(sweep: Sweep) -> None:
+    for row in sweep.summary["stages"]:
+        assert row["input_tokens_estimated_ratio"] == 0.0
+        assert row["output_tokens_estimated_ratio"] == 0.0
+        ours = row["output_tokens_avg"] * row["completed"]
+        # the server's increase between the scrapes bracketing the stage: off by at most the
+        # requests that finished within one scrape interval of the stage's edges
+        assert abs(row["server_output_tokens"] - ours) <= 2 * SLOTS * MAX_TOKENS, row
+    total = sum(r["server_output_tokens"] for r in sweep.summary["stages"])
+    assert total == sweep.delta("llamacpp:tokens_predicted_total")
+    assert (
+        "Batch limit: 4 (llama.cpp /props total_slots)."
+        in (sweep.run_dir.parent / "report" / "report.md").read_text()
+    )

@@ -231,6 +231,24 @@ class TelemetryIndex:
         a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "left")
         return t[a:b], v[a:b], src[a:b]
 
+    def bracketed_increases(self, signal: str, lo: float, hi: float) -> list[float]:
+        """Per source, a counter's increase from its last finite sample at or before ``lo`` (else
+        its first after) to its first at or after ``hi`` (else its last before)."""
+        if signal not in self.series:
+            return []
+        t, v, src = self.series[signal]
+        out = []
+        for source in np.unique(src):
+            keep = (src == source) & np.isfinite(v)
+            ts, vs = t[keep], v[keep]
+            if ts.size < 2:
+                continue
+            a = max(int(np.searchsorted(ts, lo, "right")) - 1, 0)
+            b = min(int(np.searchsorted(ts, hi, "left")), ts.size - 1)
+            if b > a:
+                out.append(float(vs[b] - vs[a]))
+        return out
+
     def timeline(self, signal: str, how: str = "mean") -> tuple[np.ndarray, np.ndarray]:
         """(times, values) with all sources pooled per timestamp (NaN kept: gaps)."""
         if signal not in self.series:
@@ -299,19 +317,16 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
 def _counter_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     """Increments of the server's cumulative counters inside a stage window.
 
-    ``server_output_tokens``: what the server counted generating in the window (between its first
-    and last scrape there, so the stage's edges are missed). ``busy_slots_per_decode``: llama.cpp's
+    ``server_output_tokens``: what the server counted generating from its last scrape at or
+    before the window's start to its first scrape at or after its end (so a stage's edge is off
+    by what finished within one scrape interval of it). ``busy_slots_per_decode``: llama.cpp's
     average since start, turned into the window's own: the increase of average x decode calls
     over the increase of decode calls.
     """
     out = {"server_output_tokens": NAN, "busy_slots_per_decode": NAN}
-    tokens, sources = tel.window("generation_tokens_total", lo, hi)
-    keep = np.isfinite(tokens)
-    if keep.any():
-        tokens, sources = tokens[keep], sources[keep]
-        out["server_output_tokens"] = float(
-            sum(tokens[sources == s].max() - tokens[sources == s].min() for s in set(sources))
-        )
+    increases = tel.bracketed_increases("generation_tokens_total", lo, hi)
+    if increases:
+        out["server_output_tokens"] = float(sum(increases))
     calls_t, calls, calls_src = tel.window_with_times("decode_calls_total", lo, hi)
     avg_t, avg, avg_src = tel.window_with_times("busy_slots_per_decode", lo, hi)
     for source in set(calls_src) & set(avg_src):
