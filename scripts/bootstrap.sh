@@ -42,8 +42,9 @@ if [ $want_test = 1 ]; then
   fi
 fi
 
-# llama.cpp's llama-server for tests/test_llamacpp_*.py: built from the PyPI sdist's sources once
-# per machine (about 10 minutes on 2 cores), cached under ~/.cache/locust-llm/
+# llama.cpp's llama-server and llama-cpp-python's server for tests/test_llamacpp_*.py: built from
+# the PyPI sdist's sources once per machine (about 8 minutes each on 2 cores), cached under
+# ~/.cache/locust-llm/
 if [ $want_test = 1 ]; then
   tools=()
   command -v cmake >/dev/null || tools+=(cmake)
@@ -57,5 +58,5 @@ if [ $want_test = 1 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
       "${tools[@]}" >/dev/null
   fi
-  bash scripts/build_llama_server.sh >/dev/null
+  bash scripts/build_llama_server.sh --python >/dev/null
 fi

@@ -154,6 +154,7 @@ def _write_hf_tokenizer(folder: Path, tokens: list[str], special_ids: dict[str, 
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_ids])
     tok.save(str(folder / "tokenizer.json"))
     config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",  # what transformers' AutoTokenizer loads
         "chat_template": CHAT_TEMPLATE,
         "bos_token": "<|endoftext|>",
         "eos_token": "<|im_end|>",

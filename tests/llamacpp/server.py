@@ -20,6 +20,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,28 @@ class LlamaServer:
         return int(self.popen.returncode)
 
 
+def _spawn(name: str, cmd: list[str], port: int, log_dir: Path) -> LlamaServer:
+    """Start ``cmd`` in its own process group, output to ``log_dir/<name>-<port>.log``."""
+    log = log_dir / f"{name}-{port}.log"
+    with open(log, "wb") as out:
+        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    return LlamaServer(popen, f"http://127.0.0.1:{port}", log)
+
+
+def _ready(server: LlamaServer, check: Callable[[LlamaServer], bool], timeout_s: float) -> bool:
+    """Poll ``check`` until it is true (True), the process exits or time runs out (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and server.popen.poll() is None:
+        try:
+            if check(server):
+                return True
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    return False
+
+
 def start_llama_server(
     model: Path,
     log_dir: Path,
@@ -111,27 +134,44 @@ def start_llama_server(
     last_error = ""
     for _attempt in range(3):
         port = _free_port()
-        log = log_dir / f"llama-server-{port}.log"
         cmd = [
             str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--parallel", str(slots), "--ctx-size", str(slots * ctx_per_slot), "--threads", "1",
             "--threads-http", str(max(4, slots + 2)), "--metrics", "--cache-ram", "0",
             "--no-webui", "--fit", "off", "--alias", model.stem, *extra,
         ]  # fmt: skip
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        server = LlamaServer(popen, f"http://127.0.0.1:{port}", log)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and popen.poll() is None:
-            try:
-                if json.loads(server.get("/health", 2)).get("status") == "ok":
-                    return server
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.1)
+        server = _spawn("llama-server", cmd, port, log_dir)
+        if _ready(server, lambda s: s.get_json("/health").get("status") == "ok", 60):
+            return server
         server.stop()
         last_error = server.text()[-3000:]
         if "bind" not in last_error and "address" not in last_error.lower():
             break
     raise AssertionError(f"llama-server did not become healthy:\n{last_error}")
+
+
+def python_server_venv() -> Path:
+    """The venv ``scripts/build_llama_server.sh --python`` leaves llama-cpp-python[server] in."""
+    venv = cache_root() / f"llama-cpp-python-{VERSION}-venv"
+    if not (venv / "bin" / "python").is_file() or not (venv / ".installed").is_file():
+        raise AssertionError(
+            f"{venv} is missing: build it once with "
+            f"`bash {BUILD_SCRIPT.relative_to(ROOT)} --python` (about 8 minutes on 2 cores; "
+            "`bash scripts/bootstrap.sh --test` does it too)"
+        )
+    return venv
+
+
+def start_python_server(model: Path, log_dir: Path) -> LlamaServer:
+    """llama-cpp-python's OpenAI-compatible server (uvicorn) on a free port; wait until it lists
+    the model."""
+    python = python_server_venv() / "bin" / "python"
+    port = _free_port()
+    cmd = [str(python), "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+           "--port", str(port), "--n_ctx", "2048", "--n_threads", "1",
+           "--model_alias", model.stem]  # fmt: skip
+    server = _spawn("llama-cpp-python", cmd, port, log_dir)
+    if _ready(server, lambda s: bool(s.get_json("/v1/models")["data"]), 90):
+        return server
+    server.stop()
+    raise AssertionError(f"llama-cpp-python's server did not start:\n{server.text()[-3000:]}")
