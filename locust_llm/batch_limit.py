@@ -18,6 +18,7 @@ with ``max_num_seqs_source`` saying where it came from.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -53,7 +54,7 @@ def probe(host: str, fetch: Fetch = _fetch) -> tuple[int, str] | None:
     for path, field, source in PROBES:
         try:
             body = fetch(host.rstrip("/") + path, TIMEOUT_S)
-        except (OSError, ValueError, urllib.error.URLError):
+        except (OSError, ValueError, urllib.error.URLError, http.client.HTTPException):
             continue
         limit = limit_from_body(body, field)
         if limit is not None:
