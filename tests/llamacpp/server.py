@@ -164,12 +164,13 @@ def python_server_venv() -> Path:
 
 def start_python_server(model: Path, log_dir: Path) -> LlamaServer:
     """llama-cpp-python's OpenAI-compatible server (uvicorn) on a free port; wait until it lists
-    the model."""
+    the model. It serves one request at a time; ``--interrupt_requests False`` makes it queue the
+    others (by default a new request cuts the stream in progress short)."""
     python = python_server_venv() / "bin" / "python"
     port = _free_port()
     cmd = [str(python), "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--n_ctx", "2048", "--n_threads", "1",
-           "--model_alias", model.stem]  # fmt: skip
+           "--model_alias", model.stem, "--interrupt_requests", "False"]  # fmt: skip
     server = _spawn("llama-cpp-python", cmd, port, log_dir)
     if _ready(server, lambda s: bool(s.get_json("/v1/models")["data"]), 90):
         return server
