@@ -25,6 +25,8 @@ pytestmark = pytest.mark.slow
 CONCURRENCY = (1, 2)
 STAGE_REQUESTS = (3, 6)
 MAX_TOKENS = 16
+INPUT_LEN = 20
+TEMPLATE_TOKENS = 18  # ChatML around one user message, in the tiny vocabulary
 
 
 class Sweep:
@@ -37,8 +39,9 @@ class Sweep:
             args = [
                 "--llm-concurrency", ",".join(map(str, CONCURRENCY)),
                 "--llm-stage-requests", ",".join(map(str, STAGE_REQUESTS)),
-                "--llm-max-tokens", str(MAX_TOKENS), "--llm-ignore-eos", "--llm-input-len", "20",
-                "--llm-tokenizer", str(model.tokenizer_dir), "--llm-record-batch-s", "0.25",
+                "--llm-max-tokens", str(MAX_TOKENS), "--llm-ignore-eos",
+                "--llm-input-len", str(INPUT_LEN), "--llm-tokenizer", str(model.tokenizer_dir),
+                "--llm-record-batch-s", "0.25",
                 "--llm-run-dir", str(run_dir),
             ]  # fmt: skip
             master, port = cluster.master(server.url, args)
@@ -76,6 +79,8 @@ def test_counts_without_usage_are_estimates_from_the_chunks(sweep: Sweep) -> Non
     ok = sweep.ok
     assert ok["tokens_estimated"].all() and ok["input_tokens_estimated"].all()
     assert (ok["output_tokens"] == MAX_TOKENS).all()  # one ASCII token per chunk: exact here
+    # the prompt estimate renders the chat template found beside --llm-tokenizer
+    assert (ok["input_tokens"] == INPUT_LEN + TEMPLATE_TOKENS).all()
 
 
 def test_report_says_every_count_is_an_estimate_and_claims_no_batch_limit(sweep: Sweep) -> None:
