@@ -11,6 +11,8 @@ batch limit it was never told.
 from __future__ import annotations
 
 import json
+import socket
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +95,36 @@ def test_report_says_every_count_is_an_estimate_and_claims_no_batch_limit(sweep:
     assert "max_num_seqs" not in sweep.info["extra"]
     kinds = {v["kind"] for v in sweep.summary["stage_verdicts"]}
     print("stage verdicts:", kinds, "overall:", sweep.summary["verdict"]["kind"])
+
+
+def _request(stream: bool, max_tokens: int) -> bytes:
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "go"}],
+                       "max_tokens": max_tokens, "stream": stream}).encode()  # fmt: skip
+    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Content-Type: application/json\r\n"
+            f"X-Request-Id: {uuid.uuid4()}\r\nContent-Length: {len(body)}\r\n\r\n")  # fmt: skip
+    return head.encode() + body
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_its_default_cuts_a_running_stream_when_the_next_request_comes(tmp_path: Path) -> None:
+    model = write_tiny_model(tmp_path / "model", n_embd=128, n_layer=2, n_head=4)
+    with start_python_server(model.gguf, tmp_path, interrupt=True) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as first:
+            first.sendall(_request(True, 1500))
+            head = first.recv(65536)  # the stream is running
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as second:
+                second.sendall(_request(False, 2))
+                assert second.recv(65536).startswith(b"HTTP/1.1 200")
+            body = head + _read_all(first)  # the server closes it when it is done
+    assert body.startswith(b"HTTP/1.1 200")
+    assert body.count(b'"content"') < 1500  # cut short: far fewer tokens than asked
+    assert b"data: [DONE]" in body  # ... yet it says [DONE]
+    assert not body.endswith(b"\r\n0\r\n\r\n")  # and never ends the chunked body

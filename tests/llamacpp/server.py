@@ -162,15 +162,15 @@ def python_server_venv() -> Path:
     return venv
 
 
-def start_python_server(model: Path, log_dir: Path) -> LlamaServer:
+def start_python_server(model: Path, log_dir: Path, *, interrupt: bool = False) -> LlamaServer:
     """llama-cpp-python's OpenAI-compatible server (uvicorn) on a free port; wait until it lists
-    the model. It serves one request at a time; ``--interrupt_requests False`` makes it queue the
-    others (by default a new request cuts the stream in progress short)."""
+    the model. It serves one request at a time; ``interrupt=False`` (``--interrupt_requests
+    False``) makes it queue the others; its own default cuts the stream in progress short."""
     python = python_server_venv() / "bin" / "python"
     port = _free_port()
     cmd = [str(python), "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--n_ctx", "2048", "--n_threads", "1",
-           "--model_alias", model.stem, "--interrupt_requests", "False"]  # fmt: skip
+           "--model_alias", model.stem, "--interrupt_requests", str(interrupt)]  # fmt: skip
     server = _spawn("llama-cpp-python", cmd, port, log_dir)
     if _ready(server, lambda s: bool(s.get_json("/v1/models")["data"]), 90):
         return server
