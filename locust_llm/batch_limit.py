@@ -1,7 +1,8 @@
 """The server's batch limit (sequences it decodes at once), for the report's batch-limit reading.
 
 ``--llm-server-max-num-seqs`` wins when given. Otherwise the master asks the server once, at the
-start of the run, where the server says it:
+start of the run (unless ``--llm-server-metrics none`` turned talking to the server about itself
+off), where the server says it:
 
 ==============  ===================================  =========================================
 server          where                                field
@@ -33,8 +34,12 @@ TIMEOUT_S = 2.0
 
 
 def _fetch(url: str, timeout_s: float) -> str:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return str(response.read(1 << 20).decode("utf-8", errors="replace"))
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return str(response.read(1 << 20).decode("utf-8", errors="replace"))
+    except urllib.error.HTTPError as exc:  # it holds the answer's socket open until closed
+        exc.close()
+        raise
 
 
 def limit_from_body(body: str, field: str) -> int | None:

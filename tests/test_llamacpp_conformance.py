@@ -155,8 +155,10 @@ def test_report_shows_estimated_shares_and_the_servers_counts_beside_ours(sweep:
         # the server's increase between the scrapes bracketing the stage: off by at most the
         # requests that finished within one scrape interval of the stage's edges
         assert abs(row["server_output_tokens"] - ours) <= 2 * SLOTS * MAX_TOKENS, row
+    # neighbouring stages share the scrape interval between them: the sum may count it twice
     total = sum(r["server_output_tokens"] for r in sweep.summary["stages"])
-    assert total == sweep.delta("llamacpp:tokens_predicted_total")
+    run = sweep.delta("llamacpp:tokens_predicted_total")
+    assert run <= total <= run + len(STAGE_REQUESTS) * SLOTS * MAX_TOKENS
     assert (
         "Batch limit: 4 (llama.cpp /props total_slots)."
         in (sweep.run_dir.parent / "report" / "report.md").read_text()

@@ -17,7 +17,7 @@ from llamacpp.model import write_tiny_model
 from llamacpp.server import LlamaServer, start_llama_server
 
 from locust_llm.batch_limit import probe
-from locust_llm.signals import METRICS
+from locust_llm.vocabularies import metric_maps
 
 pytestmark = pytest.mark.slow
 SLOTS = 3
@@ -94,7 +94,7 @@ def test_the_request_id_header_is_ignored(server: LlamaServer) -> None:
 
 def test_metrics_speak_the_names_our_maps_read(server: LlamaServer) -> None:
     exposed = set(server.metrics())
-    mapped = {m.metric for m in METRICS if m.vocabulary == "llamacpp"}
+    mapped = {m.metric for vocabulary, m in metric_maps() if vocabulary == "llamacpp"}
     assert mapped - exposed == {"llamacpp:kv_cache_usage_ratio"}  # gone from current servers
 
 

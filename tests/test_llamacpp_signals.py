@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from locust_llm.batch_limit import probe, run_info_extra
-from locust_llm.signals import extract_signals, vocabularies
+from locust_llm.vocabularies import extract_signals, spoken_vocabularies
 
 SAMPLE = Path(__file__).with_name("llamacpp") / "metrics_sample.txt"
 
@@ -25,7 +25,7 @@ def test_a_real_llamacpp_page_maps_to_canonical_signals() -> None:
         "decode_calls_total": 21.0,
         "busy_slots_per_decode": pytest.approx(1.33333),
     }
-    assert vocabularies(SAMPLE.read_text()) == {"llamacpp"}
+    assert spoken_vocabularies(SAMPLE.read_text()) == {"llamacpp"}
 
 
 PROPS = '{"total_slots": 4, "model_alias": "m", "build_info": "b1"}'

@@ -67,8 +67,12 @@ class LlamaServer:
 
     def get(self, path: str, timeout_s: float = 5.0) -> str:
         """The body of GET ``path`` as text (raises OSError on failure)."""
-        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as response:
-            return str(response.read().decode("utf-8"))
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout_s) as response:
+                return str(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:  # 503 while loading: close the answer's socket
+            exc.close()
+            raise
 
     def get_json(self, path: str) -> Any:
         return json.loads(self.get(path))
