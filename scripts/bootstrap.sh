@@ -4,7 +4,8 @@
 #   bash scripts/bootstrap.sh --test   -> also the test extras and the system packages the tests
 #                                         use for real: prometheus, chromium + chromium-driver,
 #                                         nginx, docker-compose (config check only), iproute2,
-#                                         and llama.cpp's llama-server (built once per machine)
+#                                         cmake + ninja + g++, and llama.cpp's llama-server and
+#                                         llama-cpp-python's server (built once per machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_test=0
@@ -32,6 +33,9 @@ if [ $want_test = 1 ]; then
   command -v nginx >/dev/null || need+=(nginx)
   command -v docker-compose >/dev/null || need+=(docker-compose)
   command -v ip >/dev/null || need+=(iproute2)
+  command -v cmake >/dev/null || need+=(cmake) # the llama.cpp builds below
+  command -v ninja >/dev/null || need+=(ninja-build)
+  command -v g++ >/dev/null || need+=(g++)
   if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" != 0 ] && sudo="sudo"
@@ -46,17 +50,5 @@ fi
 # the PyPI sdist's sources once per machine (about 8 minutes each on 2 cores), cached under
 # ~/.cache/locust-llm/
 if [ $want_test = 1 ]; then
-  tools=()
-  command -v cmake >/dev/null || tools+=(cmake)
-  command -v ninja >/dev/null || tools+=(ninja-build)
-  command -v g++ >/dev/null || tools+=(g++)
-  if [ ${#tools[@]} -gt 0 ]; then
-    sudo=""
-    [ "$(id -u)" != 0 ] && sudo="sudo"
-    echo "bootstrap: installing build tools for llama-server: ${tools[*]}" >&2
-    $sudo apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-      "${tools[@]}" >/dev/null
-  fi
   bash scripts/build_llama_server.sh --python >/dev/null
 fi
