@@ -83,13 +83,14 @@ def measure(loads: tuple[Load, ...], rounds: int, work: Path) -> list[dict[str, 
         ),
     }
     rows = []
-    with start_llama_server(model.gguf, work, slots=SLOTS, ctx_per_slot=2048) as server:
+    # the server on core 0, each client on core 1: a client's own CPU does not slow the server
+    with start_llama_server(model.gguf, work, slots=SLOTS, ctx_per_slot=2048, cpu=0) as server:
         for load in loads:
             per: dict[str, list[dict[str, float]]] = {name: [] for name in clients}
             notes: list[str] = []
             for k in range(rounds):
                 for name, run in clients.items():
-                    result = run(server.url, load, work / f"{load.label}-{name}-{k}")
+                    result = run(server.url, load, work / f"{load.label}-{name}-{k}", cpu=1)
                     if result.failed or result.note:
                         notes.append(f"{name} round {k}: {result.failed} failed {result.note}")
                     per[name].append(_figures(result))
@@ -100,21 +101,26 @@ def measure(loads: tuple[Load, ...], rounds: int, work: Path) -> list[dict[str, 
     return rows
 
 
-def render(rows: list[dict[str, object]], command: str, rounds: int) -> str:
+def render(
+    rows: list[dict[str, object]], command: str, rounds: int, load_avg: tuple[float, float]
+) -> str:
     lines = [
         "# Ours vs EvalScope on a real engine (llama.cpp's llama-server)",
         "",
         f"Machine: `nproc` = {os.cpu_count()} ({platform.processor() or platform.machine()}, a VM "
         "shared with other engineers' processes: compare within a run). "
         f"Date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Python "
-        f"{platform.python_version()}.",
+        f"{platform.python_version()}. Load average (1 min) at start / end: "
+        f"{load_avg[0]:.1f} / {load_avg[1]:.1f}: above 2, other processes competed for the "
+        "2 cores and the rounds differ by more than the clients do.",
         "",
         "Command:",
         "",
         f"    {command}",
         "",
         f"Server: llama-server (llama.cpp vendored in llama-cpp-python, see "
-        f"`tests/llamacpp/LLAMA_CPP_PYTHON_VERSION`), {SLOTS} slots, 1 compute thread, the "
+        f"`tests/llamacpp/LLAMA_CPP_PYTHON_VERSION`), {SLOTS} slots, 1 compute thread pinned to "
+        "core 0 (each client pinned to core 1), the "
         f"tests' 13 M-parameter f16 random model; every answer is {MAX_TOKENS} tokens and "
         f"every prompt {PROMPT_WORDS * 5 - 1} tokens (+ the chat template), distinct from its "
         "first word; "
@@ -153,8 +159,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work) if args.work else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        start_load = os.getloadavg()[0]
         rows = measure(loads, rounds, work)
-    text = render(rows, command, rounds)
+    text = render(rows, command, rounds, (start_load, os.getloadavg()[0]))
     Path(args.out).write_text(text)
     print(text)
 

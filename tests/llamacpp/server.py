@@ -132,14 +132,17 @@ def start_llama_server(
     slots: int = 4,
     ctx_per_slot: int = 1024,
     extra: tuple[str, ...] = (),
+    cpu: int | None = None,
 ) -> LlamaServer:
-    """Start llama-server serving ``model`` with ``slots`` parallel slots; wait until healthy."""
+    """Start llama-server serving ``model`` with ``slots`` parallel slots (pinned to core ``cpu``
+    when given); wait until healthy."""
     binary = server_binary()
     last_error = ""
     for _attempt in range(3):
         port = _free_port()
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
         cmd = [
-            str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+            *pin, str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--parallel", str(slots), "--ctx-size", str(slots * ctx_per_slot), "--threads", "1",
             "--threads-http", str(max(4, slots + 2)), "--metrics", "--cache-ram", "0",
             "--no-webui", "--fit", "off", "--alias", model.stem, *extra,
