@@ -154,6 +154,8 @@ def histogram(values: np.ndarray, *, title: str, x_label: str, bins: int = 40) -
     values = values[np.isfinite(values)]
     if values.size == 0:
         return line_chart([], title=title, x_label=x_label, y_label="requests")
+    if np.ptp(values) <= 1e-9 * max(float(np.abs(values).max()), 1e-12):
+        values = np.full_like(values, values.mean())  # equal but for float noise: one bar
     counts, edges = np.histogram(values, bins=bins)
     top = counts.max() or 1
     bw = (W - L - R) / len(counts)
