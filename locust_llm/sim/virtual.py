@@ -14,11 +14,14 @@ What it mirrors, and from where:
 - a request is sent at its arrival instant and joins the engine's next step; every emitted token
   is a chunk at the end of the step that produced it (``tokens_per_chunk`` groups them), and the
   record is summarised by :func:`locust_llm.metrics.summarize_stream`, as the client does it;
-- closed loop: each user sends its next request the instant its previous one ends (no wait
-  time); a stage ends when ``requests`` of its own requests have completed, or after
-  ``duration_s``; a stage with fewer users than the previous one lets the extra users finish
-  their current request and send no more. After the last stage, requests in flight may finish
-  for ``stop_timeout_s`` (the demo's ``--stop-timeout``); any still running are ``cancelled``;
+- closed loop: each user sends its next request ``turnaround_s`` (1 ms) after its previous
+  one ends (no wait time; the millisecond is the client's and the HTTP front's, and it is why
+  a new request waits for the step already under way); a stage ends when ``requests`` of its
+  own requests have completed, or after ``duration_s`` (``max_sends`` caps what a stage sends,
+  as ``vllm bench serve --num-prompts`` does); a stage with fewer users than the previous one
+  lets the extra users finish their current request and send no more. After the last stage,
+  requests in flight may finish for ``stop_timeout_s`` (the demo's ``--stop-timeout``); any
+  still running are ``cancelled``;
 - open loop: arrivals of a stage are a renewal process of rate ``rate`` whose gaps are gamma
   distributed with shape ``1 / burstiness**2`` (``burstiness`` 1 = Poisson), each request sent on
   time (dispatch delay 0);
@@ -45,6 +48,7 @@ from locust_llm import __version__
 from locust_llm.distributions import Distribution, parse_distribution
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
+from locust_llm.roofline import GpuSpec, ModelSpec
 from locust_llm.rundir import RunInfo, Stage
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.engine import Engine, RequestTooLarge, SimRequest, StepResult
@@ -53,8 +57,8 @@ from locust_llm.sim.textgen import OutputLengths
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 SOURCE = "virtual-sim"  # telemetry.parquet source of every virtual sample
-#: A closed-loop user whose request was refused outright sends again this much later (an error
-#: response costs the client about a millisecond; it also bounds a loop of refusals in time).
+#: A closed-loop user whose request was refused outright sends again at least this much later
+#: (it also bounds a loop of refusals in time when the turnaround is 0).
 ERROR_TURNAROUND_S = 0.001
 
 
@@ -70,6 +74,7 @@ class VirtualStage:
     rate: float | None = None
     requests: int | None = None
     duration_s: float | None = None
+    max_sends: int | None = None  # closed loop: send no more than this (vLLM bench's prompts)
 
     @property
     def name(self) -> str:
@@ -86,6 +91,12 @@ class VirtualStage:
             raise InputError(f"stage {self.name} needs a request count or a duration")
         if self.requests is not None and self.requests < 1:
             raise InputError(f"stage {self.name}: requests must be >= 1, got {self.requests}")
+        if self.max_sends is not None and (
+            self.rate is not None or self.max_sends < (self.requests or 1)
+        ):
+            raise InputError(
+                f"stage {self.name}: max sends is for closed loop, at least the request count"
+            )
         if self.duration_s is not None and not self.duration_s > 0:
             raise InputError(f"stage {self.name}: duration must be > 0 s, got {self.duration_s}")
         return self
@@ -103,6 +114,10 @@ class VirtualWorkload:
     scrape_interval_s: float = 1.0
     stop_timeout_s: float = 60.0  # in-flight requests may finish this long after the last stage
     warmup_s: float = 0.0  # per stage, left out of the report's tables (--llm-warmup)
+    #: closed loop: from the end of a stream to the next request reaching the server (a real
+    #: client and the server's HTTP front take about a millisecond; it decides whether the
+    #: request catches the engine's next step or waits one more)
+    turnaround_s: float = 0.001
     endpoint: str = CHAT_ENDPOINT
     seed: int = 0
     max_virtual_s: float = 7 * 86400.0  # a bound on the simulated span
@@ -120,8 +135,8 @@ class VirtualWorkload:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise InputError(f"{name} must be a positive number, got {value}")
-        if not (self.stop_timeout_s >= 0 and self.warmup_s >= 0):
-            raise InputError("stop timeout and warm-up must be >= 0 s")
+        if not (self.stop_timeout_s >= 0 and self.warmup_s >= 0 and self.turnaround_s >= 0):
+            raise InputError("stop timeout, warm-up and turnaround must be >= 0 s")
         return self
 
     @property
@@ -164,12 +179,18 @@ class VirtualRun:
 class _Driver:
     """The event loop on virtual time (see the module docstring)."""
 
-    def __init__(self, config: SimConfig, workload: VirtualWorkload, base_wall_s: float) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        workload: VirtualWorkload,
+        base_wall_s: float,
+        engine: Engine,
+    ) -> None:
         if config.faults:
             raise InputError("virtual time does not model faults; drop --fault for a virtual run")
         self.cfg = config.validated()
         self.wl = workload.checked()
-        self.engine = Engine(self.cfg)
+        self.engine = engine
         self.now = 0.0
         self.gpu = SimGpuSource(self.engine, clock=lambda: self.now)
         self.base = base_wall_s
@@ -187,6 +208,7 @@ class _Driver:
         self.stage = -1
         self.stage_start = 0.0
         self.stage_completed = 0
+        self.stage_sent = 0
         self.users = 0  # closed loop: users allowed to send
         self.busy_users: set[int] = set()
         self.queued_users: set[int] = set()
@@ -250,7 +272,9 @@ class _Driver:
         if req.stage == self.stage and not cancelled:
             self.stage_completed += 1
         if req.user >= 0 and not cancelled:  # closed loop: the user goes again
-            turnaround = ERROR_TURNAROUND_S if error is not None and not req.token_times else 0.0
+            turnaround = self.wl.turnaround_s
+            if error is not None and not req.token_times:
+                turnaround = max(turnaround, ERROR_TURNAROUND_S)
             self.queue_user(req.user, end_s + turnaround)
 
     def queue_user(self, user: int, at_s: float) -> None:
@@ -263,6 +287,7 @@ class _Driver:
         if self.stages:
             self.stages[-1].end_wall_s = self.base + at_s
         self.stage, self.stage_start, self.stage_completed = index, at_s, 0
+        self.stage_sent = 0
         plan = self.wl.stages[index]
         self.stages.append(
             Stage(
@@ -365,7 +390,9 @@ class _Driver:
             if self.to_send and self.to_send[0][0] <= self.now:
                 at, user = self.to_send.popleft()
                 self.queued_users.discard(user)
-                if user < self.users:
+                limit = self.wl.stages[self.stage].max_sends
+                if user < self.users and (limit is None or self.stage_sent < limit):
+                    self.stage_sent += 1
                     self.send(user, at, at)
                 continue
             if self.arrivals and self.arrivals[0][0] <= self.now:
@@ -415,12 +442,20 @@ class _Driver:
 
 
 def simulate(
-    config: SimConfig, workload: VirtualWorkload, *, start_wall_s: float | None = None
+    config: SimConfig,
+    workload: VirtualWorkload,
+    *,
+    model: ModelSpec | None = None,
+    gpu: GpuSpec | None = None,
+    start_wall_s: float | None = None,
 ) -> VirtualRun:
-    """Play ``workload`` against an engine built from ``config`` on virtual time."""
+    """Play ``workload`` on virtual time against an engine built from ``config``.
+
+    ``model`` / ``gpu`` replace the config's presets (as :class:`Engine` takes them).
+    """
     t0 = time.perf_counter()
     base = time.time() if start_wall_s is None else start_wall_s
-    driver = _Driver(config, workload, base)
+    driver = _Driver(config, workload, base, Engine(config, model=model, gpu=gpu))
     end = driver.run()
     compute_s = time.perf_counter() - t0
     cfg = driver.cfg
@@ -437,7 +472,7 @@ def simulate(
         workers=["virtual"],
         stages=driver.stages,
         mode="open" if workload.open_loop else "closed",
-        roofline={"model": cfg.model, "gpu": cfg.gpu},
+        roofline={"model": cfg.model, "gpu": cfg.gpu} if model is None and gpu is None else {},
         extra={
             "virtual": True,
             "max_num_seqs": cfg.max_num_seqs,
@@ -446,6 +481,7 @@ def simulate(
             "virtual_s": end,
             "compute_s": compute_s,
             "steps": driver.steps,
+            "preemptions": driver.engine.stats.preemptions_total,
         },
     )
     return VirtualRun(
