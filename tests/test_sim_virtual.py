@@ -236,8 +236,9 @@ def test_cli_writes_a_run_dir(tmp_path: Path) -> None:
 def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     """The same small sweep through the real client and simulator, and in virtual time.
 
-    Tolerances are the run-to-run spread measured for this config on the 2-core shared host
-    (bench/results/virtual.md): QPS and TTFT P50 within 25%, TPOT mean within 15%.
+    Tolerances from bench/results/virtual.md (three real runs on the 2-core shared host): real
+    QPS varies by one request per 10 s stage (6% at c=1), TTFT P50 sits ~2 ms (9%) above the
+    virtual one at c=1 (the real HTTP path), TPOT agrees to 0.2%. Held to 10%, 15% and 5%.
     """
     sweep = [
         "--concurrency",
@@ -275,5 +276,5 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     for v, r in zip(ours, theirs, strict=True):
         assert float(v["input_tokens_avg"]) == pytest.approx(float(r["input_tokens_avg"]), rel=0.1)
         assert float(v["output_tokens_avg"]) == float(r["output_tokens_avg"]) == 32
-        for column, tolerance in (("qps", 0.25), ("ttft_p50_s", 0.25), ("tpot_avg_s", 0.15)):
+        for column, tolerance in (("qps", 0.10), ("ttft_p50_s", 0.15), ("tpot_avg_s", 0.05)):
             assert float(v[column]) == pytest.approx(float(r[column]), rel=tolerance), column
