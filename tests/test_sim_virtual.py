@@ -278,3 +278,15 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
         assert float(v["output_tokens_avg"]) == float(r["output_tokens_avg"]) == 32
         for column, tolerance in (("qps", 0.10), ("ttft_p50_s", 0.15), ("tpot_avg_s", 0.05)):
             assert float(v[column]) == pytest.approx(float(r[column]), rel=tolerance), column
+
+
+def test_a_five_stage_sweep_runs_over_100x_faster_than_real_time() -> None:
+    """The demo's sweep (bench/bench_virtual.py speed measured ~500x on the shared host)."""
+    config = SimConfig(model="mistral-7b", gpu="rtx4090", num_gpu_blocks_override=1000, seed=1)
+    stages = tuple(
+        VirtualStage(concurrency=c, requests=n)
+        for c, n in zip((1, 10, 50, 100, 200), (10, 20, 100, 200, 400), strict=True)
+    )
+    workload = VirtualWorkload(stages=stages, input_len="256", max_tokens="64", ignore_eos=True)
+    best = max(simulate(config, workload).speedup for _ in range(3))
+    assert best >= 100
