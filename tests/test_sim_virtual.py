@@ -290,3 +290,17 @@ def test_a_five_stage_sweep_runs_over_100x_faster_than_real_time() -> None:
     workload = VirtualWorkload(stages=stages, input_len="256", max_tokens="64", ignore_eos=True)
     best = max(simulate(config, workload).speedup for _ in range(3))
     assert best >= 100
+
+
+def test_fewer_users_finish_their_request_and_send_no_more() -> None:
+    wl = VirtualWorkload(
+        stages=(VirtualStage(concurrency=4, requests=8), VirtualStage(concurrency=1, requests=5)),
+        max_tokens="16",
+    )
+    run = simulate(SMALL, wl, start_wall_s=0.0)
+    second = [r for r in run.records if r.stage == 1]
+    assert {r.user_id for r in second} == {0}
+    assert len(second) >= 5 and all(r.ok for r in run.records)
+    switch = run.info.stages[1].start_wall_s
+    late_first = [r for r in run.records if r.stage == 0 and r.start_wall_s + r.e2e_s > switch]
+    assert all(r.start_wall_s < switch for r in late_first)  # in flight at the switch, finished

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -601,6 +602,7 @@ def run_virtual(args: Any) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = Path(args.out) if args.out else Path("reports") / f"virtual-{stamp}"
     result = simulate(config, workload)
+    result.info.command = ["locust-llm", *sys.argv[1:]]
     write_run_dir(result, run_dir)
     print(
         f"virtual run: {len(result.records)} requests, {result.virtual_s:.1f} s simulated in "
