@@ -57,6 +57,8 @@ QWEN3_14B = ModelSpec(  # Qwen/Qwen3-14B config.json
     intermediate_size=17408,
     vocab_size=151936,
 )
+#: mistralai/Mistral-7B-Instruct-v0.3 config.json: Mistral-7B-v0.1's shapes, vocabulary 32768
+MISTRAL_7B_V03 = replace(get_model("mistral-7b"), name="mistral-7b-v0.3", vocab_size=32768)
 QWEN3_8B = ModelSpec(  # Qwen/Qwen3-8B config.json
     name="qwen3-8b",
     num_layers=36,
@@ -146,7 +148,7 @@ CASES: tuple[Case, ...] = (
         "latency-and-capacity-planning/",
         setup="256 input tokens, 128 max output tokens (ended at EOS: the published tokens / "
         "requests give 100 per request), 300 prompts at request rate inf, max concurrency C",
-        model="mistral-7b",
+        model=MISTRAL_7B_V03,
         gpu="rtx4090",
         engine=VLLM_SMALL_DEFAULTS,
         points=tuple(
