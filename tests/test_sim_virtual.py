@@ -182,7 +182,7 @@ def test_bad_input_is_one_clear_line() -> None:
 
 
 def test_run_dir_is_read_by_the_report_unchanged(tmp_path: Path) -> None:
-    run = simulate(SMALL, closed((1, 4, 16), 10))
+    run = simulate(SMALL, closed((1, 4, 16), 10, scrape_interval_s=0.2))  # short stages
     run_dir = write_run_dir(run, tmp_path / "virtual")
     info = read_run_info(run_dir)
     assert [s.name for s in info.stages] == ["c=1", "c=4", "c=16"]
@@ -304,3 +304,16 @@ def test_fewer_users_finish_their_request_and_send_no_more() -> None:
     switch = run.info.stages[1].start_wall_s
     late_first = [r for r in run.records if r.stage == 0 and r.start_wall_s + r.e2e_s > switch]
     assert all(r.start_wall_s < switch for r in late_first)  # in flight at the switch, finished
+
+
+def test_a_dataset_of_lengths_is_replayed_in_send_order() -> None:
+    pairs = ((100, 5), (300, 7), (50, 3))
+    stage = VirtualStage(concurrency=1, requests=6, max_sends=6)
+    wl = VirtualWorkload(stages=(stage,), lengths=pairs, ignore_eos=True)
+    run = simulate(SMALL, wl)
+    got = [
+        (r.input_tokens, r.output_tokens) for r in sorted(run.records, key=lambda r: r.start_wall_s)
+    ]
+    assert got == [*pairs, *pairs]
+    with pytest.raises(InputError, match="pair of lengths"):
+        simulate(SMALL, VirtualWorkload(stages=(stage,), lengths=((0, 4),)))

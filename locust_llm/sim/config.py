@@ -46,7 +46,7 @@ class SimConfig:
     enable_chunked_prefill: bool = True
     # physics
     bandwidth_efficiency: float = 0.85
-    compute_efficiency: float = 0.63  # calibrated: bench/results/calibration.md
+    compute_efficiency: float = 0.7  # calibrated: bench/results/calibration.md
     step_overhead_s: float = 0.002  # fixed per-step cost (scheduling, kernel launches)
     zero_cost: bool = False  # every step takes step_overhead_s only (benchmarks the front)
     oom: bool = False  # out-of-KV fails requests with a CUDA OOM 500 instead of preempting

@@ -8,7 +8,8 @@ own clock, and :func:`write_run_dir` writes the run dir a real run writes (``req
 What it mirrors, and from where:
 
 - lengths: prompt tokens from ``--llm-input-len`` and max tokens from ``--llm-max-tokens``
-  (:mod:`locust_llm.distributions`, as the client draws them); the output the server gives is
+  (:mod:`locust_llm.distributions`, as the client draws them), or a dataset's (prompt,
+  max_tokens) pairs replayed in order (``lengths``); the output the server gives is
   the simulator's rule: ``max_tokens`` with ``ignore_eos``, else the smaller of the drawn
   EOS length (``SimConfig.output_len``) and ``max_tokens``;
 - a request is sent at its arrival instant and joins the engine's next step; every emitted token
@@ -120,6 +121,9 @@ class VirtualWorkload:
     #: request catches the engine's next step or waits one more)
     turnaround_s: float = 0.001
     endpoint: str = CHAT_ENDPOINT
+    #: (prompt tokens, max_tokens) of each request in send order, cycled: a dataset's lengths
+    #: replayed as they are; when given, ``input_len`` and ``max_tokens`` are not drawn
+    lengths: tuple[tuple[int, int], ...] = ()
     seed: int = 0
     max_virtual_s: float = 7 * 86400.0  # a bound on the simulated span
 
@@ -131,6 +135,8 @@ class VirtualWorkload:
         if len({s.rate is None for s in self.stages}) > 1:
             raise InputError("stages are all closed loop (concurrency) or all open loop (rate)")
         parse_distribution(self.input_len, what="--input-len")
+        if any(p < 1 or m < 1 for p, m in self.lengths):
+            raise InputError("every (prompt, max_tokens) pair of lengths must be >= 1 token")
         parse_distribution(self.max_tokens, what="--max-tokens")
         for name in ("burstiness", "scrape_interval_s"):
             value = getattr(self, name)
@@ -219,8 +225,11 @@ class _Driver:
     # ---- sending ------------------------------------------------------------------------
     def send(self, user: int, at_s: float, scheduled_s: float) -> None:
         self.sent += 1
-        prompt = self.input_len.sample(self.rng)
-        max_tokens = self.max_tokens.sample(self.rng)
+        if self.wl.lengths:
+            prompt, max_tokens = self.wl.lengths[(self.sent - 1) % len(self.wl.lengths)]
+        else:
+            prompt = self.input_len.sample(self.rng)
+            max_tokens = self.max_tokens.sample(self.rng)
         drawn = self.eos_lengths.draw()
         output = max_tokens if self.wl.ignore_eos else min(drawn, max_tokens)
         req = _Request(self.sent, user, self.stage, at_s, scheduled_s, prompt, output)
