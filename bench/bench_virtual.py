@@ -34,6 +34,7 @@ from locust_llm.sim.virtual import VirtualStage, VirtualWorkload, simulate
 
 RESULTS = Path(__file__).resolve().parent / "results" / "virtual.md"
 CLI = [sys.executable, "-m", "locust_llm.cli"]
+#: the agreement sweep (tests/test_sim_virtual.py runs the same one)
 SWEEP = [
     "--concurrency",
     "1,4",
@@ -47,20 +48,19 @@ SWEEP = [
 COLUMNS = ("qps", "ttft_p50_s", "tpot_avg_s")
 
 
-def speed(repeat: int) -> list[str]:
-    config = SimConfig(
-        model="mistral-7b",
-        gpu="rtx4090",
-        num_gpu_blocks_override=1000,
-        max_num_seqs=256,
-        step_overhead_s=0.002,
-        seed=1,
-    )
+def demo_sweep() -> tuple[SimConfig, VirtualWorkload]:
+    """The demo's 5-stage sweep on the demo's simulator settings (the speed benchmark)."""
+    config = SimConfig(model="mistral-7b", gpu="rtx4090", num_gpu_blocks_override=1000,
+                       max_num_seqs=256, step_overhead_s=0.002, seed=1)  # fmt: skip
     stages = tuple(
         VirtualStage(concurrency=c, requests=n)
         for c, n in zip((1, 10, 50, 100, 200), (10, 20, 100, 200, 400), strict=True)
     )
-    workload = VirtualWorkload(stages=stages, input_len="256", max_tokens="64", ignore_eos=True)
+    return config, VirtualWorkload(stages=stages, input_len="256", max_tokens="64", ignore_eos=True)
+
+
+def speed(repeat: int) -> list[str]:
+    config, workload = demo_sweep()
     runs = [simulate(config, workload) for _ in range(repeat)]
     ratios = sorted(r.speedup for r in runs)
     run = runs[0]

@@ -27,6 +27,9 @@ from locust_llm.sim.virtual import (
     write_run_dir,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import bench_virtual
+
 CLI = [sys.executable, "-m", "locust_llm.cli"]
 SMALL = SimConfig(model="mistral-7b", gpu="rtx4090", num_gpu_blocks_override=400, seed=3)
 
@@ -240,16 +243,7 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     QPS varies by one request per 10 s stage (6% at c=1), TTFT P50 sits ~2 ms (9%) above the
     virtual one at c=1 (the real HTTP path), TPOT agrees to 0.2%. Held to 10%, 15% and 5%.
     """
-    sweep = [
-        "--concurrency",
-        "1,4",
-        "--stage-duration",
-        "10",
-        "--max-tokens",
-        "32",
-        "--input-len",
-        "128",
-    ]
+    sweep = bench_virtual.SWEEP
     real_dir, virtual_dir = tmp_path / "real", tmp_path / "virtual"
     real = subprocess.run(
         [*CLI, "demo", *sweep, "--workers", "1", "--out", str(real_dir), "--quiet"],
@@ -282,12 +276,7 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
 
 def test_a_five_stage_sweep_runs_over_100x_faster_than_real_time() -> None:
     """The demo's sweep (bench/bench_virtual.py speed measured ~500x on the shared host)."""
-    config = SimConfig(model="mistral-7b", gpu="rtx4090", num_gpu_blocks_override=1000, seed=1)
-    stages = tuple(
-        VirtualStage(concurrency=c, requests=n)
-        for c, n in zip((1, 10, 50, 100, 200), (10, 20, 100, 200, 400), strict=True)
-    )
-    workload = VirtualWorkload(stages=stages, input_len="256", max_tokens="64", ignore_eos=True)
+    config, workload = bench_virtual.demo_sweep()
     best = max(simulate(config, workload).speedup for _ in range(3))
     assert best >= 100
 
