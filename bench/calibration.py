@@ -468,7 +468,7 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         verdict = "ok" if abs(r.error) <= BAND else "missed"
         if not r.matched:
-            verdict += " (not matched, see below)"
+            verdict += " (point not held to the band, see below)"
         gate = f"yes, {verdict}" if r.gated else "no"
         out.append(
             f"| {r.case.key} | {r.point.concurrency} | {r.point.prompts} | "
