@@ -24,7 +24,8 @@ What it mirrors, and from where:
   requests in flight may finish for ``stop_timeout_s`` (the demo's ``--stop-timeout``); any
   still running are ``cancelled``;
 - open loop: arrivals of a stage are a renewal process of rate ``rate`` whose gaps are gamma
-  distributed with shape ``1 / burstiness**2`` (``burstiness`` 1 = Poisson), each request sent on
+  distributed with shape ``burstiness`` (the client's ``--llm-burstiness``: 1 = Poisson, lower
+  is burstier, the gaps' coefficient of variation is 1 / sqrt(shape)), each request sent on
   time (dispatch delay 0);
 - telemetry every ``scrape_interval_s`` of virtual time: the server's ``running``, ``waiting``,
   ``kv_cache_usage`` and ``preemptions`` and the simulated GPU's utilization, DRAM bandwidth,
@@ -112,7 +113,7 @@ class VirtualWorkload:
     input_len: str = "256"  # prompt tokens (--llm-input-len)
     max_tokens: str = "256"  # max_tokens per request (--llm-max-tokens)
     ignore_eos: bool = False
-    burstiness: float = 1.0  # open loop: coefficient of variation of the gaps (1 = Poisson)
+    burstiness: float = 1.0  # open loop: gamma shape of the gaps (1 = Poisson; --llm-burstiness)
     scrape_interval_s: float = 1.0
     stop_timeout_s: float = 60.0  # in-flight requests may finish this long after the last stage
     warmup_s: float = 0.0  # per stage, left out of the report's tables (--llm-warmup)
@@ -319,9 +320,9 @@ class _Driver:
                 self.queue_user(user, at_s)
 
     def plan_arrivals(self, plan: VirtualStage, at_s: float) -> None:
-        """This stage's send times: gamma gaps of mean 1/rate and CV ``burstiness``."""
+        """This stage's send times: gamma gaps of mean 1/rate and shape ``burstiness``."""
         assert plan.rate is not None
-        shape = 1.0 / self.wl.burstiness**2
+        shape = self.wl.burstiness
         scale = 1.0 / (plan.rate * shape)
         end = at_s + plan.duration_s if plan.duration_s is not None else math.inf
         count = plan.requests if plan.requests is not None else math.inf
@@ -578,7 +579,7 @@ def configure_parser(parser: Any) -> None:
     add("--input-len", default="256", help="prompt tokens: N or a distribution")
     add("--max-tokens", default="256", help="max_tokens per request: N or a distribution")
     add("--ignore-eos", action="store_true", help="every request generates exactly max_tokens")
-    add("--burstiness", type=float, default=1.0, help="open loop: CV of the gaps (1 = Poisson)")
+    add("--burstiness", type=float, default=1.0, help="open loop: gamma shape (1 = Poisson)")
     add("--scrape-interval", type=float, default=1.0, help="telemetry every N virtual seconds")
     add("--warmup", type=float, default=0.0, help="seconds per stage left out of the tables")
     add("--stop-timeout", type=float, default=60.0, help="drain time after the last stage (s)")
