@@ -11,7 +11,10 @@ virtual time; per stage, the real runs' spread (min..max) of QPS, TTFT P50 and T
 the virtual figure's difference from the real median. The spread is the noise the agreement
 test in tests/test_sim_virtual.py allows for.
 
-    .venv/bin/python bench/bench_virtual.py speed agree --repeat 3 --write
+``agree-open``: the same for open loop (rates 2 and 6 req/s, near-regular arrivals) with the
+real Locust client (``locustfiles/sweep.py``) against the simulator.
+
+    .venv/bin/python bench/bench_virtual.py speed agree agree-open --repeat 3 --write
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ SWEEP = [
     "128",
 ]
 COLUMNS = ("qps", "ttft_p50_s", "tpot_avg_s")
+ROOT = Path(__file__).resolve().parent.parent
+#: the open-loop agreement (tests/test_sim_virtual.py runs the same): near-regular arrivals
+#: (gamma shape 100) so that both sides see the same load, rates 2 and 6 req/s for 10 s each
+OPEN_SIM = {"model": "mistral-7b", "gpu": "rtx4090", "num_gpu_blocks_override": 1000,
+            "step_overhead_s": 0.002, "seed": 1}  # fmt: skip
+OPEN_LLM = ["--llm-rate", "2,6", "--llm-stage-duration", "10", "--llm-burstiness", "100",
+            "--llm-max-tokens", "32", "--llm-input-len", "128", "--llm-ignore-eos"]  # fmt: skip
+OPEN_VIRTUAL = ["--rate", "2,6", "--stage-duration", "10", "--burstiness", "100",
+                "--max-tokens", "32", "--input-len", "128", "--ignore-eos"]  # fmt: skip
 
 
 def demo_sweep() -> tuple[SimConfig, VirtualWorkload]:
@@ -83,28 +95,17 @@ def _stage_rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def agree(repeat: int) -> list[str]:
-    with tempfile.TemporaryDirectory() as tmp:
-        real_rows = []
-        for i in range(repeat):
-            out = Path(tmp) / f"real{i}"
-            cmd = [*CLI, "demo", *SWEEP, "--workers", "1", "--out", str(out), "--quiet"]
-            subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-            real_rows.append(_stage_rows(out))
-        vdir = Path(tmp) / "virtual"
-        cmd = [*CLI, "virtual", *DEMO_SIM_ARGS, *SWEEP, "--ignore-eos", "--out", str(vdir)]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
-        subprocess.run([*CLI, "report", str(vdir)], capture_output=True, timeout=120)
-        virtual_rows = _stage_rows(vdir)
+def _agreement(
+    heading: str,
+    what: str,
+    real_rows: list[list[dict[str, str]]],
+    virtual_rows: list[dict[str, str]],
+) -> list[str]:
+    """The table: per stage and metric, the real runs, their median and the virtual figure."""
     lines = [
-        "## Agreement with real-time runs of the same sweep",
+        heading,
         "",
-        "```\n.venv/bin/python bench/bench_virtual.py agree --repeat " + f"{repeat}\n```",
-        "",
-        "Real time: `locust-llm demo " + " ".join(SWEEP) + " --workers 1` (simulator, Locust "
-        "master + 1 worker, report); virtual: `locust-llm virtual <the demo's simulator flags> "
-        + " ".join(SWEEP)
-        + " --ignore-eos`, then `locust-llm report`.",
+        what,
         "",
         "| stage | metric | real runs | real median | virtual | virtual vs median |",
         "|---|---|---|---:|---:|---:|",
@@ -115,7 +116,7 @@ def agree(repeat: int) -> list[str]:
             med = statistics.median(values)
             ours = float(vrow[column])
             lines.append(
-                f"| c={vrow['concurrency'].split('.')[0]} | {column} | "
+                f"| {vrow['name']} | {column} | "
                 + ", ".join(f"{v:.4g}" for v in values)
                 + f" | {med:.4g} | {ours:.4g} | {ours / med - 1:+.1%} |"
             )
@@ -123,16 +124,75 @@ def agree(repeat: int) -> list[str]:
     return lines
 
 
+def _virtual_rows(tmp: str, flags: list[str]) -> list[dict[str, str]]:
+    vdir = Path(tmp) / "virtual"
+    cmd = [*CLI, "virtual", *DEMO_SIM_ARGS, *flags, "--out", str(vdir)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    subprocess.run([*CLI, "report", str(vdir)], capture_output=True, timeout=120)
+    return _stage_rows(vdir)
+
+
+def agree(repeat: int) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        real_rows = []
+        for i in range(repeat):
+            out = Path(tmp) / f"real{i}"
+            cmd = [*CLI, "demo", *SWEEP, "--workers", "1", "--out", str(out), "--quiet"]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+            real_rows.append(_stage_rows(out))
+        virtual_rows = _virtual_rows(tmp, [*SWEEP, "--ignore-eos"])
+    what = (
+        "```\n.venv/bin/python bench/bench_virtual.py agree --repeat " + f"{repeat}\n```\n\n"
+        "Real time: `locust-llm demo " + " ".join(SWEEP) + " --workers 1` (simulator, Locust "
+        "master + 1 worker, report); virtual: `locust-llm virtual <the demo's simulator flags> "
+        + " ".join(SWEEP)
+        + " --ignore-eos`, then `locust-llm report`."
+    )
+    return _agreement("## Agreement with real-time runs (closed loop)", what, real_rows,
+                      virtual_rows)  # fmt: skip
+
+
+def agree_open(repeat: int) -> list[str]:
+    from locust_llm.sim.testing import running_sim
+
+    locust = str(Path(sys.executable).parent / "locust")
+    with tempfile.TemporaryDirectory() as tmp:
+        real_rows = []
+        for i in range(repeat):
+            out = Path(tmp) / f"real{i}"
+            with running_sim(**OPEN_SIM) as url:
+                cmd = [locust, "-f", "locustfiles/sweep.py", "--host", url, "--headless",
+                       "--only-summary", "--stop-timeout", "30s", "--llm-run-dir", str(out),
+                       *OPEN_LLM]  # fmt: skip
+                subprocess.run(cmd, check=True, capture_output=True, timeout=300, cwd=ROOT)
+            subprocess.run([*CLI, "report", str(out)], capture_output=True, timeout=120)
+            real_rows.append(_stage_rows(out))
+        virtual_rows = _virtual_rows(tmp, OPEN_VIRTUAL)
+    what = (
+        "```\n.venv/bin/python bench/bench_virtual.py agree-open --repeat " + f"{repeat}\n```\n\n"
+        "Real time: the simulator ("
+        + ", ".join(f"{k}={v}" for k, v in OPEN_SIM.items())
+        + ") and `locust -f locustfiles/sweep.py --headless "
+        + " ".join(OPEN_LLM)
+        + "`; "
+        "virtual: `locust-llm virtual <the same simulator flags> "
+        + " ".join(OPEN_VIRTUAL)
+        + "`; both through `locust-llm report`."
+    )
+    return _agreement("## Agreement with real-time runs (open loop)", what, real_rows,
+                      virtual_rows)  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="+", choices=("speed", "agree"))
+    parser.add_argument("what", nargs="+", choices=("speed", "agree", "agree-open"))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS}")
     args = parser.parse_args()
     t0 = time.time()
     body: list[str] = []
     for what in args.what:
-        body += speed(args.repeat) if what == "speed" else agree(args.repeat)
+        body += {"speed": speed, "agree": agree, "agree-open": agree_open}[what](args.repeat)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     header = [
         "# Virtual time",

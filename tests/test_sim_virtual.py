@@ -313,23 +313,20 @@ def test_a_dataset_of_lengths_is_replayed_in_send_order() -> None:
 @pytest.mark.slow
 def test_open_loop_virtual_run_agrees_with_the_real_client(tmp_path: Path) -> None:
     """Open loop (rates 2 and 6 req/s, near-regular arrivals so both sides see the same load):
-    the real Locust client against the real simulator, and the same in virtual time."""
+    the real Locust client against the real simulator, and the same in virtual time
+    (bench_virtual.py agree-open measures the spread these bounds allow for)."""
     from conftest import run_locust
 
     from locust_llm.sim.testing import running_sim
 
-    llm = ["--llm-rate", "2,6", "--llm-stage-duration", "10", "--llm-burstiness", "100",
-           "--llm-max-tokens", "32", "--llm-input-len", "128", "--llm-ignore-eos"]  # fmt: skip
     real_dir, virtual_dir = tmp_path / "real", tmp_path / "virtual"
-    with running_sim(model="mistral-7b", gpu="rtx4090", num_gpu_blocks_override=1000,
-                     step_overhead_s=0.002, seed=1) as url:  # fmt: skip
+    with running_sim(**bench_virtual.OPEN_SIM) as url:
         out = run_locust(["-f", "locustfiles/sweep.py", "--host", url, "--headless",
                           "--only-summary", "--stop-timeout", "30s", "--llm-run-dir",
-                          str(real_dir), *llm], timeout=180)  # fmt: skip
+                          str(real_dir), *bench_virtual.OPEN_LLM], timeout=180)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:]
-    virtual = subprocess.run([*CLI, "virtual", *DEMO_SIM_ARGS, "--rate", "2,6", "--stage-duration",
-                              "10", "--burstiness", "100", "--max-tokens", "32", "--input-len",
-                              "128", "--ignore-eos", "--out", str(virtual_dir)],
+    virtual = subprocess.run([*CLI, "virtual", *DEMO_SIM_ARGS, *bench_virtual.OPEN_VIRTUAL,
+                              "--out", str(virtual_dir)],
                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert virtual.returncode == 0, virtual.stderr
     for run_dir in (real_dir, virtual_dir):
@@ -341,5 +338,6 @@ def test_open_loop_virtual_run_agrees_with_the_real_client(tmp_path: Path) -> No
     for v, r in zip(ours, theirs, strict=True):
         assert float(v["qps"]) == pytest.approx(float(r["qps"]), rel=0.15)  # +-1 request / 10 s
         assert float(v["tpot_avg_s"]) == pytest.approx(float(r["tpot_avg_s"]), rel=0.05)
-        # the real TTFT adds the HTTP path and host scheduling: +2..+7 ms measured in two runs
-        assert 0 <= float(r["ttft_p50_s"]) - float(v["ttft_p50_s"]) < 0.010
+        # TTFT P50 ~28 ms: the real runs spread by 4 ms and sit up to 3 ms above the virtual
+        # one (HTTP path, host scheduling; bench/results/virtual.md)
+        assert abs(float(r["ttft_p50_s"]) - float(v["ttft_p50_s"])) < 0.010

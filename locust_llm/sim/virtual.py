@@ -25,8 +25,8 @@ What it mirrors, and from where:
   still running are ``cancelled``;
 - open loop: arrivals of a stage are a renewal process of rate ``rate`` whose gaps are gamma
   distributed with shape ``burstiness`` (the client's ``--llm-burstiness``: 1 = Poisson, lower
-  is burstier, the gaps' coefficient of variation is 1 / sqrt(shape)), each request sent on
-  time (dispatch delay 0);
+  is burstier, the gaps' coefficient of variation is 1 / sqrt(shape)), the first at the
+  stage's start (as the client sends it), each request sent on time (dispatch delay 0);
 - telemetry every ``scrape_interval_s`` of virtual time: the server's ``running``, ``waiting``,
   ``kv_cache_usage`` and ``preemptions`` and the simulated GPU's utilization, DRAM bandwidth,
   memory and power (:class:`~locust_llm.sim.gpu.SimGpuSource` on the virtual clock).
@@ -327,12 +327,10 @@ class _Driver:
         end = at_s + plan.duration_s if plan.duration_s is not None else math.inf
         count = plan.requests if plan.requests is not None else math.inf
         t, n = at_s, 0
-        while n < count:
-            t += self.rng.gammavariate(shape, scale)
-            if t >= end:
-                break
+        while n < count and t < end:  # the first one at the stage's start, as the client does
             self.arrivals.append((t, self.stage))
             n += 1
+            t += self.rng.gammavariate(shape, scale)
 
     def stage_over(self) -> float | None:
         """When the current stage ends (a virtual time), or None while it goes on."""
