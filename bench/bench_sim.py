@@ -4,12 +4,26 @@
 each client sends its next request the moment its previous one finishes. Prints the seed's
 table (QPS, mean and P99 latency, TTFT, TPOT, GPU busy share, KV use, preemptions) per level.
 
+``tp``: one stream's TPOT on the engine (efficiencies 1, no overhead) against the roofline's
+decode floor at tensor-parallel degrees 1, 2, 4, 8 (target: within 1%).
+
+``prefix``: a real server with ``--trace``; clients send prompts that share prefixes, and the
+prefix-cache hits the server counts (``/metrics``, usage) are compared with a count made
+independently from the trace and the prompts sent (target: equal).
+
+``backlog``: a real ``locust-llm sim`` process per ``--listen-backlog`` value; 2,000 connects
+fired at once, each timed from its own connect call until the kernel queued it (a full accept
+queue drops the SYN; the client retries after ~1 s).
+
 ``front``: a real server with a zero-cost engine (steps take no simulated time) pinned to one
 core, and a raw-socket client process on another core holding N concurrent streams; counts
 SSE chunks per second the server delivers. ``--library aiohttp`` serves the same chunks
 through ``aiohttp.web.StreamResponse`` instead, for the measurement that chose the front.
 
     .venv/bin/python bench/bench_sim.py sweep
+    .venv/bin/python bench/bench_sim.py tp
+    .venv/bin/python bench/bench_sim.py prefix
+    .venv/bin/python bench/bench_sim.py backlog
     .venv/bin/python bench/bench_sim.py front --streams 100 500
 """
 
@@ -93,6 +107,176 @@ def cmd_sweep(args: argparse.Namespace) -> None:
             f"{r['tpot_mean_ms']:.1f} | {r['gpu_busy']:.0%} | {r['kv_use_mean']:.0%} | "
             f"{r['preemptions']} |"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# tp (virtual time)
+
+
+def cmd_tp(args: argparse.Namespace) -> None:
+    from locust_llm.roofline import Workload, compute, get_gpu, get_model
+
+    print(
+        f"# one stream, prompt 16 / output 65 tokens, efficiencies 1, no step overhead, "
+        f"{args.interconnect}"
+    )
+    print(
+        "| model | GPU | TP | floor (ms) | simulated TPOT (ms) | TPOT / floor | all-reduce (ms) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for model in args.model:
+        for tp in args.tp:
+            config = SimConfig(
+                model=model,
+                gpu=args.gpu,
+                tp=tp,
+                interconnect=args.interconnect,
+                bandwidth_efficiency=1.0,
+                compute_efficiency=1.0,
+                step_overhead_s=0.0,
+            )
+            try:
+                engine = Engine(config)
+            except Exception as exc:  # a model that does not fit: say so in the table
+                print(f"| {model} | {args.gpu} | {tp} | - | - | - | {str(exc).split('; ')[-1]} |")
+                continue
+            req = engine.add(16, 65)
+            engine.run_until_idle()
+            tpot = (req.finished_s - req.first_token_s) / (req.generated - 1)
+            r = compute(
+                get_model(model),
+                get_gpu(args.gpu),
+                Workload(context_tokens=48, tp=tp, interconnect=args.interconnect),
+            )
+            print(
+                f"| {model} | {args.gpu} | {tp} | {r.decode_step_floor_s * 1e3:.3f} | "
+                f"{tpot * 1e3:.3f} | {tpot / r.decode_step_floor_s:.4f} | "
+                f"{r.decode_allreduce_time_s * 1e3:.3f} |"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# prefix (real sockets, trace)
+
+
+def _prefix_prompts(n: int, groups: int, seed: int) -> list[list[str]]:
+    """``n`` prompts of one-token words: one of ``groups`` shared prefixes + a unique tail."""
+    import random
+
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def word() -> str:
+        return "".join(rng.choice(letters) for _ in range(4))
+
+    prefixes = [[word() for _ in range(rng.randint(40, 600))] for _ in range(groups)]
+    return [
+        prefixes[rng.randrange(groups)][: rng.randint(20, 600)]
+        + [word() for _ in range(rng.randint(1, 80))]
+        for _ in range(n)
+    ]
+
+
+def _independent_hits(prompts: list[list[str]], trace: list[dict], block: int) -> int:
+    """Hits from the trace alone: a request reuses the full blocks it shares with the prompt of
+    any request whose prefill had finished when it was admitted (never its last token)."""
+    by_id = {int(r["client_request_id"]): r for r in trace}
+    total = 0
+    for i, p in enumerate(prompts):
+        me = by_id[i]
+        best = 0
+        for j, q in enumerate(prompts):
+            other = by_id[j]
+            if j == i or other["engine_first_token"] is None:
+                continue
+            if other["engine_first_token"] <= me["admission"] + 1e-6:
+                n = 0
+                for a, b in zip(p, q, strict=False):
+                    if a != b:
+                        break
+                    n += 1
+                best = max(best, n)
+        total += min(best // block, (len(p) - 1) // block) * block
+    return total
+
+
+def cmd_prefix(args: argparse.Namespace) -> None:
+    import tempfile
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from locust_llm.sim.testing import running_sim, stream_chat
+    from locust_llm.sim.trace import read_trace
+
+    prompts = _prefix_prompts(args.requests, args.groups, args.seed)
+    usages: dict[int, dict] = {}
+
+    def send(url: str, i: int) -> None:
+        usages[i] = stream_chat(url, " ".join(prompts[i]), max_tokens=args.output,
+                                request_id=str(i))  # fmt: skip
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_path = Path(tmp) / "trace.jsonl"
+        with running_sim(trace_path=str(trace_path), seed=args.seed) as url:
+            with ThreadPoolExecutor(args.concurrency) as pool:
+                list(pool.map(lambda i: send(url, i), range(len(prompts))))
+            metrics = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        trace = read_trace(trace_path)
+
+    def metric(name: str) -> float:
+        return float(next(x for x in metrics.splitlines() if x.startswith(name)).split()[-1])
+
+    independent = _independent_hits(prompts, trace, 16)
+    print(
+        f"# {len(prompts)} requests, {args.groups} shared prefixes, concurrency "
+        f"{args.concurrency}, {args.output} output tokens, seed {args.seed}"
+    )
+    print("| count | tokens |")
+    print("|---|---:|")
+    print(f"| prompt tokens sent | {sum(len(p) for p in prompts)} |")
+    print(
+        f"| `vllm:prefix_cache_queries_total` | {metric('vllm:prefix_cache_queries_total'):.0f} |"
+    )
+    print(f"| `vllm:prefix_cache_hits_total` | {metric('vllm:prefix_cache_hits_total'):.0f} |")
+    cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages.values())
+    print(f"| sum of `usage.prompt_tokens_details.cached_tokens` | {cached} |")
+    print(f"| sum of the trace's `cached_tokens` | {sum(r['cached_tokens'] for r in trace)} |")
+    print(f"| independent count from the trace and the prompts | {independent} |")
+
+
+# ---------------------------------------------------------------------------------------------
+# backlog (real sockets)
+
+
+def cmd_backlog(args: argparse.Namespace) -> None:
+    import subprocess
+
+    from locust_llm.sim.testing import burst_connect_times
+
+    print(f"# {args.connects} connects at once on loopback, somaxconn = {_somaxconn()}")
+    print("| --listen-backlog | slowest connect (s) | connects > 0.5 s |")
+    print("|---:|---:|---:|")
+    for backlog in args.backlog:
+        cmd = [sys.executable, "-m", "locust_llm.cli", "sim", "--port", "0",
+               "--listen-backlog", str(backlog)]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert proc.stdout is not None
+            port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
+            times = burst_connect_times(port, args.connects)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        print(f"| {backlog} | {max(times):.3f} | {sum(t > 0.5 for t in times)} |")
+
+
+def _somaxconn() -> str:
+    try:
+        with open("/proc/sys/net/core/somaxconn") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,6 +437,20 @@ def main() -> None:
     s.add_argument("--step-overhead-ms", type=float, default=2.0)
     s.add_argument("--concurrency", type=int, nargs="+", default=[1, 10, 50, 100, 200])
     s.add_argument("--number", type=int, nargs="+", default=[10, 20, 100, 200, 400])
+    t = sub.add_parser("tp")
+    t.add_argument("--model", nargs="+", default=["llama-3.1-8b", "llama-3.1-70b"])
+    t.add_argument("--gpu", default="h100-sxm")
+    t.add_argument("--tp", type=int, nargs="+", default=[1, 2, 4, 8])
+    t.add_argument("--interconnect", default="nvlink")
+    p = sub.add_parser("prefix")
+    p.add_argument("--requests", type=int, default=300)
+    p.add_argument("--groups", type=int, default=6)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--output", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1)
+    b = sub.add_parser("backlog")
+    b.add_argument("--backlog", type=int, nargs="+", default=[100, 4096])
+    b.add_argument("--connects", type=int, default=2000)
     f = sub.add_parser("front")
     f.add_argument("--streams", type=int, nargs="+", default=[100, 500])
     f.add_argument("--library", nargs="+", default=["raw", "aiohttp"], choices=["raw", "aiohttp"])
@@ -260,7 +458,8 @@ def main() -> None:
     f.add_argument("--seconds", type=float, default=5.0)
     f.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    {"sweep": cmd_sweep, "front": cmd_front}[args.cmd](args)
+    commands = {"sweep": cmd_sweep, "tp": cmd_tp, "prefix": cmd_prefix, "backlog": cmd_backlog}
+    {**commands, "front": cmd_front}[args.cmd](args)
 
 
 if __name__ == "__main__":

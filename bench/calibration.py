@@ -505,8 +505,9 @@ VIRTUAL_COMMANDS = (
     "locust-llm virtual --model llama-3.1-8b --gpu a100-40gb --max-num-batched-tokens 2048 "
     "--concurrency 1,2,4,8,16,32,64 --stage-requests 40 --input-len 1024 --max-tokens 128 "
     "--ignore-eos --out virtual-run",
-    "locust-llm report virtual-run",
 )
+#: Shown inline after the block (it exits 3 when the report's alerts fire, as here).
+VIRTUAL_REPORT = "locust-llm report virtual-run"
 
 SENSITIVITY: tuple[tuple[str, float], ...] = (
     ("compute_efficiency", 0.5),
@@ -598,6 +599,8 @@ def docs_section(rows: list[Row]) -> str:
         "```",
         *VIRTUAL_COMMANDS,
         "```",
+        "",
+        f"then `{VIRTUAL_REPORT}` reads it like any run dir (exit 3: the sweep's alerts fire).",
         "",
         "Published vLLM sweeps, replayed in virtual time by `bench/calibration.py` with the "
         "simulator's default physics (" + physics() + "; the same for every case) and "

@@ -37,13 +37,13 @@ import sys
 sys.path.insert(0, {str(ROOT / "locustfiles")!r})
 from sweep import Chat, Stages  # noqa: F401
 from locust import events
-from locust_llm import plugin
+from locust_llm.client.runtime import runtime
 from locust_llm.telemetry import TelemetryScraper
 
 
 @events.test_start.add_listener
 def _scrape_sim(environment, **_kw):
-    rt = plugin.runtime(environment)
+    rt = runtime(environment)
     if rt.telemetry is None and not rt.is_worker:
         rt.telemetry = TelemetryScraper([environment.host.rstrip("/") + "/metrics"], 1.0).start()
 """

@@ -2,8 +2,8 @@
 
 Every subcommand module exposes ``configure_parser(parser)`` (adds its flags) and
 ``run(args) -> int`` (the exit code). This file only wires them together, so a subcommand's
-imports (pandas for ``report``, aiohttp for ``sim``, locust for ``run``/``demo``) are paid only
-when that subcommand runs. Exit codes: 0 ok, 2 bad input, 3 alerts fired (``report``).
+imports (pandas for ``report``, the simulator for ``sim``, locust for ``run``/``demo``) are paid
+only when that subcommand runs. Exit codes: 0 ok, 2 bad input, 3 alerts fired (``report``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """``locust-llm demo`` and ``locust-llm run``: a whole stepped sweep, from start to verdict.
 
-``run`` drives Locust headless against any OpenAI-compatible server: one master and one worker per
-core (Locust processes on 127.0.0.1), the stages of ``--concurrency`` / ``--stage-requests``, the
-master scraping the server's ``/metrics`` (and GPU exporters), then the report: the table, the
-verdict and where the HTML is. ``demo`` first starts the simulated server (mistral-7b on an RTX
-4090 unless told otherwise, KV cache sized so the knee falls inside the sweep) on a free port,
-then does the same against it. Progress (stage by stage) is printed; Locust's own log goes to
-``locust.log`` in the run dir.
-"""
+``run`` drives Locust against any OpenAI-compatible server: one master and one worker per core
+(Locust processes on 127.0.0.1), the stages of ``--concurrency`` / ``--stage-requests``, the
+master scraping the server's ``/metrics`` (and GPU exporters), then the report's console
+summary (per stage QPS, tokens/s, TTFT / TPOT / E2E percentiles, errors, then the verdict) and
+where the HTML is. ``demo`` first starts the simulated server (mistral-7b on an RTX 4090 unless
+told otherwise, KV cache sized so the knee falls inside the sweep) on a free port, then does the
+same against it. Both say what they are about to run, then show one progress line per stage
+(:mod:`locust_llm.progress`, from the master's ``/llm/stats``: the master runs with
+``--autostart`` and its web UI on 127.0.0.1 instead of ``--headless``); Locust's own log goes
+to ``locust.log`` in the run dir."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from locust_llm.errors import InputError
+from locust_llm.progress import ProgressLine, follow, stage_durations
 
 LOCUSTFILE = Path(__file__).with_name("sweep_locustfile.py")
 
@@ -210,11 +213,15 @@ def run_sweep(
     timeout_s: float,
     quiet: bool,
     env: dict[str, str] | None = None,
+    stage_durations_s: list[float] | None = None,
+    stages: int = 0,
 ) -> int:
-    """Run the sweep locustfile headless with one master and ``workers`` workers."""
+    """Run the sweep locustfile with one master and ``workers`` workers, started at once
+    (``--autostart``: no browser needed; the master's web UI on 127.0.0.1 serves the live
+    figures the progress line polls) and quitting when the last stage ends."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = (run_dir / "locust.log").open("w")
-    port = _free_port()
+    port, web_port = _free_port(), _free_port()
     common = ["-f", str(LOCUSTFILE), "--host", host]
     procs: list[subprocess.Popen[str]] = []
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -222,7 +229,13 @@ def run_sweep(
     master_cmd = [
         *locust,
         *common,
-        "--headless",
+        "--autostart",
+        "--autoquit",
+        "0",
+        "--web-host",
+        "127.0.0.1",
+        "--web-port",
+        str(web_port),
         "--only-summary",
         "--stop-timeout",
         f"{max(1, round(stop_timeout))}s",
@@ -271,7 +284,19 @@ def run_sweep(
                     start_new_session=True,
                 )
             )
-        return _follow(master, log, quiet=quiet, deadline=time.monotonic() + timeout_s)
+        progress = None
+        if not quiet:
+            live = sys.stdout.isatty()
+            progress = ProgressLine(
+                sys.stdout, live=live, stage_durations_s=stage_durations_s or [], stages=stages
+            )
+        return _follow(
+            master,
+            log,
+            progress=progress,
+            web_url=f"http://127.0.0.1:{web_port}",
+            deadline=time.monotonic() + timeout_s,
+        )
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -286,8 +311,16 @@ def run_sweep(
         log.close()
 
 
-def _follow(master: subprocess.Popen[str], log: object, *, quiet: bool, deadline: float) -> int:
-    """Copy the master's output to the log; print stage progress; enforce the deadline."""
+def _follow(
+    master: subprocess.Popen[str],
+    log: object,
+    *,
+    progress: ProgressLine | None,
+    web_url: str,
+    deadline: float,
+) -> int:
+    """Copy the master's output to the log; show progress (stage starts, and the live line
+    from the master's ``/llm/stats``); pass errors on; enforce the deadline."""
     assert master.stdout is not None
     started = time.monotonic()
     timer = threading.Timer(
@@ -295,21 +328,28 @@ def _follow(master: subprocess.Popen[str], log: object, *, quiet: bool, deadline
     )
     timer.daemon = True
     timer.start()
+    stop = threading.Event()
+    poller = follow(web_url, progress, stop) if progress is not None else None
     try:
         for line in master.stdout:
             log.write(line)  # type: ignore[attr-defined]
             m = _STAGE.search(line)
-            if m and not quiet:
-                print(
+            if m and progress is not None and not progress.live:
+                progress.message(
                     f"  [{time.monotonic() - started:5.0f} s] stage {m.group(1)}/{m.group(2)}: "
-                    f"{m.group(3)}",
-                    flush=True,
+                    f"{m.group(3)}"
                 )
             elif "ERROR" in line or "CRITICAL" in line:
-                print("  " + line.rstrip(), file=sys.stderr, flush=True)
+                if progress is not None and progress.live:
+                    progress.message("  " + line.rstrip())
+                else:
+                    print("  " + line.rstrip(), file=sys.stderr, flush=True)
         return master.wait()
     finally:
         timer.cancel()
+        stop.set()
+        if poller is not None:
+            poller.join(timeout=10)
 
 
 def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
@@ -362,6 +402,25 @@ def _finish(code: int, run_dir: Path, slo: str, model: str = "", gpu: str = "") 
     return report_code
 
 
+def sweep_description(args: argparse.Namespace) -> str:
+    """The sweep in words: its loads and how long each stage lasts."""
+    per_stage = (
+        f"{args.stage_duration} s per stage"
+        if args.stage_duration
+        else f"{args.stage_requests} requests per stage"
+    )
+    return f"concurrency {args.concurrency}, {per_stage}"
+
+
+def announce_run(args: argparse.Namespace, run_dir: Path) -> str:
+    """What ``run`` is about to do, before it starts (host, model, sweep, workers, run dir)."""
+    model = f"model {args.model}" if args.model else "model: the first of /v1/models"
+    return (
+        f"locust-llm run: {args.host.rstrip('/')}; {model}; sweep {sweep_description(args)}; "
+        f"{args.workers} worker(s); run dir {run_dir}"
+    )
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """``locust-llm demo``."""
     run_dir = Path(args.out) if args.out else Path("reports") / f"demo-{_stamp()}"
@@ -372,7 +431,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(
             f"locust-llm demo: simulated {args.model} on {args.gpu}; sweep "
-            f"{args.concurrency}; {args.workers} worker(s); run dir {run_dir}",
+            f"{sweep_description(args)}; {args.workers} worker(s); run dir {run_dir}",
             flush=True,
         )
     with simulator(sim_args, run_dir / "sim.log") as url:
@@ -395,6 +454,8 @@ def run_demo(args: argparse.Namespace) -> int:
             stop_timeout=args.stop_timeout,
             timeout_s=args.timeout,
             quiet=args.quiet,
+            stage_durations_s=stage_durations(args.stage_duration),
+            stages=len(args.concurrency.split(",")),
         )
     finished = _finish(code, run_dir, args.slo, args.model, args.gpu)
     # the demo shows alerts but is not a gate: exit 3 (alerts fired) is for `run` and `report`
@@ -414,6 +475,8 @@ def run_run(args: argparse.Namespace) -> int:
         if value:
             llm_args += [flag, value]
     env = {"LOCUST_LLM_API_KEY": args.api_key} if args.api_key else None
+    if not args.quiet:
+        print(announce_run(args, run_dir), flush=True)
     code = run_sweep(
         host=args.host.rstrip("/"),
         run_dir=run_dir,
@@ -423,5 +486,7 @@ def run_run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         quiet=args.quiet,
         env=env,
+        stage_durations_s=stage_durations(args.stage_duration),
+        stages=len(args.concurrency.split(",")),
     )
     return _finish(code, run_dir, args.slo, args.roofline_model, args.roofline_gpu)

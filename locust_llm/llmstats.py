@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.histogram import LatencyHistogram
-from locust_llm.metrics import RequestRecord
+from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 TOTAL = "Aggregated"
@@ -75,8 +75,8 @@ class EndpointStats:
         self.last_s = math.nan
 
     def add(self, record: RequestRecord, itl_values: list[float], itl_weights: list[float]) -> None:
-        if record.error_kind == "cancelled":  # stopped by the load test: not a request outcome
-            self.errors["cancelled"] = self.errors.get("cancelled", 0) + 1
+        if record.error_kind in CLIENT_SIDE_KINDS:  # the load test's doing: not an outcome
+            self.errors[record.error_kind] = self.errors.get(record.error_kind, 0) + 1
             return
         self.requests += 1
         now = time.time()

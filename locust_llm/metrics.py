@@ -42,10 +42,15 @@ ERROR_KINDS: tuple[str, ...] = (
     "bad_payload",  # a chunk that is not valid JSON / not the OpenAI shape
     "oom",  # the server says it ran out of (GPU) memory
     "cancelled",  # stopped by the load test itself (not the server's fault; not in error rates)
+    "client_error",  # a bug in locust-llm itself (message: the exception type); not the server's
 )
 
-#: The kinds that count as the server's failures (error rates); ``cancelled`` is the client's.
-FAILURE_KINDS: tuple[str, ...] = tuple(k for k in ERROR_KINDS if k != "cancelled")
+#: Kinds that are the load test's own doing, never the server's: left out of error rates and
+#: shown apart.
+CLIENT_SIDE_KINDS: tuple[str, ...] = ("cancelled", "client_error")
+
+#: The kinds that count as the server's failures (error rates).
+FAILURE_KINDS: tuple[str, ...] = tuple(k for k in ERROR_KINDS if k not in CLIENT_SIDE_KINDS)
 
 _OOM = re.compile(r"\b(?:out of memory|outofmemory\w*|oom)\b")
 

@@ -1,9 +1,10 @@
 """The ``--llm-*`` command-line options, added to Locust's parser through its event.
 
 Every option also reads a ``LOCUST_LLM_*`` environment variable and a Locust config-file key
-(Locust's parser is configargparse, so ``llm-model = x`` in ``locust.conf`` works). Imported by
-``locust_llm.user``; :func:`add_arguments` is public so the ``demo``/``run`` commands and tests
-can build the same parser.
+(Locust's parser is configargparse, so ``llm-model = x`` in ``locust.conf`` works). Added to
+Locust's parser by ``locust_llm.client.lifecycle``; :func:`add_arguments` is public so the
+``demo``/``run`` commands and tests can build the same parser. The client reads them once, as a
+``locust_llm.client.config.ClientOptions``.
 """
 
 from __future__ import annotations
@@ -78,7 +79,27 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         "(default reports/<UTC timestamp>)",
         {},
     ),
-    ("seed", 0, "random seed for prompts and lengths (per user: seed + user index)", {"type": int}),
+    (
+        "seed",
+        0,
+        "random seed for prompts and lengths (each user its own stream: seed, worker index and "
+        "user index)",
+        {"type": int},
+    ),
+    (
+        "share-prompts",
+        False,
+        "every worker's user N sends the same prompts as user N of the other workers (a "
+        "prefix-cache workload); default: prompts distinct across users, workers and hosts",
+        {"action": "store_true"},
+    ),
+    (
+        "no-request-id",
+        False,
+        "leave out the X-Request-Id header (a UUID4 joined to the records) for servers that "
+        "refuse it",
+        {"action": "store_true"},
+    ),
     (
         "hosts",
         "",
@@ -98,6 +119,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         0,
         "the server's batch limit (vLLM --max-num-seqs), for the report's low-concurrency rule "
         "(default: estimated from the KV cache)",
+        {"type": int},
+    ),
+    (
+        "debug-requests",
+        3,
+        "requests a locustfile run as a plain script (Locust's run_single_user) sends "
+        "before it stops",
         {"type": int},
     ),
     (

@@ -2,8 +2,9 @@
 
 :func:`read_prometheus` asks ``/api/v1/query_range`` for every metric the name maps know (one
 union query ``{__name__=~"..."}``, plus Prometheus' own ``up``), groups the returned series by
-``instance`` and evaluation time, and maps them with the same :func:`locust_llm.signals.map_samples`
-the live scraper uses. The result is a DataFrame in telemetry.parquet's long format, except that
+``instance`` and evaluation time, and maps them with the same
+:func:`locust_llm.vocabularies.map_samples` the live scraper uses. The result is a DataFrame in
+telemetry.parquet's long format, except that
 
 * ``time_s`` is the query's evaluation time (``start + k * step``): Prometheus returns the latest
   sample scraped at or before it (within its lookback window), so values lag by up to one scrape
@@ -27,8 +28,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from locust_llm.errors import InputError
-from locust_llm.signals import KNOWN_METRICS, SCRAPE_UP, Sample, map_samples
+from locust_llm.promtext import Sample
+from locust_llm.signals import SCRAPE_UP
 from locust_llm.telemetry import Row, rows_to_frame
+from locust_llm.vocabularies import known_metrics, map_samples
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,7 +42,7 @@ Post = Callable[[str, dict[str, str], float], bytes]
 
 def default_query() -> str:
     """One PromQL selector matching every metric the name maps read, and ``up``."""
-    return '{__name__=~"' + "|".join([*KNOWN_METRICS, "up"]) + '"}'
+    return '{__name__=~"' + "|".join([*known_metrics(), "up"]) + '"}'
 
 
 def _post(url: str, form: dict[str, str], timeout_s: float) -> bytes:

@@ -11,17 +11,21 @@ from. The master (or single process) writes ``requests.parquet`` and ``run.json`
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Iterable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+from locust_llm.client.messages import RecordBatch
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord
 from locust_llm.rundir import REQUESTS_FILE, RunInfo, write_run_info
 
 logger = logging.getLogger(__name__)
 
-MSG_RECORDS = "llm_records"
 _as_row = attrgetter(*RECORD_FIELDS)  # a record as a tuple in column order (40x astuple's speed)
+_STAGE = RECORD_FIELDS.index("stage")
+_KIND = RECORD_FIELDS.index("error_kind")
 
 
 class Recorder:
@@ -33,9 +37,14 @@ class Recorder:
         self.records: list[tuple[Any, ...]] = []  # master/local: everything received
         self.sent_total = 0  # worker: requests started on this process
         self.recorded_total = 0  # worker: records produced on this process
+        self.reconnects = 0  # requests resent on a fresh connection (this process)
+        self.reconnects_by_worker: dict[str, int] = {}  # master: as of each worker's last batch
         # master: worker id -> (requests sent, records produced) as of its last batch
         self.worker_progress: dict[str, tuple[int, int]] = {}
         self.received_by_worker: dict[str, int] = {}
+        # master/local: per stage, requests that ended (success or failure), not counting those
+        # the load test cancelled itself
+        self._ended_by_stage: Counter[int] = Counter()
 
     # ---- producing --------------------------------------------------------------------------
     def request_started(self) -> None:
@@ -43,30 +52,63 @@ class Recorder:
 
     def add(self, record: RequestRecord) -> None:
         self.recorded_total += 1
-        (self.pending if self.is_worker else self.records).append(_as_row(record))
+        row = _as_row(record)
+        if self.is_worker:
+            self.pending.append(row)
+        else:
+            self._keep([row])
 
     @property
     def in_flight(self) -> int:
         return self.sent_total - self.recorded_total
 
     # ---- worker -> master -------------------------------------------------------------------
-    def take_batch(self, worker_id: str) -> dict[str, Any]:
-        """The message body of the next batch (and forget the records it carries)."""
+    def take_batch(self, worker_id: str) -> RecordBatch:
+        """The next batch to send (and forget the records it carries)."""
         batch, self.pending = self.pending, []
-        return {
-            "worker": worker_id,
-            "records": batch,
-            "sent": self.sent_total,
-            "recorded": self.recorded_total,
-        }
+        return RecordBatch(
+            worker=worker_id,
+            records=batch,
+            sent=self.sent_total,
+            recorded=self.recorded_total,
+            reconnects=self.reconnects,
+        )
 
-    def receive_batch(self, data: dict[str, Any]) -> None:
+    def receive_batch(self, batch: RecordBatch) -> None:
         """Master side of :meth:`take_batch`."""
-        worker = str(data["worker"])
-        records = data.get("records") or []
-        self.records.extend(tuple(r) for r in records)
-        self.received_by_worker[worker] = self.received_by_worker.get(worker, 0) + len(records)
-        self.worker_progress[worker] = (int(data["sent"]), int(data["recorded"]))
+        worker = batch.worker
+        self._keep(batch.records)
+        self.received_by_worker[worker] = self.received_by_worker.get(worker, 0) + len(
+            batch.records
+        )
+        self.worker_progress[worker] = (batch.sent, batch.recorded)
+        self.reconnects_by_worker[worker] = batch.reconnects
+
+    @property
+    def reconnects_total(self) -> int:
+        """Resends on a fresh connection in the whole run (this process + every worker)."""
+        return self.reconnects + sum(self.reconnects_by_worker.values())
+
+    def _keep(self, rows: list[tuple[Any, ...]]) -> None:
+        self.records.extend(rows)
+        for row in rows:
+            if row[_KIND] != "cancelled":
+                self._ended_by_stage[row[_STAGE]] += 1
+
+    # ---- counters ---------------------------------------------------------------------------
+    def ended_in(self, stage: int) -> int:
+        """Requests sent in ``stage`` that ended (the worker's own stage: no clock skew),
+        cancelled ones left out: what ends a stage of ``--llm-stage-requests``."""
+        return self._ended_by_stage[stage]
+
+    def values_of(self, field_name: str) -> set[Any]:
+        """The distinct values of one record field (``endpoint``, ``model``...)."""
+        return set(_column(self.records, RECORD_FIELDS.index(field_name)))
+
+    def clear(self) -> None:
+        """Forget every record kept (a new run in the same process)."""
+        self.records.clear()
+        self._ended_by_stage.clear()
 
     def lost_in_flight(self, worker: str) -> int:
         """Requests a worker had sent but not reported when its last batch left it."""
@@ -92,6 +134,10 @@ class Recorder:
         tmp.replace(path)
         write_run_info(run_dir, info)
         logger.info("locust-llm: wrote %d records to %s", len(self.records), path)
+
+
+def _column(rows: Iterable[tuple[Any, ...]], index: int) -> Iterable[Any]:
+    return (row[index] for row in rows)
 
 
 def ensure_writable(run_dir: Path) -> None:

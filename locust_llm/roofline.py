@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,48 @@ class ModelSpec:
             self,
             weight_bits=self.weight_bits if weight_bits is None else float(weight_bits),
             kv_bits=self.kv_bits if kv_bits is None else float(kv_bits),
+        )
+
+    def sharded(self, tp: int) -> ModelSpec:
+        """One GPU's shard under tensor parallelism of degree ``tp`` (Megatron-style, as vLLM).
+
+        Query heads, the MLP (each expert's) width and the vocabulary (embedding and LM head)
+        split over ``tp`` GPUs; KV heads split too, or are replicated when ``tp`` exceeds them
+        (each GPU keeps one); norms and the MoE router are replicated. The shard's parameter,
+        byte and FLOP counts are then one GPU's. ``tp`` must divide the query heads, and the KV
+        heads must divide ``tp`` or be divisible by it (vLLM's rule).
+        """
+        check_tp(self, tp)
+        if tp == 1:
+            return self
+        return replace(
+            self,
+            name=f"{self.name}/tp{tp}",
+            num_heads=self.num_heads // tp,
+            num_kv_heads=max(1, self.num_kv_heads // tp),
+            intermediate_size=-(-self.intermediate_size // tp),
+            moe_intermediate_size=-(-(self.moe_intermediate_size or self.intermediate_size) // tp)
+            if self.num_experts
+            else 0,
+            vocab_size=-(-self.vocab_size // tp),
+        )
+
+
+def check_tp(model: ModelSpec, tp: int) -> None:
+    """InputError unless ``tp`` is a valid tensor-parallel degree for ``model``."""
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        raise InputError(f"--tp must be an integer >= 1, got {tp!r}")
+    if model.num_heads % tp:
+        divisors = [d for d in range(1, model.num_heads + 1) if model.num_heads % d == 0]
+        raise InputError(
+            f"--tp {tp}: {model.name} has {model.num_heads} attention heads, which {tp} GPUs "
+            f"cannot split evenly; use one of {', '.join(map(str, divisors[:8]))}"
+        )
+    kv = model.num_kv_heads
+    if kv % tp and tp % kv:
+        raise InputError(
+            f"--tp {tp}: {model.name} has {kv} KV heads; the degree must divide them or be a "
+            "multiple of them"
         )
 
 
@@ -558,20 +601,98 @@ def model_from_gguf(path: Path) -> ModelSpec:
 # Costs
 
 
+@dataclass(frozen=True, kw_only=True)
+class Interconnect:
+    """The GPU-to-GPU link tensor parallelism all-reduces over (one direction, per GPU)."""
+
+    name: str
+    bandwidth_bytes_s: float
+    latency_s: float  # fixed cost of one all-reduce (launch + synchronisation)
+    source: str = ""
+
+
+#: Link presets. Bandwidths are the vendor's per-direction figures; the per-all-reduce latency
+#: is a model constant (NCCL's small-message all-reduce costs a few microseconds on NVLink and
+#: tens over PCIe), not a measurement of ours.
+INTERCONNECT_PRESETS: dict[str, Interconnect] = {
+    "nvlink": Interconnect(
+        name="nvlink",
+        bandwidth_bytes_s=450 * GB,
+        latency_s=5e-6,
+        source="NVIDIA H100 SXM datasheet: NVLink 900 GB/s total, 450 GB/s each direction",
+    ),
+    "nvlink3": Interconnect(
+        name="nvlink3",
+        bandwidth_bytes_s=300 * GB,
+        latency_s=5e-6,
+        source="NVIDIA A100 SXM datasheet: NVLink 600 GB/s total, 300 GB/s each direction",
+    ),
+    "pcie5": Interconnect(
+        name="pcie5",
+        bandwidth_bytes_s=64 * GB,
+        latency_s=20e-6,
+        source="PCIe 5.0 x16: 128 GB/s total, 64 GB/s each direction",
+    ),
+    "pcie4": Interconnect(
+        name="pcie4",
+        bandwidth_bytes_s=32 * GB,
+        latency_s=20e-6,
+        source="PCIe 4.0 x16: 64 GB/s total, 32 GB/s each direction",
+    ),
+}
+INTERCONNECT_PRESETS["pcie"] = INTERCONNECT_PRESETS["pcie4"]
+
+#: Bytes per activation element all-reduced between tensor-parallel GPUs (bf16).
+ACTIVATION_BYTES = 2.0
+
+
+def get_interconnect(name: str) -> Interconnect:
+    """A link preset by key; an unknown key is an InputError listing the presets."""
+    try:
+        return INTERCONNECT_PRESETS[name.lower()]
+    except KeyError:
+        raise InputError(
+            f"unknown interconnect {name!r}; presets: {', '.join(INTERCONNECT_PRESETS)}"
+        ) from None
+
+
+def allreduce_seconds(model: ModelSpec, tokens: int, tp: int, link: Interconnect) -> float:
+    """Time of one step's tensor-parallel all-reduces (0 at ``tp`` 1).
+
+    Two all-reduces per layer (after attention, after the MLP) of ``tokens x hidden``
+    activations; a ring all-reduce sends 2 (tp - 1) / tp of the message over each GPU's link,
+    plus the link's fixed latency per all-reduce. Not overlapped with compute (vLLM's default).
+    """
+    if tp <= 1 or tokens <= 0:
+        return 0.0
+    message = tokens * model.hidden_size * ACTIVATION_BYTES
+    one = link.latency_s + 2.0 * (tp - 1) / tp * message / link.bandwidth_bytes_s
+    return 2 * model.num_layers * one
+
+
 @dataclass(frozen=True, slots=True)
 class StepCost:
-    """Work of one engine step: FLOPs done and bytes moved through device memory."""
+    """Work of one engine step on one GPU: FLOPs done, bytes moved through its memory, and the
+    time its tensor-parallel all-reduces take on the link (0 on one GPU)."""
 
     flops: float
     bytes: float
+    comm_s: float = 0.0
+
+    def times(
+        self, gpu: GpuSpec, weight_bits: float, *, compute_eff: float = 1.0, bw_eff: float = 1.0
+    ) -> tuple[float, float]:
+        """(compute time, memory time) at the given efficiencies."""
+        compute = self.flops / (gpu.peak_flops(weight_bits) * compute_eff)
+        memory = self.bytes / (gpu.memory_bandwidth_bytes_s * bw_eff)
+        return compute, memory
 
     def seconds(
         self, gpu: GpuSpec, weight_bits: float, *, compute_eff: float = 1.0, bw_eff: float = 1.0
     ) -> float:
-        """max(compute time, memory time) at the given efficiencies."""
-        compute = self.flops / (gpu.peak_flops(weight_bits) * compute_eff)
-        memory = self.bytes / (gpu.memory_bandwidth_bytes_s * bw_eff)
-        return max(compute, memory)
+        """max(compute time, memory time) at the given efficiencies, plus the all-reduces."""
+        compute, memory = self.times(gpu, weight_bits, compute_eff=compute_eff, bw_eff=bw_eff)
+        return max(compute, memory) + self.comm_s
 
 
 def attention_flops(model: ModelSpec, query_tokens: int, attended_tokens: float) -> float:
@@ -581,18 +702,29 @@ def attention_flops(model: ModelSpec, query_tokens: int, attended_tokens: float)
     )
 
 
+@lru_cache(maxsize=64)
+def shard_of(model: ModelSpec, tp: int) -> ModelSpec:
+    """:meth:`ModelSpec.sharded`, cached (the engine asks once per step)."""
+    return model.sharded(tp)
+
+
 def step_cost(
     model: ModelSpec,
     decode_contexts: Sequence[int] = (),
     prefill_chunks: Iterable[tuple[int, int]] = (),
+    *,
+    tp: int = 1,
+    link: Interconnect | None = None,
 ) -> StepCost:
-    """Cost of one continuous-batching step.
+    """Cost of one continuous-batching step, on each of ``tp`` tensor-parallel GPUs.
 
     ``decode_contexts``: context length (tokens already in KV) of each decoding sequence; each
     generates one token. ``prefill_chunks``: (chunk tokens, tokens already in KV before the
     chunk) per prefilling sequence. Bytes = weights read (the experts the step's tokens touch,
     embedding rows only) + KV read for every context + KV written for every new token.
-    FLOPs = 2 x params per token x tokens + attention (causal inside a prefill chunk).
+    FLOPs = 2 x params per token x tokens + attention (causal inside a prefill chunk). With
+    ``tp`` > 1 both are one GPU's shard's (:meth:`ModelSpec.sharded`) and ``comm_s`` is
+    :func:`allreduce_seconds` over ``link`` (default NVLink).
     """
     chunks = list(prefill_chunks)
     n_decode = len(decode_contexts)
@@ -600,6 +732,9 @@ def step_cost(
     tokens = n_decode + prefill_tokens
     if tokens == 0:
         return StepCost(0.0, 0.0)
+    full = model
+    if tp > 1:
+        model = shard_of(model, tp)
     kv_read_tokens = sum(decode_contexts) + sum(prior for _, prior in chunks)
     bytes_moved = (
         model.params_read(tokens) * model.weight_bytes_per_param
@@ -610,7 +745,8 @@ def step_cost(
         flops += attention_flops(model, 1, ctx + 1)
     for chunk, prior in chunks:
         flops += attention_flops(model, chunk, prior + (chunk + 1) / 2.0)
-    return StepCost(flops=flops, bytes=bytes_moved)
+    comm = allreduce_seconds(full, tokens, tp, link or INTERCONNECT_PRESETS["nvlink"])
+    return StepCost(flops=flops, bytes=bytes_moved, comm_s=comm)
 
 
 # --------------------------------------------------------------------------------------------
@@ -625,19 +761,28 @@ class Workload:
     batch: int = 1
     input_tokens: int = 1024  # prompt length, for the prefill floor
     gpu_memory_utilization: float = 0.9
+    tp: int = 1  # tensor-parallel degree (GPUs the model is split over)
+    interconnect: str = "nvlink"  # link preset the all-reduces use when tp > 1
 
 
 @dataclass(frozen=True, kw_only=True)
 class Roofline:
-    """Every floor and ceiling for one model x GPU x workload, in base units."""
+    """Every floor and ceiling for one model x GPU x workload, in base units.
+
+    With tensor parallelism the byte and time figures are one GPU's (each moves its shard);
+    ``weights_bytes`` is the whole model's, ``weights_bytes_per_gpu`` one shard's.
+    """
 
     model: str
     gpu: str
     weight_bits: float
     kv_bits: float
+    tp: int
+    interconnect: str
     total_params: int
     params_read_per_step: float
     weights_bytes: float
+    weights_bytes_per_gpu: float
     weight_bytes_read_per_step: float
     kv_elements_per_token: int
     kv_bytes_per_token: float
@@ -647,37 +792,40 @@ class Roofline:
     decode_step_floor_s: float  # = TPOT floor at this batch
     decode_memory_time_s: float
     decode_compute_time_s: float
+    decode_allreduce_time_s: float  # tensor-parallel all-reduces per step (0 at tp 1)
     decode_tokens_per_s_ceiling: float
     compute_bound_batch: int | None  # smallest batch where decode turns compute-bound
     prefill_floor_s: float
     prefill_compute_time_s: float
     prefill_weight_read_time_s: float
-    kv_budget_bytes: float
+    prefill_allreduce_time_s: float
+    kv_budget_bytes: float  # over all tp GPUs
     kv_capacity_tokens: float
     kv_capacity_sequences: float
     fits: bool  # weights fit in the memory budget
+    fit_advice: str  # "" when it fits; else the smallest tp degree or weight precision that does
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 def decode_step_seconds(
-    model: ModelSpec, gpu: GpuSpec, batch: int, context: int
+    model: ModelSpec, gpu: GpuSpec, batch: int, context: int, *, tp: int = 1
 ) -> tuple[float, float]:
-    """(memory time, compute time) of one decode step of ``batch`` sequences at ``context``."""
-    cost = step_cost(model, [context] * batch)
-    memory = cost.bytes / gpu.memory_bandwidth_bytes_s
-    compute = cost.flops / gpu.peak_flops(model.weight_bits)
+    """(memory time, compute time) of one decode step of ``batch`` sequences at ``context``,
+    on one of ``tp`` tensor-parallel GPUs (the all-reduces are not included)."""
+    cost = step_cost(model, [context] * batch, tp=tp)
+    compute, memory = cost.times(gpu, model.weight_bits)
     return memory, compute
 
 
 def compute_bound_batch(
-    model: ModelSpec, gpu: GpuSpec, context: int, limit: int = 1 << 20
+    model: ModelSpec, gpu: GpuSpec, context: int, limit: int = 1 << 20, *, tp: int = 1
 ) -> int | None:
     """Smallest batch whose decode compute time reaches memory time (None: never up to limit)."""
 
     def compute_bound(b: int) -> bool:
-        memory, compute = decode_step_seconds(model, gpu, b, context)
+        memory, compute = decode_step_seconds(model, gpu, b, context, tp=tp)
         return compute >= memory
 
     if not compute_bound(limit):
@@ -694,6 +842,68 @@ def compute_bound_batch(
     return hi
 
 
+def kv_budget_per_gpu_bytes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    gpu_memory_utilization: float,
+    reserve_bytes: float = 0.0,
+    tp: int = 1,
+) -> float:
+    """Bytes one GPU has left for KV blocks: its memory share minus its weight shard and the
+    reserve (CUDA context, activations). Negative when the weights do not fit."""
+    shard = shard_of(model, tp) if tp > 1 else model
+    return gpu.memory_bytes * gpu_memory_utilization - shard.weights_bytes - reserve_bytes
+
+
+#: Tensor-parallel degrees and weight precisions the fit advice tries, in order.
+ADVICE_TP: tuple[int, ...] = (1, 2, 4, 8, 16)
+ADVICE_BITS: tuple[float, ...] = (8.0, 4.0)
+
+
+def fit_advice(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    gpu_memory_utilization: float,
+    reserve_bytes: float = 0.0,
+    tp: int = 1,
+) -> str:
+    """What would make ``model`` fit on ``gpu`` with room for KV ("" when it already does).
+
+    Names the smallest tensor-parallel degree above ``tp`` (valid for the model's heads) that
+    fits at the model's precision, and the widest weight precision that fits at ``tp``; raising
+    ``--gpu-memory-utilization`` is suggested only when it alone would be enough.
+    """
+
+    def fits(m: ModelSpec, degree: int, util: float = gpu_memory_utilization) -> bool:
+        try:
+            shard = shard_of(m, degree) if degree > 1 else m
+        except InputError:
+            return False
+        budget = kv_budget_per_gpu_bytes(
+            m, gpu, gpu_memory_utilization=util, reserve_bytes=reserve_bytes, tp=degree
+        )
+        return budget >= shard.kv_bytes_per_token * 16  # at least one KV block
+
+    if fits(model, tp):
+        return ""
+    ways = []
+    if gpu_memory_utilization < 0.95 and fits(model, tp, 0.95):
+        ways.append("--gpu-memory-utilization 0.95")
+    degree = next((d for d in ADVICE_TP if d > tp and fits(model, d)), None)
+    if degree is not None:
+        ways.append(f"--tp {degree}")
+    bits = next(
+        (b for b in ADVICE_BITS if b < model.weight_bits and fits(model.with_bits(b), tp)), None
+    )
+    if bits is not None:
+        ways.append(f"{bits:g}-bit weights at --tp {tp}")
+    if not ways:
+        return f"it does not fit even at --tp {ADVICE_TP[-1]} or 4-bit weights: use a larger GPU"
+    return "smallest change that fits: " + ", or ".join(ways)
+
+
 def compute(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Roofline:
     """All floors for ``model`` on ``gpu`` under ``workload``."""
     if workload.batch < 1:
@@ -704,27 +914,37 @@ def compute(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Roofline:
         raise InputError(
             f"gpu memory utilization must be in (0, 1], got {workload.gpu_memory_utilization}"
         )
+    tp = workload.tp
+    check_tp(model, tp)
+    link = get_interconnect(workload.interconnect)
+    shard = shard_of(model, tp) if tp > 1 else model
     b, ctx = workload.batch, workload.context_tokens
-    params_read = model.params_read(b)
-    weight_read = params_read * model.weight_bytes_per_param
-    kv_read = b * (ctx + 1) * model.kv_bytes_per_token  # context read + the new token's KV written
-    memory, comp = decode_step_seconds(model, gpu, b, ctx)
-    step = max(memory, comp)
-    pre = step_cost(model, prefill_chunks=[(workload.input_tokens, 0)])
-    pre_compute = pre.flops / gpu.peak_flops(model.weight_bits)
-    pre_weights = model.params_read(workload.input_tokens) * model.weight_bytes_per_param
+    params_read = shard.params_read(b)
+    weight_read = params_read * shard.weight_bytes_per_param
+    kv_read = b * (ctx + 1) * shard.kv_bytes_per_token  # context read + the new token's KV
+    memory, comp = decode_step_seconds(model, gpu, b, ctx, tp=tp)
+    decode_comm = allreduce_seconds(model, b, tp, link)
+    step = max(memory, comp) + decode_comm
+    pre = step_cost(model, prefill_chunks=[(workload.input_tokens, 0)], tp=tp, link=link)
+    pre_compute, _ = pre.times(gpu, model.weight_bits)
+    pre_weights = shard.params_read(workload.input_tokens) * shard.weight_bytes_per_param
     pre_weight_time = pre_weights / gpu.memory_bandwidth_bytes_s
-    budget = gpu.memory_bytes * workload.gpu_memory_utilization - model.weights_bytes
-    kv_tokens = max(budget, 0.0) / model.kv_bytes_per_token
+    budget = kv_budget_per_gpu_bytes(
+        model, gpu, gpu_memory_utilization=workload.gpu_memory_utilization, tp=tp
+    )
+    kv_tokens = max(budget, 0.0) / shard.kv_bytes_per_token
     seq_tokens = max(ctx, workload.input_tokens)
     return Roofline(
         model=model.name,
         gpu=gpu.name,
         weight_bits=model.weight_bits,
         kv_bits=model.kv_bits,
+        tp=tp,
+        interconnect=link.name if tp > 1 else "",
         total_params=model.total_params,
         params_read_per_step=params_read,
         weights_bytes=model.weights_bytes,
+        weights_bytes_per_gpu=shard.weights_bytes,
         weight_bytes_read_per_step=weight_read,
         kv_elements_per_token=model.kv_elements_per_token,
         kv_bytes_per_token=model.kv_bytes_per_token,
@@ -734,15 +954,20 @@ def compute(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Roofline:
         decode_step_floor_s=step,
         decode_memory_time_s=memory,
         decode_compute_time_s=comp,
+        decode_allreduce_time_s=decode_comm,
         decode_tokens_per_s_ceiling=b / step,
-        compute_bound_batch=compute_bound_batch(model, gpu, ctx),
-        prefill_floor_s=max(pre_compute, pre_weight_time),
+        compute_bound_batch=compute_bound_batch(model, gpu, ctx, tp=tp),
+        prefill_floor_s=max(pre_compute, pre_weight_time) + pre.comm_s,
         prefill_compute_time_s=pre_compute,
         prefill_weight_read_time_s=pre_weight_time,
-        kv_budget_bytes=budget,
+        prefill_allreduce_time_s=pre.comm_s,
+        kv_budget_bytes=budget * tp,
         kv_capacity_tokens=kv_tokens,
         kv_capacity_sequences=kv_tokens / seq_tokens if seq_tokens else math.inf,
         fits=budget > 0,
+        fit_advice=fit_advice(
+            model, gpu, gpu_memory_utilization=workload.gpu_memory_utilization, tp=tp
+        ),
     )
 
 

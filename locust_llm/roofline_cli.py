@@ -62,6 +62,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="fraction of device memory the server may use (default 0.9)",
     )
     parser.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="tensor-parallel degree: GPUs the model is split over (default 1)",
+    )
+    parser.add_argument(
+        "--interconnect",
+        default="nvlink",
+        help="GPU link for the tensor-parallel all-reduces: "
+        + ", ".join(roofline.INTERCONNECT_PRESETS)
+        + " (default nvlink)",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print JSON with every number in base units"
     )
     parser.add_argument("--list", action="store_true", help="list the model and GPU presets")
@@ -106,7 +119,12 @@ def format_table(r: roofline.Roofline) -> str:
             "model / gpu",
             f"{r.model} on {r.gpu} (weights {r.weight_bits:g}-bit, KV {r.kv_bits:g}-bit)",
         ),
+        (
+            "tensor parallel",
+            "1 GPU" if r.tp == 1 else f"{r.tp} GPUs over {r.interconnect} (figures per GPU)",
+        ),
         ("parameters (total)", f"{r.total_params / 1e9:.3f} B"),
+        ("weights per GPU (GB)", f"{r.weights_bytes_per_gpu / 1e9:.2f}"),
         ("parameters read per decode step", f"{r.params_read_per_step / 1e9:.3f} B"),
         ("weight bytes read per step (GB)", f"{r.weight_bytes_read_per_step / 1e9:.2f}"),
         ("KV elements per token", f"{r.kv_elements_per_token:,}"),
@@ -118,6 +136,7 @@ def format_table(r: roofline.Roofline) -> str:
             "  memory time / compute time (ms)",
             f"{ms(r.decode_memory_time_s)} / {ms(r.decode_compute_time_s)}",
         ),
+        ("  all-reduce time per step (ms)", ms(r.decode_allreduce_time_s)),
         ("decode ceiling at this batch (tokens/s)", f"{r.decode_tokens_per_s_ceiling:,.0f}"),
         (
             "batch where decode turns compute-bound",
@@ -132,7 +151,8 @@ def format_table(r: roofline.Roofline) -> str:
         ),
         (
             "KV budget (GB)",
-            f"{r.kv_budget_bytes / 1e9:.2f}" + ("" if r.fits else "  (weights do not fit)"),
+            f"{r.kv_budget_bytes / 1e9:.2f}"
+            + ("" if r.fits else f"  (weights do not fit; {r.fit_advice})"),
         ),
         ("KV capacity (tokens)", f"{r.kv_capacity_tokens:,.0f}"),
         ("KV capacity (sequences at this length)", f"{r.kv_capacity_sequences:,.1f}"),
@@ -156,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
             batch=args.batch,
             input_tokens=args.input_tokens,
             gpu_memory_utilization=args.gpu_memory_utilization,
+            tp=args.tp,
+            interconnect=args.interconnect,
         ),
     )
     if args.json:

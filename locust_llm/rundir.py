@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
+from locust_llm.signals import signal_docs
 
 RUN_JSON = "run.json"
 REQUESTS_FILE = "requests.parquet"
@@ -29,21 +30,9 @@ TELEMETRY_FILE = "telemetry.parquet"
 #: GPU index ("" for non-GPU signals), value (nan = scrape failed / no data: a gap).
 TELEMETRY_COLUMNS: tuple[str, ...] = ("time_s", "source", "signal", "gpu", "value")
 
-#: Canonical telemetry signals (units in the names' docs below).
-SIGNALS: dict[str, str] = {
-    "gpu_util": "GPU busy ratio 0..1",
-    "mem_used_bytes": "GPU memory used, bytes",
-    "mem_total_bytes": "GPU memory total, bytes",
-    "dram_bw_util": "DRAM bandwidth utilization ratio 0..1 (GPM / DCGM_FI_PROF_DRAM_ACTIVE)",
-    "power_w": "GPU power draw, watts",
-    "kv_cache_usage": "server KV-cache usage ratio 0..1",
-    "running": "requests running in the server's batch",
-    "waiting": "requests queued in the server",
-    "preemptions": "server preemptions, cumulative count",
-    "host_cpu_util": "CPU utilization ratio 0..1 of the exporter's host",
-    "worker_cpu_util": "Locust worker CPU ratio 0..1 (source = worker id)",
-    "scrape_up": "1 = target scraped and parsed, 0 = scrape failed (a gap)",
-}
+#: Canonical telemetry signals a run dir may hold: name -> "meaning (unit)" (defined once, in
+#: :mod:`locust_llm.signals`).
+SIGNALS: dict[str, str] = signal_docs()
 
 
 @dataclass(slots=True)

@@ -26,15 +26,15 @@ from locust import LoadTestShape
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from locust_llm import plugin
+from locust_llm.client import lifecycle
+from locust_llm.client.config import DEFAULT_MAX_TOKENS, ClientOptions
+from locust_llm.client.messages import StageMessage
+from locust_llm.client.runtime import Runtime, runtime
 from locust_llm.errors import InputError
-from locust_llm.metrics import RECORD_FIELDS
 from locust_llm.rundir import Stage
 
 logger = logging.getLogger(__name__)
 
-_STAGE = RECORD_FIELDS.index("stage")
-_KIND = RECORD_FIELDS.index("error_kind")
 SPAWN_RATE_MIN = 50.0  # users per second: stages should reach their concurrency quickly
 
 
@@ -80,29 +80,29 @@ def _spread(values: list[Any], n: int, flag: str) -> list[Any]:
     return values
 
 
-def plan_stages(opts: Any) -> list[StagePlan]:
+def plan_stages(opts: ClientOptions) -> list[StagePlan]:
     """The stages the ``--llm-*`` options ask for (an empty list when none are asked)."""
     plans: list[StagePlan] = []
-    if opts.llm_concurrency and opts.llm_rate:
+    if opts.concurrency and opts.rate:
         raise InputError("give --llm-concurrency (closed loop) or --llm-rate (open loop), not both")
-    levels = opts.llm_concurrency or opts.llm_rate
+    levels = opts.concurrency or opts.rate
     if levels:
-        open_loop = bool(opts.llm_rate)
+        open_loop = opts.open_loop
         values = _numbers(
             levels, "--llm-rate" if open_loop else "--llm-concurrency", float if open_loop else int
         )
         n = len(values)
         durations = requests = None
-        if opts.llm_stage_requests:
+        if opts.stage_requests:
             requests = _spread(
-                _numbers(opts.llm_stage_requests, "--llm-stage-requests", int),
+                _numbers(opts.stage_requests, "--llm-stage-requests", int),
                 n,
                 "--llm-stage-requests",
             )
-        if opts.llm_stage_duration:
+        if opts.stage_duration:
             raw = [
                 parse_duration(x, "--llm-stage-duration")
-                for x in str(opts.llm_stage_duration).split(",")
+                for x in opts.stage_duration.split(",")
                 if x
             ]
             durations = _spread(raw, n, "--llm-stage-duration")
@@ -119,8 +119,8 @@ def plan_stages(opts: Any) -> list[StagePlan]:
                     requests=requests[i] if requests else None,
                 )
             )
-    if opts.llm_soak:
-        spec, _, conc = str(opts.llm_soak).partition("@")
+    if opts.soak:
+        spec, _, conc = opts.soak.partition("@")
         duration = parse_duration(spec, "--llm-soak")
         if conc:
             concurrency = _numbers(conc, "--llm-soak concurrency", int)[0]
@@ -139,14 +139,14 @@ def plan_stages(opts: Any) -> list[StagePlan]:
     return plans
 
 
-def open_loop_users(opts: Any, plans: list[StagePlan]) -> int:
+def open_loop_users(opts: ClientOptions, plans: list[StagePlan]) -> int:
     """Users an open-loop run needs so that scheduled requests rarely wait for a free one."""
-    if opts.llm_max_users:
-        return int(opts.llm_max_users)
+    if opts.max_users:
+        return opts.max_users
     top = max((p.rate or 0.0) for p in plans)
     from locust_llm.distributions import parse_distribution
 
-    spec = str(opts.llm_max_tokens or plugin.DEFAULT_MAX_TOKENS)
+    spec = opts.max_tokens or str(DEFAULT_MAX_TOKENS)
     tokens = parse_distribution(spec, what="--llm-max-tokens").mean
     return max(32, int(4 * top * max(tokens, 1.0) / 100))
 
@@ -160,8 +160,6 @@ class StagesShape(LoadTestShape):
         super().__init__()
         self._plans: list[StagePlan] | None = None
         self._index = -1
-        self._completed = 0
-        self._seen = 0
         self._users = 0
 
     def _environment(self) -> Environment:
@@ -172,18 +170,16 @@ class StagesShape(LoadTestShape):
     def reset_time(self) -> None:
         """Locust calls this when a test starts (and again, on a master, at its first spawn):
         a new test starts over from the first stage; a running one is left as it is."""
-        rt = plugin.runtime(self._environment())
+        rt = runtime(self._environment())
         if rt.run_info is not None and not rt.run_ended:
             return
         super().reset_time()
         self._index = -1
-        self._completed = 0
-        self._seen = 0
-        plugin.begin_run(rt)  # a new run dir and no stages yet, before the first tick
+        lifecycle.begin_run(rt)  # a new run dir and no stages yet, before the first tick
 
     def _setup(self) -> list[StagePlan]:
         if self._plans is None:
-            rt = plugin.runtime(self._environment())
+            rt = runtime(self._environment())
             plans = plan_stages(rt.options)
             if not plans:
                 raise InputError("the sweep locustfile needs --llm-concurrency or --llm-rate")
@@ -193,7 +189,7 @@ class StagesShape(LoadTestShape):
 
     def tick(self) -> tuple[int, float] | None:
         plans = self._setup()
-        rt = plugin.runtime(self._environment())
+        rt = runtime(self._environment())
         now = time.time()
         stage_over = self._index < 0 or self._stage_done(rt, plans[self._index], now)
         if stage_over and not self._advance(rt, plans, now):
@@ -202,26 +198,18 @@ class StagesShape(LoadTestShape):
         users = plan.concurrency if plan.concurrency is not None else self._users
         return users, max(float(users), SPAWN_RATE_MIN)
 
-    def _stage_done(self, rt: plugin.Runtime, plan: StagePlan, now: float) -> bool:
+    def _stage_done(self, rt: Runtime, plan: StagePlan, now: float) -> bool:
         stage = rt.stages[-1]
         if plan.duration_s is not None and now - stage.start_wall_s >= plan.duration_s:
             return True
         if plan.requests is not None:
-            records = rt.recorder.records
-            for row in records[self._seen :]:
-                # the stage the request was sent in (the worker's own record: no clock skew)
-                if row[_STAGE] == stage.index and row[_KIND] != "cancelled":
-                    self._completed += 1
-            self._seen = len(records)
-            return self._completed >= plan.requests
+            return rt.recorder.ended_in(stage.index) >= plan.requests
         return False
 
-    def _advance(self, rt: plugin.Runtime, plans: list[StagePlan], now: float) -> bool:
+    def _advance(self, rt: Runtime, plans: list[StagePlan], now: float) -> bool:
         if rt.stages and math.isnan(rt.stages[-1].end_wall_s):
             rt.stages[-1].end_wall_s = now
         self._index += 1
-        self._completed = 0
-        self._seen = len(rt.recorder.records)
         if self._index >= len(plans):
             self._broadcast(rt, stage=-1, rate=0.0, start=now)
             return False
@@ -233,7 +221,7 @@ class StagesShape(LoadTestShape):
                 start_wall_s=now,
                 concurrency=plan.concurrency,
                 rate=plan.rate,
-                warmup_s=float(rt.options.llm_warmup),
+                warmup_s=rt.options.warmup_s,
                 target_requests=plan.requests,
                 kind=plan.kind,
             )
@@ -251,7 +239,7 @@ class StagesShape(LoadTestShape):
 
     def _broadcast(
         self,
-        rt: plugin.Runtime,
+        rt: Runtime,
         *,
         stage: int,
         rate: float,
@@ -261,30 +249,17 @@ class StagesShape(LoadTestShape):
     ) -> None:
         """Tell every worker (or this process) the stage, its request quota and open-loop rate.
 
-        A stage's requests are handed out as permits: in one process all at once, across
-        workers on request (see ``plugin.Runtime.acquire_permit``). The end of the test (stage
-        -1) allows no more requests.
+        A stage's requests are handed out as permits (``locust_llm.client.gate``); the end of
+        the test (stage -1) allows no more requests.
         """
         if stage < 0:
             requests = 0
-        if not rt.is_master:
-            rt.enter_stage(stage, requests, rate, start, open_loop=open_loop)
-            return
-        # the master keeps the stage's permits; workers start at 0 and ask (plugin.acquire_permit)
-        rt.current_stage = stage
-        rt.stage_remaining = requests
-        runner = self.runner
-        assert isinstance(runner, MasterRunner)  # rt.is_master means the runner is a master
-        workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
-        n = max(len(workers), 1)
-        quota = None if requests is None else 0
-        for worker in workers:
-            data = {
-                "stage": stage,
-                "rate": rate,
-                "workers": n,
-                "start": start,
-                "quota": quota,
-                "open_loop": open_loop,
-            }
-            runner.send_message(plugin.MSG_STAGE, data, client_id=worker)
+        workers: list[str] = []
+        if rt.is_master:
+            runner = self.runner
+            assert isinstance(runner, MasterRunner)  # rt.is_master means the runner is a master
+            workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
+        message = StageMessage(
+            stage=stage, quota=requests, rate=rate, start=start, open_loop=open_loop
+        )
+        lifecycle.broadcast_stage(rt, message, workers)

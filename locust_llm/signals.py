@@ -1,235 +1,174 @@
-"""Name maps: Prometheus metrics of GPU exporters and LLM servers -> canonical telemetry signals.
+"""Canonical telemetry signals: one definition each, with its unit and how values combine.
 
-Pure (no I/O). Six vocabularies feed the signals of ``locust_llm.rundir.SIGNALS``:
+Pure (no I/O). Every part that reads telemetry takes its signal names, units and reductions from
+here: the scraper and the Prometheus reader (through the vocabularies in
+:mod:`locust_llm.vocabularies`, which map exposed metric names onto these signals), the report's
+stage table and plots (:mod:`locust_llm.report.tables`) and the live web tab
+(:mod:`locust_llm.webui.data`). So with several GPUs or several servers, the tab and the report
+give the same ``running``, ``gpu_util`` and so on.
 
-==========  =====================================================================
-``ours``    locust-llm's GPU exporter (``nvml_*``, base units already)
-``dcgm``    NVIDIA dcgm-exporter (``DCGM_FI_*``; % -> ratio, MiB -> bytes)
-``vllm``    vLLM (``vllm:*``; v1's ``kv_cache_usage_perc`` or the older ``gpu_cache_usage_perc``)
-``sglang``  SGLang (``sglang:*``; a *retracted* request is SGLang's preemption)
-``tgi``     Hugging Face text-generation-inference (``tgi_*``)
-``llamacpp`` llama.cpp server with ``--metrics`` (``llamacpp:*``)
-==========  =====================================================================
+A value is combined in two steps, each with its own reduction (``sum``, ``mean``, ``max`` or
+``min``; NaN values are left out, and nothing left is NaN, never 0):
 
-Rules, applied per scrape of one source:
+1. ``over_gpus``: the GPUs of one source at one instant (per-GPU signals only);
+2. ``over_instances``: several sources at one instant (servers, exporters, Locust workers), and
+   the parallel series of one metric inside one scrape (a vLLM data-parallel ``engine`` label,
+   SGLang ranks), which are instances of the server too.
 
-* Names are matched on the *sample* name as exposed (counters keep ``_total``).
-* GPU signals are keyed by the ``gpu`` label (ours and dcgm-exporter both use it; ``""`` when
-  absent); server signals always have ``gpu == ""``.
-* Several series of one metric and key (a vLLM data-parallel ``engine`` label, SGLang ranks) are
-  reduced: counts (running, waiting, preemptions) are summed, everything else is averaged.
-* When a source exposes several metrics for one signal, the first in :data:`METRICS` order wins
-  (``DCGM_FI_DEV_GPU_UTIL`` before ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, vLLM's current KV name
-  before the deprecated one).
-* Ours and dcgm-exporter's names and unit factors come from the exporter's own table
-  (:mod:`locust_llm.gpu.names`). dcgm-exporter's default counters have no total-memory gauge:
-  unless ``DCGM_FI_DEV_FB_TOTAL`` is exported, ``mem_total_bytes`` = FB_USED + FB_FREE (+
-  FB_RESERVED when exported), MiB converted to bytes.
-* A NaN sample stays NaN (missing data is never 0).
+==================  ========  ====  =========  ==========  =====================================
+signal              unit      GPU   over GPUs  over inst.  meaning
+==================  ========  ====  =========  ==========  =====================================
+``gpu_util``        ratio     yes   mean       mean        GPU busy ratio 0..1
+``mem_used_bytes``  bytes     yes   sum        sum         GPU memory used
+``mem_total_bytes`` bytes     yes   sum        sum         GPU memory total
+``gpu_mem_util``    ratio     yes   max        max         used / total of the fullest GPU
+                                                           (the report derives it per sample)
+``dram_bw_util``    ratio     yes   mean       mean        DRAM bandwidth utilization 0..1
+``power_w``         watts     yes   sum        sum         GPU power draw
+``kv_cache_usage``  ratio     no    -          mean        server KV-cache usage 0..1
+``running``         requests  no    -          sum         requests in the server's batch
+``waiting``         requests  no    -          sum         requests queued in the server
+``preemptions``     count     no    -          sum         cumulative; windows use its increase
+``host_cpu_util``   ratio     no    -          mean        CPU ratio of the exporter's host
+``worker_cpu_util`` ratio     no    -          max         a Locust worker's CPU ratio (source =
+                                                           worker id); the busiest one counts
+``scrape_up``       ratio     no    -          min         1 scraped and parsed, 0 failed
+==================  ========  ====  =========  ==========  =====================================
+
+Adding a signal is one :func:`register_signal` call; a vocabulary then maps metrics onto it.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
-from locust_llm.errors import InputError
+from locust_llm.registry import Registry
 
-MIB = 1024.0 * 1024.0
+Reduction = Literal["sum", "mean", "max", "min"]
+REDUCTIONS: tuple[str, ...] = ("sum", "mean", "max", "min")
 
 #: Signal recorded by the scraper per source and scrape: 1 = scraped and parsed, 0 = failed.
 #: From a Prometheus server it is that server's own ``up`` series for the instance.
 SCRAPE_UP = "scrape_up"
 
-#: Signals whose parallel series (engines, ranks) add up rather than average.
-SUMMED_SIGNALS: frozenset[str] = frozenset({"running", "waiting", "preemptions"})
 
+@dataclass(frozen=True, kw_only=True)
+class Signal:
+    """One canonical signal (values in ``unit``: ratios 0..1, bytes, watts, counts)."""
 
-@dataclass(frozen=True, slots=True)
-class MetricMap:
-    """One exposed metric feeding one canonical signal: ``signal = value * scale``."""
-
-    metric: str
-    signal: str
-    vocabulary: str
-    scale: float = 1.0
+    name: str
+    unit: str
+    doc: str
     per_gpu: bool = False  # keyed by the ``gpu`` label
+    over_gpus: Reduction = "mean"  # the GPUs of one source at one instant
+    over_instances: Reduction = "mean"  # several sources (or parallel series) at one instant
+    cumulative: bool = False  # a counter: a window's value is its increase
+    derived: bool = False  # computed by the report from other signals, never recorded
+
+    def __post_init__(self) -> None:
+        for how in (self.over_gpus, self.over_instances):
+            if how not in REDUCTIONS:
+                raise ValueError(f"signal {self.name}: reduction {how!r} not in {REDUCTIONS}")
 
 
-def _gpu(metric: str, signal: str, vocabulary: str, scale: float = 1.0) -> MetricMap:
-    return MetricMap(metric, signal, vocabulary, scale, per_gpu=True)
+_REGISTRY: Registry[Signal] = Registry("signal")
 
 
-#: GpuSample field (locust_llm.gpu.names) -> canonical signal.
-GPU_FIELD_SIGNALS: dict[str, str] = {
-    "utilization_ratio": "gpu_util",
-    "memory_used_bytes": "mem_used_bytes",
-    "memory_total_bytes": "mem_total_bytes",
-    "dram_bandwidth_utilization_ratio": "dram_bw_util",
-    "power_watts": "power_w",
-}
+def register_signal(signal: Signal) -> Signal:
+    """Add ``signal`` (a name is registered once); returns it."""
+    return _REGISTRY.register(signal.name, signal)
 
 
-def _exporter_maps() -> tuple[MetricMap, ...]:
-    """Ours and dcgm-exporter's names and unit factors, from the exporter's own name table."""
-    from locust_llm.gpu.names import GPU_METRICS, HOST_METRICS
-
-    mapped = [m for m in GPU_METRICS if m.field in GPU_FIELD_SIGNALS]
-    ours = [_gpu(m.sample_name, GPU_FIELD_SIGNALS[m.field], "ours") for m in mapped]
-    ours.append(MetricMap(HOST_METRICS["host_cpu_utilization_ratio"][0], "host_cpu_util", "ours"))
-    dcgm = [
-        _gpu(m.dcgm, GPU_FIELD_SIGNALS[m.field], "dcgm", m.dcgm_scale)
-        for m in mapped
-        if m.dcgm is not None
-    ]
-    # the profiling engine-active ratio stands in for GPU_UTIL when only DCP fields are exported
-    dcgm.append(_gpu("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpu_util", "dcgm"))
-    return (*ours, *dcgm)
+def registered_signals() -> tuple[Signal, ...]:
+    """Every canonical signal, in registration order."""
+    return tuple(_REGISTRY)
 
 
-#: Every known metric, in priority order within each signal.
-METRICS: tuple[MetricMap, ...] = (
-    *_exporter_maps(),
-    # vLLM
-    MetricMap("vllm:num_requests_running", "running", "vllm"),
-    MetricMap("vllm:num_requests_waiting", "waiting", "vllm"),
-    MetricMap("vllm:kv_cache_usage_perc", "kv_cache_usage", "vllm"),  # a 0..1 ratio despite "perc"
-    MetricMap("vllm:gpu_cache_usage_perc", "kv_cache_usage", "vllm"),
-    MetricMap("vllm:num_preemptions_total", "preemptions", "vllm"),
-    # SGLang
-    MetricMap("sglang:num_running_reqs", "running", "sglang"),
-    MetricMap("sglang:num_queue_reqs", "waiting", "sglang"),
-    MetricMap("sglang:token_usage", "kv_cache_usage", "sglang"),
-    MetricMap("sglang:num_retracted_requests_total", "preemptions", "sglang"),
-    # text-generation-inference (no KV-usage or preemption metric)
-    MetricMap("tgi_batch_current_size", "running", "tgi"),
-    MetricMap("tgi_queue_size", "waiting", "tgi"),
-    # llama.cpp server
-    MetricMap("llamacpp:requests_processing", "running", "llamacpp"),
-    MetricMap("llamacpp:requests_deferred", "waiting", "llamacpp"),
-    MetricMap("llamacpp:kv_cache_usage_ratio", "kv_cache_usage", "llamacpp"),
-)
-
-#: dcgm-exporter memory parts that make up the total (MiB).
-DCGM_FB_PARTS: tuple[str, ...] = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")
-DCGM_FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
-
-_BY_METRIC: dict[str, MetricMap] = {m.metric: m for m in METRICS}
-_PRIORITY: dict[str, int] = {m.metric: i for i, m in enumerate(METRICS)}
-_FB_NAMES = frozenset((*DCGM_FB_PARTS, DCGM_FB_RESERVED))
-
-#: Every metric name the maps read (for a Prometheus ``{__name__=~...}`` query).
-KNOWN_METRICS: tuple[str, ...] = tuple(
-    dict.fromkeys([*(m.metric for m in METRICS), *DCGM_FB_PARTS, DCGM_FB_RESERVED])
-)
-
-Sample = tuple[str, Mapping[str, str], float]
-SignalValue = tuple[str, str, float]
+def get_signal(name: str) -> Signal:
+    """The signal registered as ``name``; a KeyError listing the registered names otherwise."""
+    return _REGISTRY.get(name)
 
 
-def gpu_key(labels: Mapping[str, str]) -> str:
-    """GPU index of a series: the ``gpu`` label (ours and dcgm-exporter); ``""`` when absent."""
-    return str(labels.get("gpu", ""))
+def signal_docs() -> dict[str, str]:
+    """Recorded signal name -> "meaning (unit)": the names telemetry.parquet may hold."""
+    return {s.name: f"{s.doc} ({s.unit})" for s in _REGISTRY if not s.derived}
 
 
-def _reduce(signal: str, values: list[float]) -> float:
-    if signal in SUMMED_SIGNALS:
-        return math.fsum(values)
-    return math.fsum(values) / len(values)
+def reduce_values(how: Reduction, values: Iterable[float]) -> float:
+    """``values`` combined by ``how``, NaN left out; NaN when no finite value is left."""
+    finite = [float(v) for v in values if math.isfinite(v)]
+    if not finite:
+        return math.nan
+    if how == "sum":
+        return math.fsum(finite)
+    if how == "mean":
+        return math.fsum(finite) / len(finite)
+    return max(finite) if how == "max" else min(finite)
 
 
-def map_samples(samples: Iterable[Sample]) -> list[SignalValue]:
-    """Canonical ``(signal, gpu, value)`` triples from one source's samples at one instant.
-
-    ``samples`` are ``(sample name, labels, value)``; unknown names are ignored. The result is
-    sorted by (signal, gpu) and holds at most one value per key.
-    """
-    raw: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for name, labels, value in samples:
-        spec = _BY_METRIC.get(name)
-        if spec is not None:
-            raw[(name, gpu_key(labels) if spec.per_gpu else "")].append(float(value))
-        elif name in _FB_NAMES:
-            raw[(name, gpu_key(labels))].append(float(value))
-
-    chosen: dict[tuple[str, str], tuple[int, float]] = {}
-    for (name, gpu), values in raw.items():
-        spec = _BY_METRIC.get(name)
-        if spec is None:
-            continue
-        rank = _PRIORITY[name]
-        key = (spec.signal, gpu)
-        if key not in chosen or rank < chosen[key][0]:
-            chosen[key] = (rank, _reduce(spec.signal, values) * spec.scale)
-
-    result = {key: value for key, (_, value) in chosen.items()}
-    for gpu in {g for (name, g) in raw if name in _FB_NAMES}:
-        if ("mem_total_bytes", gpu) in result:
-            continue
-        parts = [raw.get((name, gpu)) for name in DCGM_FB_PARTS]
-        if all(parts):
-            reserved = raw.get((DCGM_FB_RESERVED, gpu), [0.0])
-            mib = sum(sum(p) / len(p) for p in parts if p) + sum(reserved) / len(reserved)
-            result[("mem_total_bytes", gpu)] = mib * MIB
-    return [(signal, gpu, value) for (signal, gpu), value in sorted(result.items())]
+def combine(name: str, values: Mapping[tuple[str, str], float]) -> float:
+    """One value of signal ``name`` from values keyed ``(source, gpu)`` at one instant: over the
+    GPUs of each source, then over the sources (see the module docstring); NaN when none."""
+    signal = get_signal(name)
+    by_source: dict[str, list[float]] = defaultdict(list)
+    for (source, _gpu), value in values.items():
+        by_source[source].append(value)
+    if signal.per_gpu:
+        per_source = [reduce_values(signal.over_gpus, v) for v in by_source.values()]
+    else:
+        per_source = [reduce_values(signal.over_instances, v) for v in by_source.values()]
+    return reduce_values(signal.over_instances, per_source)
 
 
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+def _builtin(name: str, unit: str, doc: str, **how: object) -> None:
+    register_signal(Signal(name=name, unit=unit, doc=doc, **how))  # type: ignore[arg-type]
 
 
-def _not_prometheus(text: str, why: object) -> InputError:
-    first = text.strip().splitlines()[0][:80] if text.strip() else "(empty)"
-    return InputError(f"not Prometheus text exposition ({why}); starts with {first!r}")
-
-
-def select_lines(text: str, names: Collection[str]) -> str:
-    """The sample lines of ``text`` whose metric name is in ``names`` (comments dropped).
-
-    A cheap pre-filter so the full parser only sees the few lines the maps read (a vLLM page is
-    mostly histogram buckets). A line that does not start with a metric name is an InputError.
-    """
-    kept = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] == "#":
-            continue
-        match = _METRIC_NAME.match(line)
-        end = match.end() if match else 0
-        if match is None or (end < len(line) and line[end] not in "{ \t"):
-            raise _not_prometheus(text, f"bad line {line[:40]!r}")
-        if match.group() in names:
-            kept.append(line)
-    return "\n".join(kept) + "\n" if kept else ""
-
-
-def parse_samples(text: str, names: Collection[str] | None = None) -> list[Sample]:
-    """Samples ``(name, labels, value)`` of Prometheus text exposition ``text``, only those named
-    in ``names`` when given; an unparsable text is an InputError."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    if names is not None:
-        text = select_lines(text, names)
-    try:
-        return [
-            (s.name, s.labels, s.value)
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        ]
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise _not_prometheus(text, exc) from exc
-
-
-_KNOWN_SET = frozenset(KNOWN_METRICS)
-
-
-def extract_signals(text: str) -> list[SignalValue]:
-    """Canonical ``(signal, gpu, value)`` triples from one scrape's Prometheus text."""
-    return map_samples(parse_samples(text, _KNOWN_SET))
-
-
-def vocabularies(text: str) -> set[str]:
-    """Which vocabularies a scrape speaks (for logs and docs: "dcgm", "vllm" ...)."""
-    return {_BY_METRIC[name].vocabulary for name, _, _ in parse_samples(text) if name in _BY_METRIC}
+_GPU_SUM = {"per_gpu": True, "over_gpus": "sum", "over_instances": "sum"}
+_GPU_MEAN = {"per_gpu": True, "over_gpus": "mean", "over_instances": "mean"}
+_builtin("gpu_util", "ratio", "GPU busy ratio 0..1", **_GPU_MEAN)
+_builtin("mem_used_bytes", "bytes", "GPU memory used", **_GPU_SUM)
+_builtin("mem_total_bytes", "bytes", "GPU memory total", **_GPU_SUM)
+_builtin(
+    "gpu_mem_util", "ratio", "GPU memory used / total of the fullest GPU (derived by the report)",
+    per_gpu=True, over_gpus="max", over_instances="max", derived=True,
+)  # fmt: skip
+_builtin(
+    "dram_bw_util", "ratio",
+    "DRAM bandwidth utilization ratio 0..1 (GPM / DCGM_FI_PROF_DRAM_ACTIVE)", **_GPU_MEAN,
+)  # fmt: skip
+_builtin("power_w", "watts", "GPU power draw", **_GPU_SUM)
+_builtin("kv_cache_usage", "ratio", "server KV-cache usage ratio 0..1", over_instances="mean")
+_builtin("running", "requests", "requests running in the server's batch", over_instances="sum")
+_builtin("waiting", "requests", "requests queued in the server", over_instances="sum")
+_builtin(
+    "preemptions", "count", "server preemptions, cumulative count",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin("host_cpu_util", "ratio", "CPU utilization ratio 0..1 of the exporter's host")
+_builtin(
+    "sim_lag_s", "seconds",
+    "simulated server: summed step lag behind its real-time schedule (locust_llm.sim.lag)",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin(
+    "sim_steps", "count", "simulated server: engine steps handed out, cumulative count",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin(
+    "sim_late_steps", "count",
+    "simulated server: steps handed out > 10 ms late, cumulative count",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin(
+    "worker_cpu_util", "ratio", "Locust worker CPU ratio 0..1 (source = worker id)",
+    over_instances="max",
+)  # fmt: skip
+_builtin(
+    SCRAPE_UP, "ratio", "1 = target scraped and parsed, 0 = scrape failed (a gap)",
+    over_instances="min",
+)  # fmt: skip

@@ -6,16 +6,10 @@ is the same thing for people who run ``locust -f`` themselves.
 
 from __future__ import annotations
 
-from locust import constant
-
 from locust_llm.shapes import StagesShape
-from locust_llm.user import ChatUser
+from locust_llm.user import Chat
 
-
-class Chat(ChatUser):
-    """One streamed chat completion after another; the shape sets how many users run."""
-
-    wait_time = constant(0)
+__all__ = ["Chat", "Stages"]
 
 
 class Stages(StagesShape):

@@ -4,7 +4,8 @@
 own timer (a ``threading.Thread``; under Locust, whose gevent monkey-patching turns threads into
 greenlets, a greenlet), so a hung target never delays the others. Each tick fetches the target's
 Prometheus text with ``urllib`` (cooperative once patched), maps it to canonical signals
-(:mod:`locust_llm.signals`) and records rows ``(time_s, source, signal, gpu, value)``:
+(:mod:`locust_llm.vocabularies` onto :mod:`locust_llm.signals`) and records rows
+``(time_s, source, signal, gpu, value)``:
 
 * ``time_s`` is the wall clock when the scrape started; ``source`` is the target URL.
 * Every scrape adds a ``scrape_up`` row: 1 scraped and parsed, 0 failed.
@@ -13,6 +14,9 @@ Prometheus text with ``urllib`` (cooperative once patched), maps it to canonical
   logged (and kept in :attr:`TelemetryScraper.warnings`); the scraper never raises into the run.
 * Ticks run on absolute deadlines (``start + k * interval``); a tick that overruns skips the
   deadlines it missed instead of bursting to catch up (counted in ``missed_ticks``).
+* Time comes from an injected :class:`ScrapeClock` (wall clock for the stamps, a monotonic clock
+  for the deadlines, and the wait between ticks), :data:`SYSTEM_CLOCK` by default, so tests drive
+  the timer with a fake clock and no real sleeps.
 
 An optional ``cpu_probe`` (for Locust: :func:`locust_worker_cpu`) is called on the same interval
 and recorded as ``worker_cpu_util`` with ``source`` = worker id.
@@ -34,11 +38,12 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from locust_llm.errors import InputError
 from locust_llm.rundir import TELEMETRY_COLUMNS, TELEMETRY_FILE
-from locust_llm.signals import SCRAPE_UP, extract_signals
+from locust_llm.signals import SCRAPE_UP
+from locust_llm.vocabularies import extract_signals
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,6 +51,38 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Row = tuple[float, str, str, str, float]
+
+
+class ScrapeClock(Protocol):
+    """Where the scraper's timer gets its time (inject a fake one in tests)."""
+
+    def wall(self) -> float:
+        """Unix seconds, for the rows' ``time_s``."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never jumps, for the tick deadlines."""
+        ...
+
+    def wait(self, stop: threading.Event, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` or until ``stop`` is set; True means stop now."""
+        ...
+
+
+class SystemClock:
+    """The real clocks: ``time.time``, ``time.monotonic`` and ``Event.wait``."""
+
+    def wall(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, stop: threading.Event, timeout_s: float) -> bool:
+        return stop.wait(timeout_s)
+
+
+SYSTEM_CLOCK = SystemClock()
 Fetch = Callable[[str, float], str]
 CpuProbe = Callable[[], Mapping[str, float]]
 
@@ -108,7 +145,7 @@ class TelemetryScraper:
         timeout_s: float | None = None,
         fetch: Fetch = fetch_text,
         cpu_probe: CpuProbe | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: ScrapeClock = SYSTEM_CLOCK,
     ) -> None:
         valid = isinstance(interval_s, int | float) and math.isfinite(interval_s)
         if not valid or interval_s <= 0:
@@ -152,7 +189,7 @@ class TelemetryScraper:
 
     def scrape_once(self, now: float | None = None) -> int:
         """Scrape every target once (sequentially) and probe CPU; returns targets that answered."""
-        stamp = self._clock() if now is None else now
+        stamp = self._clock.wall() if now is None else now
         ok = sum(self.scrape_target(target, stamp) for target in self.targets)
         self.probe_cpu(stamp)
         return ok
@@ -201,22 +238,25 @@ class TelemetryScraper:
             steps.append(("cpu", self.probe_cpu))
         for name, step in steps:
             thread = threading.Thread(
-                target=self._loop, args=(step,), name=f"telemetry {name}", daemon=True
+                target=self.run_timer, args=(step,), name=f"telemetry {name}", daemon=True
             )
             self._threads.append(thread)
             thread.start()
         return self
 
-    def _loop(self, step: Callable[[float], Any]) -> None:
-        origin = time.monotonic()
+    def run_timer(self, step: Callable[[float], Any]) -> None:
+        """Call ``step(wall time)`` on the absolute deadlines until :meth:`stop` (or the clock's
+        ``wait``) says stop: what each timer thread runs; callable directly with a fake clock."""
+        clock = self._clock
+        origin = clock.monotonic()
         tick = 0
         while not self._stop.is_set():
             try:
-                step(self._clock())
+                step(clock.wall())
             except Exception:  # pragma: no cover - steps already swallow their errors
                 logger.exception("telemetry step failed")
             tick += 1
-            now = time.monotonic()
+            now = clock.monotonic()
             due = origin + tick * self.interval_s
             if now >= due:  # overran: skip to the next deadline still ahead
                 skipped = int((now - due) // self.interval_s) + 1
@@ -224,7 +264,7 @@ class TelemetryScraper:
                     self.missed_ticks += skipped
                 tick += skipped
                 due = origin + tick * self.interval_s
-            if self._stop.wait(due - now):
+            if clock.wait(self._stop, due - now):
                 break
 
     def stop(self) -> None:
@@ -233,6 +273,14 @@ class TelemetryScraper:
         for thread in self._threads:
             thread.join(self.timeout_s + 1.0)
         self._threads = []
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait for timers that end on their own (a clock whose ``wait`` said stop) without
+        stopping the others; True when none is left running."""
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
     @property
     def running(self) -> bool:

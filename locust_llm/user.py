@@ -1,36 +1,54 @@
-"""ChatUser / CompletionUser: stream one completion per task and time every token.
+"""LLMUser, ChatUser, CompletionUser: stream one completion per task and time every token.
 
-The request goes out over geventhttpclient (the library under Locust's FastHttpUser), used
-directly so that nothing is fired on our behalf: each LLM request fires exactly one Locust
-``request`` event (name = endpoint, response_time = E2E in ms, response_length = output tokens,
-exception on failure). Lines are read with ``readline(b"\\n")``, which returns as soon as a
-line's bytes are in, so every chunk is timestamped (``perf_counter``) on arrival; bigger
-fixed-size reads batch tokens and skew TTFT and TPOT (see docs/client.md for the measurement).
+Subclass one in a locustfile; every task is one request. Settings are class attributes, each
+``None`` by default, meaning "the ``--llm-*`` option" (see :mod:`locust_llm.client.settings`)::
+
+    class Small(ChatUser):
+        host = "http://127.0.0.1:8000"   # Locust's own attribute; --host overrides it
+        model = "qwen2.5-0.5b"           # --llm-model
+        api = "chat"                     # an API adapter name: chat, completions, ...
+        dataset = "openqa"               # --llm-dataset
+        max_tokens = "uniform:64,256"    # --llm-max-tokens: output lengths
+        input_len = 512                  # --llm-input-len (random data set)
+        connect_timeout_s = 5.0          # --llm-connect-timeout (also read_/total_timeout_s)
+
+Each request fires exactly one Locust ``request`` event (name = endpoint, response_time = E2E in
+ms, response_length = output tokens, ``context=self.context()``, ``start_time``; the failure as
+the exception). Lines are read with ``readline(b"\\n")``, which returns as soon as a line's bytes
+are in, so every chunk is timestamped (``perf_counter``) on arrival; bigger fixed-size reads
+batch tokens and skew TTFT and TPOT (see docs/client.md for the measurement).
 
 A failure never kills the user: every request sent ends as exactly one ``RequestRecord``,
-successful or with one of ``metrics.ERROR_KINDS`` (plus ``cancelled`` when the load test itself
-stopped the request).
+successful or with one of ``metrics.ERROR_KINDS``: ``cancelled`` when the load test itself
+stopped the request, ``client_error`` when locust-llm's own code raised (reported through
+Locust's ``user_error`` event, never as the server's failure).
 """
 
 from __future__ import annotations
 
-import errno
 import itertools
 import json
+import logging
 import random
-import socket
 import time
+import uuid
 from time import perf_counter
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import gevent
-from geventhttpclient import HTTPClient
-from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
-from locust import User, task
+from locust import User, constant, task
 from locust.exception import StopUser
 
-from locust_llm import plugin, sse
+from locust_llm import sse
+from locust_llm.client import lifecycle
+from locust_llm.client.apis.base import ApiAdapter, BodyRequest, get_api
+from locust_llm.client.config import ClientOptions
+from locust_llm.client.events import llm_events
+from locust_llm.client.runtime import runtime
+from locust_llm.client.settings import UserSettings, resolve_settings
+from locust_llm.client.transport import READ_ERRORS, Transport, read_failure
+from locust_llm.errors import RequestFailed
 from locust_llm.metrics import (
     NAN,
     RequestRecord,
@@ -39,43 +57,78 @@ from locust_llm.metrics import (
     summarize_stream,
 )
 
-_CHAT = "/v1/chat/completions"
-_COMPLETIONS = "/v1/completions"
+logger = logging.getLogger("locust_llm")
+
 _ERROR_BODY_LIMIT = 4096
 _TERMINATOR_WAIT_S = 0.05
-_request_ids = itertools.count()
 
-
-class _StreamError(Exception):
-    """Internal: a stream ended badly; ``kind`` is its error kind."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+lifecycle.install()
 
 
 class LLMUser(User):
-    """Base of the LLM users: one streamed completion per task, exactly one record per request.
+    """Base of the LLM users: one streamed request per task, exactly one record per request.
 
-    Subclass and set ``endpoint``; override :meth:`build_body` to shape requests. Options come
-    from the ``--llm-*`` flags (see ``locust_llm.options``).
+    Set ``api`` (a registered adapter name) or subclass :class:`ChatUser` /
+    :class:`CompletionUser`; the class attributes below override the ``--llm-*`` options for
+    this class only. Override :meth:`build_body` to shape requests further.
     """
 
     abstract = True
-    endpoint: ClassVar[str] = _CHAT
+    api: ClassVar[str] = "chat"
+    model: ClassVar[str | None] = None
+    dataset: ClassVar[str | None] = None
+    max_tokens: ClassVar[int | str | None] = None
+    input_len: ClassVar[int | str | None] = None
+    connect_timeout_s: ClassVar[float | None] = None
+    read_timeout_s: ClassVar[float | None] = None
+    total_timeout_s: ClassVar[float | None] = None
+    #: how requests reach the server (the seam for another transport)
+    transport_class: ClassVar[type[Transport]] = Transport
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
-        self.runtime = plugin.runtime(environment)
+        self.runtime = runtime(environment)
+        self.options: ClientOptions = self.runtime.options
+        self.settings: UserSettings = self.runtime.settings_for(type(self))
+        self.adapter: ApiAdapter = get_api(self.settings.api)
+        self.endpoint = self.adapter.path
         self.user_index = self.runtime.next_user_index()
-        self.rng = random.Random(self.runtime.options.llm_seed * 1_000_003 + self.user_index)
-        self._clients: dict[str, HTTPClient] = {}
+        self.rng = random.Random(self.runtime.prompt_seed(self.user_index))
+        hosts = list(self.settings.hosts)
+        # round robin over the servers, each user starting at a different one
+        start = self.user_index % len(hosts) if hosts else 0
+        self._hosts = itertools.cycle(hosts[start:] + hosts[:start]) if hosts else None
+        self.transport = self.transport_class(
+            connect_timeout_s=self.settings.connect_timeout_s,
+            read_timeout_s=self.settings.read_timeout_s,
+            insecure=self.options.insecure,
+            on_reconnect=self.runtime.count_reconnect,
+        )
+
+    @classmethod
+    def resolve_settings(cls, options: ClientOptions, locust_host: str | None) -> UserSettings:
+        """This class's settings: its attributes, the options where an attribute is None;
+        ``locust_host`` (``--host``) wins over the class's ``host``, as in Locust."""
+        return resolve_settings(
+            options,
+            host=locust_host or cls.host,
+            model=cls.model,
+            api=cls.api,
+            dataset=cls.dataset,
+            max_tokens=cls.max_tokens,
+            input_len=cls.input_len,
+            connect_timeout_s=cls.connect_timeout_s,
+            read_timeout_s=cls.read_timeout_s,
+            total_timeout_s=cls.total_timeout_s,
+        )
 
     # ---- Locust lifecycle ---------------------------------------------------------------------
     def on_stop(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        self.transport.close()
+
+    def _stopping(self) -> bool:
+        """True once Locust has asked this user to stop (graceful stop)."""
+        return getattr(self, "_state", None) == "stopping"
 
     @task
     def generate(self) -> None:
@@ -84,98 +137,94 @@ class LLMUser(User):
         A user that Locust asks to stop while it waits sends nothing more (StopUser); an
         open-loop slot whose stage ended before it came due is dropped, not sent in the next.
         """
-        runtime = self.runtime
-        if not runtime.acquire_permit(self):
+        gate = self.runtime.gate
+        if not gate.acquire(self._stopping):
             raise StopUser()
-        stage = runtime.current_stage
-        scheduled = runtime.claim_arrival(self)
+        stage = gate.stage
+        scheduled = gate.claim_arrival(self._stopping)
         if scheduled is not None and not (
-            scheduled == scheduled and runtime.wait_until(scheduled, stage, self)
+            scheduled == scheduled and gate.wait_until(scheduled, stage, self._stopping)
         ):
-            runtime.release_permit(stage)
-            if self._state == "stopping":
+            gate.release(stage)
+            if self._stopping():
                 raise StopUser()
             return
         self.send(scheduled_wall_s=NAN if scheduled is None else scheduled)
 
     # ---- request building ---------------------------------------------------------------------
     def build_body(self, prompt: Any, max_tokens: int) -> dict[str, Any]:
-        """The JSON body of one request (chat shape)."""
-        opts = self.runtime.options
-        body: dict[str, Any] = {"model": self.runtime.model, "messages": prompt.messages}
-        self._common_fields(body, max_tokens, opts)
-        return body
+        """The JSON body of one request (the API adapter's shape)."""
+        opts = self.options
+        return self.adapter.build_body(
+            BodyRequest(
+                model=self.runtime.model_for(self.settings),
+                prompt=prompt,
+                max_tokens=max_tokens,
+                stream=opts.stream,
+                max_tokens_field=opts.max_tokens_field,
+                temperature=opts.temperature,
+                ignore_eos=opts.ignore_eos,
+                extra_body=opts.extra_body,
+            )
+        )
 
-    def _common_fields(self, body: dict[str, Any], max_tokens: int, opts: Any) -> None:
-        stream = not opts.llm_no_stream
-        body["stream"] = stream
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        body[opts.llm_max_tokens_field] = max_tokens
-        body["temperature"] = opts.llm_temperature
-        if opts.llm_ignore_eos:
-            body["ignore_eos"] = True
-        body.update(self.runtime.extra_body)
+    def next_host(self) -> str:
+        if self._hosts is None:
+            raise RequestFailed("client_error", "no --host given: the server's base URL")
+        return next(self._hosts)
 
     # ---- sending ------------------------------------------------------------------------------
-    def _client_for(self, base_url: str) -> HTTPClient:
-        client = self._clients.get(base_url)
-        if client is None:
-            opts = self.runtime.options
-            parts = urlsplit(base_url)
-            client = HTTPClient(
-                parts.hostname or "127.0.0.1",
-                parts.port,
-                ssl=parts.scheme == "https",
-                connection_timeout=opts.llm_connect_timeout,
-                network_timeout=opts.llm_read_timeout,
-                concurrency=1,
-                insecure=bool(opts.llm_insecure),
-            )
-            self._clients[base_url] = client
-        return client
-
     def send(self, *, scheduled_wall_s: float = NAN) -> RequestRecord:
         """Send one request now and return its record (already recorded and reported)."""
-        runtime = self.runtime
-        prompt = runtime.dataset.next_request(self.rng)
-        max_tokens = runtime.output_cap(prompt, self.rng)
-        body = json.dumps(self.build_body(prompt, max_tokens)).encode()
-        base_url = runtime.next_host()
-        path = urlsplit(base_url).path.rstrip("/") + self.endpoint
+        rt = self.runtime
         record = RequestRecord(
-            request_id=f"{runtime.worker_id}-{next(_request_ids)}",
+            request_id=str(uuid.uuid4()),  # UUID4: some servers refuse any other X-Request-Id
             endpoint=self.endpoint,
-            model=runtime.model,
-            worker_id=runtime.worker_id,
+            worker_id=rt.worker_id,
             user_id=self.user_index,
-            stage=runtime.current_stage,
+            stage=rt.gate.stage,
             scheduled_wall_s=scheduled_wall_s,
-            input_tokens=prompt.input_tokens_estimate,
-            input_tokens_estimated=True,
         )
-        runtime.request_started()
+        rt.request_started()
         timing = StreamTiming(t0=0.0)
         usage_tokens: int | None = None
+        base_url = ""
         try:
             with gevent.Timeout(
-                runtime.options.llm_total_timeout, _StreamError("timeout", "total timeout")
+                self.settings.total_timeout_s, RequestFailed("timeout", "total timeout")
             ):
+                base_url = self.next_host()
+                body = self._prepare(record)
+                path = urlsplit(base_url).path.rstrip("/") + self.endpoint
                 usage_tokens = self._exchange(base_url, path, body, record, timing)
             record.ok = True
-        except _StreamError as exc:
-            record.error_kind, record.error_message = exc.kind, str(exc)[:300]
-        except Exception as exc:  # never lose a request: whatever broke, it gets its record
-            record.error_kind = "bad_payload"
-            record.error_message = f"unexpected {type(exc).__name__}: {exc}"[:300]
+        except RequestFailed as exc:
+            record.error_kind, record.error_message = exc.kind, exc.message[:300]
+        except Exception as exc:  # our own bug: never lose a request, never blame the server
+            record.error_kind = "client_error"
+            record.error_message = f"{type(exc).__name__}: {exc}"[:300]
+            logger.exception("locust-llm: client error in %s", type(self).__name__)
+            self.environment.events.user_error.fire(
+                user_instance=self, exception=exc, tb=exc.__traceback__
+            )
         except gevent.GreenletExit:
             record.error_kind, record.error_message = "cancelled", "stopped by the load test"
             self._finish(record, timing, usage_tokens)
-            self._drop_client(base_url)
+            self.transport.drop(base_url)
             raise
-        if not record.ok:
-            self._drop_client(base_url)
+        if not record.ok and base_url:
+            self.transport.drop(base_url)
         return self._finish(record, timing, usage_tokens)
+
+    def _prepare(self, record: RequestRecord) -> bytes:
+        """Draw the prompt and output cap; fill the record's model and input estimate."""
+        prompt = self.runtime.dataset_for(self.settings).next_request(self.rng)
+        max_tokens = self.runtime.output_cap(self.settings, prompt, self.rng)
+        body_obj = self.build_body(prompt, max_tokens)
+        record.model = str(body_obj.get("model", ""))
+        record.input_tokens = prompt.input_tokens_estimate
+        record.input_tokens_estimated = True
+        return json.dumps(body_obj).encode()
 
     def _finish(
         self, record: RequestRecord, timing: StreamTiming, usage_tokens: int | None
@@ -184,46 +233,36 @@ class LLMUser(User):
             timing.end_time = perf_counter()
         if timing.t0:
             summarize_stream(record, timing, usage_tokens)
-        self.runtime.request_done(record, timing)
+        if record.start_wall_s != record.start_wall_s:  # never sent: stamp it now
+            record.start_wall_s = time.time()
+        self.runtime.request_done(self, record, timing)
         return record
-
-    def _drop_client(self, base_url: str) -> None:
-        client = self._clients.pop(base_url, None)
-        if client is not None:
-            client.close()
 
     def _exchange(
         self, base_url: str, path: str, body: bytes, record: RequestRecord, timing: StreamTiming
     ) -> int | None:
         """Write the request, read the response; fills ``timing``. Returns usage tokens."""
-        client = self._client_for(base_url)
-        headers = {**self.runtime.headers, "X-Request-Id": record.request_id}
-        record.start_wall_s = time.time()
-        timing.t0 = perf_counter()
-        try:
-            resp = client.request("POST", path, body=body, headers=headers)
-        except (ConnectionRefusedError, ConnectionResetError, HTTPConnectionClosed) as exc:
-            raise _StreamError("connect", f"{type(exc).__name__}: {exc}") from None
-        except HTTPParseError as exc:  # a garbled or cut response head
-            raise _StreamError("bad_payload", f"bad response head: {exc}") from None
-        except TimeoutError as exc:
-            raise _StreamError("timeout", f"no response: {exc}") from None
-        except OSError as exc:
-            kind = "timeout" if exc.errno == errno.ETIMEDOUT else "connect"
-            raise _StreamError(kind, f"{type(exc).__name__}: {exc}") from None
+        headers = self.runtime.headers
+        if self.options.request_id_header:
+            headers = {**headers, "X-Request-Id": record.request_id}
+
+        def stamp() -> None:  # just before the request is written (again, after a reconnect)
+            record.start_wall_s = time.time()
+            timing.t0 = perf_counter()
+
+        resp = self.transport.post(base_url, path, body, headers, before_send=stamp)
         status = resp.status_code
         record.status_code = status
         try:
             if status >= 400:
                 text = self._read_error_body(resp)
-                raise _StreamError(
-                    classify_http_error(status, text), f"HTTP {status}: {text[:200]}"
-                )
-            if self.runtime.options.llm_no_stream:
+                detail = text[:200].strip() or "(empty body)"  # no cause invented for it
+                raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
+            if self.options.no_stream:
                 return self._read_whole(resp, record, timing)
             return self._read_stream(resp, record, timing)
         finally:
-            resp.release()
+            self.transport.release(base_url, resp)
 
     @staticmethod
     def _read_error_body(resp: Any) -> str:
@@ -235,13 +274,13 @@ class LLMUser(User):
     def _read_whole(self, resp: Any, record: RequestRecord, timing: StreamTiming) -> int | None:
         try:
             data = resp.read()
-        except (OSError, HTTPConnectionClosed, HTTPParseError) as exc:
-            raise _read_failure(exc) from None
+        except READ_ERRORS as exc:
+            raise read_failure(exc) from None
         timing.end_time = perf_counter()
         try:
-            chunk = sse.parse_response_body(data)
+            chunk = self.adapter.parse_body(data)
         except ValueError as exc:
-            raise _StreamError("bad_payload", str(exc)) from None
+            raise RequestFailed("bad_payload", str(exc)) from None
         if chunk.prompt_tokens >= 0:
             record.input_tokens, record.input_tokens_estimated = chunk.prompt_tokens, False
         return chunk.completion_tokens if chunk.completion_tokens >= 0 else None
@@ -250,9 +289,9 @@ class LLMUser(User):
         """The per-chunk loop: the hot path of the whole tool."""
         times = timing.chunk_times
         tokens = timing.chunk_tokens
-        parse = sse.parse_chunk
+        classify = self.adapter.classify
         data_payload = sse.data_payload
-        first_token_hook = self.runtime.first_token_hook
+        first_token = llm_events.first_token
         usage_tokens: int | None = None
         prev_usage = 0
         readline = resp.readline
@@ -260,19 +299,19 @@ class LLMUser(User):
         while True:
             try:
                 line = readline(b"\n")
-            except (OSError, HTTPConnectionClosed, HTTPParseError) as exc:
-                raise _read_failure(exc) from None
+            except READ_ERRORS as exc:
+                raise read_failure(exc) from None
             now = perf_counter()
             if not line:
                 break
             payload = data_payload(line)
             if payload is None:
                 continue
-            kind, chunk = parse(payload)
+            kind, chunk = classify(payload)
             if kind == sse.KIND_CHUNK:
                 assert chunk is not None
                 if chunk.error is not None:
-                    raise _StreamError(classify_http_error(500, chunk.error), chunk.error[:200])
+                    raise RequestFailed(classify_http_error(500, chunk.error), chunk.error[:200])
                 if chunk.completion_tokens >= 0:
                     usage_tokens = chunk.completion_tokens
                     if chunk.prompt_tokens >= 0:
@@ -281,8 +320,8 @@ class LLMUser(User):
                     if chunk.reasoning_tokens >= 0:
                         record.reasoning_tokens = chunk.reasoning_tokens
                 if chunk.content or chunk.reasoning:
-                    if not times and first_token_hook is not None:
-                        first_token_hook(record, now - timing.t0)
+                    if not times:
+                        first_token.fire(record=record, ttft_s=now - timing.t0)
                     times.append(now)
                     if chunk.completion_tokens >= 0:  # continuous usage: tokens in this chunk
                         tokens.append(chunk.completion_tokens - prev_usage)
@@ -297,10 +336,10 @@ class LLMUser(User):
                 break
             elif kind == sse.KIND_BAD:
                 timing.end_time = now
-                raise _StreamError("bad_payload", f"malformed chunk: {line[:120]!r}")
+                raise RequestFailed("bad_payload", f"malformed chunk: {line[:120]!r}")
         if not done:
             timing.end_time = perf_counter()
-            raise _StreamError(
+            raise RequestFailed(
                 "stream_broken", f"stream closed after {len(times)} chunks without [DONE]"
             )
         if not resp.message_complete:  # the chunked terminator may follow [DONE] a bit later:
@@ -309,26 +348,27 @@ class LLMUser(User):
         return usage_tokens
 
 
-def _read_failure(exc: BaseException) -> _StreamError:
-    if isinstance(exc, TimeoutError | socket.timeout):
-        return _StreamError("timeout", f"read timed out: {exc}")
-    return _StreamError("stream_broken", f"{type(exc).__name__}: {exc}")
-
-
 class ChatUser(LLMUser):
     """Streams ``/v1/chat/completions`` (messages as plain strings)."""
 
     abstract = True
-    endpoint = _CHAT
+    api = "chat"
 
 
 class CompletionUser(LLMUser):
     """Streams ``/v1/completions`` (a plain-text prompt)."""
 
     abstract = True
-    endpoint = _COMPLETIONS
+    api = "completions"
 
-    def build_body(self, prompt: Any, max_tokens: int) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.runtime.model, "prompt": prompt.prompt}
-        self._common_fields(body, max_tokens, self.runtime.options)
-        return body
+
+class Chat(ChatUser):
+    """One streamed chat completion after another (closed loop, no think time).
+
+    The user class of the ready locustfiles and of ``locust-llm demo`` / ``run``; its ``host``
+    is the default for Locust's single-user debug path (``python locustfiles/chat.py``), which
+    ``--host`` or ``$LOCUST_HOST`` override as usual.
+    """
+
+    wait_time = constant(0)
+    host = "http://127.0.0.1:8000"

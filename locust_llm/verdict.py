@@ -5,12 +5,13 @@ column name -> value; NaN = no data). Output is one :class:`Verdict` per stage a
 Every evidence string quotes the numbers it rests on; every action comes from the source
 document's remedy lists, with vLLM flag names. No I/O, no pandas.
 
-Per-stage rules, first match wins (thresholds are :class:`Rules` fields):
+Per-stage rules, first match wins (thresholds are fields of the shared
+:class:`locust_llm.thresholds.Thresholds`):
 
 1. ``insufficient_data``: fewer than ``min_requests`` requests in the stage.
 2. ``memory_oom``: any request failed with error kind ``oom``.
 3. ``client_bound``: a Locust worker's CPU peaked at or above ``client_cpu``.
-4. ``errors``: error rate above ``error_rate``.
+4. ``errors``: error rate above ``error_rate`` (off when it is ``None``).
 5. ``insufficient_data``: no server telemetry (none of GPU utilization, DRAM bandwidth, KV-cache
    usage, running) in the stage: the cause cannot be told from client timings alone (they are
    quoted: QPS, E2E, TTFT, TPOT, and the overload test on them).
@@ -44,6 +45,7 @@ from typing import Any
 
 from locust_llm.metrics import ERROR_KINDS
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
+from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
 KINDS: tuple[str, ...] = (
     "prefill_bound",
@@ -122,25 +124,6 @@ ERROR_ACTIONS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
-class Rules:
-    """Thresholds of the verdict rules (ratios 0..1 unless named otherwise)."""
-
-    min_requests: int = 5  # fewer requests in a stage: insufficient data
-    client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
-    error_rate: float = 0.01  # failed / all above: errors (the seed's alert level)
-    no_queue_waiting: float = 0.5  # mean waiting below: no queue
-    no_queue_share: float = 0.25  # ... or below 1 and below this share of the mean batch
-    low_batch_fraction: float = 0.25  # running at most this share of its limit: under-used
-    saturated_gpu_util: float = 0.90
-    saturated_bw_util: float = 0.70
-    saturated_kv: float = 0.90
-    prefill_share: float = 0.5  # mean TTFT / mean E2E at or above: the prefill phase dominates
-    flat_gain: float = 1.02  # throughput ratio over the lower stage at most this: flat
-    latency_climb: float = 1.25  # P99 ratio at least this: latency climbs
-    open_loop_shortfall: float = 0.90  # achieved / offered rate below this: overloaded
-
-
 @dataclass(frozen=True)
 class Verdict:
     """A diagnosis: what limits the server, the numbers that show it, what to do about it."""
@@ -203,7 +186,7 @@ def batch_limit(row: Mapping[str, Any], max_num_seqs: int | None) -> tuple[float
     return min(limits) if limits else (math.nan, "")
 
 
-def _phase(row: Mapping[str, Any], rules: Rules) -> tuple[str, str]:
+def _phase(row: Mapping[str, Any], thresholds: Thresholds) -> tuple[str, str]:
     """('prefill_bound' | 'decode_bound', evidence) from TTFT's share of E2E latency."""
     ttft, e2e = _v(row, "ttft_avg_s"), _v(row, "latency_avg_s")
     share = ttft / e2e if e2e > 0 else math.nan
@@ -211,10 +194,10 @@ def _phase(row: Mapping[str, Any], rules: Rules) -> tuple[str, str]:
         f"; {num(_v(row, 'input_tokens_avg'), 0)} input / "
         f"{num(_v(row, 'output_tokens_avg'), 0)} output tokens per request"
     )
-    if not math.isnan(share) and share >= rules.prefill_share:
+    if not math.isnan(share) and share >= thresholds.prefill_share:
         text = (
             f"TTFT avg {ms(ttft)} ms is {pct(share)} of E2E avg {ms(e2e)} ms "
-            f"(>= {pct(rules.prefill_share)}): prefill dominates{tokens}"
+            f"(>= {pct(thresholds.prefill_share)}): prefill dominates{tokens}"
         )
         floor = _v(row, "ttft_floor_s")
         if not math.isnan(floor):
@@ -230,27 +213,29 @@ def _phase(row: Mapping[str, Any], rules: Rules) -> tuple[str, str]:
     return "decode_bound", text
 
 
-def _saturation(row: Mapping[str, Any], rules: Rules) -> list[str]:
+def _saturation(row: Mapping[str, Any], thresholds: Thresholds) -> list[str]:
     """Evidence strings for each saturated resource (empty: nothing saturated)."""
     found = []
-    if _v(row, "gpu_util") >= rules.saturated_gpu_util:
+    if _v(row, "gpu_util") >= thresholds.saturated_gpu_util:
         found.append(
-            f"GPU utilization {pct(_v(row, 'gpu_util'))} >= {pct(rules.saturated_gpu_util)}"
+            f"GPU utilization {pct(_v(row, 'gpu_util'))} >= {pct(thresholds.saturated_gpu_util)}"
         )
     for key, label in (
         ("dram_bw_util", "DRAM bandwidth utilization"),
         ("model_bw_util", "model bandwidth utilization (roofline / TPOT)"),
     ):
-        if _v(row, key) >= rules.saturated_bw_util:
-            found.append(f"{label} {pct(_v(row, key))} >= {pct(rules.saturated_bw_util)}")
-    if _v(row, "kv_cache_usage_max") >= rules.saturated_kv:
+        if _v(row, key) >= thresholds.saturated_bw_util:
+            found.append(f"{label} {pct(_v(row, key))} >= {pct(thresholds.saturated_bw_util)}")
+    if _v(row, "kv_cache_usage_max") >= thresholds.saturated_kv:
         found.append(f"KV cache peaked at {pct(_v(row, 'kv_cache_usage_max'))}")
     if _v(row, "waiting") >= 1:
         found.append(f"{num(_v(row, 'waiting'))} requests waiting on average")
     return found
 
 
-def _overload(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], rules: Rules) -> list[str]:
+def _overload(
+    row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], thresholds: Thresholds
+) -> list[str]:
     """Evidence that the stage is past the knee (empty: it is not)."""
     found = []
     prev = _lower_neighbour(row, rows)
@@ -261,7 +246,7 @@ def _overload(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], rules: 
             if _v(prev, "latency_p99_s") > 0
             else math.nan
         )
-        if gain <= rules.flat_gain and climb >= rules.latency_climb:
+        if gain <= thresholds.flat_gain and climb >= thresholds.latency_climb:
             found.append(
                 f"from load {load_label(prev.get('concurrency'), prev.get('rate'))} to "
                 f"{load_label(row.get('concurrency'), row.get('rate'))} QPS went "
@@ -270,14 +255,14 @@ def _overload(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], rules: 
                 f"{ms(_v(row, 'latency_p99_s'))} ms ({ratio(climb)})"
             )
     waiting, running = _v(row, "waiting"), _v(row, "running")
-    kv_full = _v(row, "kv_cache_usage_max") >= rules.saturated_kv or _v(row, "preemptions") > 0
+    kv_full = _v(row, "kv_cache_usage_max") >= thresholds.saturated_kv or _v(row, "preemptions") > 0
     if waiting >= 1 and waiting >= 0.5 * (running if running > 0 else 0) and kv_full:
         found.append(
             f"standing queue: {num(waiting)} waiting vs {num(running)} running, KV cache max "
             f"{pct(_v(row, 'kv_cache_usage_max'))}, {num(_v(row, 'preemptions'), 0)} preemptions"
         )
     rate, qps = _v(row, "rate"), _v(row, "qps")
-    if rate > 0 and qps < rules.open_loop_shortfall * rate:
+    if rate > 0 and qps < thresholds.open_loop_shortfall * rate:
         found.append(
             f"achieved {num(qps, 2)} req/s of {num(rate, 2)} req/s offered ({pct(qps / rate)})"
         )
@@ -288,7 +273,7 @@ def stage_verdict(
     row: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]] = (),
     *,
-    rules: Rules = Rules(),
+    thresholds: Thresholds = Thresholds(),
     max_num_seqs: int | None = None,
 ) -> Verdict:
     """The verdict for one stage; ``rows`` (all stages) give the lower-load neighbour."""
@@ -299,12 +284,12 @@ def stage_verdict(
         return Verdict(kind, tuple(evidence), (*ACTIONS[kind], *extra), stage)
 
     requests = _v(row, "requests")
-    if not requests >= rules.min_requests:
+    if not requests >= thresholds.min_requests:
         return verdict(
             "insufficient_data",
             [
                 f"{num(requests if not math.isnan(requests) else 0)} requests {where} "
-                f"(< {rules.min_requests})"
+                f"(< {thresholds.min_requests})"
             ],
         )
     oom = _v(row, "error_rate_oom")
@@ -321,24 +306,24 @@ def stage_verdict(
                 evidence.append(f"{label} {pct(_v(row, key))}")
         return verdict("memory_oom", evidence)
     cpu = _v(row, "worker_cpu_max")
-    if cpu >= rules.client_cpu:
+    if cpu >= thresholds.client_cpu:
         who = row.get("worker_cpu_max_id") or "a worker"
         return verdict(
             "client_bound",
             [
                 f"Locust worker {who} CPU peaked at {pct(cpu)} {where} "
-                f"(>= {pct(rules.client_cpu)}): the load generator, not the server, "
+                f"(>= {pct(thresholds.client_cpu)}): the load generator, not the server, "
                 "limits this stage"
             ],
         )
-    rate = _v(row, "error_rate")
-    if rate > rules.error_rate:
+    rate, limit = _v(row, "error_rate"), thresholds.error_rate
+    if limit is not None and error_rate_exceeded(rate, thresholds):
         kinds = [(k, _v(row, f"error_rate_{k}")) for k in ERROR_KINDS]
         kinds = [(k, r) for k, r in kinds if r > 0]
         detail = ", ".join(f"{k} {pct(r, 1)}" for k, r in kinds)
         return verdict(
             "errors",
-            [f"error rate {pct(rate, 1)} {where} > {pct(rules.error_rate)} ({detail})"],
+            [f"error rate {pct(rate, 1)} {where} > {pct(limit)} ({detail})"],
             [ERROR_ACTIONS[k] for k, _ in kinds if k in ERROR_ACTIONS],
         )
     if not any(_has(row, s) for s in SERVER_SIGNALS):
@@ -350,12 +335,12 @@ def stage_verdict(
             f"TTFT avg {ms(_v(row, 'ttft_avg_s'))} ms, TPOT avg "
             f"{ms(_v(row, 'tpot_avg_s'), 1)} ms",
         ]
-        overload = _overload(row, rows, rules)
+        overload = _overload(row, rows, thresholds)
         if overload:
             evidence.append("client timings alone: " + "; ".join(overload))
         return verdict("insufficient_data", evidence)
-    phase, phase_text = _phase(row, rules)
-    overload = _overload(row, rows, rules)
+    phase, phase_text = _phase(row, thresholds)
+    overload = _overload(row, rows, thresholds)
     if overload:
         return verdict(
             "overloaded", [*overload, f"bottleneck phase: {phase_text}"], ACTIONS[phase][:2]
@@ -363,16 +348,16 @@ def stage_verdict(
     waiting, running = _v(row, "waiting"), _v(row, "running")
     limit, limit_text = batch_limit(row, max_num_seqs)
     no_queue = (
-        not waiting >= rules.no_queue_waiting  # NaN waiting: no queue reported
-        or waiting < min(1.0, rules.no_queue_share * running)
+        not waiting >= thresholds.no_queue_waiting  # NaN waiting: no queue reported
+        or waiting < min(1.0, thresholds.no_queue_share * running)
     )
     if no_queue:
-        if not math.isnan(limit) and running <= rules.low_batch_fraction * limit:
+        if not math.isnan(limit) and running <= thresholds.low_batch_fraction * limit:
             return verdict(
                 "low_concurrency",
                 [
                     f"batch {num(running)} running {where} is {pct(running / limit)} of its limit "
-                    f"({limit_text}); <= {pct(rules.low_batch_fraction)}",
+                    f"({limit_text}); <= {pct(thresholds.low_batch_fraction)}",
                     f"no queue: {num(waiting)} waiting; KV cache max "
                     f"{pct(_v(row, 'kv_cache_usage_max'))}",
                     f"QPS {num(_v(row, 'qps'))}, E2E avg {ms(_v(row, 'latency_avg_s'))} ms",
@@ -386,7 +371,7 @@ def stage_verdict(
                     f"({num(waiting)} waiting)"
                 ],
             )
-    saturated = _saturation(row, rules)
+    saturated = _saturation(row, thresholds)
     if saturated:
         return verdict(phase, [*saturated, phase_text])
     return verdict(
@@ -400,10 +385,13 @@ def stage_verdict(
 
 
 def stage_verdicts(
-    rows: Sequence[Mapping[str, Any]], *, rules: Rules = Rules(), max_num_seqs: int | None = None
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    thresholds: Thresholds = Thresholds(),
+    max_num_seqs: int | None = None,
 ) -> list[Verdict]:
     """One verdict per stage row, in the rows' order."""
-    return [stage_verdict(r, rows, rules=rules, max_num_seqs=max_num_seqs) for r in rows]
+    return [stage_verdict(r, rows, thresholds=thresholds, max_num_seqs=max_num_seqs) for r in rows]
 
 
 def overall_verdict(
@@ -411,7 +399,7 @@ def overall_verdict(
     verdicts: Sequence[Verdict],
     *,
     cap_stage: int | None = None,
-    rules: Rules = Rules(),
+    thresholds: Thresholds = Thresholds(),
 ) -> Verdict:
     """The run's verdict from its stage verdicts (see the module docstring for the rule)."""
     by_stage = dict(zip([int(r["stage"]) for r in rows], verdicts, strict=True))
@@ -422,7 +410,7 @@ def overall_verdict(
     usable = [
         r
         for r, v in zip(rows, verdicts, strict=True)
-        if v.kind != "insufficient_data" or _v(r, "requests") >= rules.min_requests
+        if v.kind != "insufficient_data" or _v(r, "requests") >= thresholds.min_requests
     ]
     if not usable:
         evidence = [e for v in verdicts for e in v.evidence] or ["the run has no stages"]

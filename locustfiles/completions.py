@@ -2,13 +2,11 @@
 
     locust -f locustfiles/completions.py --host http://127.0.0.1:8000 --headless -u 10 -t 60s
 
-Run alone (``python locustfiles/completions.py``) it sends requests from one user against
-$LOCUST_HOST (default http://127.0.0.1:8000), for debugging.
+Run alone (``python locustfiles/completions.py``) one user sends ``--llm-debug-requests`` (3)
+requests to $LOCUST_HOST (default http://127.0.0.1:8000), prints them and stops.
 """
 
 from __future__ import annotations
-
-import os
 
 from locust import constant, run_single_user
 
@@ -19,7 +17,7 @@ class Completions(CompletionUser):
     """One streamed text completion after another (closed loop, no think time)."""
 
     wait_time = constant(0)
-    host = os.environ.get("LOCUST_HOST", "http://127.0.0.1:8000")
+    host = "http://127.0.0.1:8000"
 
 
 if __name__ == "__main__":

@@ -3,24 +3,18 @@
     locust -f locustfiles/soak.py --host http://127.0.0.1:8000 --headless --llm-soak 30m@50
 
 The report gives P99 latency and throughput per minute and their drift in % per hour.
-Run alone (``python locustfiles/soak.py``) it sends a few requests from one user.
+Run alone (``python locustfiles/soak.py``) one user sends ``--llm-debug-requests`` (3) requests
+to $LOCUST_HOST (default http://127.0.0.1:8000) and stops.
 """
 
 from __future__ import annotations
 
-import os
-
-from locust import constant, run_single_user
+from locust import run_single_user
 
 from locust_llm.shapes import StagesShape
-from locust_llm.user import ChatUser
+from locust_llm.user import Chat
 
-
-class Chat(ChatUser):
-    """One streamed chat completion after another."""
-
-    wait_time = constant(0)
-    host = os.environ.get("LOCUST_HOST", "http://127.0.0.1:8000")
+__all__ = ["Chat", "Soak"]
 
 
 class Soak(StagesShape):

@@ -80,7 +80,7 @@ def test_the_documented_tables_are_the_measured_ones(rows: list[calibration.Row]
 def test_the_documented_virtual_commands_run_as_written(tmp_path: Path) -> None:
     docs = calibration.DOCS.read_text()
     exe = Path(sys.executable).parent
-    for command in calibration.VIRTUAL_COMMANDS:
+    for command in (*calibration.VIRTUAL_COMMANDS, calibration.VIRTUAL_REPORT):
         assert command in docs
         argv = command.split()
         out = subprocess.run([str(exe / argv[0]), *argv[1:]], cwd=tmp_path, capture_output=True,

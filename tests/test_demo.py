@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +45,16 @@ def test_demo_scaled_down(tmp_path: Path) -> None:
     assert out.returncode in (0, 3), out.stdout[-3000:] + out.stderr[-3000:]
     for line in ("stage 1/3: c=1", "stage 3/3: c=8", "Verdict:", "Report:"):
         assert line in out.stdout
+    # not a terminal: plain progress lines, one at each stage's end, from the master's live stats
+    done = re.findall(r"^  stage (\d)/3 c=\d+: (\d+)/(\d+) requests, \d+ s, QPS [\d.]+, "
+                      r"TTFT P50 [\d,]+ ms \(stage done\)$", out.stdout, re.M)  # fmt: skip
+    assert [d[0] for d in done] == ["1", "2", "3"] and [d[2] for d in done] == ["3", "8", "16"]
+    assert "\r" not in out.stdout
+    # the field's summary table: one row per stage, then the verdict
+    table = out.stdout[out.stdout.index("Per stage (times in ms):") :].splitlines()
+    assert table[1].split()[:3] == ["stage", "concurrency", "QPS"]
+    assert [row.split()[1] for row in table[3:6]] == ["1", "4", "8"]
+    assert out.stdout.index("Per stage") < out.stdout.index("Verdict:")
     summary = _check_run(run_dir, [1, 4, 8])
     assert [s["completed"] for s in summary["stages"]] == [3, 8, 16]
     # the simulator's telemetry reached the table
@@ -56,6 +71,58 @@ def test_run_against_a_running_server(tmp_path: Path) -> None:
         )  # fmt: skip
     assert out.returncode in (0, 3), out.stdout[-3000:] + out.stderr[-3000:]
     _check_run(run_dir, [1, 2])
+
+
+def _run_on_a_terminal(cmd: list[str], timeout_s: float) -> str:
+    """Run ``cmd`` with its stdout on a pseudo-terminal; everything it wrote there."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE)
+    os.close(follower)
+    chunks, deadline = [], time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if select.select([leader], [], [], 1.0)[0]:
+                try:
+                    data = os.read(leader, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+        proc.wait(timeout=max(deadline - time.monotonic(), 1.0))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+        assert proc.stderr is not None
+        proc.stderr.close()
+    assert proc.returncode in (0, 3)
+    return b"".join(chunks).decode()
+
+
+def test_run_on_a_terminal_announces_then_redraws_one_line_per_stage(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    with simulator(["--model", "mistral-7b", "--gpu", "rtx4090"], tmp_path / "sim.log") as url:
+        text = _run_on_a_terminal(
+            [*CLI, "run", "--host", url, "--concurrency", "1,2", "--stage-requests", "4,8",
+             "--max-tokens", "48", "--ignore-eos", "--workers", "0", "--out", str(run_dir)],
+            timeout_s=180,
+        )  # fmt: skip
+    text = text.replace("\r\n", "\n")  # the terminal's own line ends
+    first = text.splitlines()[0]
+    assert first == (
+        f"locust-llm run: {url}; model: the first of /v1/models; sweep concurrency 1,2, 4,8 "
+        f"requests per stage; 0 worker(s); run dir {run_dir}"
+    )
+    # each stage: one line redrawn in place (carriage returns), ended by a newline
+    stage_lines = [ln for ln in text.split("\n") if ln.startswith("\r  stage ")]
+    assert [ln.split("\r")[-1].split(":")[0].strip() for ln in stage_lines] == [
+        "stage 1/2 c=1",
+        "stage 2/2 c=2",
+    ]
+    assert all(ln.count("\r") >= 2 for ln in stage_lines)  # redrawn at least once
+    assert "Per stage (times in ms):" in text and (run_dir / "report.html").is_file()
 
 
 def test_run_needs_a_host() -> None:

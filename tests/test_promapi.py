@@ -17,8 +17,8 @@ from test_telemetry_fakes import PHASE_S, ExporterServer, FakeExporter
 
 from locust_llm.errors import InputError
 from locust_llm.promapi import MAX_STEPS_PER_QUERY, default_query, read_prometheus
-from locust_llm.signals import KNOWN_METRICS
 from locust_llm.telemetry import TelemetryScraper
+from locust_llm.vocabularies import known_metrics
 
 
 def matrix(*series: dict) -> bytes:
@@ -71,7 +71,7 @@ def test_maps_series_per_instance_and_time() -> None:
 
 def test_default_query_names_every_known_metric() -> None:
     query = default_query()
-    assert all(name in query for name in KNOWN_METRICS) and query.endswith('|up"}')
+    assert all(name in query for name in known_metrics()) and query.endswith('|up"}')
 
 
 def test_long_windows_are_split_below_prometheus_point_limit() -> None:

@@ -11,9 +11,10 @@ from rundir_factory import DECODE, make_run, regime, seed_specs, server_stage
 
 from locust_llm.cli import main
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import Thresholds, parse_thresholds
+from locust_llm.report.alerts import parse_thresholds
 from locust_llm.report.knee import find_knee
 from locust_llm.report.tables import Slo
+from locust_llm.thresholds import Thresholds
 
 
 @pytest.fixture(scope="module")

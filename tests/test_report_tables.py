@@ -76,7 +76,7 @@ def test_seed_table_comes_first_with_the_seed_numbers(seed_report) -> None:
     md = render_markdown(seed_report)
     first_table = md.split("\n\n")[2].splitlines()
     assert first_table[0] == (
-        "| concurrency | QPS | avg latency (ms) | P99 (ms) | GPU util | GPU mem util |"
+        "| concurrency | QPS | avg latency (ms) | P99 (ms) | GPU util | GPU mem used |"
     )
     cells = [line.strip("|").split("|") for line in first_table[2:]]
     assert [c[0].strip() for c in cells] == ["1", "10", "50", "100", "200"]

@@ -284,3 +284,58 @@ def test_cli_custom_device_and_errors() -> None:
         "--list",
     ]:
         assert flag in helptext
+
+
+def test_shard_splits_heads_mlp_vocab_and_replicates_norms() -> None:
+    llama = MODEL_PRESETS["llama-3.1-70b"]
+    shard = llama.sharded(8)
+    assert (shard.num_heads, shard.num_kv_heads) == (8, 1)
+    assert shard.intermediate_size * 8 == llama.intermediate_size
+    assert shard.kv_bytes_per_token * 8 == llama.kv_bytes_per_token
+    replicated = llama.num_layers * llama.norm_params_per_layer + llama.hidden_size
+    assert shard.total_params * 8 - 7 * replicated == pytest.approx(llama.total_params, rel=1e-6)
+    # more GPUs than KV heads: each keeps one (replicated), so KV per GPU stops shrinking
+    qwen = MODEL_PRESETS["qwen2.5-7b"]  # 4 KV heads
+    assert qwen.sharded(4).kv_bytes_per_token == qwen.sharded(2).kv_bytes_per_token / 2
+    assert qwen.sharded(4).num_kv_heads == 1
+    with pytest.raises(InputError, match="KV heads"):
+        MODEL_PRESETS["qwen2.5-0.5b"].sharded(7)  # 14 heads split by 7, 2 KV heads are not
+
+
+def test_moe_shards_each_expert() -> None:
+    mixtral = MODEL_PRESETS["mixtral-8x7b"]
+    shard = mixtral.sharded(2)
+    assert shard.expert_params * 2 == mixtral.expert_params
+    assert shard.num_experts == mixtral.num_experts  # the router is replicated
+
+
+def test_cli_tp_and_fit_advice() -> None:
+    whole = _cli("--model", "llama-3.1-70b", "--gpu", "h100-sxm")
+    assert whole.returncode == 0, whole.stderr
+    assert "weights do not fit; smallest change that fits: --tp 2" in whole.stdout
+    split = _cli("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--json")
+    data = json.loads(split.stdout)
+    assert data["tp"] == 4 and data["fits"] and data["fit_advice"] == ""
+    assert data["decode_allreduce_time_s"] > 0 and data["interconnect"] == "nvlink"
+    table = _cli("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4")
+    assert "4 GPUs over nvlink (figures per GPU)" in table.stdout
+    bad = _cli("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "3")
+    assert bad.returncode == 2 and "--tp 3" in bad.stderr and "Traceback" not in bad.stderr
+    link = _cli("--tp", "2", "--interconnect", "smoke-signals")
+    assert link.returncode == 2 and "nvlink" in link.stderr
+    assert "--tp" in _cli("--help").stdout and "--interconnect" in _cli("--help").stdout
+
+
+def test_fit_advice_never_suggests_what_cannot_work() -> None:
+    h100, l4 = GPU_PRESETS["h100-sxm"], GPU_PRESETS["l4"]
+    llama = MODEL_PRESETS["llama-3.1-70b"]
+    assert roofline.fit_advice(llama, h100, gpu_memory_utilization=0.9) == (
+        "smallest change that fits: --tp 2, or 8-bit weights at --tp 1"
+    )
+    # 0.95 is offered only when it alone is enough: mistral-7b's 14.5 GB on 16 GB of device
+    small = roofline.custom_gpu("1TB/s", "100TFLOPS", "16GB")
+    advice = roofline.fit_advice(MISTRAL, small, gpu_memory_utilization=0.9)
+    assert advice.startswith("smallest change that fits: --gpu-memory-utilization 0.95")
+    assert roofline.fit_advice(llama, l4, gpu_memory_utilization=0.9, tp=4) == (
+        "smallest change that fits: --tp 8, or 8-bit weights at --tp 4"
+    )

@@ -59,7 +59,7 @@ def test_tpot_grows_with_batch_by_the_kv_term() -> None:
 
 
 def test_throughput_flattens_when_compute_bound() -> None:
-    big = {"num_gpu_blocks_override": 1_000_000}
+    big = {"gpu": "h100-sxm"}  # 2048 sequences need more KV than an rtx4090 holds
     tps = {b: decode_tpot(b, 16, **big)[1] for b in (1, 8, 256, 1024, 2048)}
     assert tps[8] / tps[1] > 7  # memory-bound: a bigger batch is nearly free
     assert tps[2048] / tps[1024] < 1.1  # compute-bound: doubling the batch gains < 10 %
@@ -112,7 +112,9 @@ def test_preemptions_and_simulated_gpu_in_metrics() -> None:
     assert gpu.dram_bandwidth_utilization_ratio == pytest.approx(
         moved / (RTX4090.memory_bandwidth_bytes_s * (eng.clock_s - t0)), rel=1e-6
     )
-    assert gpu.memory_used_bytes == pytest.approx(MISTRAL.weights_bytes + 1024**3)  # KV freed
+    # the KV pool is preallocated: memory in use is the same busy or idle
+    pool = eng.total_blocks * eng.block_bytes
+    assert gpu.memory_used_bytes == pytest.approx(MISTRAL.weights_bytes + 1024**3 + pool)
     assert gpu.power_watts == pytest.approx(RTX4090.tdp_watts)
     clock[0] += 1.0  # an idle second
     idle = source.read().gpus[0]

@@ -341,3 +341,11 @@ def test_open_loop_virtual_run_agrees_with_the_real_client(tmp_path: Path) -> No
         # TTFT P50 ~28 ms: the real runs spread by 4 ms and sit up to 3 ms above the virtual
         # one (HTTP path, host scheduling; bench/results/virtual.md)
         assert abs(float(r["ttft_p50_s"]) - float(v["ttft_p50_s"])) < 0.010
+
+
+def test_tensor_parallel_telemetry_has_one_series_per_gpu() -> None:
+    tp2 = SimConfig(model="llama-3.1-8b", gpu="a100-40gb", tp=2, seed=1)
+    run = simulate(tp2, closed((1, 4), 6), start_wall_s=0.0)
+    labels = {row[3] for row in run.telemetry if row[2] == "gpu_util"}
+    assert labels == {"0", "1"}
+    assert all(r.ok for r in run.records)

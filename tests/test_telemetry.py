@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from test_telemetry_fakes import (
     ExporterServer,
+    FakeClock,
     FakeExporter,
     SwitchableServer,
     exporter_text,
@@ -126,10 +127,11 @@ def test_timer_scrapes_real_exporter_at_interval_into_parquet(tmp_path: Path) ->
     exporter = ExporterServer(FakeExporter("ours"))
     server = SwitchableServer(VLLM_TEXT)
     interval = 0.2
-    scraper = TelemetryScraper([exporter.url, server.url], interval)
+    clock = FakeClock(ticks=7)
+    scraper = TelemetryScraper([exporter.url, server.url], interval, clock=clock)
     try:
         scraper.start()
-        time.sleep(1.5)
+        assert scraper.join(timeout_s=20)  # each timer ends after its 7 ticks
     finally:
         scraper.stop()
         exporter.stop()
@@ -141,39 +143,54 @@ def test_timer_scrapes_real_exporter_at_interval_into_parquet(tmp_path: Path) ->
     assert tuple(frame.columns) == TELEMETRY_COLUMNS
     for url in (exporter.url, server.url):
         times = frame[(frame.source == url) & (frame.signal == "scrape_up")].time_s.to_numpy()
-        assert 6 <= len(times) <= 9, len(times)
-        gaps = times[1:] - times[:-1]
-        assert abs(float(pd.Series(gaps).median()) - interval) < 0.05
+        assert list(times) == pytest.approx([1_000.0 + k * interval for k in range(7)])
     gpu = frame[(frame.source == exporter.url) & (frame.signal == "gpu_util")]
     assert set(gpu.gpu) == {"0", "1"} and gpu.value.between(0, 1).all()
     assert scraper.missed_ticks == 0
     assert frame.time_s.is_monotonic_increasing
 
 
+def test_an_overrunning_tick_skips_the_deadlines_it_missed() -> None:
+    clock = FakeClock(ticks=4)
+
+    def slow_fetch(url: str, timeout_s: float) -> str:
+        clock.advance(0.5)  # each scrape takes 2.5 intervals
+        return VLLM_TEXT
+
+    scraper = TelemetryScraper(["http://a/metrics"], 0.2, fetch=slow_fetch, clock=clock)
+    scraper.run_timer(functools.partial(scraper.scrape_target, "http://a/metrics"))
+    times = [r[0] for r in scraper.samples() if r[2] == "scrape_up"]
+    # ticks at 0, 0.6, 1.2, 1.8: each overran to +0.5 and skipped the two deadlines it missed
+    assert times == pytest.approx([1_000.0, 1_000.6, 1_001.2, 1_001.8])
+    assert scraper.missed_ticks == 8
+
+
 def test_target_that_stops_answering_gives_gaps_and_one_warning(caplog) -> None:
     healthy = SwitchableServer(VLLM_TEXT)
     flaky = SwitchableServer(VLLM_TEXT)
-    scraper = TelemetryScraper([healthy.url, flaky.url], 0.15, timeout_s=0.5)
+
+    def switch_off(thread: str, waits: int) -> None:
+        if thread.endswith(flaky.url) and waits == 3:
+            flaky.stop()  # now refuses connections
+
+    clock = FakeClock(ticks=8, on_wait=switch_off)
+    scraper = TelemetryScraper([healthy.url, flaky.url], 0.15, timeout_s=0.5, clock=clock)
     try:
         with caplog.at_level(logging.WARNING, logger="locust_llm.telemetry"):
             scraper.start()
-            time.sleep(0.5)
-            flaky.stop()  # now refuses connections
-            t_down = time.time()
-            time.sleep(0.8)
+            assert scraper.join(timeout_s=30)
             scraper.stop()
     finally:
         healthy.stop()
         scraper.stop()
     frame = scraper.to_frame()
-    after = frame[frame.time_s > t_down + 0.05]
-    dead = after[after.source == flaky.url]
-    assert len(dead[dead.signal == "scrape_up"]) >= 3
-    assert (dead[dead.signal == "scrape_up"].value == 0).all()
+    flaky_up = frame[(frame.source == flaky.url) & (frame.signal == "scrape_up")].value
+    assert list(flaky_up) == [1.0] * 3 + [0.0] * 5
+    dead = frame[(frame.source == flaky.url) & (frame.time_s >= 1_000.0 + 3 * 0.15 - 1e-9)]
+    assert len(dead[dead.signal == "running"]) == 5
     assert dead[dead.signal.isin(["running", "waiting"])].value.isna().all()
-    assert len(dead[dead.signal == "running"]) >= 3
-    alive = after[(after.source == healthy.url) & (after.signal == "running")]
-    assert len(alive) >= 3 and (alive.value == 4.0).all()  # the other target went on
+    alive = frame[(frame.source == healthy.url) & (frame.signal == "running")]
+    assert len(alive) == 8 and (alive.value == 4.0).all()  # the other target went on
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(messages) == 1 and flaky.url in messages[0]
 
@@ -196,10 +213,10 @@ def test_hung_target_does_not_delay_the_others() -> None:
     slow = SwitchableServer(VLLM_TEXT)
     slow.mode = "slow"  # answers after 1 s, past the 0.2 s timeout
     fast = SwitchableServer(VLLM_TEXT)
-    scraper = TelemetryScraper([slow.url, fast.url], 0.2)
+    scraper = TelemetryScraper([slow.url, fast.url], 0.2, clock=FakeClock(ticks=3))
     try:
         scraper.start()
-        time.sleep(1.2)
+        assert scraper.join(timeout_s=30)
         scraper.stop()
     finally:
         slow.stop()
@@ -207,8 +224,9 @@ def test_hung_target_does_not_delay_the_others() -> None:
     frame = scraper.to_frame()
     fast_up = frame[(frame.source == fast.url) & (frame.signal == "scrape_up")]
     slow_up = frame[(frame.source == slow.url) & (frame.signal == "scrape_up")]
-    assert len(fast_up) >= 5 and (fast_up.value == 1).all()
-    assert (slow_up.value == 0).all()
+    assert len(fast_up) == 3 and (fast_up.value == 1).all()
+    assert len(slow_up) == 3 and (slow_up.value == 0).all()
+    assert scraper.missed_ticks == 0  # the fake clock does not count real seconds
 
 
 def test_server_metrics_url_and_flags(monkeypatch) -> None:
@@ -242,27 +260,41 @@ from locust_llm.telemetry import TelemetryScraper
 
 class C:
     def collect(self):
+        time.sleep(0.2)  # a slow target: the scrape must yield to the hub while it waits
         f = GaugeMetricFamily("vllm:num_requests_running", "x")
         f.add_metric([], 3.0)
         yield f
+
+class Clock:  # fake time for the timer: five ticks, no real sleeps between them
+    waits = 0
+    def wall(self):
+        return 1000.0 + self.waits
+    def monotonic(self):
+        return 1000.0 + self.waits
+    def wait(self, stop, timeout_s):
+        self.waits += 1
+        return self.waits >= 5
 
 reg = CollectorRegistry(); reg.register(C())
 server, thread = start_http_server(0, addr="127.0.0.1", registry=reg)
 url = "http://127.0.0.1:%d/metrics" % server.server_address[1]
 ticks = 0
+scraping = True
 def ticker():
     global ticks
-    for _ in range(200):
+    while scraping and ticks < 10_000:
         ticks += 1
         gevent.sleep(0.01)
 g = gevent.spawn(ticker)
-s = TelemetryScraper([url], 0.2).start()
-gevent.sleep(1.1)
+s = TelemetryScraper([url], 1.0, clock=Clock()).start()
+ended = s.join(timeout_s=20)
+scraping = False
 s.stop()
 g.join(3)
 server.shutdown()
 rows = s.samples()
-print(json.dumps({"ticks": ticks, "up": sum(r[2] == "scrape_up" and r[4] == 1 for r in rows),
+print(json.dumps({"ended": ended, "ticks": ticks,
+                  "up": sum(r[2] == "scrape_up" and r[4] == 1 for r in rows),
                   "running": [r[4] for r in rows if r[2] == "running"][:2]}))
 """
 
@@ -273,9 +305,10 @@ def test_scraper_cooperates_under_gevent_monkey_patching() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert 5 <= result["up"] <= 7
+    assert result["ended"] and result["up"] == 5
     assert result["running"] == [3.0, 3.0]
-    assert result["ticks"] >= 60  # the hub kept running other greenlets while scraping
+    # five scrapes of at least 0.2 s each: the hub kept running other greenlets meanwhile
+    assert result["ticks"] >= 40
 
 
 def test_simulator_metrics_land_in_parquet(tmp_path: Path) -> None:
@@ -284,12 +317,12 @@ def test_simulator_metrics_land_in_parquet(tmp_path: Path) -> None:
     with running_sim() as base:
         url = server_metrics_url(base)
         assert url == base + "/metrics"
-        scraper = TelemetryScraper([url], 0.25).start()
-        time.sleep(1.1)
+        scraper = TelemetryScraper([url], 0.25, clock=FakeClock(ticks=5)).start()
+        assert scraper.join(timeout_s=20)
         scraper.stop()
     frame = pd.read_parquet(scraper.write(tmp_path))
     up = frame[frame.signal == "scrape_up"]
-    assert 4 <= len(up) <= 6 and (up.value == 1).all()
+    assert len(up) == 5 and (up.value == 1).all()
     assert {"running", "waiting", "kv_cache_usage", "preemptions", "gpu_util"} <= set(frame.signal)
     kv = frame[frame.signal == "kv_cache_usage"].value
     assert kv.between(0, 1).all()

@@ -3,6 +3,7 @@
 No tests here. The fake exporters speak our vocabulary (``nvml_*``) or dcgm-exporter's, with the
 same underlying state, so both must map to the same canonical signals. Values change every
 ``PHASE_S`` seconds of wall clock, so two scrapers that look at nearly the same time agree.
+:class:`FakeClock` drives the scraper's timer without real sleeps.
 """
 
 from __future__ import annotations
@@ -155,3 +156,41 @@ class SwitchableServer:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+
+class FakeClock:
+    """A :class:`locust_llm.telemetry.ScrapeClock` with its own time per timer thread.
+
+    Each thread starts at ``start_s``; ``wait`` returns at once, moving that thread's time on by
+    the timeout, and says stop after ``ticks`` waits (so every timer takes exactly ``ticks``
+    steps, whatever the machine's load). ``on_wait(thread_name, waits)`` runs before each wait
+    returns (to switch a server off mid-run); ``advance(s)`` moves the calling thread's time (a
+    step that takes ``s`` seconds).
+    """
+
+    def __init__(self, ticks: int, start_s: float = 1_000.0, on_wait=None) -> None:
+        self.ticks = ticks
+        self.start_s = start_s
+        self.on_wait = on_wait
+        self._local = threading.local()
+
+    def _now(self) -> float:
+        if not hasattr(self._local, "now"):
+            self._local.now, self._local.waits = self.start_s, 0
+        return self._local.now
+
+    def advance(self, seconds: float) -> None:
+        self._local.now = self._now() + seconds
+
+    def wall(self) -> float:
+        return self._now()
+
+    def monotonic(self) -> float:
+        return self._now()
+
+    def wait(self, stop: threading.Event, timeout_s: float) -> bool:
+        self._local.now = self._now() + max(0.0, timeout_s)
+        self._local.waits += 1
+        if self.on_wait is not None:
+            self.on_wait(threading.current_thread().name, self._local.waits)
+        return stop.is_set() or self._local.waits >= self.ticks

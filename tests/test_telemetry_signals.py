@@ -9,12 +9,12 @@ from test_telemetry_fakes import GIB, FakeExporter, exporter_text
 
 from locust_llm.errors import InputError
 from locust_llm.rundir import SIGNALS
-from locust_llm.signals import (
-    KNOWN_METRICS,
-    METRICS,
+from locust_llm.vocabularies import (
     extract_signals,
+    known_metrics,
     map_samples,
-    vocabularies,
+    metric_maps,
+    spoken_vocabularies,
 )
 
 
@@ -23,9 +23,10 @@ def as_dict(text: str) -> dict[tuple[str, str], float]:
 
 
 def test_every_mapped_signal_is_canonical() -> None:
-    assert {m.signal for m in METRICS} <= set(SIGNALS)
-    assert {m.vocabulary for m in METRICS} == {"ours", "dcgm", "vllm", "sglang", "tgi", "llamacpp"}
-    assert len(KNOWN_METRICS) == len(set(KNOWN_METRICS))
+    assert {m.signal for _, m in metric_maps()} <= set(SIGNALS)
+    vocabularies = {v for v, _ in metric_maps()}
+    assert vocabularies == {"ours", "dcgm", "vllm", "sglang", "tgi", "llamacpp", "sim"}
+    assert len(known_metrics()) == len(set(known_metrics()))
 
 
 def test_ours_base_units_per_gpu() -> None:
@@ -131,7 +132,7 @@ llamacpp:tokens_predicted_total 5000
         ("waiting", ""): 1.0,
         ("kv_cache_usage", ""): 0.63,
     }
-    assert vocabularies(text) == {"llamacpp"}
+    assert spoken_vocabularies(text) == {"llamacpp"}
 
 
 @pytest.mark.parametrize("phase", [0, 4, 7])

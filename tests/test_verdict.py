@@ -11,7 +11,8 @@ from rundir_factory import make_run, regime
 from locust_llm.report.build import build_report
 from locust_llm.report.fmt import ms, pct
 from locust_llm.report.load import load_run
-from locust_llm.verdict import KINDS, Rules, Verdict, stage_verdict
+from locust_llm.thresholds import Thresholds
+from locust_llm.verdict import KINDS, Verdict, stage_verdict
 
 
 def _report(tmp_path: Path, name: str):
@@ -127,7 +128,7 @@ def test_thresholds_are_rules_fields() -> None:
         kv_cache_usage_max=0.6,
     )
     assert stage_verdict(row).kind != "client_bound"
-    assert stage_verdict(row, rules=Rules(client_cpu=0.8)).kind == "client_bound"
+    assert stage_verdict(row, thresholds=Thresholds(client_cpu=0.8)).kind == "client_bound"
 
 
 def test_too_few_requests_is_insufficient_data() -> None:

@@ -1,7 +1,9 @@
 """``locust-llm gpu-exporter`` (also ``locust-llm-gpu-exporter``): serve GPU and host metrics.
 
-Builds a source (``nvml``, ``fake`` or ``replay``), adds host CPU and memory, registers one
-:class:`GpuCollector` on a fresh registry and serves ``/metrics`` until interrupted. The first
+Builds the registered source ``--source`` names (:mod:`locust_llm.gpu.registry`: ``nvml``,
+``fake``, ``replay``; an unknown name is an error listing them), adds host CPU and memory,
+registers one :class:`GpuCollector` on a fresh registry and serves ``/metrics`` until
+interrupted. The first
 stdout line is the URL (flushed), so scripts can start it on ``--port 0`` and read the port.
 Without an NVIDIA driver ``--source nvml`` is a one-line error (exit 2) naming ``--source fake``.
 """
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from locust_llm.errors import InputError
+from locust_llm.gpu import registry as sources
 from locust_llm.gpu.source import GpuSource
 
 DEFAULT_PORT = 9400
@@ -26,9 +29,11 @@ def configure_gpu_exporter_parser(parser: argparse.ArgumentParser) -> None:
     """Add the exporter's flags to ``parser``."""
     parser.add_argument(
         "--source",
-        choices=("nvml", "fake", "replay"),
         default="nvml",
-        help="where readings come from (default: nvml, the NVIDIA driver)",
+        metavar="NAME",
+        help="where readings come from: "
+        + "; ".join(f"{e.name}: {e.summary}" for e in sources.registered_sources())
+        + " (default: nvml)",
     )
     parser.add_argument(
         "--bind",
@@ -79,30 +84,11 @@ def configure_gpu_exporter_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def build_source(args: argparse.Namespace, *, nvml: Any = None) -> GpuSource:
-    """The source ``args`` asks for; ``nvml`` replaces ``pynvml`` (tests)."""
+    """The registered source ``args.source`` names (:mod:`locust_llm.gpu.registry`); ``nvml``
+    replaces ``pynvml`` (tests)."""
     if args.port < 0 or args.port > 65535:
         raise InputError(f"--port: expected 0..65535, got {args.port}")
-    if args.source == "fake":
-        from locust_llm.gpu.fake_source import FakeSource, parse_profile
-
-        return FakeSource(
-            args.fake_gpus, profile=parse_profile(args.fake_profile), gpm=not args.fake_no_gpm
-        )
-    if args.source == "replay":
-        if not args.replay_file:
-            raise InputError("--source replay needs --replay-file CSV")
-        from locust_llm.gpu.replay_source import ReplaySource
-
-        return ReplaySource(args.replay_file, loop=args.replay_loop)
-    from locust_llm.gpu.nvml_source import NvmlSource, NvmlUnavailable
-
-    try:
-        return NvmlSource(nvml)
-    except NvmlUnavailable as exc:
-        raise InputError(
-            f"--source nvml: no usable NVIDIA driver ({exc}); use --source fake to try the "
-            "exporter without a GPU"
-        ) from exc
+    return sources.build_source(args.source, args, nvml=nvml)
 
 
 def run_gpu_exporter(args: argparse.Namespace, *, nvml: Any = None) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
-from typing import Union
+from typing import Any, Union
 
 from locust_llm.errors import InputError
 from locust_llm.gpu.source import GpuSample, HostSample
@@ -192,3 +192,10 @@ class FakeSource:
             name=self.name,
             **values,  # type: ignore[arg-type]
         )
+
+
+def from_args(args: Any, *, nvml: Any = None) -> FakeSource:
+    """``--source fake``: the exporter's ``--fake-*`` flags (``nvml`` is unused)."""
+    return FakeSource(
+        args.fake_gpus, profile=parse_profile(args.fake_profile), gpm=not args.fake_no_gpm
+    )

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from locust_llm.errors import LocustLLMError
+from locust_llm.errors import InputError, LocustLLMError
 from locust_llm.gpu.names import throttle_reasons_from_mask
 from locust_llm.gpu.source import GpuSample, HostSample
 
@@ -309,3 +309,15 @@ class NvmlSource:
 
 def _scaled(value: Any, factor: float) -> float | None:
     return None if value is None else float(value) * factor
+
+
+def from_args(args: Any, *, nvml: Any = None) -> NvmlSource:
+    """``--source nvml``: the driver (``nvml`` replaces ``pynvml`` in tests); without a usable
+    driver a one-line InputError that names ``--source fake``."""
+    try:
+        return NvmlSource(nvml)
+    except NvmlUnavailable as exc:
+        raise InputError(
+            f"--source nvml: no usable NVIDIA driver ({exc}); use --source fake to try the "
+            "exporter without a GPU"
+        ) from exc

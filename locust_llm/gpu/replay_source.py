@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from locust_llm.errors import InputError
 from locust_llm.gpu.names import THROTTLE_REASON_BITS
@@ -134,3 +135,10 @@ def _copy(gpu: GpuSample) -> GpuSample:
     if gpu.throttle_reasons is not None:
         copy.throttle_reasons = dict(gpu.throttle_reasons)
     return copy
+
+
+def from_args(args: Any, *, nvml: Any = None) -> ReplaySource:
+    """``--source replay``: the exporter's ``--replay-*`` flags (``nvml`` is unused)."""
+    if not args.replay_file:
+        raise InputError("--source replay needs --replay-file CSV")
+    return ReplaySource(args.replay_file, loop=args.replay_loop)

@@ -3,33 +3,22 @@
 Defaults (section 4 of the source): GPU memory > 90% (the stage's peak), GPU utilization > 95%
 (the stage's mean), error rate > 1%; TTFT / TPOT / E2E (P99 of the stage) only when a threshold is
 given. A check fires when the value is strictly above its threshold; no data (NaN) never fires.
-``locust-llm report`` exits 3 when any alert fires.
+``locust-llm report`` exits 3 when any alert fires. The values are the alert fields of the
+shared :class:`locust_llm.thresholds.Thresholds` (:data:`~locust_llm.thresholds.ALERT_FIELDS`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from locust_llm.errors import InputError
 from locust_llm.report.fmt import is_num, load_label, ms, pct
+from locust_llm.thresholds import ALERT_FIELDS, Thresholds
 
-
-@dataclass(frozen=True, kw_only=True)
-class Thresholds:
-    """Alert thresholds: ratios 0..1 and seconds; None switches a check off."""
-
-    gpu_mem: float | None = 0.90  # peak GPU memory used / total
-    gpu_util: float | None = 0.95  # mean GPU busy ratio
-    error_rate: float | None = 0.01  # failed / all
-    ttft: float | None = None  # P99 TTFT, seconds
-    tpot: float | None = None  # P99 TPOT, seconds
-    e2e: float | None = None  # P99 end-to-end latency, seconds
-
-
-#: threshold name -> (stage-table column, label, is a ratio)
+#: alert field of Thresholds -> (stage-table column, label, is a ratio), in ALERT_FIELDS order
 CHECKS: dict[str, tuple[str, str, bool]] = {
     "gpu_mem": ("gpu_mem_util_max", "GPU memory (peak)", True),
     "gpu_util": ("gpu_util", "GPU utilization (mean)", True),
@@ -79,8 +68,8 @@ def parse_thresholds(spec: str | None, base: Thresholds | None = None) -> Thresh
     out = base or Thresholds()
     if not spec:
         return out
-    known = {f.name for f in fields(Thresholds)}
-    changes: dict[str, float | None] = {}
+    known = set(ALERT_FIELDS)
+    changes: dict[str, Any] = {}  # only alert fields: float | None
     for item in spec.split(","):
         if not item.strip():
             continue

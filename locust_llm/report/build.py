@@ -7,14 +7,16 @@ JSON) read the :class:`Report` this returns and compute nothing themselves.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from locust_llm.client.runinfo import is_cpu_warning
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import Alert, Thresholds, check
+from locust_llm.report.alerts import Alert, check
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.knee import Knee, find_knee
 from locust_llm.report.load import RunData
@@ -30,10 +32,9 @@ from locust_llm.report.tables import (
 )
 from locust_llm.roofline import get_gpu, get_model
 from locust_llm.rundir import Stage
-from locust_llm.verdict import ACTIONS, Rules, Verdict, overall_verdict, stage_verdicts
-
-#: run.json warnings (locust_llm.plugin) that say Locust's own CPU monitor saw > 90%.
-CPU_WARNING_MARKS: tuple[str, ...] = ("load generator's CPU went above", "worker's CPU went above")
+from locust_llm.sim.lag import lag_warnings
+from locust_llm.thresholds import Thresholds
+from locust_llm.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
 
 
 @dataclass
@@ -94,7 +95,7 @@ def _client_warning_verdict(
     """
     if overall.kind in ("memory_oom", "client_bound"):
         return overall
-    said = [w for w in warnings if any(mark in w for mark in CPU_WARNING_MARKS)]
+    said = [w for w in warnings if is_cpu_warning(w)]  # coded in locust_llm.client.runinfo
     if not said:
         return overall
     peaks = [
@@ -111,17 +112,60 @@ def _client_warning_verdict(
     return Verdict("client_bound", evidence, ACTIONS["client_bound"], None)
 
 
-def effective_stages(run: RunData) -> list[Stage]:
-    """run.json's stages; a run without any is one stage spanning all its requests."""
-    if run.info.stages:
-        return list(run.info.stages)
-    starts = run.requests["start_wall_s"].to_numpy(float)
-    starts = starts[np.isfinite(starts)]
+def locust_users(command: Sequence[str]) -> int | None:
+    """The user count a plain Locust command line asked for (``-u N``, ``--users N``,
+    ``--users=N``; the last one given wins), or None."""
+    users = None
+    for i, arg in enumerate(command):
+        value = None
+        if arg in ("-u", "--users") and i + 1 < len(command):
+            value = command[i + 1]
+        elif arg.startswith("--users="):
+            value = arg.partition("=")[2]
+        elif arg.startswith("-u") and arg[2:].isdigit():
+            value = arg[2:]
+        if value is not None and value.strip().isdigit():
+            users = int(value)
+    return users
+
+
+def peak_in_flight(start_wall_s: np.ndarray, e2e_s: np.ndarray) -> int:
+    """The most requests that were in flight at once (records with a start and a duration)."""
+    ok = np.isfinite(start_wall_s) & np.isfinite(e2e_s)
+    starts, ends = start_wall_s[ok], start_wall_s[ok] + e2e_s[ok]
     if starts.size == 0:
+        return 0
+    times = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(starts.size), -np.ones(ends.size)])
+    order = np.lexsort((steps, times))  # at equal times an end (-1) comes before a start
+    return int(np.cumsum(steps[order]).max())
+
+
+def effective_stages(run: RunData) -> tuple[list[Stage], list[str]]:
+    """run.json's stages; a run without any (plain Locust) is one stage spanning all its
+    requests, at the user count Locust ran (its ``-u``; else the peak of requests in flight,
+    said in a warning)."""
+    if run.info.stages:
+        return list(run.info.stages), []
+    starts = run.requests["start_wall_s"].to_numpy(float)
+    finite = starts[np.isfinite(starts)]
+    if finite.size == 0:
         raise InputError(f"{run.path}: no stages in run.json and no request start times")
-    return [
-        Stage(index=0, name="all", start_wall_s=float(starts.min()), end_wall_s=run.info.end_wall_s)
-    ]
+    users, warnings = locust_users(run.info.command), []
+    if users is None:
+        users = peak_in_flight(starts, run.requests["e2e_s"].to_numpy(float, na_value=np.nan))
+        warnings.append(
+            f"run.json has no stages and its command no -u/--users: concurrency {users} is the "
+            "peak of requests in flight"
+        )
+    stage = Stage(
+        index=0,
+        name="all",
+        start_wall_s=float(finite.min()),
+        end_wall_s=run.info.end_wall_s,
+        concurrency=users or None,
+    )
+    return [stage], warnings
 
 
 def build_report(
@@ -131,14 +175,13 @@ def build_report(
     thresholds: Thresholds | None = None,
     model: str | None = None,
     gpu: str | None = None,
-    rules: Rules | None = None,
 ) -> Report:
     """The full analysis of one run."""
     slo = slo or Slo()
     thresholds = thresholds or Thresholds()
-    rules = rules or Rules()
     floors, warnings = resolve_floors(run.info.roofline, model, gpu)
-    stages = effective_stages(run)
+    stages, stage_warnings = effective_stages(run)
+    warnings += stage_warnings
     table = stage_table(
         run.requests,
         run.telemetry,
@@ -149,17 +192,20 @@ def build_report(
         floors=floors,
     )
     rows = table.to_dict("records")
-    knee = find_knee(rows, slo=slo)
-    verdicts = stage_verdicts(rows, rules=rules, max_num_seqs=_max_num_seqs(run.info.extra))
-    overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, rules=rules)
+    knee = find_knee(rows, slo=slo, thresholds=thresholds)
+    verdicts = stage_verdicts(
+        rows, thresholds=thresholds, max_num_seqs=_max_num_seqs(run.info.extra)
+    )
+    overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
     overall = _client_warning_verdict(overall, rows, run.warnings)
     arrays = request_arrays(run.requests)
     ends = stage_ends(stages, run.info.end_wall_s)
     ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows, strict=True)]
     stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
     soak = soak_results(
-        stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"], arrays["ok"]
-    )
+        stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"], arrays["ok"],
+        thresholds=thresholds,
+    )  # fmt: skip
     return Report(
         run=run,
         stages=stages,
@@ -174,5 +220,12 @@ def build_report(
         floors=floors,
         stage_ix=stage_ix,
         telemetry=TelemetryIndex(run.telemetry, floors.gpu if floors else None),
-        warnings=[*run.warnings, *warnings],
+        warnings=[
+            *run.warnings,
+            *warnings,
+            *lag_warnings(
+                run.telemetry,
+                [(s.name, s.start_wall_s, e) for s, e in zip(stages, ends, strict=True)],
+            ),
+        ],
     )

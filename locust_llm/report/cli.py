@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import Thresholds, parse_thresholds
+from locust_llm.report.alerts import parse_thresholds
 from locust_llm.report.build import Report, build_report
 from locust_llm.report.compare import compare_runs
 from locust_llm.report.load import load_run
+from locust_llm.report.render_console import render_console
 from locust_llm.report.render_html import render_html
-from locust_llm.report.render_md import render_markdown, seed_table
+from locust_llm.report.render_md import render_markdown
 from locust_llm.report.tables import Slo
+from locust_llm.thresholds import Thresholds
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALERTS = 0, 2, 3
 
@@ -115,7 +117,7 @@ def summary(report: Report) -> dict[str, Any]:
                 "tpot_s": report.slo.tpot_s,
                 "e2e_s": report.slo.e2e_s,
             },
-            "thresholds": dict(report.thresholds.__dict__),
+            "thresholds": report.thresholds.alert_values(),
             "roofline": (
                 {"model": report.floors.model.name, "gpu": report.floors.gpu.name}
                 if report.floors
@@ -177,22 +179,5 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``locust-llm report``."""
     report = make_report(args)
     paths = write_outputs(report, Path(args.out or args.run_dir))
-    v = report.overall
-    lines = [
-        seed_table(report),
-        "",
-        f"Reading: {report.knee.reading or 'n/a'}.",
-        f"Conclusion: {report.knee.conclusion or 'n/a'}.",
-        "",
-        f"Verdict: {v.kind}",
-        *(f"  - {e}" for e in v.evidence),
-    ]
-    if report.alerts:
-        lines += [
-            "",
-            f"Alerts ({len(report.alerts)}):",
-            *(f"  - {a.message}" for a in report.alerts),
-        ]
-    lines += ["", f"Report: {paths['report.html']}"]
-    print("\n".join(lines))
+    print(render_console(report, paths["report.html"]))
     return EXIT_ALERTS if report.alerts else EXIT_OK

@@ -1,7 +1,8 @@
 """The knee of a sweep: how throughput scales with load, the best load range and a recommended cap.
 
 Pure. Stages other than soak with completed requests are ordered by load (concurrency, or rate in
-open loop). Each step from one load to the next is classified (``Rule`` holds the thresholds):
+open loop). Each step from one load to the next is classified (the thresholds are fields of
+:class:`locust_llm.thresholds.Thresholds`):
 
 - gain = QPS ratio, load ratio = load ratio, efficiency = (gain - 1) / (load ratio - 1),
   latency cost = P99 latency ratio;
@@ -26,17 +27,7 @@ from typing import Any
 
 from locust_llm.report.fmt import is_num, load_label, ms, num, ratio
 from locust_llm.report.tables import Slo
-
-
-@dataclass(frozen=True, kw_only=True)
-class Rule:
-    """Thresholds of the knee and cap rule."""
-
-    linear_efficiency: float = 0.5
-    flat_band: float = 0.02
-    min_gain: float = 0.05
-    latency_weight: float = 0.10  # gain must be >= this share of the P99 increase
-    max_error_rate: float = 0.01
+from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
 
 @dataclass(frozen=True)
@@ -98,9 +89,11 @@ def _label(row: Mapping[str, Any]) -> str:
     return load_label(row.get("concurrency"), row.get("rate"))
 
 
-def meets_slo(row: Mapping[str, Any], slo: Slo, rule: Rule = Rule()) -> tuple[bool, str]:
+def meets_slo(
+    row: Mapping[str, Any], slo: Slo, thresholds: Thresholds = Thresholds()
+) -> tuple[bool, str]:
     """(ok, why not) for one stage against the SLOs and the error-rate limit."""
-    if _f(row, "error_rate") > rule.max_error_rate:
+    if error_rate_exceeded(_f(row, "error_rate"), thresholds):
         return False, f"error rate {_f(row, 'error_rate') * 100:.1f}%"
     checks = (
         ("ttft_p99_s", slo.ttft_s, "TTFT"),
@@ -113,12 +106,12 @@ def meets_slo(row: Mapping[str, Any], slo: Slo, rule: Rule = Rule()) -> tuple[bo
     return True, ""
 
 
-def _classify(gain: float, efficiency: float, rule: Rule) -> str:
-    if efficiency >= rule.linear_efficiency:
+def _classify(gain: float, efficiency: float, thresholds: Thresholds) -> str:
+    if efficiency >= thresholds.linear_efficiency:
         return "linear"
-    if gain < 1 - rule.flat_band:
+    if gain < 1 - thresholds.flat_band:
         return "falling"
-    if gain <= 1 + rule.flat_band:
+    if gain <= 1 + thresholds.flat_band:
         return "flat"
     return "flattening"
 
@@ -151,7 +144,10 @@ def _phrase(group: list[Step]) -> str:
 
 
 def find_knee(
-    rows: Sequence[Mapping[str, Any]], *, slo: Slo | None = None, rule: Rule = Rule()
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    slo: Slo | None = None,
+    thresholds: Thresholds = Thresholds(),
 ) -> Knee:
     """Classify the sweep's steps and pick the best range and the cap (module docstring)."""
     slo = slo or Slo()
@@ -190,7 +186,7 @@ def find_knee(
                 lr,
                 eff,
                 lat,
-                _classify(gain, eff, rule),
+                _classify(gain, eff, thresholds),
                 _f(lo, "qps"),
                 _f(hi, "qps"),
                 _f(lo, "latency_p99_s"),
@@ -198,15 +194,15 @@ def find_knee(
             )
         )
     notes: list[str] = []
-    ok0, why0 = meets_slo(dedup[0], slo, rule)
+    ok0, why0 = meets_slo(dedup[0], slo, thresholds)
     cap_ix: int | None = 0 if ok0 else None
     if not ok0:
         notes.append(f"the lowest load ({_label(dedup[0])}) already misses the SLOs: {why0}")
     else:
         for i, step in enumerate(steps, start=1):
-            ok, why = meets_slo(dedup[i], slo, rule)
+            ok, why = meets_slo(dedup[i], slo, thresholds)
             lat_cost = step.latency_ratio - 1 if not math.isnan(step.latency_ratio) else 0.0
-            worth = step.gain - 1 >= max(rule.min_gain, rule.latency_weight * lat_cost)
+            worth = step.gain - 1 >= max(thresholds.min_gain, thresholds.latency_weight * lat_cost)
             if not ok:
                 notes.append(f"load {step.hi_load} misses the SLOs: {why}")
                 break

@@ -3,8 +3,8 @@
 The only part of the report that touches files. A missing or unreadable file, or one without
 the columns the report needs, is an InputError whose one-line message names the file. A run
 without telemetry.parquet loads with an empty telemetry frame (resource columns become "no
-data") and a warning; ``prometheus=URL`` instead asks ``locust_llm.telemetry.read_prometheus``
-for the run's window, if that function exists in this build.
+data") and a warning; ``prometheus=URL`` instead asks ``locust_llm.promapi.read_prometheus``
+for the run's window.
 """
 
 from __future__ import annotations

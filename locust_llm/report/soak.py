@@ -1,13 +1,14 @@
 """Long-run stability of soak stages: per-minute P99 latency and throughput, and their drift.
 
 Pure. For each stage of kind ``soak``: completed requests are binned by the whole minute (from the
-end of the warm-up) in which they started; a minute's P99 latency needs ``min_per_minute``
+end of the warm-up) in which they started; a minute's P99 latency needs ``soak_min_per_minute``
 requests, its throughput is completed requests / 60 s (partial last minutes are dropped). A
 least-squares line through each series gives the slope per hour; drift % per hour = slope /
 mean of the series x 100. The stage is ``unstable`` when P99 latency drifts up, or throughput
-down, by more than ``max_drift_pct_per_h`` and by more than ``sigmas`` standard errors of the
-slope (so minute-to-minute noise in a short soak is not called a trend); fewer than
-``min_minutes`` usable minutes is ``insufficient_data``.
+down, by more than ``soak_max_drift_pct_per_h`` and by more than ``soak_sigmas`` standard errors
+of the slope (so minute-to-minute noise in a short soak is not called a trend); fewer than
+``soak_min_minutes`` usable minutes is ``insufficient_data``. The thresholds are fields of the
+shared :class:`locust_llm.thresholds.Thresholds`.
 """
 
 from __future__ import annotations
@@ -21,17 +22,8 @@ import numpy as np
 
 from locust_llm.report.fmt import num
 from locust_llm.rundir import Stage
+from locust_llm.thresholds import Thresholds
 from locust_llm.verdict import ACTIONS, Verdict
-
-
-@dataclass(frozen=True, kw_only=True)
-class SoakRule:
-    """Thresholds of the soak verdict."""
-
-    max_drift_pct_per_h: float = 10.0
-    min_minutes: int = 3
-    min_per_minute: int = 5
-    sigmas: float = 2.0  # a drift must also exceed this many standard errors of its slope
 
 
 @dataclass(frozen=True)
@@ -81,7 +73,7 @@ def soak_drift(
     e2e_s: np.ndarray,
     ok: np.ndarray,
     end_wall_s: float,
-    rule: SoakRule = SoakRule(),
+    thresholds: Thresholds = Thresholds(),
 ) -> SoakResult:
     """Per-minute series and drift of one soak stage from its requests' arrays."""
     lo = stage.start_wall_s + stage.warmup_s
@@ -93,25 +85,30 @@ def soak_drift(
         sel = lat[minute == m]
         mins.append(float(m))
         qpss.append(sel.size / 60.0)
-        p99s.append(float(np.percentile(sel, 99)) if sel.size >= rule.min_per_minute else math.nan)
+        p99s.append(
+            float(np.percentile(sel, 99))
+            if sel.size >= thresholds.soak_min_per_minute
+            else math.nan
+        )
     x = np.asarray(mins, dtype=float)
     p99_drift, p99_se = drift_pct_per_hour(x, np.asarray(p99s, dtype=float))
     qps_drift, qps_se = drift_pct_per_hour(x, np.asarray(qpss, dtype=float))
     usable = int(np.isfinite(np.asarray(p99s, dtype=float)).sum())
-    limit = rule.max_drift_pct_per_h
+    limit = thresholds.soak_max_drift_pct_per_h
     evidence = [
         f"P99 latency drifts {num(p99_drift)} ± {num(p99_se)}%/h, throughput "
         f"{num(qps_drift)} ± {num(qps_se)}%/h over {usable} minutes "
-        f"(limit ±{num(limit)}%/h beyond {num(rule.sigmas)} standard errors)"
+        f"(limit ±{num(limit)}%/h beyond {num(thresholds.soak_sigmas)} standard errors)"
     ]
-    if usable < rule.min_minutes:
+    if usable < thresholds.soak_min_minutes:
         kind = "insufficient_data"
         evidence = [
             f"{usable} usable minutes in soak stage {stage.index} "
-            f"(< {rule.min_minutes}, each needs {rule.min_per_minute} requests)"
+            f"(< {thresholds.soak_min_minutes}, "
+            f"each needs {thresholds.soak_min_per_minute} requests)"
         ]
-    elif (p99_drift > limit and p99_drift > rule.sigmas * p99_se) or (
-        qps_drift < -limit and -qps_drift > rule.sigmas * qps_se
+    elif (p99_drift > limit and p99_drift > thresholds.soak_sigmas * p99_se) or (
+        qps_drift < -limit and -qps_drift > thresholds.soak_sigmas * qps_se
     ):
         kind = "unstable"
     else:
@@ -129,7 +126,7 @@ def soak_results(
     start_wall_s: np.ndarray,
     e2e_s: np.ndarray,
     ok: np.ndarray,
-    rule: SoakRule = SoakRule(),
+    thresholds: Thresholds = Thresholds(),
 ) -> list[SoakResult]:
     """Drift results for every soak stage (requests given as whole-run arrays + stage index)."""
     out = []
@@ -137,5 +134,5 @@ def soak_results(
         if stage.kind != "soak":
             continue
         sel = stage_ix == stage.index
-        out.append(soak_drift(stage, start_wall_s[sel], e2e_s[sel], ok[sel], end, rule))
+        out.append(soak_drift(stage, start_wall_s[sel], e2e_s[sel], ok[sel], end, thresholds))
     return out

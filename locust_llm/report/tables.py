@@ -7,9 +7,12 @@ ends at a request count ends at its last completion); QPS = completed
 / duration, TPS = output tokens of completed requests / duration (total TPS adds their input
 tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
 numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
-load test cancelled itself at its end count in neither); goodput = completed
-requests meeting every SLO given / duration. Telemetry is averaged over the same window (all
-sources and GPUs pooled); a signal with no samples in a window is NaN ("no data"), never 0.
+load test cancelled itself at its end, and client-side bugs, count in neither); goodput = completed
+requests meeting every SLO given / duration. Telemetry is combined as each signal's definition
+says (:mod:`locust_llm.signals`: over the GPUs of a source, then over sources, each source at its
+latest sample), the same way the live web tab combines it, and that timeline is averaged (and
+its peak taken) over the same window; a signal with no samples in a window is NaN ("no data"),
+never 0.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +28,7 @@ import pandas as pd
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.roofline import GpuSpec, ModelSpec, decode_step_seconds, step_cost
 from locust_llm.rundir import Stage
+from locust_llm.signals import Signal, get_signal
 
 NAN = math.nan
 
@@ -41,6 +46,7 @@ COLUMNS: tuple[str, ...] = (
     "completed",
     "failed",
     "cancelled",
+    "client_errors",
     "qps",
     "output_tps",
     "total_tps",
@@ -147,7 +153,8 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
     kinds = req["error_kind"][~ok]
     # requests the load test itself stopped are neither completed nor the server's failures
     cancelled = int((kinds == "cancelled").sum())
-    n, completed = int(ok.size) - cancelled, int(ok.sum())
+    client_errors = int((kinds == "client_error").sum())  # our own bugs: not the server's
+    n, completed = int(ok.size) - cancelled - client_errors, int(ok.sum())
     failed = n - completed
     dur = duration if duration > 0 else NAN
     e2e, ttft, tpot = req["e2e_s"][ok], req["ttft_s"][ok], req["tpot_s"][ok]
@@ -159,6 +166,7 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
         "completed": completed,
         "failed": failed,
         "cancelled": cancelled,
+        "client_errors": client_errors,
         "qps": completed / dur,
         "output_tps": float(out_tok.sum()) / dur,
         "total_tps": float(out_tok.sum() + in_known.sum()) / dur,
@@ -195,7 +203,9 @@ class TelemetryIndex:
     """Telemetry split by signal and sorted by time, for fast window queries."""
 
     def __init__(self, telemetry: pd.DataFrame, gpu: GpuSpec | None = None) -> None:
-        self.series: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: signal -> (time_s, value, source, gpu), sorted by time
+        self.series: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._combined: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if telemetry is None or telemetry.empty:
             return
         frame = telemetry.sort_values("time_s", kind="stable")
@@ -204,27 +214,65 @@ class TelemetryIndex:
                 part["time_s"].to_numpy(float),
                 part["value"].to_numpy(float),
                 part["source"].astype(str).to_numpy(),
+                part["gpu"].astype(str).to_numpy(),
             )
         mem = _mem_util(frame, gpu)
         if mem is not None:
             self.series["gpu_mem_util"] = mem
 
     def window(self, signal: str, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
-        """(values, sources) of ``signal`` sampled in [lo, hi)."""
+        """(values, sources) of ``signal`` sampled in [lo, hi), every source and GPU apart."""
         if signal not in self.series:
             return np.empty(0), np.empty(0, dtype=object)
-        t, v, src = self.series[signal]
+        t, v, src, _ = self.series[signal]
         a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "left")
         return v[a:b], src[a:b]
 
-    def timeline(self, signal: str, how: str = "mean") -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) with all sources pooled per timestamp (NaN kept: gaps)."""
+    def timeline(self, signal: str) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of ``signal`` combined over GPUs and sources by its definition, at
+        every sample time (NaN kept: gaps); see :func:`combined_timeline`."""
         if signal not in self.series:
             return np.empty(0), np.empty(0)
-        t, v, _ = self.series[signal]
-        frame = pd.DataFrame({"t": t, "v": v}).groupby("t", sort=True)["v"]
-        agg = frame.max() if how == "max" else frame.mean()
-        return agg.index.to_numpy(float), agg.to_numpy(float)
+        if signal not in self._combined:
+            self._combined[signal] = combined_timeline(*self.series[signal], get_signal(signal))
+        return self._combined[signal]
+
+    def combined_window(self, signal: str, lo: float, hi: float) -> np.ndarray:
+        """The finite values of :meth:`timeline` at times in [lo, hi)."""
+        t, v = self.timeline(signal)
+        a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "left")
+        values = v[a:b]
+        return values[np.isfinite(values)]
+
+
+_GAP = -np.inf  # marks a recorded NaN (a failed scrape) so that filling forward keeps it a gap
+
+
+def _reduce_rows(frame: pd.DataFrame | Any, how: str, axis: int | None = None) -> Any:
+    kw = {} if axis is None else {"axis": axis}
+    if how == "sum":
+        return frame.sum(min_count=1, **kw)
+    return getattr(frame, how)(**kw)
+
+
+def combined_timeline(
+    t: np.ndarray, v: np.ndarray, src: np.ndarray, gpu: np.ndarray, signal: Signal
+) -> tuple[np.ndarray, np.ndarray]:
+    """One value per sample time: at each time, every source's GPUs combined by the signal's
+    ``over_gpus`` (server signals: their series by ``over_instances``), then the sources, each
+    at its latest sample at or before that time, by ``over_instances``. A source's failed
+    scrape (NaN) counts as no data from it until its next sample; nothing left is NaN."""
+    if t.size == 0:
+        return np.empty(0), np.empty(0)
+    frame = pd.DataFrame({"t": t, "s": src, "g": gpu, "v": v})
+    by_gpu = signal.over_gpus if signal.per_gpu else signal.over_instances
+    per_source = _reduce_rows(frame.groupby(["t", "s"], sort=True)["v"], by_gpu)
+    if per_source.index.get_level_values("s").nunique() == 1:
+        return per_source.index.get_level_values("t").to_numpy(float), per_source.to_numpy(float)
+    wide = per_source.fillna(_GAP).unstack("s").ffill()
+    wide = wide.mask(wide == _GAP)
+    values = _reduce_rows(wide, signal.over_instances, axis=1)
+    return wide.index.to_numpy(float), values.to_numpy(float)
 
 
 def _mem_util(frame: pd.DataFrame, gpu: GpuSpec | None) -> tuple | None:
@@ -240,40 +288,41 @@ def _mem_util(frame: pd.DataFrame, gpu: GpuSpec | None) -> tuple | None:
     with np.errstate(divide="ignore", invalid="ignore"):
         util = merged["value"].to_numpy(float) / denom
     util[~np.isfinite(util)] = NAN
-    return merged["time_s"].to_numpy(float), util, merged["source"].astype(str).to_numpy()
+    return (
+        merged["time_s"].to_numpy(float),
+        util,
+        merged["source"].astype(str).to_numpy(),
+        merged["gpu"].astype(str).to_numpy(),
+    )
 
 
 def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     row: dict = {}
 
-    def stats(signal: str) -> tuple[float, float, np.ndarray, np.ndarray]:
+    def combined(signal: str) -> tuple[float, float]:
+        values = tel.combined_window(signal, lo, hi)
+        if values.size == 0:
+            return NAN, NAN
+        return float(values.mean()), float(values.max())
+
+    def samples(signal: str) -> tuple[np.ndarray, np.ndarray]:
         values, sources = tel.window(signal, lo, hi)
         keep = np.isfinite(values)
-        values, sources = values[keep], sources[keep]
-        if values.size == 0:
-            return NAN, NAN, values, sources
-        return float(values.mean()), float(values.max()), values, sources
+        return values[keep], sources[keep]
 
-    for signal, col in (
-        ("gpu_util", "gpu_util"),
-        ("gpu_mem_util", "gpu_mem_util"),
-        ("kv_cache_usage", "kv_cache_usage"),
-        ("running", "running"),
-        ("waiting", "waiting"),
-    ):
-        mean, peak, _, _ = stats(signal)
-        row[col], row[f"{col}_max"] = mean, peak
-    row["dram_bw_util"] = stats("dram_bw_util")[0]
-    row["power_w"] = stats("power_w")[0]
-    _, _, pre, pre_src = stats("preemptions")
+    for signal in ("gpu_util", "gpu_mem_util", "kv_cache_usage", "running", "waiting"):
+        row[signal], row[f"{signal}_max"] = combined(signal)
+    row["dram_bw_util"] = combined("dram_bw_util")[0]
+    row["power_w"] = combined("power_w")[0]
+    pre, pre_src = samples("preemptions")  # a counter: its increase per source, then combined
     if pre.size:
-        row["preemptions"] = float(
-            sum(pre[pre_src == s].max() - pre[pre_src == s].min() for s in np.unique(pre_src))
-        )
+        increases = [pre[pre_src == s].max() - pre[pre_src == s].min() for s in np.unique(pre_src)]
+        how = get_signal("preemptions").over_instances
+        row["preemptions"] = float(_reduce_rows(pd.Series(increases), how))
     else:
         row["preemptions"] = NAN
-    _, peak, cpu, cpu_src = stats("worker_cpu_util")
-    row["worker_cpu_max"] = peak
+    cpu, cpu_src = samples("worker_cpu_util")  # the busiest worker (over_instances: max)
+    row["worker_cpu_max"] = float(cpu.max()) if cpu.size else NAN
     row["worker_cpu_max_id"] = str(cpu_src[int(np.argmax(cpu))]) if cpu.size else ""
     row["telemetry_samples"] = int(
         sum(np.isfinite(tel.window(s, lo, hi)[0]).sum() for s in tel.series)

@@ -18,7 +18,9 @@ from locust_llm.sim.config import SimConfig, config_from_mapping, load_toml
 #: flag -> (SimConfig field, type, help). Defaults live in SimConfig only.
 _FLAGS: dict[str, tuple[str, Any, str]] = {
     "--model": ("model", str, "roofline preset or config.json/.gguf path"),
-    "--gpu": ("gpu", str, "roofline GPU preset"),
+    "--gpu": ("gpu", str, "roofline GPU preset (one GPU; --tp of them)"),
+    "--tp": ("tp", int, "tensor-parallel degree: GPUs the weights and KV are split over"),
+    "--interconnect": ("interconnect", str, "GPU link of the all-reduces: nvlink, pcie, ..."),
     "--served-model-name": ("served_model_name", str, "model name clients use"),
     "--bind": ("host", str, "address to listen on (127.0.0.1; 0.0.0.0 to expose)"),
     "--port": ("port", int, "port (0 = any free port; the URL is printed first)"),
@@ -33,6 +35,8 @@ _FLAGS: dict[str, tuple[str, Any, str]] = {
     "--output-len": ("output_len", str, "EOS-ended output lengths, e.g. lognormal:256:0.5"),
     "--tokens-per-chunk": ("tokens_per_chunk", int, "tokens per streamed chunk"),
     "--trace": ("trace_path", str, "write one JSON line per request to FILE"),
+    "--step-trace": ("step_trace_path", str, "write one JSON line per engine step to FILE"),
+    "--listen-backlog": ("listen_backlog", int, "pending connects the kernel may queue"),
     "--seed": ("seed", int, "seed of lengths, text and faults"),
 }
 
@@ -50,6 +54,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-chunked-prefill", action="store_true", default=None, help="prefill whole prompts only"
+    )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="reuse the KV of cached prompt prefixes, as vLLM (default on; "
+        "--no-enable-prefix-caching turns it off)",
     )
     parser.add_argument(
         "--zero-cost",
@@ -83,6 +94,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         values["step_overhead_s"] = args.step_overhead_ms / 1000.0
     if getattr(args, "no_chunked_prefill", None):
         values["enable_chunked_prefill"] = False
+    if getattr(args, "enable_prefix_caching", None) is not None:
+        values["enable_prefix_caching"] = args.enable_prefix_caching
     for flag in ("zero_cost", "oom"):
         if getattr(args, flag, None):
             values[flag] = True
@@ -106,7 +119,9 @@ async def _serve(config: SimConfig) -> None:
     print(server.url, flush=True)
     app = server.app
     print(
-        f"simulating {app.engine.model.name} on {app.engine.gpu.name}: "
+        f"simulating {app.engine.model.name} on "
+        + (f"{app.engine.tp} x " if app.engine.tp > 1 else "")
+        + f"{app.engine.gpu.name}: "
         f"{app.engine.total_blocks} KV blocks ({app.engine.capacity_tokens} tokens), "
         f"model name {app.model_name!r}",
         file=sys.stderr,

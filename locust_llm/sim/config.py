@@ -31,7 +31,9 @@ class SimConfig:
     """How the simulated server behaves. Keyword-only; every field has a default."""
 
     model: str = "mistral-7b"  # roofline preset key or config.json / .gguf path
-    gpu: str = "rtx4090"  # roofline GPU preset key
+    gpu: str = "rtx4090"  # roofline GPU preset key (one GPU; --tp of them)
+    tp: int = 1  # tensor-parallel degree: GPUs the model's weights and KV are split over
+    interconnect: str = "nvlink"  # link preset of the tensor-parallel all-reduces
     served_model_name: str = ""  # name clients send/see; "" = the model name
     host: str = "127.0.0.1"
     port: int = 8000
@@ -44,6 +46,7 @@ class SimConfig:
     num_gpu_blocks_override: int | None = None  # a fixed KV budget in blocks (vLLM's flag)
     memory_reserve_bytes: float = 1.0 * 1024**3  # CUDA context + activations, outside KV
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True  # vLLM v1's default; --no-enable-prefix-caching
     # physics
     bandwidth_efficiency: float = 0.85
     compute_efficiency: float = 0.7  # calibrated: bench/results/calibration.md
@@ -55,6 +58,8 @@ class SimConfig:
     tokens_per_chunk: int = 1  # tokens per streamed chunk (stream interval / speculation)
     faults: tuple[str, ...] = ()  # "KIND:RATE[:ARG]" (see locust_llm.sim.faults)
     trace_path: str = ""  # JSON lines, one per request; "" = no trace
+    step_trace_path: str = ""  # JSON lines, one per engine step; "" = none (costs nothing)
+    listen_backlog: int = 4096  # pending connects the kernel queues (capped by somaxconn)
     seed: int = 0
 
     @property
@@ -70,6 +75,8 @@ class SimConfig:
             "block_size",
             "max_model_len",
             "tokens_per_chunk",
+            "tp",
+            "listen_backlog",
         )
         for name in positive_ints:
             value = getattr(self, name)
@@ -90,6 +97,9 @@ class SimConfig:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InputError(f"{_flag(name)} must be a number >= 0, got {value!r}")
         parse_distribution(self.output_len)
+        from locust_llm.roofline import get_interconnect
+
+        get_interconnect(self.interconnect)
         return self
 
 

@@ -16,10 +16,23 @@ One step, the way vLLM's scheduler does it:
 2. if nothing was preempted, waiting requests are admitted in arrival order while the token
    budget, ``max_num_seqs`` and free blocks for their first chunk allow.
 3. step time = max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x bandwidth
-   efficiency)) + the fixed per-step overhead, with FLOPs and bytes from
-   :func:`locust_llm.roofline.step_cost` for the actual decode contexts and prefill chunks.
+   efficiency)) + the tensor-parallel all-reduces + the fixed per-step overhead, with FLOPs,
+   bytes and the all-reduce time from :func:`locust_llm.roofline.step_cost` for the actual
+   decode contexts and prefill chunks, on one of the ``tp`` GPUs (each holds its shard of the
+   weights and of the KV cache).
 4. a sequence whose computed context reaches all its known tokens emits one token at the
    step's end; it finishes when it has emitted its target.
+
+Prefix caching (``enable_prefix_caching``, vLLM's default): a request added with its block
+hashes (:func:`locust_llm.sim.prefix_cache.block_hashes` over its prompt and the output it will
+generate) starts, when admitted, from the longest cached prefix of full blocks (never the whole
+prompt: its last token is always computed, as vLLM does), so those tokens cost no prefill; each
+full block it computes (prompt or output) is cached for later requests. Cached blocks nobody
+uses count as free and are evicted least recently freed first.
+
+The KV pool is preallocated, as vLLM does at start: ``total_blocks`` per GPU from the memory
+left after the weight shard and the reserve at ``gpu_memory_utilization``, so the simulated
+GPU's memory in use is flat; KV usage is its own signal.
 
 A request whose prompt plus output cannot fit in the whole KV cache, or in ``max_model_len``,
 is refused at :meth:`Engine.add` (the HTTP front answers 400).
@@ -33,8 +46,19 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from locust_llm.errors import InputError
-from locust_llm.roofline import GpuSpec, ModelSpec, get_gpu, get_model, step_cost
+from locust_llm.roofline import (
+    GpuSpec,
+    ModelSpec,
+    fit_advice,
+    get_gpu,
+    get_interconnect,
+    get_model,
+    kv_budget_per_gpu_bytes,
+    shard_of,
+    step_cost,
+)
 from locust_llm.sim.config import SimConfig
+from locust_llm.sim.prefix_cache import PrefixCache
 
 
 @dataclass(eq=False, slots=True)
@@ -49,6 +73,9 @@ class SimRequest:
     generated: int = 0  # tokens emitted so far
     blocks: int = 0  # KV blocks held
     preemptions: int = 0
+    block_hashes: tuple[bytes, ...] = ()  # chained hashes of its full blocks (prompt + output)
+    cache_refs: list[bytes] = field(default_factory=list)  # cached blocks it holds
+    cached_tokens: int = 0  # prompt tokens its first admission found in the prefix cache
     admitted_s: float = math.nan  # first admission
     first_token_s: float = math.nan
     finished_s: float = math.nan
@@ -80,10 +107,34 @@ class StepResult:
     admitted: list[SimRequest] = field(default_factory=list)
     decode_seqs: int = 0
     prefill_tokens: int = 0
+    # the physics of the step (seconds, one GPU): duration = overhead + max(compute, memory)
+    # + all-reduce
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    allreduce_s: float = 0.0
+    overhead_s: float = 0.0
+    cached_tokens: int = 0  # prompt tokens the step's admissions found in the prefix cache
+    running: int = 0  # sequences in the batch after the step's scheduling
+    waiting: int = 0  # requests left waiting after the step's admissions
+    blocked_by: str = ""  # why waiting requests were not admitted: see ADMISSION_BLOCKERS
+    lag_s: float = 0.0  # real time only: how late the step was handed out (the scheduler sets)
 
     @property
     def end_s(self) -> float:
         return self.start_s + self.duration_s
+
+    @property
+    def bound(self) -> str:
+        """Which roofline term set the step's duration: "compute", "memory" or "" (no work)."""
+        if self.compute_s == 0 and self.memory_s == 0:
+            return ""
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+#: Why a step left requests waiting: the KV pool had no blocks for the next one, the batch was
+#: at ``max_num_seqs``, the step's token budget was spent, or a preemption this step (no
+#: admissions then, as vLLM's scheduler does). "" = nothing was waiting.
+ADMISSION_BLOCKERS: tuple[str, ...] = ("kv_blocks", "max_num_seqs", "token_budget", "preemption")
 
 
 @dataclass(slots=True)
@@ -104,6 +155,8 @@ class EngineStats:
     last_step_bytes: float = 0.0
     failed_total: int = 0
     rejected_total: int = 0
+    prefix_cache_queries_total: int = 0  # tokens looked up at admissions (vLLM v1 counts so)
+    prefix_cache_hits_total: int = 0  # of those, tokens found cached
 
 
 class RequestTooLarge(InputError):
@@ -111,20 +164,46 @@ class RequestTooLarge(InputError):
 
 
 def kv_blocks_for(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
-    """KV blocks the configuration gets (the override, or the memory left after weights)."""
+    """KV blocks per GPU the configuration gets (the override, or the memory left after the
+    weight shard and the reserve); InputError when the weights or the override do not fit."""
+    tp = config.tp
+    shard = shard_of(model, tp)
+    block_bytes = config.block_size * shard.kv_bytes_per_token
+    util = config.gpu_memory_utilization
     if config.num_gpu_blocks_override is not None:
-        return config.num_gpu_blocks_override
-    budget = (
-        gpu.memory_bytes * config.gpu_memory_utilization
-        - model.weights_bytes
-        - config.memory_reserve_bytes
+        blocks = config.num_gpu_blocks_override
+        need = shard.weights_bytes + config.memory_reserve_bytes + blocks * block_bytes
+        # --zero-cost steps have no physics: there the override is a bookkeeping budget only
+        if math.isfinite(gpu.memory_bytes) and need > gpu.memory_bytes and not config.zero_cost:
+            most = int((gpu.memory_bytes - shard.weights_bytes - config.memory_reserve_bytes)
+                       // block_bytes)  # fmt: skip
+            raise InputError(
+                f"--num-gpu-blocks-override {blocks}: weights ({shard.weights_bytes / 1e9:.1f} "
+                f"GB per GPU) + reserve + {blocks} blocks of {block_bytes / 2**20:.1f} MiB need "
+                f"{need / 1e9:.1f} GB, more than {gpu.name}'s {gpu.memory_bytes / 1e9:.1f} GB; "
+                + (f"at most {most} blocks fit" if most >= 1 else "no block fits")
+            )
+        return blocks
+    budget = kv_budget_per_gpu_bytes(
+        model,
+        gpu,
+        gpu_memory_utilization=util,
+        reserve_bytes=config.memory_reserve_bytes,
+        tp=tp,
     )
-    blocks = int(budget // (config.block_size * model.kv_bytes_per_token)) if budget > 0 else 0
+    blocks = int(budget // block_bytes) if budget > 0 else 0
     if blocks < 1:
+        advice = fit_advice(
+            model,
+            gpu,
+            gpu_memory_utilization=util,
+            reserve_bytes=config.memory_reserve_bytes,
+            tp=tp,
+        )
+        where = f"{gpu.name}" if tp == 1 else f"{tp} x {gpu.name} (--tp {tp})"
         raise InputError(
             f"{model.name} ({model.weights_bytes / 1e9:.1f} GB of weights) leaves no KV cache on "
-            f"{gpu.name} at --gpu-memory-utilization {config.gpu_memory_utilization}; raise it, "
-            "quantize, or set --num-gpu-blocks-override"
+            f"{where} at --gpu-memory-utilization {util}; {advice}"
         )
     return blocks
 
@@ -142,14 +221,32 @@ class Engine:
         self.config = config.validated()
         self.model = model or get_model(config.model)
         self.gpu = gpu or get_gpu(config.gpu)
+        self.tp = self.config.tp
+        self.link = get_interconnect(self.config.interconnect)
+        self.shard = shard_of(self.model, self.tp)  # one GPU's part of the model
         self.total_blocks = kv_blocks_for(self.config, self.model, self.gpu)
-        self.free_blocks = self.total_blocks
-        self.block_bytes = self.config.block_size * self.model.kv_bytes_per_token
+        self.free_blocks = self.total_blocks  # includes evictable cached blocks
+        self.block_bytes = self.config.block_size * self.shard.kv_bytes_per_token  # per GPU
+        self.prefix_cache = PrefixCache()
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.clock_s = 0.0
         self.stats = EngineStats()
         self._next_id = 0
+
+    # ---- memory --------------------------------------------------------------------------
+    @property
+    def weights_bytes_per_gpu(self) -> float:
+        return self.shard.weights_bytes
+
+    @property
+    def memory_used_bytes_per_gpu(self) -> float:
+        """What NVML shows on each GPU: weight shard + reserve + the whole preallocated KV pool."""
+        return (
+            self.shard.weights_bytes
+            + self.config.memory_reserve_bytes
+            + self.total_blocks * self.block_bytes
+        )
 
     # ---- requests ------------------------------------------------------------------------
     @property
@@ -182,15 +279,25 @@ class Engine:
         *,
         arrival_s: float | None = None,
         max_tokens: int | None = None,
+        block_hashes: tuple[bytes, ...] = (),
     ) -> SimRequest:
         """Queue a request; raises :class:`RequestTooLarge` (counted) when it cannot fit alone.
 
         ``max_tokens`` (what the client asked for, when larger than the tokens it will get) is
         what the fit check uses, as vLLM checks the requested length, not the one that happens.
+        ``block_hashes``: chained hashes of the request's full blocks, over its prompt and, when
+        known, the output it will generate (ignored when prefix caching is off; without them the
+        request never hits the cache). Admission looks up at most the known tokens' blocks;
+        every block whose KV the request computes is cached, output blocks included.
         """
         if prompt_tokens < 1 or output_tokens < 1:
             raise InputError(
                 f"prompt and output must be >= 1 token, got {prompt_tokens}, {output_tokens}"
+            )
+        if len(block_hashes) > (prompt_tokens + output_tokens) // self.config.block_size:
+            raise InputError(
+                f"{len(block_hashes)} block hashes for {prompt_tokens} + {output_tokens} tokens: "
+                f"at most one per full block of {self.config.block_size} tokens"
             )
         try:
             self.check_fits(prompt_tokens, max(output_tokens, max_tokens or 0))
@@ -203,6 +310,7 @@ class Engine:
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
             arrival_s=self.clock_s if arrival_s is None else arrival_s,
+            block_hashes=block_hashes if self.config.enable_prefix_caching else (),
         )
         self.waiting.append(req)
         return req
@@ -261,7 +369,10 @@ class Engine:
             budget -= n
             i += 1
         if not result.preempted and not result.failed:
-            self._admit(budget, scheduled, result)
+            result.blocked_by = self._admit(budget, scheduled, result)
+        elif self.waiting:
+            result.blocked_by = "preemption"
+        result.running, result.waiting = len(self.running), len(self.waiting)
         if not scheduled:
             return result
         self._run(scheduled, result)
@@ -269,6 +380,13 @@ class Engine:
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.config.block_size)
+
+    def _take(self, blocks: int) -> None:
+        """Use ``blocks`` free blocks (<= free_blocks), evicting cached ones when short."""
+        empty = self.free_blocks - len(self.prefix_cache.evictable)
+        if blocks > empty:
+            self.prefix_cache.evict(blocks - empty)
+        self.free_blocks -= blocks
 
     def _grow(self, req: SimRequest, n: int, result: StepResult) -> bool:
         """Make room for ``n`` more tokens of ``req``; evict the newest while short."""
@@ -289,25 +407,50 @@ class Engine:
                 result.preempted.append(victim)
             if victim is req:
                 return False
-        self.free_blocks -= extra
+        self._take(extra)
         req.blocks += extra
         return True
 
     def _admit(
         self, budget: int, scheduled: list[tuple[SimRequest, int]], result: StepResult
-    ) -> None:
+    ) -> str:
+        """Admit waiting requests in order; returns what stopped admission ("" = none left)."""
         chunked = self.config.enable_chunked_prefill
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        bs = self.config.block_size
+        cache = self.prefix_cache
+        while self.waiting:
+            if len(self.running) >= self.config.max_num_seqs:
+                return "max_num_seqs"
+            if budget <= 0:
+                return "token_budget"
             req = self.waiting[0]
-            need = req.known - req.computed
+            hits: list[bytes] = []
+            from_free = 0
+            if req.block_hashes and req.computed == 0:
+                # never the whole prompt: its last token is computed to produce the first one
+                hits, from_free = cache.hits(req.block_hashes, (req.known - 1) // bs)
+            start = len(hits) * bs if hits else req.computed
+            need = req.known - start
             n = min(need, budget)
             if n < need and not chunked:
-                break
-            extra = self._blocks_for(req.computed + n) - req.blocks
-            if extra > self.free_blocks:
-                break
+                return "token_budget"
+            extra = self._blocks_for(start + n) - max(req.blocks, len(hits))
+            if from_free + extra > self.free_blocks:
+                return "kv_blocks"
             self.waiting.popleft()
-            self.free_blocks -= extra
+            if req.block_hashes and req.computed == 0:
+                self.stats.prefix_cache_queries_total += req.known
+                self.stats.prefix_cache_hits_total += start
+                result.cached_tokens += start
+                if math.isnan(req.admitted_s):
+                    req.cached_tokens = start
+            if hits:
+                cache.acquire(hits)
+                self.free_blocks -= from_free
+                req.cache_refs = list(hits)
+                req.blocks = len(hits)
+                req.computed = start
+            self._take(extra)
             req.blocks += extra
             if math.isnan(req.admitted_s):
                 req.admitted_s = self.clock_s
@@ -315,22 +458,26 @@ class Engine:
             result.admitted.append(req)
             scheduled.append((req, n))
             budget -= n
+        return ""
 
     def _run(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> None:
         cfg = self.config
+        result.overhead_s = cfg.step_overhead_s
         if cfg.zero_cost:
             duration = cfg.step_overhead_s
         else:
             decode = [req.computed for req, n in scheduled if n == 1]
             chunks = [(n, req.computed) for req, n in scheduled if n > 1]
-            cost = step_cost(self.model, decode, chunks)
+            cost = step_cost(self.model, decode, chunks, tp=self.tp, link=self.link)
             result.flops, result.bytes = cost.flops, cost.bytes
-            duration = cfg.step_overhead_s + cost.seconds(
+            result.compute_s, result.memory_s = cost.times(
                 self.gpu,
                 self.model.weight_bits,
                 compute_eff=cfg.compute_efficiency,
                 bw_eff=cfg.bandwidth_efficiency,
             )
+            result.allreduce_s = cost.comm_s
+            duration = cfg.step_overhead_s + max(result.compute_s, result.memory_s) + cost.comm_s
         result.duration_s = duration
         self.clock_s += duration
         end = self.clock_s
@@ -342,12 +489,16 @@ class Engine:
         stats.last_step_bytes = result.bytes
         stats.flops_total += result.flops
         finished = False
+        bs = cfg.block_size
         for req, n in scheduled:
             if n == 1:
                 result.decode_seqs += 1
             else:
                 result.prefill_tokens += n
+            before = req.computed
             req.computed += n
+            if req.block_hashes and before < len(req.block_hashes) * bs:
+                self._register(req, before // bs, min(req.computed // bs, len(req.block_hashes)))
             if req.computed < req.known:
                 continue  # more prefill to do
             if req.generated == 0:
@@ -366,8 +517,18 @@ class Engine:
         if finished:
             self.running = [r for r in self.running if not r.done]
 
+    def _register(self, req: SimRequest, first: int, end: int) -> None:
+        """Cache the prompt blocks ``first..end-1`` that ``req`` just completed."""
+        held = set(req.cache_refs)
+        for i in range(first, end):
+            h = req.block_hashes[i]
+            if h not in held and self.prefix_cache.register(h):
+                req.cache_refs.append(h)  # the block it computed is now the cached copy
+
     def _free(self, req: SimRequest) -> None:
-        self.free_blocks += req.blocks
+        private = req.blocks - len(req.cache_refs)
+        self.free_blocks += private + self.prefix_cache.release(req.cache_refs)
+        req.cache_refs = []
         req.blocks = 0
 
     # ---- helpers for tests and the virtual-time sweep ------------------------------------

@@ -1,11 +1,16 @@
-"""The simulated GPU as a :class:`~locust_llm.gpu.source.GpuSource`, read from the engine's state.
+"""The simulated GPUs as a :class:`~locust_llm.gpu.source.GpuSource`, read from the engine's state.
 
-Each :meth:`SimGpuSource.read` covers the interval since the previous read (the first read
-covers the time since the source was made):
+One sample per tensor-parallel GPU (index 0..tp-1, label ``gpu``); the GPUs of one engine work
+in lockstep on equal shards, so their figures are equal. Each :meth:`SimGpuSource.read` covers
+the interval since the previous read (the first read covers the time since the source was
+made):
 
 - utilization = simulated busy seconds (sum of step times) / interval, at most 1;
-- DRAM bandwidth utilization = bytes the steps moved / (device bandwidth x interval), at most 1;
-- memory used = weights + allocated KV blocks + the fixed reserve; total = the device's memory;
+- DRAM bandwidth utilization = bytes the steps moved on one GPU / (device bandwidth x
+  interval), at most 1;
+- memory used = weight shard + the fixed reserve + the whole KV pool, preallocated at start as
+  vLLM does (flat from the first second: KV usage is ``vllm:kv_cache_usage_perc``); total = the
+  device's memory;
 - power = idle + (TDP - idle) x utilization (a linear model; NaN-free only when the preset
   gives both figures, otherwise left out).
 """
@@ -27,9 +32,11 @@ class SimGpuSource:
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.engine = engine
         self._clock = clock
-        self.uuid = "GPU-" + str(
-            uuid.uuid5(uuid.NAMESPACE_URL, f"locust-llm-sim/{engine.gpu.name}")
-        )
+        self.uuids = [
+            "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"locust-llm-sim/{engine.gpu.name}/{i}"))
+            for i in range(engine.tp)
+        ]
+        self.uuid = self.uuids[0]
         self._last_t = clock()
         self._last_busy, self._last_bytes = self._elapsed_totals(self._last_t)
 
@@ -61,16 +68,19 @@ class SimGpuSource:
         power = None
         if util is not None and math.isfinite(gpu.idle_watts) and math.isfinite(gpu.tdp_watts):
             power = gpu.idle_watts + (gpu.tdp_watts - gpu.idle_watts) * util
-        used = eng.model.weights_bytes + eng.kv_used_bytes + eng.config.memory_reserve_bytes
+        used = eng.memory_used_bytes_per_gpu
         total = gpu.memory_bytes if math.isfinite(gpu.memory_bytes) else None
-        sample = GpuSample(
-            index=0,
-            uuid=self.uuid,
-            name=f"simulated {gpu.name}",
-            utilization_ratio=util,
-            memory_used_bytes=used,
-            memory_total_bytes=total,
-            power_watts=power,
-            dram_bandwidth_utilization_ratio=bw,
-        )
-        return HostSample(gpus=[sample], driver_version="sim", cuda_version="sim")
+        samples = [
+            GpuSample(
+                index=i,
+                uuid=self.uuids[i],
+                name=f"simulated {gpu.name}",
+                utilization_ratio=util,
+                memory_used_bytes=used,
+                memory_total_bytes=total,
+                power_watts=power,
+                dram_bandwidth_utilization_ratio=bw,
+            )
+            for i in range(eng.tp)
+        ]
+        return HostSample(gpus=samples, driver_version="sim", cuda_version="sim")

@@ -1,11 +1,23 @@
 """``GET /metrics`` of the simulator: vLLM's metric vocabulary plus the simulated GPU.
 
 vLLM names, label ``model_name``: gauges ``vllm:num_requests_running``,
-``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (a 0..1 ratio, as vLLM reports it);
-counters ``vllm:num_preemptions_total``, ``vllm:prompt_tokens_total``,
-``vllm:generation_tokens_total``, ``vllm:request_success_total``; histograms (vLLM's buckets)
-``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``,
-``vllm:e2e_request_latency_seconds``, ``vllm:request_queue_time_seconds``.
+``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (a 0..1 ratio, as vLLM reports it)
+and its older name ``vllm:gpu_cache_usage_perc``; counters ``vllm:num_preemptions_total``,
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+``vllm:request_success_total``, ``vllm:prefix_cache_queries_total`` and
+``vllm:prefix_cache_hits_total`` (tokens, as vLLM v1 counts them); histograms with vLLM's
+buckets (``vllm/v1/metrics/loggers.py``): ``vllm:time_to_first_token_seconds``,
+``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds`` and the per-request
+phases ``vllm:request_queue_time_seconds`` (arrival to first scheduled),
+``vllm:request_prefill_time_seconds`` (first scheduled to first token),
+``vllm:request_decode_time_seconds`` (first token to last), and
+``vllm:request_inference_time_seconds`` (first scheduled to last token), on the engine's clock,
+observed when a request finishes.
+
+The simulator's own health: ``locust_llm_sim_step_lag_seconds`` (histogram: how late each step's
+tokens were handed out against the real-time schedule) and ``locust_llm_sim_late_steps_total``
+(steps more than :data:`LATE_STEP_S` late). A simulator that falls behind on a busy host shows
+here, and the report flags the stages it happened in.
 
 The GPU is served by the exporter's own :class:`~locust_llm.gpu.collector.GpuCollector` over a
 :class:`~locust_llm.sim.gpu.SimGpuSource`, so the names (``nvml_*``, labels ``gpu``, ``uuid``)
@@ -28,8 +40,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from locust_llm.gpu.collector import GpuCollector
-from locust_llm.sim.engine import Engine
+from locust_llm.sim.engine import Engine, SimRequest
 from locust_llm.sim.gpu import SimGpuSource
+from locust_llm.sim.lag import LATE_STEP_S
 
 TTFT_BUCKETS = (
     0.001,
@@ -101,6 +114,10 @@ REQUEST_BUCKETS = (
 )
 
 
+#: Step lag buckets (seconds): sub-millisecond scheduling noise up to seconds of a stalled host.
+LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
 class Histogram:
     """Bucket counts and a sum; ``observe`` is one bisect and two additions."""
 
@@ -131,19 +148,51 @@ class SimMetrics:
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(REQUEST_BUCKETS)
         self.queue = Histogram(REQUEST_BUCKETS)
+        self.prefill = Histogram(REQUEST_BUCKETS)
+        self.decode = Histogram(REQUEST_BUCKETS)
+        self.inference = Histogram(REQUEST_BUCKETS)
         self.success: dict[str, int] = {}  # finish reason -> count
 
     def finished(self, reason: str) -> None:
         self.success[reason] = self.success.get(reason, 0) + 1
 
+    def phases(self, req: SimRequest) -> None:
+        """vLLM's per-request phase histograms, from a finished request's engine times."""
+        self.prefill.observe(max(0.0, req.first_token_s - req.admitted_s))
+        self.decode.observe(max(0.0, req.finished_s - req.first_token_s))
+        self.inference.observe(max(0.0, req.finished_s - req.admitted_s))
+
+
+class LagStats:
+    """How late the real-time loop handed out each step (seconds; 0 = on schedule)."""
+
+    __slots__ = ("hist", "late_steps", "max_s")
+
+    def __init__(self) -> None:
+        self.hist = Histogram(LAG_BUCKETS)
+        self.late_steps = 0
+        self.max_s = 0.0
+
+    def observe(self, lag_s: float) -> None:
+        self.hist.observe(lag_s)
+        self.late_steps += lag_s > LATE_STEP_S
+        self.max_s = max(self.max_s, lag_s)
+
 
 class VllmCollector(Collector):
     """Engine state and :class:`SimMetrics` under vLLM's names, fresh on every scrape."""
 
-    def __init__(self, engine: Engine, metrics: SimMetrics, model_name: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: SimMetrics,
+        model_name: str,
+        lag: LagStats | None = None,
+    ) -> None:
         self.engine = engine
         self.metrics = metrics
         self.model_name = model_name
+        self.lag = lag
 
     def describe(self) -> list[Metric]:
         return []
@@ -171,6 +220,17 @@ class VllmCollector(Collector):
             "vllm:num_requests_waiting", "Requests waiting to be admitted.", len(eng.waiting)
         )
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", eng.kv_usage_ratio)
+        yield gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (older name).", eng.kv_usage_ratio)
+        yield counter(
+            "vllm:prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache.",
+            eng.stats.prefix_cache_queries_total,
+        )
+        yield counter(
+            "vllm:prefix_cache_hits",
+            "Prompt tokens found in the prefix cache.",
+            eng.stats.prefix_cache_hits_total,
+        )
         yield counter(
             "vllm:num_preemptions", "Cumulative preemptions.", eng.stats.preemptions_total
         )
@@ -190,14 +250,34 @@ class VllmCollector(Collector):
         yield hist("vllm:inter_token_latency_seconds", "Time between streamed tokens.", m.itl)
         yield hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", m.e2e)
         yield hist("vllm:request_queue_time_seconds", "Time waiting before admission.", m.queue)
+        yield hist("vllm:request_prefill_time_seconds", "Time in the PREFILL phase.", m.prefill)
+        yield hist("vllm:request_decode_time_seconds", "Time in the DECODE phase.", m.decode)
+        yield hist("vllm:request_inference_time_seconds", "Time in the RUNNING phase.", m.inference)
+        if self.lag is not None:
+            lag = HistogramMetricFamily(
+                "locust_llm_sim_step_lag_seconds",
+                "How late each engine step was handed out against the real-time schedule.",
+            )
+            lag.add_metric([], self.lag.hist.cumulative(), self.lag.hist.sum)
+            yield lag
+            late = CounterMetricFamily(
+                "locust_llm_sim_late_steps",
+                f"Engine steps handed out more than {LATE_STEP_S:g} s late.",
+            )
+            late.add_metric([], self.lag.late_steps)
+            yield late
 
 
 def build_registry(
-    engine: Engine, metrics: SimMetrics, model_name: str, gpu_source: SimGpuSource
+    engine: Engine,
+    metrics: SimMetrics,
+    model_name: str,
+    gpu_source: SimGpuSource,
+    lag: LagStats | None = None,
 ) -> CollectorRegistry:
-    """A fresh registry serving the vLLM families and the simulated GPU."""
+    """A fresh registry serving the vLLM families, the simulator's lag and the simulated GPUs."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(VllmCollector(engine, metrics, model_name))
+    registry.register(VllmCollector(engine, metrics, model_name, lag))
     registry.register(GpuCollector(gpu_source))
     return registry
 

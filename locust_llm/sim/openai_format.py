@@ -4,7 +4,8 @@ Streaming chat answers are ``chat.completion.chunk`` objects, completions ``text
 objects, each as an SSE ``data:`` event, then ``data: [DONE]``. The first chunk of a chat
 stream carries ``delta.role``; the last content chunk carries ``finish_reason`` (as vLLM does).
 With ``stream_options.include_usage`` every chunk has ``"usage": null`` and a final chunk with
-empty ``choices`` carries the usage; with ``continuous_usage_stats`` every chunk carries it.
+empty ``choices`` carries the usage (with ``prompt_tokens_details.cached_tokens``, the prompt
+tokens the prefix cache served); with ``continuous_usage_stats`` every chunk carries it.
 
 Per-request constant parts of a chunk are encoded once (:class:`ChunkFormatter`), so a token
 costs one small concatenation: the HTTP front streams tens of thousands of chunks per second.
@@ -45,11 +46,14 @@ def error_body(status: int, message: str, param: str | None = None) -> bytes:
     return json.dumps(error_object(status, message, param)).encode()
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
+def _usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object; ``prompt_tokens_details.cached_tokens`` = prompt tokens the
+    prefix cache served."""
     return {
         "prompt_tokens": prompt,
         "total_tokens": prompt + completion,
         "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
 
 
@@ -125,11 +129,11 @@ class ChunkFormatter:
             )
         )
 
-    def usage(self, completion_tokens: int) -> bytes:
+    def usage(self, completion_tokens: int, cached_tokens: int = 0) -> bytes:
         """The final usage chunk (empty choices); b"" unless usage was asked for."""
         if not self.include_usage:
             return b""
-        body = json.dumps(_usage(self._prompt, completion_tokens)).encode()
+        body = json.dumps(_usage(self._prompt, completion_tokens, cached_tokens)).encode()
         return self._head + b',"choices":[],"usage":' + body + b"}\n\n"
 
 
@@ -143,6 +147,7 @@ def full_response(
     completion_tokens: int,
     finish_reason: str,
     created: int | None = None,
+    cached_tokens: int = 0,
 ) -> bytes:
     """A whole non-streamed ``chat.completion`` or ``text_completion`` as JSON bytes."""
     if chat:
@@ -160,6 +165,6 @@ def full_response(
         "created": int(time.time()) if created is None else created,
         "model": model,
         "choices": [choice],
-        "usage": _usage(prompt_tokens, completion_tokens),
+        "usage": _usage(prompt_tokens, completion_tokens, cached_tokens),
     }
     return json.dumps(body).encode()

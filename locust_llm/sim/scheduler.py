@@ -5,6 +5,11 @@ duration", so the time the loop itself takes does not accumulate as drift: a lat
 followed by back-to-back steps until the schedule is caught up. The engine's clock is the
 event loop's (``loop.time()``, monotonic). When the engine is idle the loop sleeps until
 :meth:`RealTimeScheduler.wake` is called, and the schedule restarts from that moment.
+
+Each step's *lag* is how late its tokens were handed out: the loop's time at delivery minus the
+step's scheduled end (0 when on time). It is set on the step's ``StepResult.lag_s`` and
+counted in :class:`~locust_llm.sim.metrics.LagStats`, so a host too busy to keep the schedule
+shows on ``/metrics`` and in the step trace instead of reading as a slower GPU.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import contextlib
 from collections.abc import Callable
 
 from locust_llm.sim.engine import Engine, StepResult
+from locust_llm.sim.metrics import LagStats
 
 
 class RealTimeScheduler:
@@ -25,6 +31,7 @@ class RealTimeScheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.late_steps = 0  # steps whose deadline had passed when they were due
+        self.lag = LagStats()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -64,4 +71,6 @@ class RealTimeScheduler:
             else:
                 self.late_steps += delay < -0.001
                 await asyncio.sleep(0)  # let the front read and write between steps
+            result.lag_s = max(0.0, loop.time() - deadline)
+            self.lag.observe(result.lag_s)
             self._deliver(result)

@@ -18,6 +18,7 @@ import json
 import math
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from locust_llm.sim.config import SimConfig
@@ -27,14 +28,18 @@ from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.http import HttpConnection, HttpRequest
 from locust_llm.sim.metrics import SimMetrics, build_registry, render
 from locust_llm.sim.openai_format import DONE, ChunkFormatter, error_body, full_response
+from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.scheduler import RealTimeScheduler
 from locust_llm.sim.textgen import (
     OutputLengths,
     WordStream,
+    answer_pieces,
     estimate_message_tokens,
     estimate_tokens,
+    message_pieces,
+    prompt_pieces,
 )
-from locust_llm.sim.trace import TraceWriter
+from locust_llm.sim.trace import TraceWriter, request_times, step_record
 
 CUDA_OOM = (
     "CUDA out of memory. Tried to allocate {mib} MiB (GPU 0; {total:.2f} GiB total capacity; "
@@ -59,11 +64,20 @@ class SimApp:
         self.model_name = self.config.model_name
         self.metrics = SimMetrics()
         self.gpu_source = SimGpuSource(self.engine)
-        self.registry = build_registry(self.engine, self.metrics, self.model_name, self.gpu_source)
+        self.scheduler = RealTimeScheduler(self.engine, self.deliver)
+        self.registry = build_registry(
+            self.engine, self.metrics, self.model_name, self.gpu_source, self.scheduler.lag
+        )
         self.faults = FaultPlan(self.config.faults, self.config.seed)
         self.lengths = OutputLengths(self.config.output_len, self.config.seed)
         self.trace = TraceWriter(self.config.trace_path) if self.config.trace_path else None
-        self.scheduler = RealTimeScheduler(self.engine, self.deliver)
+        self.step_trace = (
+            TraceWriter(self.config.step_trace_path, "--step-trace")
+            if self.config.step_trace_path
+            else None
+        )
+        # the engine runs on the monotonic clock; trace lines are wall clock
+        self.clock_offset_s = time.time() - time.monotonic()
         self.connections: weakref.WeakSet[HttpConnection] = weakref.WeakSet()
         self.request_count = 0
         self.created = int(time.time())
@@ -151,9 +165,19 @@ class SimApp:
         if fault is not None and fault.kind in ("http500", "http503", "http429"):
             stream.reject_with_fault(fault)
             return
+        hashes: tuple[bytes, ...] = ()
+        if self.config.enable_prefix_caching:
+            # prompt + the answer it will get: a follow-up turn that quotes the answer reuses
+            # its blocks too, as in vLLM
+            answer = answer_pieces(self.config.seed, number, output, chat=chat)
+            hashes = block_hashes([*params["pieces"](), *answer], self.config.block_size)
         try:
             sim_req = self.engine.add(
-                prompt_tokens, output, arrival_s=arrival_mono, max_tokens=max_tokens
+                prompt_tokens,
+                output,
+                arrival_s=arrival_mono,
+                max_tokens=max_tokens,
+                block_hashes=hashes,
             )
         except RequestTooLarge as exc:
             if self.config.oom:
@@ -167,6 +191,14 @@ class SimApp:
     def deliver(self, result: StepResult) -> None:
         """Hand a finished step's tokens and failures to their streams (the scheduler calls)."""
         now = time.monotonic()
+        if self.step_trace is not None:
+            self.step_trace.write(
+                step_record(
+                    result,
+                    clock_offset_s=self.clock_offset_s,
+                    kv_usage=self.engine.kv_usage_ratio,
+                )
+            )
         for req in result.emitted:
             stream = req.stream
             if isinstance(stream, Stream):
@@ -202,14 +234,25 @@ def _parse_body(body: bytes, *, chat: bool, model_name: str) -> dict[str, Any]:
         if not all(isinstance(m, dict) and "role" in m for m in messages):
             raise BadRequest(400, "each message must be an object with a 'role'", "messages")
         prompt_tokens = estimate_message_tokens(messages)
+
+        def pieces() -> Sequence[str | int]:
+            return message_pieces(messages)
     else:
         prompt = data.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
         if isinstance(prompt, str):
             prompt_tokens = estimate_tokens(prompt)
+            text = prompt
+
+            def pieces() -> Sequence[str | int]:
+                return prompt_pieces(text)
         elif isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
             prompt_tokens = len(prompt)
-        elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt_tokens = estimate_tokens(prompt[0])
+            ids = prompt
+
+            def pieces() -> Sequence[str | int]:
+                return ids
         else:
             raise BadRequest(400, "'prompt' must be a string (or a list of token ids)", "prompt")
     max_tokens = None
@@ -228,6 +271,7 @@ def _parse_body(body: bytes, *, chat: bool, model_name: str) -> dict[str, Any]:
         raise BadRequest(400, "'stream' must be true or false", "stream")
     return {
         "prompt_tokens": max(prompt_tokens, 1),
+        "pieces": pieces,  # () -> the prompt's tokens, for the prefix cache's block hashes
         "max_tokens": max_tokens,
         "ignore_eos": bool(data.get("ignore_eos", False)),
         "stream": stream,
@@ -337,6 +381,7 @@ class Stream:
                     completion_tokens=self.generated,
                     finish_reason=self.finish_reason,
                     created=self.fmt.created,
+                    cached_tokens=self.req.cached_tokens if self.req is not None else 0,
                 )
                 self._send(body, self.generated, last=True)
             return
@@ -355,7 +400,8 @@ class Stream:
             )
         self.pending.clear()
         if last:
-            data += fmt.usage(self.generated) + DONE
+            cached = self.req.cached_tokens if self.req is not None else 0
+            data += fmt.usage(self.generated, cached) + DONE
         self._send(data, self.generated, last=last)
         if fault is None or self.done:
             return
@@ -372,9 +418,7 @@ class Stream:
         if self.done:
             return
         total = self.app.engine.gpu.memory_bytes / 1024**3
-        free = (
-            total - (self.app.engine.model.weights_bytes + self.app.engine.kv_used_bytes) / 1024**3
-        )
+        free = total - self.app.engine.memory_used_bytes_per_gpu / 1024**3
         message = CUDA_OOM.format(
             mib=self.app.engine.block_bytes // 2**20 or 1, total=total, free=max(free, 0.0)
         )
@@ -444,8 +488,9 @@ class Stream:
             conn.write_chunk(data)
         if last and not self.done:
             outcome = "ok" if self.req is not None and self.req.outcome == "ok" else None
-            if outcome is not None:
+            if outcome is not None and self.req is not None:
                 self.app.metrics.e2e.observe(time.monotonic() - self.arrival_mono)
+                self.app.metrics.phases(self.req)
                 self.app.metrics.finished(self.finish_reason)
                 self._complete("ok", 200)
 
@@ -459,9 +504,11 @@ class Stream:
         if trace is None:
             return
         req = self.req
-        admitted = math.nan
-        if req is not None and not math.isnan(req.admitted_s):
-            admitted = self.arrival_wall + (req.admitted_s - req.arrival_s)
+        times = {"admission": math.nan, "engine_first_token": math.nan, "engine_finish": math.nan}
+        if req is not None:
+            # engine times on one wall-clock offset, shared with the step trace
+            times = request_times(req, clock_offset_s=self.app.clock_offset_s)
+            del times["arrival"]
         trace.write(
             {
                 "id": self.id,
@@ -469,12 +516,14 @@ class Stream:
                 "endpoint": "chat" if self.chat else "completions",
                 "stream": self.streaming,
                 "arrival": self.arrival_wall,
-                "admission": admitted,
+                **times,
                 "first_token": self.first_token_wall,
                 "last_token": self.last_token_wall,
                 "prompt_tokens": self.prompt_tokens,
+                "cached_tokens": req.cached_tokens if req is not None else 0,
                 "tokens_sent": self.tokens_sent,
                 "preemptions": req.preemptions if req is not None else 0,
+                "fault": self.fault.kind if self.fault is not None else None,
                 "outcome": outcome,
                 "status": status,
             }
@@ -499,7 +548,11 @@ class SimServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self.app.connection, self.config.host, self.config.port, reuse_address=True
+            self.app.connection,
+            self.config.host,
+            self.config.port,
+            reuse_address=True,
+            backlog=self.config.listen_backlog,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.app.scheduler.start()
@@ -513,5 +566,6 @@ class SimServer:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-        if self.app.trace is not None:
-            self.app.trace.close()
+        for trace in (self.app.trace, self.app.step_trace):
+            if trace is not None:
+                trace.close()

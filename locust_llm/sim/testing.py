@@ -1,5 +1,9 @@
 """Start a real simulator from a test or a script: ``with running_sim(**config) as url: ...``.
 
+:func:`burst_connect_times` fires thousands of connects at once at a port and times each (the
+listen-backlog check). :func:`stream_chat` sends one streamed chat request with the standard
+library and returns its usage chunk (tests and benchmarks use it as a small independent client).
+
 The server runs on its own event loop in a background thread, on 127.0.0.1 port 0 unless the
 config says otherwise; leaving the block stops it, closes its connections and its trace file,
 and joins the thread. Startup errors (a bad config) are raised in the caller's thread.
@@ -8,7 +12,13 @@ and joins the thread. Startup errors (a bad config) are raised in the caller's t
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import selectors
+import socket
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -77,3 +87,62 @@ def running_sim(**config: Any) -> Iterator[str]:
         yield url
     finally:
         thread.stop()
+
+
+def stream_chat(
+    url: str, text: str, *, max_tokens: int, request_id: str = "", timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """Stream one chat completion (``ignore_eos``, usage asked) and return its usage object."""
+    body = {
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"Content-Type": "application/json"}
+    if request_id:
+        headers["X-Request-Id"] = request_id
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        events = [x[6:] for x in resp.read().decode().splitlines() if x[:6] == "data: "]
+    usage: dict[str, Any] = json.loads(events[-2])["usage"]
+    return usage
+
+
+def burst_connect_times(port: int, n: int, *, timeout_s: float = 10.0) -> list[float]:
+    """Fire ``n`` non-blocking connects at once; each one's seconds from its own connect call
+    until it completed (completions are polled between batches of 50 calls)."""
+    sel = selectors.DefaultSelector()
+    socks: list[socket.socket] = []
+    started: list[float] = []
+    done: dict[int, float] = {}
+
+    def poll(timeout: float) -> None:
+        for key, _ in sel.select(timeout=timeout):
+            done[key.data] = time.perf_counter() - started[key.data]
+            sel.unregister(key.fileobj)
+
+    try:
+        for i in range(n):
+            s = socket.socket()
+            s.setblocking(False)
+            started.append(time.perf_counter())
+            s.connect_ex(("127.0.0.1", port))
+            sel.register(s, selectors.EVENT_WRITE, i)
+            socks.append(s)
+            if i % 50 == 49:
+                poll(0)
+        end = time.perf_counter() + timeout_s
+        while len(done) < n and time.perf_counter() < end:
+            poll(0.05)
+        for s in socks[:: n // 10]:  # and the server serves them
+            s.setblocking(True)
+            s.settimeout(10.0)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        sel.close()
+        for s in socks:
+            s.close()
+    return [done.get(i, math.inf) for i in range(n)]

@@ -56,6 +56,51 @@ def estimate_message_tokens(messages: Iterable[object]) -> int:
     return total
 
 
+def prompt_pieces(text: str) -> list[str]:
+    """The tokens of ``text`` by the same estimate, as strings: each run of letters/digits cut
+    into pieces of four characters, each other non-space character alone
+    (``len(prompt_pieces(t)) == estimate_tokens(t)``). The prefix cache hashes these."""
+    out: list[str] = []
+    keep = out.append
+    for piece in _PIECES.findall(text):
+        if len(piece) <= 4:
+            keep(piece)  # most words: one piece
+        else:
+            out.extend(piece[i : i + 4] for i in range(0, len(piece), 4))
+    return out
+
+
+def message_pieces(messages: Iterable[object]) -> list[str]:
+    """:func:`prompt_pieces` over a chat ``messages`` list, in order; a message's first token
+    carries its role, so equal texts under different roles differ (the count is unchanged)."""
+    out: list[str] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        texts = [content] if isinstance(content, str) else []
+        if isinstance(content, list):
+            texts = [
+                p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+            ]
+        pieces = [t for text in texts for t in prompt_pieces(text)]
+        if pieces:
+            pieces[0] = f"{message.get('role')}\x1e{pieces[0]}"
+        out.extend(pieces)
+    return out
+
+
+def answer_pieces(seed: int, request_number: int, tokens: int, *, chat: bool) -> list[str]:
+    """The tokens the simulator will generate for a request, as a follow-up prompt carrying
+    that answer tokenizes them (:func:`prompt_pieces`; in chat, the first one carries the
+    ``assistant`` role, as :func:`message_pieces` gives it)."""
+    stream = WordStream(seed, request_number)
+    out = [stream.next_word().strip() for _ in range(tokens)]
+    if chat and out:
+        out[0] = f"assistant\x1e{out[0]}"
+    return out
+
+
 class OutputLengths:
     """Seeded draws of EOS-ended output lengths from a ``parse_distribution`` spec."""
 

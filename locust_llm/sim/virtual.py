@@ -352,22 +352,25 @@ class _Driver:
 
     def sample(self, wall_s: float) -> None:
         eng = self.engine
-        gpu = self.gpu.read().gpus[0]
         values: list[tuple[str, str, Any]] = [
             ("running", "", len(eng.running)),
             ("waiting", "", len(eng.waiting)),
             ("kv_cache_usage", "", eng.kv_usage_ratio),
             ("preemptions", "", eng.stats.preemptions_total),
             ("scrape_up", "", 1.0),
-            ("gpu_util", "0", gpu.utilization_ratio),
-            ("dram_bw_util", "0", gpu.dram_bandwidth_utilization_ratio),
-            ("mem_used_bytes", "0", gpu.memory_used_bytes),
-            ("mem_total_bytes", "0", gpu.memory_total_bytes),
-            ("power_w", "0", gpu.power_watts),
         ]
-        for signal, index, value in values:
+        for gpu in self.gpu.read().gpus:  # one per tensor-parallel GPU
+            index = str(gpu.index)
+            values += [
+                ("gpu_util", index, gpu.utilization_ratio),
+                ("dram_bw_util", index, gpu.dram_bandwidth_utilization_ratio),
+                ("mem_used_bytes", index, gpu.memory_used_bytes),
+                ("mem_total_bytes", index, gpu.memory_total_bytes),
+                ("power_w", index, gpu.power_watts),
+            ]
+        for signal, label, value in values:
             if value is not None:
-                self.telemetry.append((wall_s, SOURCE, signal, index, float(value)))
+                self.telemetry.append((wall_s, SOURCE, signal, label, float(value)))
 
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> float:

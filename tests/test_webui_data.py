@@ -1,4 +1,4 @@
-"""The numbers behind the LLM web tab (locust_llm.webtab_data), without Locust or a browser."""
+"""The numbers behind the LLM web tab (locust_llm.webui.data), without Locust or a browser."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from locust_llm import webtab_data as wd
 from locust_llm.llmstats import LiveStats
 from locust_llm.metrics import RequestRecord
 from locust_llm.rundir import Stage
+from locust_llm.webui import data as wd
 
 
 def _record(

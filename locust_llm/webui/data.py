@@ -4,8 +4,8 @@ Prometheus collector of ``/llm/metrics``.
 Pure apart from reading the objects it is given: a locust-llm ``Runtime``-like object (``stats``,
 ``stages``, ``current_stage``, ``telemetry``, ``run_dir``, ``run_ended``) and a Locust
 runner-like object (``state``, ``user_count``; ``worker_count`` on a master), both duck-typed.
-It imports neither Flask nor Locust, so tests call it directly; :mod:`locust_llm.webtab` serves
-it.
+It imports neither Flask nor Locust, so tests call it directly; :mod:`locust_llm.webui.routes`
+serves it.
 
 Rates in a stopped run: tokens/s are "over the last 10 complete seconds"; once the runner is no
 longer running they are taken over the 10 seconds that ended with the last request (not "now"),
@@ -21,6 +21,7 @@ from typing import Any
 
 from locust_llm.histogram import LatencyHistogram
 from locust_llm.llmstats import METRICS, TOTAL, LiveStats
+from locust_llm.signals import combine
 
 #: Runner states in which the live rates are taken up to "now".
 ACTIVE_STATES = frozenset({"spawning", "running", "cleanup", "stopping"})
@@ -36,16 +37,12 @@ LATENCY_FIELDS = (
 )  # fmt: skip
 RATE_FIELDS = ("output_tokens_per_s", "input_tokens_per_s", "requests_per_s")
 
-#: GPU / server signals of the panel, and how several GPUs or servers are combined.
-SIGNAL_REDUCE = {
-    "gpu_util": "mean",
-    "mem_used_bytes": "sum",
-    "mem_total_bytes": "sum",
-    "dram_bw_util": "mean",
-    "kv_cache_usage": "mean",
-    "running": "sum",
-    "waiting": "sum",
-}
+#: GPU / server signals of the panel; several GPUs or servers combine as each signal's
+#: definition says (:mod:`locust_llm.signals`), the same way the report's stage table does.
+PANEL_SIGNALS = (
+    "gpu_util", "mem_used_bytes", "mem_total_bytes", "dram_bw_util",
+    "kv_cache_usage", "running", "waiting",
+)  # fmt: skip
 #: Signals kept as time series for the GPU chart.
 SIGNAL_SERIES = ("gpu_util", "dram_bw_util", "kv_cache_usage")
 
@@ -153,59 +150,62 @@ def history_series(history: list[dict[str, Any]], points: int = HISTORY_POINTS) 
 def telemetry_rows(telemetry: Any) -> list[Sequence[Any]]:
     """Rows ``(time_s, source, signal, gpu, value)`` of the scraper (``[]`` when there is none).
 
-    Read defensively: the scraper may be absent, stopped, or offer only ``samples()``.
+    Read defensively through :meth:`locust_llm.telemetry.TelemetryScraper.samples`: the scraper
+    may be absent or stopped, and a failure there must never fail the web tab.
     """
-    if telemetry is None:
+    samples = getattr(telemetry, "samples", None)
+    if not callable(samples):
         return []
-    for method in ("latest", "samples"):
-        fn = getattr(telemetry, method, None)
-        if callable(fn):
-            try:
-                rows = fn()
-            except Exception:  # the web tab must never fail because telemetry did
-                return []
-            return [r for r in rows if isinstance(r, tuple | list) and len(r) == 5]
-    return []
+    try:
+        rows = samples()
+    except Exception:  # the web tab must never fail because telemetry did
+        return []
+    return [r for r in rows if isinstance(r, tuple | list) and len(r) == 5]
 
 
-def _reduce(kind: str, values: list[float]) -> float | None:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return None
-    return sum(finite) if kind == "sum" else sum(finite) / len(finite)
-
-
-def latest_signals(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
-    """The newest value of each (source, signal, gpu), combined over GPUs and servers.
-
-    Means for ratios, sums for memory and request counts; a signal nobody reported (or whose
-    latest scrape failed: NaN) is ``None``. ``time_s`` is the newest scrape time used.
-    """
+def _newest_combined(
+    rows: Iterable[Sequence[Any]], signals: Sequence[str]
+) -> tuple[dict[str, float | None], float | None]:
+    """The newest value of each (source, signal, gpu) in ``rows``, combined per signal by its
+    definition; a signal nobody reported, or whose newest values are all NaN, is ``None``."""
+    wanted = set(signals)
     newest: dict[tuple[str, str, str], tuple[float, float]] = {}
     for time_s, source, signal, gpu, value in rows:
-        if signal in SIGNAL_REDUCE:
+        if signal in wanted:
             key = (str(source), str(signal), str(gpu))
             seen = newest.get(key)
             if seen is None or float(time_s) >= seen[0]:
                 newest[key] = (float(time_s), float(value))
-    out: dict[str, Any] = {}
-    for signal, kind in SIGNAL_REDUCE.items():
-        values = [v for (_, sig, _), (_, v) in newest.items() if sig == signal]
-        out[signal] = _reduce(kind, values)
-    out["time_s"] = max((t for t, _ in newest.values()), default=None)
-    return out
+    out: dict[str, float | None] = {}
+    for name in signals:
+        values = {(src, gpu): v for (src, sig, gpu), (_, v) in newest.items() if sig == name}
+        value = combine(name, values)
+        out[name] = value if math.isfinite(value) else None
+    return out, max((t for t, _ in newest.values()), default=None)
+
+
+def latest_signals(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """The newest value of each :data:`PANEL_SIGNALS` signal, combined over GPUs and servers.
+
+    A signal nobody reported (or whose latest scrape failed: NaN) is ``None``. ``time_s`` is the
+    newest scrape time used.
+    """
+    values, newest = _newest_combined(rows, PANEL_SIGNALS)
+    return {**values, "time_s": newest}
 
 
 def signal_series(rows: Sequence[Sequence[Any]], since_s: float) -> dict[str, list]:
-    """Per whole second since ``since_s``: the mean of each :data:`SIGNAL_SERIES` signal."""
-    buckets: dict[int, dict[str, list[float]]] = {}
-    for time_s, _source, signal, _gpu, value in rows:
-        if signal in SIGNAL_SERIES and float(time_s) >= since_s:
-            buckets.setdefault(int(time_s), {}).setdefault(signal, []).append(float(value))
+    """Per whole second since ``since_s``: each :data:`SIGNAL_SERIES` signal, the newest value
+    of every (source, gpu) in that second combined as :func:`latest_signals` does."""
+    buckets: dict[int, list[Sequence[Any]]] = {}
+    for row in rows:
+        if row[2] in SIGNAL_SERIES and float(row[0]) >= since_s:
+            buckets.setdefault(int(row[0]), []).append(row)
     seconds = sorted(buckets)[-HISTORY_POINTS:]
     series: dict[str, list] = {"time_s": [float(s) for s in seconds]}
+    combined = [_newest_combined(buckets[s], SIGNAL_SERIES)[0] for s in seconds]
     for signal in SIGNAL_SERIES:
-        series[signal] = [_reduce("mean", buckets[s].get(signal, [])) for s in seconds]
+        series[signal] = [point[signal] for point in combined]
     return series
 
 

@@ -5,11 +5,13 @@ Locust's ``--web-base-path``:
 
 ==================  ===========================================================================
 ``/llm``            self-contained page: endpoint table, GPU/server panel, live charts
-``/llm/stats``      JSON of :func:`locust_llm.webtab_data.stats_payload` (NaN -> null)
+``/llm/stats``      JSON of :func:`locust_llm.webui.data.stats_payload` (NaN -> null)
 ``/llm/stats.csv``  the live ``llm_stats.csv``
 ``/llm/metrics``    Prometheus text of the live stats (private registry, custom collector)
 ``/llm/report``     the run dir's ``report.html`` once ``locust-llm report RUN_DIR`` wrote it
 ``/llm/tab.js``     the script that embeds ``/llm?embed=1`` under the tab's table
+``/llm/page.css``   the page's style and script (static files: :mod:`locust_llm.webui.static`)
+``/llm/page.js``
 ==================  ===========================================================================
 
 The tab itself uses Locust's undocumented web-UI extension points, checked against locust 2.47
@@ -26,7 +28,8 @@ import json
 import logging
 from typing import Any
 
-from locust_llm import webtab_data, webtab_page
+from locust_llm.webui import data
+from locust_llm.webui.static import STATIC_FILES, static_text
 
 logger = logging.getLogger("locust_llm")
 
@@ -52,10 +55,13 @@ def install(environment: Any, runtime: Any) -> None:
     base = (getattr(environment.parsed_options, "web_base_path", None) or "").rstrip("/")
 
     def payload() -> dict[str, Any]:
-        return webtab_data.stats_payload(runtime, environment.runner)
+        return data.stats_payload(runtime, environment.runner)
 
-    def page() -> Response:
-        return Response(webtab_page.PAGE_HTML, mimetype="text/html")
+    def static(name: str) -> Any:
+        def view() -> Response:
+            return Response(static_text(name), mimetype=STATIC_FILES[name])
+
+        return view
 
     def stats_json() -> Response:
         body = json.dumps(payload(), allow_nan=False, default=str)
@@ -63,14 +69,14 @@ def install(environment: Any, runtime: Any) -> None:
 
     def stats_csv() -> Response:
         return Response(
-            webtab_data.stats_csv(runtime.stats), mimetype="text/csv",
+            data.stats_csv(runtime.stats), mimetype="text/csv",
             headers={"Content-Disposition": "attachment; filename=llm_stats.csv"},
         )  # fmt: skip
 
     def metrics() -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        body = webtab_data.metrics_text(runtime, environment.runner)
+        body = data.metrics_text(runtime, environment.runner)
         return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def report() -> Response:
@@ -88,16 +94,15 @@ def install(environment: Any, runtime: Any) -> None:
             headers={"Content-Disposition": f"inline; filename={run_dir.name}-report.html"},
         )  # fmt: skip
 
-    def tab_js() -> Response:
-        return Response(webtab_page.TAB_JS, mimetype="application/javascript")
-
     routes = (
-        ("/llm", "llm_page", page),
+        ("/llm", "llm_page", static("page.html")),
         ("/llm/stats", "llm_stats", stats_json),
         ("/llm/stats.csv", "llm_stats_csv", stats_csv),
         ("/llm/metrics", "llm_metrics", metrics),
         ("/llm/report", "llm_report", report),
-        ("/llm/tab.js", "llm_tab_js", tab_js),
+        ("/llm/tab.js", "llm_tab_js", static("tab.js")),
+        ("/llm/page.css", "llm_page_css", static("page.css")),
+        ("/llm/page.js", "llm_page_js", static("page.js")),
     )
     for path, name, view in routes:
         app.add_url_rule(base + path, name, auth(view))
@@ -106,7 +111,7 @@ def install(environment: Any, runtime: Any) -> None:
     def _extend(response: Response) -> Response:
         try:
             if request.endpoint == STATS_ENDPOINT and response.mimetype == "application/json":
-                rows = webtab_data.extended_stats(runtime, environment.runner, TAB_KEY)
+                rows = data.extended_stats(runtime, environment.runner, TAB_KEY)
                 _add_extended_stats(response, rows)
             elif request.endpoint == INDEX_ENDPOINT and response.mimetype == "text/html":
                 _add_tab_script(response)
@@ -116,7 +121,7 @@ def install(environment: Any, runtime: Any) -> None:
 
     args = web_ui.template_args
     _append(args, "extended_tabs", [{"title": TAB_TITLE, "key": TAB_KEY}])
-    _append(args, "extended_tables", [{"key": TAB_KEY, "structure": webtab_data.table_structure()}])
+    _append(args, "extended_tables", [{"key": TAB_KEY, "structure": data.table_structure()}])
     _append(args, "extended_csv_files", [
         {"href": "./llm/stats.csv", "title": "Download LLM stats CSV"},
         {"href": "./llm", "title": "Open the LLM live page (charts)"},
@@ -127,10 +132,10 @@ def install(environment: Any, runtime: Any) -> None:
 
 def _add_extended_stats(response: Any, ours: list[dict[str, Any]]) -> None:
     """Put the tab's rows into a ``/stats/requests`` answer (replacing ours, keeping others')."""
-    data = json.loads(response.get_data())
-    others = [e for e in data.get("extended_stats") or [] if e.get("key") != TAB_KEY]
-    data["extended_stats"] = [*others, *ours]
-    response.set_data(json.dumps(data, default=str))
+    answer = json.loads(response.get_data())
+    others = [e for e in answer.get("extended_stats") or [] if e.get("key") != TAB_KEY]
+    answer["extended_stats"] = [*others, *ours]
+    response.set_data(json.dumps(answer, default=str))
 
 
 def _add_tab_script(response: Any) -> None:

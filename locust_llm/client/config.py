@@ -1,0 +1,174 @@
+"""ClientOptions: the ``--llm-*`` options as one frozen, typed object, built once at the edge.
+
+Locust hands every listener an untyped ``argparse.Namespace``; :func:`from_namespace` reads it
+once, checks what needs checking (headers, extra body JSON, burstiness) and returns a
+:class:`ClientOptions` that the rest of the client reads. Pure: no Locust, no gevent.
+Defaults and help texts live with the flags in :mod:`locust_llm.options`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from locust_llm.errors import InputError
+
+#: The output cap when neither the options nor the data set give one.
+DEFAULT_MAX_TOKENS = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientOptions:
+    """Everything the client reads from the command line (``--llm-X`` is field ``X``).
+
+    Lengths (``max_tokens``, ``input_len``) stay distribution strings such as ``uniform:128,512``
+    ("" = not given); times are seconds; ``headers`` are the extra ``--llm-header`` pairs.
+    """
+
+    model: str = ""
+    api_key: str = field(default="", repr=False)  # never printed, recorded or logged
+    insecure: bool = False
+    max_tokens: str = ""
+    max_tokens_field: str = "max_tokens"
+    input_len: str = ""
+    dataset: str = "random"
+    tokenizer: str = ""
+    temperature: float = 0.0
+    ignore_eos: bool = False
+    no_stream: bool = False
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 120.0
+    total_timeout_s: float = 600.0
+    run_dir: str = ""
+    seed: int = 0
+    share_prompts: bool = False  # the same prompt streams on every worker (prefix caching)
+    request_id_header: bool = True  # send X-Request-Id (the record's UUID4)
+    hosts: tuple[str, ...] = ()  # --llm-hosts (empty: the user class's / Locust's host)
+    server_instances: int = 0
+    server_max_num_seqs: int = 0
+    record_batch_s: float = 1.0
+    debug_requests: int = 3
+    # stages
+    concurrency: str = ""
+    stage_requests: str = ""
+    stage_duration: str = ""
+    warmup_s: float = 0.0
+    soak: str = ""
+    rate: str = ""
+    burstiness: float = 1.0
+    max_users: int = 0
+    # telemetry and report context
+    gpu_metrics: tuple[str, ...] = ()
+    server_metrics: str = ""
+    scrape_interval_s: float = 1.0
+    roofline_model: str = ""
+    roofline_gpu: str = ""
+    # Locust's own options the client reads
+    headless: bool = False
+    csv_prefix: str = ""
+    locustfile: str = ""
+
+    @property
+    def stream(self) -> bool:
+        return not self.no_stream
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rate)
+
+    def request_headers(self) -> dict[str, str]:
+        """The HTTP headers of every request: JSON in, SSE out, the API key, the extras."""
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        api_key = self.api_key or os.environ.get("OPENAI_API_KEY", "")
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        headers.update(self.headers)
+        return headers
+
+
+def from_namespace(opts: Any) -> ClientOptions:
+    """Read Locust's parsed options (or :func:`locust_llm.options.defaults`) once."""
+    if opts is None:
+        from locust_llm.options import defaults
+
+        opts = defaults()
+    burstiness = float(opts.llm_burstiness)
+    if burstiness < 0:
+        raise InputError(f"--llm-burstiness {burstiness:g}: expected >= 0 (1 = Poisson)")
+    return ClientOptions(
+        model=str(opts.llm_model or ""),
+        api_key=str(opts.llm_api_key or ""),
+        insecure=bool(opts.llm_insecure),
+        max_tokens=str(opts.llm_max_tokens or ""),
+        max_tokens_field=str(opts.llm_max_tokens_field),
+        input_len=str(opts.llm_input_len or ""),
+        dataset=str(opts.llm_dataset),
+        tokenizer=str(opts.llm_tokenizer or ""),
+        temperature=float(opts.llm_temperature),
+        ignore_eos=bool(opts.llm_ignore_eos),
+        no_stream=bool(opts.llm_no_stream),
+        extra_body=parse_extra_body(opts.llm_extra_body),
+        headers=parse_headers(opts.llm_header or []),
+        connect_timeout_s=float(opts.llm_connect_timeout),
+        read_timeout_s=float(opts.llm_read_timeout),
+        total_timeout_s=float(opts.llm_total_timeout),
+        run_dir=str(opts.llm_run_dir or ""),
+        seed=int(opts.llm_seed),
+        share_prompts=bool(opts.llm_share_prompts),
+        request_id_header=not opts.llm_no_request_id,
+        hosts=split_hosts(opts.llm_hosts or ""),
+        server_instances=int(opts.llm_server_instances or 0),
+        server_max_num_seqs=int(opts.llm_server_max_num_seqs or 0),
+        record_batch_s=float(opts.llm_record_batch_s),
+        debug_requests=int(opts.llm_debug_requests),
+        concurrency=str(opts.llm_concurrency or ""),
+        stage_requests=str(opts.llm_stage_requests or ""),
+        stage_duration=str(opts.llm_stage_duration or ""),
+        warmup_s=float(opts.llm_warmup),
+        soak=str(opts.llm_soak or ""),
+        rate=str(opts.llm_rate or ""),
+        burstiness=burstiness,
+        max_users=int(opts.llm_max_users or 0),
+        gpu_metrics=tuple(opts.llm_gpu_metrics or ()),
+        server_metrics=str(opts.llm_server_metrics or ""),
+        scrape_interval_s=float(opts.llm_scrape_interval),
+        roofline_model=str(opts.llm_roofline_model or ""),
+        roofline_gpu=str(opts.llm_roofline_gpu or ""),
+        headless=bool(getattr(opts, "headless", False)),
+        csv_prefix=str(getattr(opts, "csv_prefix", None) or ""),
+        locustfile=str(getattr(opts, "locustfile", None) or ""),
+    )
+
+
+def split_hosts(text: str) -> tuple[str, ...]:
+    """``"http://a:1/, http://b:2"`` -> base URLs without trailing slashes."""
+    return tuple(h.strip().rstrip("/") for h in text.split(",") if h.strip())
+
+
+def parse_headers(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """``--llm-header 'Name: value'`` (repeatable) -> (name, value) pairs."""
+    out = []
+    for header in values:
+        name, sep, value = header.partition(":")
+        if not sep or not name.strip():
+            raise InputError(f"--llm-header {header!r}: expected 'Name: value'")
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def parse_extra_body(text: str | None) -> dict[str, Any]:
+    """``--llm-extra-body`` JSON -> a dict merged into every request body."""
+    if not text:
+        return {}
+    try:
+        extra = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--llm-extra-body is not JSON: {exc}") from None
+    if not isinstance(extra, dict):
+        raise InputError("--llm-extra-body must be a JSON object")
+    return extra

@@ -1,0 +1,412 @@
+"""locust-llm's listeners on Locust's events: options, start, stages, drain, run-dir writing.
+
+:func:`install` runs once, when ``locust_llm.user`` is imported by a locustfile: it adds the
+``--llm-*`` options and listens to ``init``, ``test_start``, ``test_stop``, ``report_to_master``,
+``worker_report`` and ``quitting``; the master and workers also register the messages of
+:mod:`locust_llm.client.messages`.
+
+Ending a distributed run without losing records: Locust's master, when it quits on its own
+(``-t`` or the end of a shape), sends workers ``quit`` and waits only 0.5 s. So when the master's
+test stops while workers still run users, it first sends every worker ``llm_stop``; each worker
+stops its users (they finish or are cancelled within ``--stop-timeout``), flushes its last
+records and answers ``llm_drained``; the master waits for all answers (bounded), then writes the
+run dir. A web-UI stop sends Locust's own ``stop``, whose worker-side flush arrives before the
+worker's ``client_stopped``, so the master has every record when its ``test_stop`` fires.
+
+Locust's single-user debug path (``run_single_user``, a locustfile run as a script) has no
+runner and never fires ``test_stop``: it gets ``--llm-debug-requests`` permits and no run dir.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import events
+from locust.rpc import Message
+from locust.runners import MasterRunner, WorkerRunner
+
+from locust_llm import llmstats, options
+from locust_llm.client.apis.base import get_api
+from locust_llm.client.messages import (
+    MSG_DRAINED,
+    MSG_PERMIT_ASK,
+    MSG_PERMIT_GRANT,
+    MSG_RECORDS,
+    MSG_STAGE,
+    MSG_STOP,
+    PermitAsk,
+    PermitGrant,
+    RecordBatch,
+    StageMessage,
+)
+from locust_llm.client.runinfo import default_run_dir, new_run_info, warning_text
+from locust_llm.client.runtime import Runtime, all_runtimes, runtime
+from locust_llm.errors import InputError
+from locust_llm.recorder import ensure_writable
+
+logger = logging.getLogger("locust_llm")
+
+DRAIN_GRACE_S = 15.0
+_installed = False
+
+
+# ---- stages (called by the stage shape) ----------------------------------------------------------
+def broadcast_stage(rt: Runtime, message: StageMessage, workers: list[str]) -> None:
+    """Start a stage everywhere: here (one process) or on every worker (master).
+
+    The master keeps the stage's permits (``message.quota`` requests; workers start at 0 and
+    ask), and tells each worker the stage, the rate the ``workers`` share and the start.
+    """
+    if not rt.is_master:
+        rt.gate.enter_stage(
+            message.stage,
+            quota=message.quota,
+            rate_per_s=message.rate,
+            start_wall_s=message.start,
+            open_loop=message.open_loop,
+        )
+        return
+    rt.gate.hold(message.stage, message.quota)
+    runner = rt.environment.runner
+    quota = None if message.quota is None else 0
+    for worker in workers:
+        data = StageMessage(
+            stage=message.stage,
+            quota=quota,
+            rate=message.rate,
+            workers=max(len(workers), 1),
+            start=message.start,
+            open_loop=message.open_loop,
+        ).to_dict()
+        runner.send_message(MSG_STAGE, data, client_id=worker)
+
+
+def _worker_stage(rt: Runtime, data: dict[str, Any]) -> None:
+    msg = StageMessage.from_dict(data)
+    rt.gate.enter_stage(
+        msg.stage,
+        quota=msg.quota,
+        rate_per_s=msg.rate_share,  # each worker its share of the rate
+        start_wall_s=msg.start or time.time(),
+        open_loop=msg.open_loop,
+    )
+
+
+def _grant(rt: Runtime, data: dict[str, Any]) -> None:
+    """Master: answer a worker's permit request."""
+    ask = PermitAsk.from_dict(data)
+    granted = rt.gate.grant(ask.stage, ask.n)
+    rt.environment.runner.send_message(
+        MSG_PERMIT_GRANT, PermitGrant(stage=ask.stage, n=granted).to_dict(), client_id=ask.worker
+    )
+
+
+def _receive_grant(rt: Runtime, data: dict[str, Any]) -> None:
+    grant = PermitGrant.from_dict(data)
+    rt.gate.receive_permits(grant.stage, grant.n)
+
+
+# ---- run dir -------------------------------------------------------------------------------------
+def begin_run(rt: Runtime) -> None:
+    """Master / single process: start a run (idempotent until the run ends).
+
+    Called by the stage shape before its first tick (which comes before Locust's test_start)
+    and by test_start; a test started again from the web UI gets a new run dir.
+    """
+    if rt.is_worker or rt.run_dir is None:
+        return
+    if rt.run_info is not None and rt.run_ended:
+        rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
+        rt.recorder.clear()
+        rt.stages = []
+        rt.run_info = None
+    if rt.run_info is None:
+        rt.run_info = new_run_info(rt.options, rt.run_dir, rt.hosts, sys.argv)
+    rt.run_ended = False
+
+
+def write_run_dir(rt: Runtime) -> None:
+    """Write requests.parquet + run.json (+ telemetry, llm_stats.csv) for the current run."""
+    if rt.run_dir is None or rt.run_info is None or rt.is_worker:
+        return
+    info = rt.run_info
+    info.end_wall_s = time.time() if math.isnan(info.end_wall_s) else info.end_wall_s
+    info.stages = list(rt.stages)
+    models = sorted(m for m in rt.recorder.values_of("model") if m) or rt.models_in_use()
+    if models:
+        info.model = ",".join(models)
+    endpoints = rt.recorder.values_of("endpoint")
+    if endpoints:
+        info.endpoint = ",".join(sorted(endpoints))
+    runner = rt.environment.runner
+    if rt.is_master:
+        info.workers = sorted(set(info.workers) | set(rt.recorder.worker_progress))
+        for worker in info.workers:
+            client = runner.clients.get(worker) if hasattr(runner, "clients") else None
+            if client is not None and client.state == "missing":
+                info.lost_workers[worker] = rt.recorder.lost_in_flight(worker)
+    if rt.recorder.reconnects_total:
+        info.extra["reconnects"] = rt.recorder.reconnects_total
+    scraper_warnings = rt.telemetry.warnings if rt.telemetry is not None else []
+    info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)) | set(scraper_warnings))
+    rt.recorder.write(rt.run_dir, info)
+    rt.written_records = len(rt.recorder.records)
+    if rt.telemetry is not None:
+        rt.telemetry.write(rt.run_dir)
+    llmstats.write_csv(rt.stats, rt.run_dir / "llm_stats.csv")
+    llmstats.write_history_csv(rt.stats, rt.run_dir / "llm_stats_history.csv")
+    prefix = rt.options.csv_prefix
+    if prefix:
+        llmstats.write_csv(rt.stats, Path(f"{prefix}_llm_stats.csv"))
+        llmstats.write_history_csv(rt.stats, Path(f"{prefix}_llm_stats_history.csv"))
+
+
+def _cpu_warnings(runner: Any) -> list[str]:
+    out = []
+    if getattr(runner, "cpu_warning_emitted", False):
+        out.append(warning_text("cpu_high_local"))
+    if getattr(runner, "worker_cpu_warning_emitted", False):
+        out.append(warning_text("cpu_high_worker"))
+    return out
+
+
+# ---- event listeners ---------------------------------------------------------------------------
+def _on_parser(parser: Any, **_kw: Any) -> None:
+    options.add_arguments(parser)
+    # everything that listens binds loopback unless told otherwise (containers pass 0.0.0.0)
+    parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
+
+
+def _on_init(environment: Any, **_kw: Any) -> None:
+    runner = environment.runner
+    if runner is None:  # run_single_user: configured at test_start
+        return
+    rt = runtime(environment)
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(
+            MSG_STOP, lambda environment, msg, **kw: _worker_stop(rt), concurrent=True
+        )
+        runner.register_message(
+            MSG_STAGE, lambda environment, msg, **kw: _worker_stage(rt, msg.data)
+        )
+        runner.register_message(
+            MSG_PERMIT_GRANT, lambda environment, msg, **kw: _receive_grant(rt, msg.data)
+        )
+        return
+    if environment.web_ui is not None:
+        from locust_llm.webui import routes as webtab
+
+        webtab.install(environment, rt)
+    if isinstance(runner, MasterRunner):
+        runner.register_message(
+            MSG_RECORDS,
+            lambda environment, msg, **kw: rt.recorder.receive_batch(
+                RecordBatch.from_dict(msg.data)
+            ),
+        )
+        runner.register_message(
+            MSG_DRAINED, lambda environment, msg, **kw: rt.drained.add(str(msg.data))
+        )
+        runner.register_message(MSG_PERMIT_ASK, lambda environment, msg, **kw: _grant(rt, msg.data))
+    opts = rt.options
+    if environment.shape_class is None and (opts.concurrency or opts.rate or opts.soak):
+        logger.error(
+            "locust-llm: --llm-concurrency/--llm-rate/--llm-soak need a locustfile with a stage "
+            "shape (locustfiles/sweep.py); %s has none",
+            opts.locustfile or "this locustfile",
+        )
+        sys.exit(2)
+    run_dir = Path(opts.run_dir) if opts.run_dir else default_run_dir()
+    try:
+        ensure_writable(run_dir)
+    except OSError as exc:
+        logger.error("locust-llm: run dir %s is not writable (%s); no load was sent", run_dir, exc)
+        sys.exit(2)
+    rt.run_dir = run_dir
+    if not environment.stop_timeout:
+        logger.warning(
+            "locust-llm: --stop-timeout is 0, so requests still streaming when the test stops "
+            "are cancelled (recorded as 'cancelled'); set it above your longest stream"
+        )
+
+
+def _on_test_start(environment: Any, **_kw: Any) -> None:
+    rt = runtime(environment)
+    try:
+        rt.configure()
+        _resolve_user_classes(rt)  # models discovered once, before any user sends
+    except InputError as exc:
+        logger.error("locust-llm: %s", exc)
+        environment.process_exit_code = 2
+        if environment.runner is not None:
+            gevent.spawn(environment.runner.quit)
+            return
+        raise SystemExit(2) from None
+    rt.gate.start()
+    rt.stats.reset()
+    if rt.is_debug:
+        rt.gate.enter_stage(-1, quota=rt.options.debug_requests, final=True)
+        return
+    if rt.is_worker:
+        rt.recorder.pending.clear()
+        if rt.flusher is None or rt.flusher.dead:
+            rt.flusher = gevent.spawn(_flush_loop, rt)
+    else:
+        begin_run(rt)
+        if rt.history_greenlet is None or rt.history_greenlet.dead:
+            rt.history_greenlet = gevent.spawn(_history_loop, rt)
+        _start_telemetry(rt)
+    gc.collect()
+    gc.freeze()  # start-up objects out of the collector's way (fewer, shorter GC pauses)
+
+
+def _resolve_user_classes(rt: Runtime) -> None:
+    """Each LLM user class's settings, model (discovered) and, where users run, data set."""
+    from locust_llm.user import LLMUser
+
+    for user_class in rt.environment.user_classes or ():
+        if isinstance(user_class, type) and issubclass(user_class, LLMUser):
+            settings = rt.settings_for(user_class)
+            if not settings.hosts:
+                raise InputError(
+                    f"{user_class.__name__}: no host (--host, --llm-hosts or the class's host)"
+                )
+            rt.model_for(settings)
+            get_api(settings.api)  # an unknown API name fails here, listing the known ones
+            if not rt.is_master:
+                rt.dataset_for(settings)
+
+
+def _start_telemetry(rt: Runtime) -> None:
+    """Master / single process: scrape GPU exporters, the server's /metrics and worker CPU."""
+    from locust_llm.telemetry import TelemetryScraper, locust_worker_cpu, targets_from_options
+
+    if rt.telemetry is not None:
+        rt.telemetry.stop()
+    runner = rt.environment.runner
+    hosts = rt.hosts
+    targets = targets_from_options(rt.parsed_options, hosts[0] if hosts else None)
+    rt.telemetry = TelemetryScraper(
+        targets, rt.options.scrape_interval_s, cpu_probe=lambda: locust_worker_cpu(runner)
+    ).start()
+
+
+def _flush_loop(rt: Runtime) -> None:
+    while True:
+        gevent.sleep(rt.options.record_batch_s)
+        _flush_records(rt)
+
+
+def _flush_records(rt: Runtime) -> None:
+    runner = rt.environment.runner
+    progress = (rt.recorder.sent_total, rt.recorder.recorded_total)
+    if rt.recorder.pending or progress != rt.last_progress_sent:
+        runner.send_message(MSG_RECORDS, rt.recorder.take_batch(rt.worker_id).to_dict())
+        rt.last_progress_sent = progress
+
+
+def _history_loop(rt: Runtime) -> None:
+    while True:
+        gevent.sleep(1.0)
+        if rt.stats.entries and not rt.run_ended:
+            rt.stats.snapshot_history()
+
+
+def _worker_stop(rt: Runtime) -> None:
+    runner = rt.environment.runner
+    runner.stop()  # stops users (graceful within --stop-timeout); test_stop flushes
+    _flush_records(rt)
+    runner.send_message(MSG_DRAINED, rt.worker_id)
+
+
+def _on_test_stop(environment: Any, **_kw: Any) -> None:
+    rt = runtime(environment)
+    rt.gate.stop()
+    if rt.is_worker:
+        _flush_records(rt)
+        send_stats = getattr(environment.runner, "_send_stats", None)
+        if send_stats is not None:  # the last stats delta, before client_stopped
+            send_stats()
+        return
+    if rt.is_master:
+        _drain_workers(rt)
+    if rt.telemetry is not None:
+        rt.telemetry.stop()
+    if rt.run_info is not None:
+        rt.run_info.end_wall_s = time.time()
+    for stage in rt.stages:
+        if math.isnan(stage.end_wall_s):
+            stage.end_wall_s = rt.run_info.end_wall_s if rt.run_info else time.time()
+    rt.stats.snapshot_history()
+    rt.run_ended = True
+    write_run_dir(rt)
+
+
+def _drain_workers(rt: Runtime) -> None:
+    """Master: make every worker stop, flush and confirm before the run dir is written."""
+    runner = rt.environment.runner
+    running = [c.id for c in runner.clients.all if c.state in ("running", "spawning", "ready")]
+    if not running:
+        return
+    rt.drained.clear()
+    for client_id in running:
+        runner.server.send_to_client(Message(MSG_STOP, None, client_id))
+    deadline = time.monotonic() + (rt.environment.stop_timeout or 0) + DRAIN_GRACE_S
+    while time.monotonic() < deadline:
+        alive = {c.id for c in runner.clients.all if c.state != "missing"}
+        if alive <= rt.drained:
+            return
+        gevent.sleep(0.05)
+    logger.warning(
+        "locust-llm: workers %s did not confirm their last records in time",
+        sorted(set(running) - rt.drained),
+    )
+
+
+def _on_report_to_master(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+    for rt in all_runtimes():
+        if rt.is_worker and rt.worker_id == client_id:
+            data["llm_stats"] = rt.stats.take_delta()
+            return
+
+
+def _on_worker_report(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+    delta = data.get("llm_stats")
+    if not delta:
+        return
+    for rt in all_runtimes():
+        if rt.is_master:
+            rt.stats.merge_delta(delta)
+            return
+
+
+def _on_quitting(environment: Any, **_kw: Any) -> None:
+    rt = next((r for r in all_runtimes() if r.environment is environment), None)
+    if rt is None or rt.is_worker:
+        return
+    if not (rt.run_ended and rt.written_records == len(rt.recorder.records)):
+        write_run_dir(rt)  # records that arrived after the test stopped (or no stop at all)
+    if rt.stats.entries and rt.options.headless:
+        print(llmstats.format_table(rt.stats), flush=True)
+
+
+def install() -> None:
+    """Register the listeners on Locust's global events (once)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    events.init_command_line_parser.add_listener(_on_parser)
+    events.init.add_listener(_on_init)
+    events.test_start.add_listener(_on_test_start)
+    events.test_stop.add_listener(_on_test_stop)
+    events.report_to_master.add_listener(_on_report_to_master)
+    events.worker_report.add_listener(_on_worker_report)
+    events.quitting.add_listener(_on_quitting)

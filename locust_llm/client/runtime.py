@@ -1,0 +1,268 @@
+"""Runtime: what locust-llm keeps for one Locust Environment in one process.
+
+One per Environment (:func:`runtime`): the :class:`~locust_llm.client.config.ClientOptions`,
+the stage gate, the recorder, the live stats, the run dir and its run.json, the data sets,
+output-length distributions and model ids the user classes resolved. Users call
+:meth:`Runtime.request_done` once per request: Locust's ``request`` event, the live stats, the
+recorder and :data:`~locust_llm.client.events.llm_events`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+from gevent.event import Event
+from locust.runners import MasterRunner, WorkerRunner
+
+from locust_llm import llmstats
+from locust_llm.client import config
+from locust_llm.client.arrivals import arrival_process
+from locust_llm.client.events import llm_events
+from locust_llm.client.gate import StageGate
+from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
+from locust_llm.client.settings import UserSettings
+from locust_llm.client.transport import READ_ERRORS, Transport
+from locust_llm.errors import InputError, RequestFailed
+from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
+from locust_llm.recorder import Recorder
+from locust_llm.rundir import RunInfo, Stage
+
+logger = logging.getLogger("locust_llm")
+
+_DISCOVERY_CONNECT_S = 5.0
+_DISCOVERY_READ_S = 10.0
+
+
+class GeventWaiter:
+    """The gate's :class:`~locust_llm.client.gate.Waiter` for greenlets: a fresh event per
+    notify, so every waiter of the old one wakes and later waits are not woken early."""
+
+    def __init__(self) -> None:
+        self._event = Event()
+
+    def wait(self, timeout_s: float) -> None:
+        self._event.wait(timeout=timeout_s)
+
+    def notify_all(self) -> None:
+        event, self._event = self._event, Event()
+        event.set()
+
+
+class Runtime:
+    """Everything locust-llm keeps for one Locust Environment in one process."""
+
+    def __init__(self, environment: Any) -> None:
+        self.environment = environment
+        runner = environment.runner
+        self.is_worker = isinstance(runner, WorkerRunner)
+        self.is_master = isinstance(runner, MasterRunner)
+        self.is_debug = runner is None  # Locust's run_single_user: no runner, no test_stop
+        self.worker_id = runner.client_id if self.is_worker else "local"
+        self.stats = llmstats.LiveStats()
+        self.recorder = Recorder(is_worker=self.is_worker)
+        self.gate = StageGate(waiter=GeventWaiter(), ask_permits=self._ask_permits)
+        self.stages: list[Stage] = []
+        self.run_dir: Path | None = None
+        self.run_info: RunInfo | None = None
+        self.drained: set[str] = set()
+        self.last_progress_sent = (0, 0)
+        self.run_ended = False
+        self.written_records = -1  # records in the run dir as last written
+        self.flusher: Any = None
+        self.history_greenlet: Any = None
+        self.telemetry: Any = None
+        self._user_index = itertools.count()
+        self._settings: dict[type, UserSettings] = {}
+        self._datasets: dict[tuple[str, str], Any] = {}
+        self._lengths: dict[str, Any] = {}
+        self._models: dict[str, str] = {}
+        self.options = config.ClientOptions()
+        self.headers: dict[str, str] = {}
+        self.configure()
+
+    # ---- configuration (workers receive the options with the first spawn) ---------------------
+    @property
+    def parsed_options(self) -> Any:
+        """Locust's own namespace (only for code that reads it by flag name, e.g. telemetry)."""
+        return self.environment.parsed_options
+
+    def configure(self) -> None:
+        """(Re)read the options; InputError for a bad one."""
+        self.options = config.from_namespace(self.environment.parsed_options)
+        self.headers = self.options.request_headers()
+        self._settings.clear()
+        # open-loop arrivals: each worker its own seeded stream (identical streams would align
+        # every worker's bursts)
+        self.gate.rng = random.Random(f"{self.options.seed}:{self.worker_id}")
+        self.gate.arrivals = arrival_process(self.options.burstiness)
+
+    @property
+    def current_stage(self) -> int:
+        return self.gate.stage
+
+    @property
+    def hosts(self) -> list[str]:
+        """The servers of this run: --llm-hosts, else --host, else the user classes' hosts."""
+        if self.options.hosts:
+            return list(self.options.hosts)
+        if self.environment.host:
+            return list(config.split_hosts(self.environment.host))
+        seen = [getattr(c, "host", None) for c in self.environment.user_classes or ()]
+        return list(dict.fromkeys(h.rstrip("/") for h in seen if h))
+
+    def settings_for(self, user_class: type) -> UserSettings:
+        """The resolved settings of ``user_class`` (an ``LLMUser``), once per class."""
+        settings = self._settings.get(user_class)
+        if settings is None:
+            resolve = user_class.resolve_settings  # type: ignore[attr-defined]
+            settings = self._settings[user_class] = resolve(self.options, self.environment.host)
+        return settings
+
+    def next_user_index(self) -> int:
+        return next(self._user_index)
+
+    def prompt_seed(self, user_index: int) -> str:
+        """The seed of one user's prompts and lengths: unique in the run (the worker's index
+        from Locust's master, else its client id, with the user's index in the process), so no
+        two users send the same prompts; with ``--llm-share-prompts`` user N of every worker
+        shares one stream."""
+        if self.options.share_prompts:
+            return f"{self.options.seed}:shared:{user_index}"
+        process = "local"
+        if self.is_worker:
+            index = getattr(self.environment.runner, "worker_index", -1)
+            process = f"worker{index}" if index >= 0 else self.worker_id
+        return f"{self.options.seed}:{process}:{user_index}"
+
+    def count_reconnect(self) -> None:
+        """A kept connection was found closed and the request resent on a fresh one."""
+        if not self.recorder.reconnects:
+            logger.warning(
+                "locust-llm: the server closed a kept-alive connection without "
+                "'Connection: close'; reconnecting and resending (counted in run.json)"
+            )
+        self.recorder.reconnects += 1
+
+    # ---- what users draw from ------------------------------------------------------------------
+    def dataset_for(self, settings: UserSettings) -> Any:
+        key = (settings.dataset, settings.input_len)
+        source = self._datasets.get(key)
+        if source is None:
+            from locust_llm.datasets import load_dataset
+
+            source = self._datasets[key] = load_dataset(
+                settings.dataset,
+                input_len=settings.input_len or None,
+                seed=self.options.seed,
+                tokenizer_path=self.options.tokenizer or None,
+            )
+        return source
+
+    def output_cap(self, settings: UserSettings, prompt: Any, rng: random.Random) -> int:
+        """An explicit output length wins, then the data set's hint, then 256."""
+        if not settings.max_tokens and prompt.max_tokens:
+            return int(prompt.max_tokens)
+        spec = settings.max_tokens or str(config.DEFAULT_MAX_TOKENS)
+        lengths = self._lengths.get(spec)
+        if lengths is None:
+            from locust_llm.distributions import parse_distribution
+
+            lengths = self._lengths[spec] = parse_distribution(spec, what="--llm-max-tokens")
+        return int(lengths.sample(rng))
+
+    def model_for(self, settings: UserSettings) -> str:
+        """The class's model, else --llm-model, else the first id its server lists."""
+        if settings.model:
+            return settings.model
+        if not settings.hosts:
+            raise InputError("no --host given: locust-llm needs the server's base URL")
+        host = settings.hosts[0]
+        if host not in self._models:
+            self._models[host] = self.discover_model(host)
+        return self._models[host]
+
+    def discover_model(self, host: str) -> str:
+        """The first model id ``host`` lists at /v1/models ('' if it lists none)."""
+        import json
+
+        transport = Transport(
+            connect_timeout_s=_DISCOVERY_CONNECT_S,
+            read_timeout_s=_DISCOVERY_READ_S,
+            insecure=self.options.insecure,
+        )
+        base_path = host.split("://", 1)[-1].partition("/")[2]
+        path = ("/" + base_path.rstrip("/") if base_path else "") + "/v1/models"
+        headers = {k: v for k, v in self.options.request_headers().items() if k != "Accept"}
+        try:
+            status, body = transport.get(host, path, headers)
+            if status >= 400:
+                raise InputError(f"GET {host}{path}: HTTP {status}; pass --llm-model")
+            data = json.loads(body).get("data") or []
+            return str(data[0]["id"]) if data else ""
+        except (*READ_ERRORS, ValueError, KeyError, IndexError, AttributeError) as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise InputError(
+                f"cannot list models at {host}/v1/models ({exc}); pass --llm-model"
+            ) from None
+        finally:
+            transport.close()
+
+    def models_in_use(self) -> list[str]:
+        """Model ids resolved so far (for run.json)."""
+        return sorted({m for m in self._models.values() if m})
+
+    # ---- per request ----------------------------------------------------------------------
+    def request_started(self) -> None:
+        self.recorder.request_started()
+
+    def request_done(self, user: Any, record: RequestRecord, timing: StreamTiming) -> None:
+        """One finished request: Locust's table, live stats, the recorder, llm_events."""
+        # a killed request is not counted (as Locust does); a client bug is not the server's
+        # failure (the user reports it through Locust's user_error: the exceptions tab)
+        if record.error_kind not in CLIENT_SIDE_KINDS:
+            self._fire_locust_request(user, record)
+        self.stats.add(record, timing.itl_values, timing.itl_weights)
+        self.recorder.add(record)
+        llm_events.request_done.fire(record=record)
+
+    def _fire_locust_request(self, user: Any, record: RequestRecord) -> None:
+        e2e_ms = record.e2e_s * 1000.0 if record.e2e_s == record.e2e_s else 0.0
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=record.endpoint,
+            response_time=e2e_ms,
+            response_length=record.output_tokens,
+            exception=None if record.ok else RequestFailed(record.error_kind, record.error_message),
+            context=user.context(),
+            start_time=record.start_wall_s,
+        )
+
+    def _ask_permits(self, stage: int) -> None:
+        """Worker: ask the master for as many permits as this worker has users."""
+        runner = self.environment.runner
+        if not self.is_worker or runner is None:
+            return
+        want = max(runner.user_count, 1)
+        runner.send_message(
+            MSG_PERMIT_ASK, PermitAsk(worker=self.worker_id, stage=stage, n=want).to_dict()
+        )
+
+
+_runtimes: dict[int, Runtime] = {}
+
+
+def runtime(environment: Any) -> Runtime:
+    """The Runtime of ``environment`` (created on first use)."""
+    rt = _runtimes.get(id(environment))
+    if rt is None or rt.environment is not environment:
+        rt = _runtimes[id(environment)] = Runtime(environment)
+    return rt
+
+
+def all_runtimes() -> list[Runtime]:
+    return list(_runtimes.values())

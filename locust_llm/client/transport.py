@@ -1,0 +1,146 @@
+"""The HTTP connections one user keeps: one keep-alive geventhttpclient client per server.
+
+geventhttpclient is the library under Locust's ``FastHttpUser``; it is used directly so nothing
+fires a Locust event on our behalf. :meth:`Transport.post` maps every failure to send the
+request or read its head to a :class:`~locust_llm.errors.RequestFailed` with its error kind.
+This is the seam where connection policy lives (reconnects, a kernel-timestamp transport).
+
+Connection policy: a response that says ``Connection: close`` (or that was not read to its end)
+closes its connection; otherwise the connection is kept for the user's next request. Some
+servers (llama.cpp's ``llama-server``) close it anyway after each response, without saying so:
+when a kept connection turns out closed before a single byte of the response arrived, the
+server never processed the request, so it is sent once more on a fresh connection and the
+reconnect is counted. A request is never sent again once any byte of its response arrived.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+
+from locust_llm.errors import RequestFailed
+
+#: What a broken read raises (mapped by :func:`read_failure`).
+READ_ERRORS = (OSError, HTTPConnectionClosed, HTTPParseError)
+
+
+class Transport:
+    """Keep-alive connections to each base URL, opened on first use, dropped after a failure."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        insecure: bool,
+        on_reconnect: Callable[[], None] | None = None,
+    ) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.insecure = insecure
+        self.on_reconnect = on_reconnect  # called once per resend on a fresh connection
+        self._clients: dict[str, HTTPClient] = {}
+        self._kept: set[str] = set()  # base URLs whose connection a response left open
+
+    def _client(self, base_url: str) -> HTTPClient:
+        client = self._clients.get(base_url)
+        if client is None:
+            parts = urlsplit(base_url)
+            client = HTTPClient(
+                parts.hostname or "127.0.0.1",
+                parts.port,
+                ssl=parts.scheme == "https",
+                connection_timeout=self.connect_timeout_s,
+                network_timeout=self.read_timeout_s,
+                concurrency=1,
+                insecure=self.insecure,
+            )
+            self._clients[base_url] = client
+        return client
+
+    def post(
+        self,
+        base_url: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        before_send: Callable[[], None] | None = None,
+    ) -> Any:
+        """Send a POST and return the response once its head is in (the body is not read).
+
+        ``before_send`` runs just before each attempt (the caller's send timestamp).
+        """
+        reused = base_url in self._kept
+        self._kept.discard(base_url)
+        if before_send is not None:
+            before_send()
+        try:
+            return self._send(base_url, path, body, headers)
+        except HTTPConnectionClosed:  # closed before any byte of the response
+            if not reused:
+                raise RequestFailed("connect", "HTTPConnectionClosed: connection closed.") from None
+        # a kept connection the server had closed: it never saw this request
+        self.drop(base_url)
+        if self.on_reconnect is not None:
+            self.on_reconnect()
+        if before_send is not None:
+            before_send()
+        try:
+            return self._send(base_url, path, body, headers)
+        except HTTPConnectionClosed as exc:
+            raise RequestFailed("connect", f"HTTPConnectionClosed: {exc}") from None
+
+    def release(self, base_url: str, resp: Any) -> None:
+        """Done with ``resp``: its connection is kept for the next request unless the response
+        said ``Connection: close`` or was not read to its end (then it is closed)."""
+        kept = not resp.should_close()
+        resp.release()
+        if kept and base_url in self._clients:
+            self._kept.add(base_url)
+
+    def _send(self, base_url: str, path: str, body: bytes, headers: dict[str, str]) -> Any:
+        """One attempt; failures other than a connection closed before any byte are mapped."""
+        try:
+            return self._client(base_url).request("POST", path, body=body, headers=headers)
+        except HTTPConnectionClosed:
+            raise
+        except (ConnectionRefusedError, ConnectionResetError) as exc:
+            raise RequestFailed("connect", f"{type(exc).__name__}: {exc}") from None
+        except HTTPParseError as exc:  # a garbled or cut response head
+            raise RequestFailed("bad_payload", f"bad response head: {exc}") from None
+        except TimeoutError as exc:
+            raise RequestFailed("timeout", f"no response: {exc}") from None
+        except OSError as exc:
+            kind = "timeout" if exc.errno == errno.ETIMEDOUT else "connect"
+            raise RequestFailed(kind, f"{type(exc).__name__}: {exc}") from None
+
+    def get(self, base_url: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        """A GET whose whole body is read (model discovery); OSError etc. propagate."""
+        resp = self._client(base_url).get(path, headers=headers)
+        try:
+            return resp.status_code, resp.read()
+        finally:
+            resp.release()
+
+    def drop(self, base_url: str) -> None:
+        """Close the connection to ``base_url`` (the next request opens a fresh one)."""
+        client = self._clients.pop(base_url, None)
+        self._kept.discard(base_url)
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        for base_url in list(self._clients):
+            self.drop(base_url)
+
+
+def read_failure(exc: BaseException) -> RequestFailed:
+    """The failure of a read that broke after the response head: timeout or broken stream."""
+    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
+        return RequestFailed("timeout", f"read timed out: {exc}")
+    return RequestFailed("stream_broken", f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,195 @@
+"""Live progress of a sweep on the console: one line per stage, for ``run`` and ``demo``.
+
+The figures come from what the master already serves: its web UI's ``/llm/stats`` (the LLM
+tab's JSON), polled once a second on 127.0.0.1. Per stage the line shows requests done (and
+the stage's target when it ends at a count), seconds since the stage began, the current QPS
+(completed requests over the last 10 s) and the TTFT P50 (the master's live histogram, since
+the run began). "Done" counts what the live stats had counted when the poll saw the stage
+change, so it can be off by the requests of about one poll interval.
+
+On a terminal the line is redrawn in place (carriage return) and kept when the next stage
+begins; elsewhere (CI logs, a pipe) a plain line is printed every ``every_s`` seconds and once
+when a stage ends. Other messages (:meth:`ProgressLine.message`) go on their own lines without
+breaking the live one. Pure apart from the stream it writes and, in :func:`poll_stats`, one
+loopback HTTP GET.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from locust_llm.report.fmt import NO_DATA, is_num, ms, num
+
+#: Seconds between polls of ``/llm/stats``.
+POLL_S = 1.0
+#: Seconds between plain lines when the output is not a terminal.
+PLAIN_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one poll of ``/llm/stats`` says about the sweep (NaN: no data yet)."""
+
+    stage_index: int | None  # None: no stage running (before the first, after the last)
+    stage_count: int = 0
+    stage_name: str = ""
+    target_requests: int | None = None
+    requests: int = 0  # completed + failed so far in the whole run (cancelled left out)
+    qps: float = math.nan
+    ttft_p50_s: float = math.nan
+
+
+def stage_durations(spec: str) -> list[float]:
+    """``--stage-duration``'s seconds per stage (``"30"`` or ``"10,20,30"``); NaN where a value
+    is not a plain number of seconds (the line then shows the elapsed time alone)."""
+    out = []
+    for part in (p.strip() for p in str(spec or "").split(",")):
+        if not part:
+            continue
+        try:
+            out.append(float(part))
+        except ValueError:
+            out.append(math.nan)
+    return out
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def snapshot_from_payload(payload: dict[str, Any]) -> Snapshot:
+    """The :class:`Snapshot` of a ``/llm/stats`` payload (its ``Aggregated`` row and stage)."""
+    rows = payload.get("endpoints") or []
+    total = next((r for r in rows if r.get("name") == "Aggregated"), rows[-1] if rows else {})
+    stage = payload.get("stage") or {}
+    index = stage.get("index")
+    target = stage.get("target_requests")
+    return Snapshot(
+        stage_index=index if isinstance(index, int) else None,
+        stage_count=int(stage.get("count") or 0),
+        stage_name=str(stage.get("name") or ""),
+        target_requests=target if isinstance(target, int) else None,
+        requests=int(total.get("requests") or 0),
+        qps=_number(total.get("requests_per_s")),
+        ttft_p50_s=_number(total.get("ttft_p50_s")),
+    )
+
+
+def poll_stats(base_url: str, timeout_s: float = 2.0) -> Snapshot | None:
+    """GET ``<base_url>/llm/stats``; None while the web UI does not answer."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/llm/stats", timeout=timeout_s) as resp:
+            return snapshot_from_payload(json.loads(resp.read()))
+    except (OSError, ValueError):
+        return None
+
+
+class ProgressLine:
+    """Turns snapshots into one line per stage (live on a terminal, periodic otherwise)."""
+
+    def __init__(
+        self,
+        out: TextIO,
+        *,
+        live: bool,
+        every_s: float = PLAIN_EVERY_S,
+        stage_durations_s: Sequence[float] = (),
+        stages: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.out, self.live, self.every_s, self.clock = out, live, every_s, clock
+        self.stages = stages  # how many the sweep has (0: as /llm/stats says so far)
+        self.durations = list(stage_durations_s)
+        self.lock = threading.Lock()
+        self.current: Snapshot | None = None  # the stage on the line
+        self.started = 0.0  # clock when that stage was first seen
+        self.baseline = 0  # run's requests when it was first seen
+        self.shown = ""  # text of the live line on screen
+        self.last_plain = -math.inf
+
+    def line(self, snap: Snapshot, now: float) -> str:
+        """The text for the current stage at ``now`` (uses ``snap``'s counts)."""
+        cur = self.current or snap
+        index = cur.stage_index or 0
+        stages = self.stages or cur.stage_count
+        durations = self.durations * stages if len(self.durations) == 1 else self.durations
+        done = max(snap.requests - self.baseline, 0)
+        if cur.target_requests:
+            count = f"{num(done)}/{num(cur.target_requests)} requests"
+        else:
+            count = f"{num(done)} requests"
+        elapsed = now - self.started
+        qps = f"{snap.qps:.1f}" if is_num(snap.qps) else NO_DATA
+        duration = durations[index] if index < len(durations) else math.nan
+        secs = f"{elapsed:.0f}/{duration:.0f} s" if math.isfinite(duration) else f"{elapsed:.0f} s"
+        return (
+            f"  stage {index + 1}/{stages} {cur.stage_name}: {count}, {secs}, "
+            f"QPS {qps}, TTFT P50 {ms(snap.ttft_p50_s)} ms"
+        )
+
+    def update(self, snap: Snapshot | None) -> None:
+        """Show one poll's snapshot (None: nothing new to show)."""
+        if snap is None:
+            return
+        with self.lock:
+            now = self.clock()
+            cur = self.current
+            if cur is not None and snap.stage_index != cur.stage_index:
+                self._show(self.line(snap, now), final=True)  # the stage just ended
+                self.current = None
+            if snap.stage_index is None:
+                return
+            if self.current is None:
+                self.current, self.started, self.baseline = snap, now, snap.requests
+                self.last_plain = now  # plain output: the stage's start is announced elsewhere
+            self._show(self.line(snap, now), final=False)
+
+    def _show(self, text: str, *, final: bool) -> None:
+        if self.live:
+            self.out.write("\r" + text.ljust(len(self.shown)) + ("\n" if final else ""))
+            self.shown = "" if final else text
+        elif final or self.clock() - self.last_plain >= self.every_s:
+            self.out.write(text + (" (stage done)" if final else "") + "\n")
+            self.last_plain = self.clock()
+        self.out.flush()
+
+    def message(self, text: str) -> None:
+        """Print a whole line; the live line (if any) is redrawn below it."""
+        with self.lock:
+            if self.live and self.shown:
+                self.out.write("\r" + " " * len(self.shown) + "\r")
+            self.out.write(text + "\n")
+            if self.live and self.shown:
+                self.out.write(self.shown)
+            self.out.flush()
+
+    def close(self, snap: Snapshot | None = None) -> None:
+        """End the last stage's line (with a last snapshot when there is one)."""
+        with self.lock:
+            if self.current is not None:
+                last = snap if snap is not None else self.current
+                self._show(self.line(last, self.clock()), final=True)
+                self.current = None
+
+
+def follow(base_url: str, progress: ProgressLine, stop: threading.Event) -> threading.Thread:
+    """Start a daemon thread that polls ``/llm/stats`` into ``progress`` until ``stop``."""
+
+    def loop() -> None:
+        last = None
+        while not stop.wait(POLL_S):
+            snap = poll_stats(base_url)
+            last = snap or last
+            progress.update(snap)
+        progress.close(last)
+
+    thread = threading.Thread(target=loop, name="locust-llm-progress", daemon=True)
+    thread.start()
+    return thread

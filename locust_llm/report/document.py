@@ -1,0 +1,424 @@
+"""The one document model of a report: what ``report.md``, ``report.html`` and the console show.
+
+``build.Report`` holds the numbers; :func:`document` turns them into an ordered list of
+sections made of a few block kinds (paragraphs, bullet lists, tables, chart slots). Every
+renderer walks the same sections, so the markdown and the HTML cannot disagree on a sentence,
+a caveat or a definition: the HTML adds the charts (a :class:`Chart` names one; the markdown
+leaves it out) and the layout. Text is plain; a `backquoted` span is code in both outputs.
+Formats numbers (through :mod:`locust_llm.report.fmt`) and computes nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from locust_llm.metrics import FAILURE_KINDS
+from locust_llm.report.build import Report
+from locust_llm.report.fmt import load_label, ms, num, pct, ratio
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    """A paragraph; ``lead`` is a bold label before it ("Reading")."""
+
+    text: str
+    lead: str = ""
+
+
+@dataclass(frozen=True)
+class Bullets:
+    """A bullet list; ``lead`` introduces it ("Evidence"); ``empty`` is shown when it has none."""
+
+    items: tuple[str, ...]
+    lead: str = ""
+    empty: str = "none"
+    css: str = ""  # an HTML class for the items ("alert")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of formatted cells; ``text_columns`` (indices) are left-aligned prose."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    text_columns: frozenset[int] = frozenset({0})
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A slot for the chart(s) the HTML draws from the report: ``key``, ``scaling``,
+    ``telemetry`` or ``histograms`` (see :mod:`locust_llm.report.render_html`)."""
+
+    name: str
+
+
+Block = Paragraph | Bullets | Table | Chart
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled part of the report; ``aside`` is a chart shown beside it (HTML only)."""
+
+    key: str  # stable id (HTML anchor, tests)
+    title: str
+    blocks: tuple[Block, ...]
+    aside: Chart | None = None
+
+
+@dataclass(frozen=True)
+class Document:
+    """The whole report: a title and its sections, in reading order."""
+
+    title: str
+    sections: tuple[Section, ...] = field(default_factory=tuple)
+
+    def section(self, key: str) -> Section:
+        """The section with ``key`` (KeyError when the report has none)."""
+        for s in self.sections:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+
+#: What each column and figure means; every renderer prints these words.
+DEFINITIONS: tuple[str, ...] = (
+    "QPS = completed requests / stage duration (warm-up excluded); output TPS = output tokens / "
+    "duration; total TPS adds input tokens",
+    "latency (E2E) = request sent -> end of stream; TTFT = request sent -> first chunk with "
+    "generated text; TPOT = (last token - first token) / (output tokens - 1) (vLLM's TPOT, "
+    "GuideLLM's and AIPerf's ITL); ITL = gaps between token-bearing chunks per token; "
+    "percentiles exact over the records, linear interpolation",
+    "error rate = failed / (failed + completed); goodput = completed requests meeting every SLO "
+    "/ duration; SLO attainment = the share of completed requests meeting every SLO",
+    "GPU util = NVML's GPU utilization (the share of time a kernel was running, not how much of "
+    "the GPU it used), mean over the stage's samples and GPUs",
+    "GPU mem used = GPU memory in use / total memory (NVML's memory used and total; a capacity "
+    "figure). It is not NVML's memory utilization (the share of time the memory controller was "
+    "busy); the closest figure to that is DRAM BW util",
+    "DRAM BW util = the share of cycles the DRAM interface was active (DCGM "
+    "DCGM_FI_PROF_DRAM_ACTIVE or NVML GPM), when an exporter reports it",
+    "KV cache = the server's KV-cache usage (its /metrics); running / waiting = requests in the "
+    "server's batch / in its queue; preemptions = requests the server evicted in the stage",
+    "model BW util = roofline memory time of a decode step at the observed batch and context / "
+    "mean TPOT",
+    "n/a = no data (never 0)",
+)
+
+
+THROUGHPUT_HEADERS = ("requests", "QPS", "output TPS", "total TPS", "avg (ms)", "P50 (ms)",
+                      "P90 (ms)", "P95 (ms)", "P99 (ms)")  # fmt: skip
+ROOFLINE_HEADERS = ("TTFT avg (ms)", "TTFT P50 (ms)", "TTFT P99 (ms)", "TTFT floor (ms)",
+                    "TPOT avg (ms)", "TPOT P50 (ms)", "TPOT P99 (ms)", "TPOT floor (ms)",
+                    "ITL P99 (ms)", "model BW util")  # fmt: skip
+#: "GPU mem used" is memory capacity in use (see DEFINITIONS), not NVML's memory utilization.
+RESOURCE_HEADERS = ("GPU util", "GPU util max", "GPU mem used", "GPU mem used max",
+                    "DRAM BW util", "KV cache", "KV cache max", "running", "running max",
+                    "waiting", "waiting max", "preemptions", "worker CPU max")  # fmt: skip
+
+
+def _load(row: dict[str, Any]) -> str:
+    return load_label(row.get("concurrency"), row.get("rate"))
+
+
+def load_header(report: Report) -> str:
+    """The load column's title: concurrency (closed loop) or rate (open loop)."""
+    return "rate (req/s)" if report.run.info.mode == "open" else "concurrency"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], *text: int) -> Table:
+    return Table(tuple(headers), tuple(tuple(r) for r in rows), frozenset({0, *text}))
+
+
+def seed_table(report: Report) -> Table:
+    """concurrency | QPS | avg latency (ms) | P99 (ms) | GPU util | GPU mem used."""
+    headers = [load_header(report), "QPS", "avg latency (ms)", "P99 (ms)", "GPU util"]
+    headers.append("GPU mem used")
+    rows = [
+        [
+            _load(r),
+            num(r["qps"]),
+            ms(r["latency_avg_s"]),
+            ms(r["latency_p99_s"]),
+            pct(r["gpu_util"]),
+            pct(r["gpu_mem_util"]),
+        ]
+        for r in report.rows
+    ]
+    return _table(headers, rows)
+
+
+def field_table(report: Report) -> Table:
+    """What vLLM's benchmark, GuideLLM and EvalScope print first, one row per stage: QPS,
+    output tok/s, TTFT / TPOT / E2E P50 and P99 (ms), errors."""
+    headers = [
+        "stage",
+        load_header(report),
+        "QPS",
+        "out tok/s",
+        "TTFT P50",
+        "TTFT P99",
+        "TPOT P50",
+        "TPOT P99",
+        "E2E P50",
+        "E2E P99",
+        "errors",
+    ]
+    rows = [
+        [
+            str(r["stage"]),
+            _load(r),
+            num(r["qps"]),
+            num(r["output_tps"]),
+            ms(r["ttft_p50_s"]),
+            ms(r["ttft_p99_s"]),
+            ms(r["tpot_p50_s"], 1),
+            ms(r["tpot_p99_s"], 1),
+            ms(r["latency_p50_s"]),
+            ms(r["latency_p99_s"]),
+            f"{num(r['failed'])} ({pct(r['error_rate'], 1)})",
+        ]
+        for r in report.rows
+    ]
+    return _table(headers, rows)
+
+
+def _stamp(wall_s: float) -> str:
+    return datetime.fromtimestamp(wall_s, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def description(report: Report) -> str:
+    """One sentence saying what was run: model, mode, sweep, requests, time, workers."""
+    info, rows = report.run.info, report.rows
+    loads = ", ".join(_load(r) for r in rows)
+    sweep = f"{len(rows)} stage(s) at {load_header(report)} {loads}"
+    parts = [f"run `{info.run_id}`"]
+    if info.model:
+        parts.append(f"model `{info.model}`")
+    loop = "open loop (requests sent at a rate)" if info.mode == "open" else "closed loop"
+    parts.append(f"{loop}, {sweep}")
+    total = sum(int(r["requests"]) for r in rows if isinstance(r["requests"], int | float))
+    starts = [r["start_wall_s"] for r in rows if math.isfinite(r["start_wall_s"])]
+    ends = [r["end_wall_s"] for r in rows if math.isfinite(r["end_wall_s"])]
+    when = ""
+    if starts and ends:
+        when = f" over {num(max(ends) - min(starts), 0)} s from {_stamp(min(starts))}"
+    parts.append(f"{num(total)} requests{when}")
+    parts.append(f"{len(info.workers)} Locust worker(s)")
+    parts.append(f"{info.server_instances} server instance(s)")
+    return "; ".join(parts)
+
+
+def _overview(report: Report) -> Section:
+    knee = report.knee
+    blocks: list[Block] = [
+        Paragraph(description(report)),
+        seed_table(report),
+        Paragraph(f"{knee.reading or 'n/a'}.", "Reading"),
+        Paragraph(f"{knee.conclusion or 'n/a'}.", "Conclusion"),
+    ]
+    if knee.notes:
+        blocks.append(Bullets(tuple(knee.notes), "Caveats"))
+    return Section("overview", "", tuple(blocks))
+
+
+def _verdict(report: Report) -> Section:
+    v = report.overall
+    return Section(
+        "verdict",
+        f"Verdict: {v.kind}",
+        (Bullets(tuple(v.evidence), "Evidence"), Bullets(tuple(v.actions), "Actions")),
+        aside=Chart("key"),
+    )
+
+
+def _stage_verdicts(report: Report) -> Section:
+    rows = [
+        [str(r["stage"]), _load(r), sv.kind, "; ".join(sv.evidence)]
+        for r, sv in zip(report.rows, report.verdicts, strict=True)
+    ]
+    table = _table(["stage", load_header(report), "verdict", "evidence"], rows, 2, 3)
+    return Section("stage-verdicts", "Stage verdicts", (table,))
+
+
+def _alerts(report: Report) -> Section:
+    items = tuple(a.message for a in report.alerts)
+    return Section("alerts", "Alerts", (Bullets(items, empty="No alert fired.", css="alert"),))
+
+
+def _detail_sections(report: Report) -> list[Section]:
+    rows, head = report.rows, load_header(report)
+    out = [
+        Section(
+            "throughput",
+            "Throughput and latency",
+            (
+                _table(
+                    [head, *THROUGHPUT_HEADERS],
+                    [
+                        [
+                            _load(r),
+                            num(r["requests"]),
+                            num(r["qps"]),
+                            num(r["output_tps"]),
+                            num(r["total_tps"]),
+                            ms(r["latency_avg_s"]),
+                            ms(r["latency_p50_s"]),
+                            ms(r["latency_p90_s"]),
+                            ms(r["latency_p95_s"]),
+                            ms(r["latency_p99_s"]),
+                        ]
+                        for r in rows
+                    ],
+                ),
+            ),
+        )
+    ]
+    floor_note = (
+        f"Roofline floors for {report.floors.model.name} on {report.floors.gpu.name}."
+        if report.floors
+        else "No roofline floors: pass --model and --gpu."
+    )
+    out.append(
+        Section(
+            "roofline",
+            "TTFT and TPOT against the roofline",
+            (
+                Paragraph(floor_note),
+                _table(
+                    [head, *ROOFLINE_HEADERS],
+                    [
+                        [
+                            _load(r),
+                            ms(r["ttft_avg_s"]),
+                            ms(r["ttft_p50_s"]),
+                            ms(r["ttft_p99_s"]),
+                            ms(r["ttft_floor_s"], 1),
+                            ms(r["tpot_avg_s"], 1),
+                            ms(r["tpot_p50_s"], 1),
+                            ms(r["tpot_p99_s"], 1),
+                            ms(r["tpot_floor_s"], 1),
+                            ms(r["itl_p99_s"], 1),
+                            pct(r["model_bw_util"]),
+                        ]
+                        for r in rows
+                    ],
+                ),
+            ),
+        )
+    )
+    kinds = [k for k in FAILURE_KINDS if any((r[f"error_rate_{k}"] or 0) > 0 for r in rows)]
+    open_loop = report.run.info.mode == "open"
+    headers = [head, "failed", "error rate", *kinds, "goodput (req/s)", "SLO attainment"]
+    if open_loop:
+        headers.append("dispatch delay P99 (ms)")
+    table = []
+    for r in rows:
+        line = [
+            _load(r),
+            num(r["failed"]),
+            pct(r["error_rate"], 1),
+            *(pct(r[f"error_rate_{k}"], 1) for k in kinds),
+            num(r["goodput_rps"]),
+            pct(r["slo_attainment"], 1),
+        ]
+        if open_loop:
+            line.append(ms(r["dispatch_delay_p99_s"], 1))
+        table.append(line)
+    out.append(Section("errors", "Errors and goodput", (_table(headers, table),)))
+    resources = [
+        [
+            _load(r),
+            pct(r["gpu_util"]),
+            pct(r["gpu_util_max"]),
+            pct(r["gpu_mem_util"]),
+            pct(r["gpu_mem_util_max"]),
+            pct(r["dram_bw_util"]),
+            pct(r["kv_cache_usage"]),
+            pct(r["kv_cache_usage_max"]),
+            num(r["running"]),
+            num(r["running_max"]),
+            num(r["waiting"]),
+            num(r["waiting_max"]),
+            num(r["preemptions"]),
+            pct(r["worker_cpu_max"]),
+        ]
+        for r in rows
+    ]
+    out.append(
+        Section(
+            "resources",
+            "Resources",
+            (
+                _table(
+                    [head, *RESOURCE_HEADERS],
+                    resources,
+                ),
+            ),
+        )
+    )
+    return out
+
+
+def _soak(report: Report) -> list[Section]:
+    if not report.soak:
+        return []
+    rows = [
+        [
+            str(s.stage),
+            num(len(s.minutes)),
+            num(s.p99_drift_pct_per_h),
+            num(s.qps_drift_pct_per_h),
+            s.verdict.kind,
+        ]
+        for s in report.soak
+    ]
+    headers = ["stage", "minutes", "P99 drift (%/h)", "throughput drift (%/h)", "verdict"]
+    return [Section("soak", "Long-run stability", (_table(headers, rows, 4),))]
+
+
+def _comparison(report: Report) -> list[Section]:
+    if not report.comparison:
+        return []
+    headers = ["run", "instances", "peak QPS", "peak output TPS", "at load", "P99 at peak (ms)"]
+    headers += ["cap", "gain", "instance ratio", "gain per instance"]
+    rows = [
+        [
+            c.run,
+            num(c.instances),
+            num(c.peak_qps),
+            num(c.peak_output_tps),
+            c.peak_load,
+            ms(c.p99_at_peak_s),
+            c.cap or "n/a",
+            ratio(c.gain),
+            ratio(c.instance_ratio),
+            ratio(c.gain_per_instance),
+        ]
+        for c in report.comparison
+    ]
+    return [Section("comparison", "Comparison (horizontal scaling)", (_table(headers, rows),))]
+
+
+def document(report: Report) -> Document:
+    """The report as sections, in reading order (the module docstring)."""
+    info = report.run.info
+    sections = [
+        _overview(report),
+        _verdict(report),
+        _stage_verdicts(report),
+        _alerts(report),
+        Section("scaling", "Scaling", (Chart("scaling"),)),
+        Section("telemetry", "Telemetry over time", (Chart("telemetry"),)),
+        Section("histograms", "Latency histograms", (Chart("histograms"),)),
+        *_detail_sections(report),
+        *_soak(report),
+        *_comparison(report),
+    ]
+    if report.warnings:
+        sections.append(Section("warnings", "Warnings", (Bullets(tuple(report.warnings)),)))
+    sections.append(Section("definitions", "Definitions", (Bullets(DEFINITIONS),)))
+    return Document(f"locust-llm report: {info.run_id}", tuple(sections))

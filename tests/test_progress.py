@@ -1,0 +1,106 @@
+"""The progress line: live (carriage return) on a terminal, plain periodic lines otherwise.
+
+Driven with a fake clock and snapshots; the snapshots' source, the master's ``/llm/stats``, is
+exercised end to end by tests/test_demo.py.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+
+from locust_llm.progress import ProgressLine, Snapshot, snapshot_from_payload, stage_durations
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _snap(stage: int | None, requests: int, qps: float = 2.0, ttft: float = 0.031) -> Snapshot:
+    name = "" if stage is None else f"c={[1, 4][stage]}"
+    target = None if stage is None else [6, 30][stage]
+    return Snapshot(stage, 2, name, target, requests, qps, ttft)
+
+
+def _drive(live: bool) -> str:
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=live, every_s=10.0, stages=2, clock=clock)
+    for t, snap in [(0, _snap(0, 0)), (1, _snap(0, 2)), (12, _snap(0, 5)), (13, _snap(1, 7)),
+                    (14, _snap(1, 20)), (15, _snap(None, 38))]:  # fmt: skip
+        clock.now = 100.0 + t
+        line.update(snap)
+    line.close()
+    return out.getvalue()
+
+
+def test_terminal_redraws_one_line_per_stage() -> None:
+    text = _drive(live=True)
+    lines = text.split("\n")
+    assert len(lines) == 3 and lines[-1] == ""  # one finished line per stage
+    first, second = lines[0].split("\r")[1:], lines[1].split("\r")[1:]
+    assert first[0].startswith("  stage 1/2 c=1: 0/6 requests, 0 s, QPS 2.0, TTFT P50 31 ms")
+    assert first[-1].startswith("  stage 1/2 c=1: 7/6 requests, 13 s")  # counted at the change
+    assert second[-1].startswith("  stage 2/2 c=4: 31/30 requests, 2 s")
+    # a redraw is padded to cover a longer previous text
+    assert all(len(a) <= len(b) for a, b in itertools.pairwise(first))
+
+
+def test_plain_output_prints_every_interval_and_at_each_stage_end() -> None:
+    text = _drive(live=False)
+    assert "\r" not in text
+    assert text.splitlines() == [
+        "  stage 1/2 c=1: 5/6 requests, 12 s, QPS 2.0, TTFT P50 31 ms",
+        "  stage 1/2 c=1: 7/6 requests, 13 s, QPS 2.0, TTFT P50 31 ms (stage done)",
+        "  stage 2/2 c=4: 31/30 requests, 2 s, QPS 2.0, TTFT P50 31 ms (stage done)",
+    ]
+
+
+def test_a_message_keeps_the_live_line() -> None:
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=True, stages=2, clock=clock)
+    line.update(_snap(0, 1))
+    line.message("  ERROR something")
+    shown = "  stage 1/2 c=1: 0/6 requests, 0 s, QPS 2.0, TTFT P50 31 ms"
+    assert (
+        out.getvalue() == "\r" + shown + "\r" + " " * len(shown) + "\r  ERROR something\n" + shown
+    )
+
+
+def test_duration_stages_show_elapsed_against_the_stage_length() -> None:
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=0.0, stage_durations_s=[30.0], stages=2,
+                        clock=clock)  # fmt: skip
+    line.update(Snapshot(1, 2, "c=4", None, 10, math.nan, math.nan))
+    clock.now += 5
+    line.update(Snapshot(1, 2, "c=4", None, 15, 1.0, math.nan))
+    assert out.getvalue().splitlines()[-1] == (
+        "  stage 2/2 c=4: 5 requests, 5/30 s, QPS 1.0, TTFT P50 n/a ms"
+    )
+
+
+def test_stage_durations_parse_plain_seconds() -> None:
+    assert stage_durations("") == []
+    assert stage_durations("10,20") == [10.0, 20.0]
+    assert math.isnan(stage_durations("1m")[0])
+
+
+def test_snapshot_reads_the_aggregated_row_and_the_stage() -> None:
+    payload = {
+        "stage": {"index": 1, "name": "c=4", "target_requests": 30, "count": 2},
+        "endpoints": [
+            {"name": "/v1/chat/completions", "requests": 9, "requests_per_s": 1.0,
+             "ttft_p50_s": 0.5},
+            {"name": "Aggregated", "requests": 12, "requests_per_s": 1.5, "ttft_p50_s": None},
+        ],
+    }  # fmt: skip
+    snap = snapshot_from_payload(payload)
+    assert (snap.stage_index, snap.stage_name, snap.target_requests, snap.requests) == (
+        1, "c=4", 30, 12,
+    )  # fmt: skip
+    assert snap.qps == 1.5 and math.isnan(snap.ttft_p50_s)
+    assert snapshot_from_payload({"stage": None, "endpoints": []}).stage_index is None
