@@ -16,7 +16,8 @@ from itertools import groupby
 from typing import Any
 
 
-def _env(name: str) -> str:
+def env_var(name: str) -> str:
+    """The environment variable of option ``--llm-<name>`` (``LOCUST_LLM_<NAME>``)."""
     return "LOCUST_LLM_" + name.upper().replace("-", "_")
 
 
@@ -28,7 +29,7 @@ READ_TIMEOUT_DEFAULT_S = 120.0
 STOP_TIMEOUT_DEFAULT_S = READ_TIMEOUT_DEFAULT_S
 
 #: (flag without --llm-, default, help, extra kwargs)
-_OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
+OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("model", "", "model id to request (default: the first id from /v1/models)", {}),
     (
         "api-key",
@@ -59,6 +60,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("input-len", "", "prompt length for the random dataset: N or a distribution", {}),
     ("dataset", "random", "prompt source: random, openqa, or a JSONL / ShareGPT file", {}),
     ("tokenizer", "", "path to a local Hugging Face tokenizer: exact prompt lengths", {}),
+    (
+        "chat-template",
+        "",
+        "chat template for counting prompt tokens as a chat server does: a .jinja file or a "
+        "tokenizer_config.json (default: the one beside --llm-tokenizer; 'none': text only)",
+        {},
+    ),
     ("temperature", 0.0, "sampling temperature", {"type": float}),
     (
         "ignore-eos",
@@ -187,11 +195,11 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
 def add_arguments(parser: Any) -> None:
     """Add every ``--llm-*`` option to ``parser`` (Locust's configargparse parser or argparse)."""
     group = parser.add_argument_group("locust-llm", "LLM load-test options (locust-llm)")
-    for flag, default, help_text, extra in _OPTIONS:
+    for flag, default, help_text, extra in OPTIONS:
         kwargs = dict(extra)
         kwargs.setdefault("default", default)
         if "env_var" in _add_argument_params(parser):
-            kwargs["env_var"] = _env(flag)
+            kwargs["env_var"] = env_var(flag)
         group.add_argument(f"--llm-{flag}", help=help_text, **kwargs)
 
 
@@ -211,7 +219,7 @@ def defaults() -> argparse.Namespace:
     return parser.parse_args([])
 
 
-#: the first option of each section of the reference (the order of ``_OPTIONS`` within)
+#: the first option of each section of the reference (the order of ``OPTIONS`` within)
 _SECTIONS: dict[str, str] = {
     "model": "requests and the run",
     "concurrency": "stages",
@@ -238,13 +246,13 @@ def describe() -> list[OptionInfo]:
     """Every ``--llm-*`` option, in declaration order, with its env var and config-file key."""
     infos: list[OptionInfo] = []
     section = ""
-    for flag, default, help_text, extra in _OPTIONS:
+    for flag, default, help_text, extra in OPTIONS:
         section = _SECTIONS.get(flag, section)
         action = extra.get("action")
         infos.append(
             OptionInfo(
                 flag=f"--llm-{flag}",
-                env_var=_env(flag),
+                env_var=env_var(flag),
                 config_key=f"llm-{flag}",
                 default=default,
                 help=help_text,

@@ -3,7 +3,9 @@
 #   bash scripts/bootstrap.sh          -> .venv with the package (enough for `locust-llm demo`)
 #   bash scripts/bootstrap.sh --test   -> also the test extras and the system packages the tests
 #                                         use for real: prometheus, chromium + chromium-driver,
-#                                         nginx, docker-compose (config check only), iproute2
+#                                         nginx, docker-compose (config check only), iproute2,
+#                                         cmake + ninja + g++, and llama.cpp's llama-server and
+#                                         llama-cpp-python's server (built once per machine)
 #   --dry-run                          -> print what would be done, do nothing
 # One progress line per step on stdout; what pip and apt print goes to .venv/bootstrap.log, and
 # its end is shown on stderr only when a step fails.
@@ -75,6 +77,9 @@ if [ $want_test = 1 ]; then
   want nginx nginx
   want docker-compose docker-compose
   want iproute2 ip
+  want cmake cmake # the llama.cpp builds below
+  want ninja-build ninja
+  want g++ g++
   if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" != 0 ] && sudo="sudo"
@@ -84,4 +89,12 @@ if [ $want_test = 1 ]; then
   else
     echo "bootstrap: system packages for the tests are there (prometheus, chromium, nginx, ...)"
   fi
+fi
+
+# llama.cpp's llama-server and llama-cpp-python's server for tests/test_llamacpp_*.py: built from
+# the PyPI sdist's sources once per machine (about 8 minutes each on 2 cores), cached under
+# ~/.cache/locust-llm/
+if [ $want_test = 1 ]; then
+  step "llama.cpp servers for the tests (built once per machine, then cached)" \
+    bash scripts/build_llama_server.sh --python
 fi

@@ -159,6 +159,7 @@ class Runtime:
                 input_len=settings.input_len or None,
                 seed=self.options.seed,
                 tokenizer_path=self.options.tokenizer or None,
+                chat_template=self.options.chat_template or None,
             )
         return source
 
