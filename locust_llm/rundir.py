@@ -5,6 +5,8 @@ A run dir holds, per run::
     run.json            RunInfo: command line (no secrets), versions, host, model, wall-clock start
                         and end, workers seen, stage windows, warnings
     requests.parquet    one row per request sent, columns = metrics.RECORD_FIELDS
+    requests.arrows     while running (or after a crash): the same records as an fsync'd Arrow
+                        IPC stream journal (locust_llm.journal); gone once the run finishes
     telemetry.parquet   long format, one row per sample: columns = TELEMETRY_COLUMNS
     llm_stats.csv       final live-histogram summary (written by llmstats, for humans)
 
@@ -70,6 +72,10 @@ class RunInfo:
     lost_workers: dict[str, int] = field(default_factory=dict)  # worker id -> requests in flight
     roofline: dict[str, Any] = field(default_factory=dict)  # {"model": preset/path, "gpu": ...}
     server_instances: int = 1
+    #: "running" while the load test runs (run.json refreshed every second, records in the
+    #: requests.arrows journal), "finished" once requests.parquet is final; "" in run dirs
+    #: written before the journal existed (complete)
+    state: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:

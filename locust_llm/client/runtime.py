@@ -74,6 +74,11 @@ class Runtime:
         self.written_records = -1  # records in the run dir as last written
         self.flusher: Any = None
         self.history_greenlet: Any = None
+        self.persist_greenlet: Any = None
+        #: master: workers lost during the run -> their requests in flight (kept for the whole
+        #: run: Locust forgets a missing worker after about a minute)
+        self.lost_workers: dict[str, int] = {}
+        self.stop_requested = False  # a SIGTERM/SIGINT came: stopping gracefully
         self.telemetry: Any = None
         self._user_index = itertools.count()
         self._settings: dict[type, UserSettings] = {}
