@@ -3,9 +3,9 @@
 The only part of the report that touches files. A missing or unreadable file, or one without
 the columns the report needs, is an InputError whose one-line message names the file. A run
 without telemetry.parquet loads with an empty telemetry frame (resource columns become "no
-data") and a warning; an unfinished run (killed, or still running) is read from its record
-journal and says so in its first warning; ``prometheus=URL`` instead asks ``locust_llm.promapi.read_prometheus``
-for the run's window.
+data") and a warning; ``prometheus=URL`` instead asks ``locust_llm.promapi.read_prometheus``
+for the run's window. An unfinished run (killed, or still running) is read from its record
+journal (``requests.arrows``) and says so in its first warning.
 """
 
 from __future__ import annotations
