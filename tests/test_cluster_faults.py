@@ -177,3 +177,32 @@ def test_unwritable_run_dir_fails_before_any_request(tmp_path: Path) -> None:
         assert metric_value(metrics, "vllm:prompt_tokens_total") == 0
         assert metric_value(metrics, "vllm:request_success_total") == 0
         assert read_trace(trace) == []
+
+
+def test_worker_sigkill_in_a_request_count_stage_does_not_hang_the_run(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        _, sim_url = cluster.sim(*SLOW_SIM)
+        run_dir = tmp_path / "run"
+        master, port = cluster.master(sim_url, [
+            "--llm-concurrency", "4", "--llm-stage-requests", "24", "--llm-max-tokens", "100",
+            "--llm-record-batch-s", "0.2", "--stop-timeout", "5", "--llm-run-dir", str(run_dir),
+            "--llm-server-metrics", "none",
+        ])  # fmt: skip
+        victim, survivor = (cluster.worker(i, "127.0.0.1", port) for i in (1, 2))
+        wait_until(lambda: _running(sim_url) >= 4, 20, "4 requests in flight")
+        time.sleep(0.6)
+        victim.send(signal.SIGKILL)  # its granted permits must come back to the stage
+        victim.popen.wait(5)
+        # before the fix the master waited forever for the victim's permits
+        assert master.wait(90) == 0, master.text()[-3000:]
+        survivor.wait(20)
+
+        info, requests = read_run(run_dir)
+        ((survivor_id, _),) = locust_counts(survivor).items()
+        lost_id = next(w for w in info["workers"] if w != survivor_id)
+        assert info["lost_workers"] == {lost_id: 2}
+        ended = requests[requests["error_kind"] != "cancelled"]
+        # the stage got its 24 requests, all from the survivor once the victim was gone
+        assert len(ended) >= 24 and ended["ok"].all()
+        assert set(requests["worker_id"]) == {survivor_id}
+        assert "lost" in master.text()
