@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -143,12 +144,18 @@ class Recorder:
         self.close_journal()
         self.journal = RecordJournal(run_dir / JOURNAL_FILE)
 
-    def flush(self) -> int:
-        """Append the records received since the last flush to the journal (fsync'd)."""
+    def flush(self, run: Callable[..., Any] | None = None) -> int:
+        """Append the records received since the last flush to the journal (fsync'd).
+
+        ``run(append, rows)`` runs the write, e.g. in a thread so that an fsync on a busy disk
+        does not stall the greenlets timing streams; by default it runs here."""
         if self.journal is None or self.journal.closed or not self.unflushed:
             return 0
         rows, self.unflushed = self.unflushed, []
-        self.journal.append(rows)
+        if run is None:
+            self.journal.append(rows)
+        else:
+            run(self.journal.append, rows)
         return len(rows)
 
     def close_journal(self) -> None:

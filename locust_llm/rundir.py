@@ -84,10 +84,16 @@ class RunInfo:
 
 def write_run_info(run_dir: Path, info: RunInfo) -> Path:
     """Write run.json atomically (write a temp file, then rename)."""
+    return write_run_json(run_dir, info.to_json())
+
+
+def write_run_json(run_dir: Path, text: str) -> Path:
+    """Write ``text`` (a RunInfo's JSON) as run.json atomically: a thread may do this while
+    the RunInfo itself changes."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_JSON
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(info.to_json())
+    tmp.write_text(text)
     tmp.replace(path)
     return path
 
@@ -99,13 +105,51 @@ def read_run_info(run_dir: Path) -> RunInfo:
         raise InputError(f"{path}: missing (is {run_dir} a locust-llm run dir?)")
     try:
         raw = json.loads(path.read_text())
-        stages = [Stage(**s) for s in raw.pop("stages", [])]
-        known = set(RunInfo.__dataclass_fields__)
-        info = RunInfo(**{k: v for k, v in raw.items() if k in known})
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: corrupt run.json ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise TypeError(f"top level is a {type(raw).__name__}, expected an object")
+        stages_raw = raw.pop("stages", [])
+        if not isinstance(stages_raw, list):
+            raise TypeError(f'"stages" is a {type(stages_raw).__name__}, expected a list')
+        stages = [Stage(**_typed(s, Stage, f"stages[{i}]")) for i, s in enumerate(stages_raw)]
+        info = RunInfo(**_typed(raw, RunInfo, ""))
+    except (json.JSONDecodeError, TypeError, ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: corrupt run.json ({exc})") from None
     info.stages = stages
     return info
+
+
+#: JSON types each annotation accepts (a number may be an int; NaN is a float)
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "float": (int, float),
+    "int": (int,),
+    "bool": (bool,),
+    "int | None": (int, type(None)),
+    "float | None": (int, float, type(None)),
+}
+
+
+def _typed(raw: Any, cls: Any, where: str) -> dict[str, Any]:
+    """``raw``'s known fields of dataclass ``cls``, each checked against its annotation."""
+    if not isinstance(raw, dict):
+        raise TypeError(f"{where or 'run.json'} is a {type(raw).__name__}, expected an object")
+    out: dict[str, Any] = {}
+    for name, spec in cls.__dataclass_fields__.items():
+        if name not in raw or name == "stages":
+            continue
+        value = raw[name]
+        annotation = str(spec.type)
+        base = annotation.split("[", 1)[0]
+        accepted = _JSON_TYPES.get(annotation) or {"list": (list,), "dict": (dict,)}.get(base)
+        if annotation == "float" and value is None:
+            value = math.nan
+        elif accepted and (
+            not isinstance(value, accepted) or (bool not in accepted and isinstance(value, bool))
+        ):
+            field_name = f"{where}.{name}" if where else name
+            raise TypeError(f'"{field_name}" is {value!r}, expected {annotation}')
+        out[name] = value
+    return out
 
 
 def stage_of(start_wall_s: float, stages: list[Stage]) -> int:

@@ -1,8 +1,9 @@
 """ClientOptions: the ``--llm-*`` options as one frozen, typed object, built once at the edge.
 
 Locust hands every listener an untyped ``argparse.Namespace``; :func:`from_namespace` reads it
-once, checks what needs checking (headers, extra body JSON, burstiness) and returns a
-:class:`ClientOptions` that the rest of the client reads. Pure: no Locust, no gevent.
+once, checks what needs checking (headers, extra body JSON, then every value through
+:func:`locust_llm.client.validate.check_options`) and returns a :class:`ClientOptions` that the
+rest of the client reads. Pure: no Locust, no gevent.
 Defaults and help texts live with the flags in :mod:`locust_llm.options`.
 """
 
@@ -97,10 +98,10 @@ def from_namespace(opts: Any) -> ClientOptions:
         from locust_llm.options import defaults
 
         opts = defaults()
-    burstiness = float(opts.llm_burstiness)
-    if burstiness < 0:
-        raise InputError(f"--llm-burstiness {burstiness:g}: expected >= 0 (1 = Poisson)")
-    return ClientOptions(
+    from locust_llm.client.validate import check_options
+
+    burstiness = _number(opts.llm_burstiness, "--llm-burstiness")
+    options = ClientOptions(
         model=str(opts.llm_model or ""),
         api_key=str(opts.llm_api_key or ""),
         insecure=bool(opts.llm_insecure),
@@ -143,6 +144,15 @@ def from_namespace(opts: Any) -> ClientOptions:
         csv_prefix=str(getattr(opts, "csv_prefix", None) or ""),
         locustfile=str(getattr(opts, "locustfile", None) or ""),
     )
+    check_options(options)
+    return options
+
+
+def _number(value: Any, flag: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{flag} {value!r}: expected a number") from None
 
 
 def split_hosts(text: str) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import random
 import sys
 import time
 from pathlib import Path
@@ -50,7 +51,7 @@ from locust_llm.client.runinfo import default_run_dir, new_run_info, warning_tex
 from locust_llm.client.runtime import Runtime, all_runtimes, runtime
 from locust_llm.errors import InputError
 from locust_llm.recorder import ensure_writable
-from locust_llm.rundir import RunInfo, write_run_info
+from locust_llm.rundir import RunInfo, write_run_info, write_run_json
 
 logger = logging.getLogger("locust_llm")
 
@@ -151,11 +152,15 @@ def _persist_loop(rt: Runtime) -> None:
         if rt.is_master:
             _note_lost_workers(rt)
         try:
-            rt.recorder.flush()
-            fill_run_info(rt)
-            write_run_info(rt.run_dir, rt.run_info)
+            rt.recorder.flush(run=_in_thread)
+            _in_thread(write_run_json, rt.run_dir, fill_run_info(rt).to_json())
         except OSError as exc:  # a full or vanished disk: say so once a second, keep the load
             logger.error("locust-llm: cannot write the run dir %s (%s)", rt.run_dir, exc)
+
+
+def _in_thread(function: Any, *args: Any) -> Any:
+    """Run blocking file work (write + fsync) in gevent's thread pool; greenlets go on."""
+    return gevent.get_hub().threadpool.apply(function, args)
 
 
 def fill_run_info(rt: Runtime) -> RunInfo:
@@ -262,7 +267,13 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     runner = environment.runner
     if runner is None:  # run_single_user: configured at test_start
         return
-    rt = runtime(environment)
+    try:
+        rt = runtime(environment)  # reads and checks every --llm-* option
+        if not isinstance(runner, WorkerRunner):
+            check_before_load(rt)
+    except InputError as exc:
+        logger.error("locust-llm: %s; no load was sent", exc)
+        sys.exit(2)
     if isinstance(runner, WorkerRunner):
         runner.register_message(
             MSG_STOP, lambda environment, msg, **kw: _worker_stop(rt), concurrent=True
@@ -311,6 +322,29 @@ def _on_init(environment: Any, **_kw: Any) -> None:
             "locust-llm: --stop-timeout is 0, so requests still streaming when the test stops "
             "are cancelled (recorded as 'cancelled'); set it above your longest stream"
         )
+
+
+def check_before_load(rt: Runtime) -> None:
+    """Master / single process, at start: the stage plan parses and every LLM user class's
+    settings, API, output lengths and data set (a dry pass: the whole file read, one prompt
+    drawn) are usable; the first problem is an InputError. Workers run the same data set
+    checks at test_start, with the options the master sends them."""
+    from locust_llm.distributions import parse_distribution
+    from locust_llm.shapes import StagesShape, open_loop_users, plan_stages
+    from locust_llm.user import LLMUser
+
+    shape = rt.environment.shape_class
+    if shape is None or isinstance(shape, StagesShape):
+        plans = plan_stages(rt.options)
+        if rt.options.open_loop and plans:
+            open_loop_users(rt.options, plans)
+    for user_class in rt.environment.user_classes or ():
+        if isinstance(user_class, type) and issubclass(user_class, LLMUser):
+            settings = rt.settings_for(user_class)
+            get_api(settings.api)
+            if settings.max_tokens:
+                parse_distribution(settings.max_tokens, what=f"{user_class.__name__}.max_tokens")
+            rt.dataset_for(settings).next_request(random.Random(0))
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
