@@ -80,6 +80,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         {},
     ),
     (
+        "overwrite",
+        False,
+        "reuse a --llm-run-dir that holds an earlier run: its run files and report files are "
+        "removed first (default: such a run dir is refused)",
+        {"action": "store_true"},
+    ),
+    (
         "seed",
         0,
         "random seed for prompts and lengths (each user its own stream: seed, worker index and "

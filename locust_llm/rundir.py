@@ -82,6 +82,36 @@ class RunInfo:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str, allow_nan=True)
 
 
+#: what a finished run and its report leave in a run dir (``--llm-overwrite`` removes these)
+RUN_FILES: tuple[str, ...] = (
+    RUN_JSON,
+    REQUESTS_FILE,
+    "requests.arrows",
+    TELEMETRY_FILE,
+    "llm_stats.csv",
+    "llm_stats_history.csv",
+    "report.md",
+    "report.html",
+    "stages.csv",
+    "summary.json",
+)
+#: any of these means the dir already holds a run
+_RUN_MARKERS = (RUN_JSON, REQUESTS_FILE, "requests.arrows")
+
+
+def claim_run_dir(run_dir: Path, *, overwrite: bool) -> None:
+    """Make ``run_dir`` ready for a new run: refuse one holding an earlier run (InputError)
+    unless ``overwrite``, which removes the earlier run's and report's files so none is stale."""
+    held = [name for name in _RUN_MARKERS if (run_dir / name).exists()]
+    if held and not overwrite:
+        raise InputError(
+            f"run dir {run_dir} already holds a run ({held[0]}); give another --llm-run-dir "
+            "or --llm-overwrite to replace it"
+        )
+    for name in RUN_FILES if held else ():
+        (run_dir / name).unlink(missing_ok=True)
+
+
 def write_run_info(run_dir: Path, info: RunInfo) -> Path:
     """Write run.json atomically (write a temp file, then rename)."""
     return write_run_json(run_dir, info.to_json())

@@ -46,6 +46,7 @@ class ClientOptions:
     read_timeout_s: float = 120.0
     total_timeout_s: float = 600.0
     run_dir: str = ""
+    overwrite: bool = False  # reuse a run dir that holds an earlier run
     seed: int = 0
     share_prompts: bool = False  # the same prompt streams on every worker (prefix caching)
     request_id_header: bool = True  # send X-Request-Id (the record's UUID4)
@@ -119,6 +120,7 @@ def from_namespace(opts: Any) -> ClientOptions:
         read_timeout_s=float(opts.llm_read_timeout),
         total_timeout_s=float(opts.llm_total_timeout),
         run_dir=str(opts.llm_run_dir or ""),
+        overwrite=bool(getattr(opts, "llm_overwrite", False)),
         seed=int(opts.llm_seed),
         share_prompts=bool(opts.llm_share_prompts),
         request_id_header=not opts.llm_no_request_id,

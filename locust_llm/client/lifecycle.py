@@ -51,7 +51,7 @@ from locust_llm.client.runinfo import default_run_dir, new_run_info, warning_tex
 from locust_llm.client.runtime import Runtime, all_runtimes, runtime
 from locust_llm.errors import InputError
 from locust_llm.recorder import ensure_writable
-from locust_llm.rundir import RunInfo, write_run_info, write_run_json
+from locust_llm.rundir import RunInfo, claim_run_dir, write_run_info, write_run_json
 
 logger = logging.getLogger("locust_llm")
 
@@ -312,8 +312,12 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     run_dir = Path(opts.run_dir) if opts.run_dir else default_run_dir()
     try:
         ensure_writable(run_dir)
+        claim_run_dir(run_dir, overwrite=opts.overwrite)
     except OSError as exc:
         logger.error("locust-llm: run dir %s is not writable (%s); no load was sent", run_dir, exc)
+        sys.exit(2)
+    except InputError as exc:
+        logger.error("locust-llm: %s; no load was sent", exc)
         sys.exit(2)
     rt.run_dir = run_dir
     _install_signal_handlers(rt)
