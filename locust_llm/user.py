@@ -60,6 +60,7 @@ from locust_llm.metrics import (
 logger = logging.getLogger("locust_llm")
 
 _ERROR_BODY_LIMIT = 4096
+_HEAD_BYTES = 48  # first bytes of a non-SSE answer quoted in its bad_payload message
 _TERMINATOR_WAIT_S = 0.05
 
 lifecycle.install()
@@ -296,6 +297,8 @@ class LLMUser(User):
         prev_usage = 0
         readline = resp.readline
         done = False
+        sse_seen = False  # an SSE data line came (else the answer is not a stream at all)
+        head = b""  # the answer's first bytes, quoted if it is not
         while True:
             try:
                 line = readline(b"\n")
@@ -306,7 +309,10 @@ class LLMUser(User):
                 break
             payload = data_payload(line)
             if payload is None:
+                if not sse_seen and len(head) < _HEAD_BYTES:
+                    head += line[: _HEAD_BYTES - len(head)]
                 continue
+            sse_seen = True
             kind, chunk = classify(payload)
             if kind == sse.KIND_CHUNK:
                 assert chunk is not None
@@ -339,6 +345,8 @@ class LLMUser(User):
                 raise RequestFailed("bad_payload", f"malformed chunk: {line[:120]!r}")
         if not done:
             timing.end_time = perf_counter()
+            if not sse_seen:
+                raise not_sse_failure(resp, head)
             raise RequestFailed(
                 "stream_broken", f"stream closed after {len(times)} chunks without [DONE]"
             )
@@ -346,6 +354,19 @@ class LLMUser(User):
             with gevent.Timeout(_TERMINATOR_WAIT_S, False):  # wait for it, or the connection
                 resp.read()  # cannot be reused (every request would pay a new connect)
         return usage_tokens
+
+
+def not_sse_failure(resp: Any, head: bytes) -> RequestFailed:
+    """A 200 answer to a streamed request that held no SSE data line: an HTML error page, a
+    plain JSON body, binary. Names its content type and quotes its first bytes."""
+    content_type = str(resp.get("content-type", "") or "no content type").split(";")[0].strip()
+    shown = head.strip()[:_HEAD_BYTES]
+    return RequestFailed(
+        "bad_payload",
+        f"expected text/event-stream, got {content_type}: {shown!r}"
+        if shown
+        else f"expected text/event-stream, got {content_type} with an empty body",
+    )
 
 
 class ChatUser(LLMUser):

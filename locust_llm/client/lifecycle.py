@@ -152,8 +152,9 @@ def _persist_loop(rt: Runtime) -> None:
         if rt.is_master:
             _note_lost_workers(rt)
         try:
-            rt.recorder.flush(run=_in_thread)
-            _in_thread(write_run_json, rt.run_dir, fill_run_info(rt).to_json())
+            with rt.run_dir_lock:  # finalising waits for this write (and the reverse)
+                rt.recorder.flush(run=_in_thread)
+                _in_thread(write_run_json, rt.run_dir, fill_run_info(rt).to_json())
         except OSError as exc:  # a full or vanished disk: say so once a second, keep the load
             logger.error("locust-llm: cannot write the run dir %s (%s)", rt.run_dir, exc)
 
@@ -194,7 +195,8 @@ def write_run_dir(rt: Runtime) -> None:
     info = fill_run_info(rt)
     info.end_wall_s = time.time() if math.isnan(info.end_wall_s) else info.end_wall_s
     info.state = "finished"
-    rt.recorder.finalise(rt.run_dir, info)
+    with rt.run_dir_lock:
+        rt.recorder.finalise(rt.run_dir, info)
     rt.written_records = rt.recorder.count
     if rt.telemetry is not None:
         rt.telemetry.write(rt.run_dir)
@@ -555,7 +557,8 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
         _stop_gracefully(rt)  # Locust's own SIGTERM handler quits without stopping the test
     if not (rt.run_ended and rt.written_records == rt.recorder.count):
         write_run_dir(rt)  # records that arrived after the test stopped (or no stop at all)
-    rt.recorder.remove_journal()
+    with rt.run_dir_lock:
+        rt.recorder.remove_journal()
     if rt.stats.entries and rt.options.headless:
         print(llmstats.format_table(rt.stats), flush=True)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gevent.event import Event
+from gevent.lock import Semaphore
 from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm import llmstats
@@ -24,6 +25,7 @@ from locust_llm.client.arrivals import arrival_process
 from locust_llm.client.events import llm_events
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
+from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
 from locust_llm.client.settings import UserSettings
 from locust_llm.client.transport import READ_ERRORS, Transport
 from locust_llm.errors import InputError, RequestFailed
@@ -75,6 +77,7 @@ class Runtime:
         self.flusher: Any = None
         self.history_greenlet: Any = None
         self.persist_greenlet: Any = None
+        self.run_dir_lock = Semaphore()  # one writer of the run dir at a time (greenlets)
         #: master: workers lost during the run -> their requests in flight (kept for the whole
         #: run: Locust forgets a missing worker after about a minute)
         self.lost_workers: dict[str, int] = {}
@@ -99,6 +102,8 @@ class Runtime:
         """(Re)read the options; InputError for a bad one."""
         self.options = config.from_namespace(self.environment.parsed_options)
         self.headers = self.options.request_headers()
+        self.redact = redactor_for(self.options)
+        install_log_redaction(self.redact)
         self._settings.clear()
         # open-loop arrivals: each worker its own seeded stream (identical streams would align
         # every worker's bursts)
@@ -229,6 +234,8 @@ class Runtime:
         """One finished request: Locust's table, live stats, the recorder, llm_events."""
         # a killed request is not counted (as Locust does); a client bug is not the server's
         # failure (the user reports it through Locust's user_error: the exceptions tab)
+        if record.error_message and self.redact:  # a server may echo a key or header back
+            record.error_message = self.redact(record.error_message)
         if record.error_kind not in CLIENT_SIDE_KINDS:
             self._fire_locust_request(user, record)
         self.stats.add(record, timing.itl_values, timing.itl_weights)
@@ -256,6 +263,18 @@ class Runtime:
         runner.send_message(
             MSG_PERMIT_ASK, PermitAsk(worker=self.worker_id, stage=stage, n=want).to_dict()
         )
+
+
+_log_filter = RedactingFilter(Redactor())
+
+
+def install_log_redaction(redactor: Redactor) -> None:
+    """Every log line of this process passes through ``redactor`` (the latest options'): the
+    filter sits on the root logger's handlers, where every propagated record goes."""
+    _log_filter.redactor = redactor
+    for handler in logging.getLogger().handlers:
+        if _log_filter not in handler.filters:
+            handler.addFilter(_log_filter)
 
 
 _runtimes: dict[int, Runtime] = {}
