@@ -33,6 +33,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         {"action": "store_true"},
     ),
     (
+        "ca-bundle",
+        "",
+        "PEM file of the CA certificates that sign the server's TLS certificate (a private "
+        "CA); default: the system's trust store",
+        {},
+    ),
+    (
         "max-tokens",
         "",
         "output tokens asked per request: N or a distribution such as "

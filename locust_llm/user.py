@@ -103,6 +103,7 @@ class LLMUser(User):
             connect_timeout_s=self.settings.connect_timeout_s,
             read_timeout_s=self.settings.read_timeout_s,
             insecure=self.options.insecure,
+            ca_bundle=self.options.ca_bundle,
             on_reconnect=self.runtime.count_reconnect,
         )
 
@@ -261,9 +262,19 @@ class LLMUser(User):
                 raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
             if self.options.no_stream:
                 return self._read_whole(resp, record, timing)
+            content_type = str(resp.get("content-type", "") or "")
+            if content_type and "text/event-stream" not in content_type.lower():
+                raise not_sse_failure(resp, self._read_head(resp))
             return self._read_stream(resp, record, timing)
         finally:
             self.transport.release(base_url, resp)
+
+    @staticmethod
+    def _read_head(resp: Any) -> bytes:
+        try:
+            return bytes(resp.read(_HEAD_BYTES))
+        except READ_ERRORS:
+            return b""
 
     @staticmethod
     def _read_error_body(resp: Any) -> str:

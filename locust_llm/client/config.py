@@ -32,6 +32,7 @@ class ClientOptions:
     model: str = ""
     api_key: str = field(default="", repr=False)  # never printed, recorded or logged
     insecure: bool = False
+    ca_bundle: str = ""  # PEM file of the CAs to trust (https)
     max_tokens: str = ""
     max_tokens_field: str = "max_tokens"
     input_len: str = ""
@@ -106,6 +107,7 @@ def from_namespace(opts: Any) -> ClientOptions:
         model=str(opts.llm_model or ""),
         api_key=str(opts.llm_api_key or ""),
         insecure=bool(opts.llm_insecure),
+        ca_bundle=str(getattr(opts, "llm_ca_bundle", "") or ""),
         max_tokens=str(opts.llm_max_tokens or ""),
         max_tokens_field=str(opts.llm_max_tokens_field),
         input_len=str(opts.llm_input_len or ""),

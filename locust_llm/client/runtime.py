@@ -203,6 +203,7 @@ class Runtime:
             connect_timeout_s=_DISCOVERY_CONNECT_S,
             read_timeout_s=_DISCOVERY_READ_S,
             insecure=self.options.insecure,
+            ca_bundle=self.options.ca_bundle,
         )
         base_path = host.split("://", 1)[-1].partition("/")[2]
         path = ("/" + base_path.rstrip("/") if base_path else "") + "/v1/models"

@@ -10,6 +10,7 @@ pass and the stage plan are checked by ``lifecycle`` at start, where the user cl
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING
 
 from locust_llm.distributions import parse_distribution
@@ -49,6 +50,8 @@ def check_options(opts: ClientOptions) -> None:
         ("--llm-debug-requests", opts.debug_requests),
     ):
         _at_least(flag, count, 0)
+    if opts.ca_bundle and not os.path.isfile(opts.ca_bundle):
+        raise InputError(f"--llm-ca-bundle {opts.ca_bundle}: no such file (a PEM of CA certs)")
     if opts.max_tokens:
         parse_distribution(opts.max_tokens, what="--llm-max-tokens")
     if opts.input_len:
