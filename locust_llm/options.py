@@ -80,6 +80,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ),
     ("total-timeout", 600.0, "seconds a whole request may take", {"type": float}),
     (
+        "backoff-max",
+        5.0,
+        "after connection errors in a row a user waits, doubling from 0.1 s up to this many "
+        "seconds (jittered), before its next request; 0: no back-off",
+        {"type": float},
+    ),
+    (
         "run-dir",
         "",
         "where run.json / requests.parquet / telemetry.parquet go "

@@ -51,7 +51,10 @@ class Recorder:
         self.sent_total = 0  # worker: requests started on this process
         self.recorded_total = 0  # worker: records produced on this process
         self.reconnects = 0  # requests resent on a fresh connection (this process)
+        self.backoffs = 0  # waits after a connection error (this process)
+        self.backoff_s = 0.0  # seconds users spent in them
         self.reconnects_by_worker: dict[str, int] = {}  # master: as of each worker's last batch
+        self.backoffs_by_worker: dict[str, int] = {}
         # master: worker id -> (requests sent, records produced) as of its last batch
         self.worker_progress: dict[str, tuple[int, int]] = {}
         self.received_by_worker: dict[str, int] = {}
@@ -86,6 +89,7 @@ class Recorder:
             sent=self.sent_total,
             recorded=self.recorded_total,
             reconnects=self.reconnects,
+            backoffs=self.backoffs,
         )
 
     def receive_batch(self, batch: RecordBatch) -> None:
@@ -99,6 +103,12 @@ class Recorder:
         for row in batch.records:
             self.received_by_worker_stage[(worker, row[_STAGE])] += 1
         self.reconnects_by_worker[worker] = batch.reconnects
+        self.backoffs_by_worker[worker] = batch.backoffs
+
+    @property
+    def backoffs_total(self) -> int:
+        """Back-off waits after connection errors in the whole run (here + every worker)."""
+        return self.backoffs + sum(self.backoffs_by_worker.values())
 
     @property
     def reconnects_total(self) -> int:

@@ -43,6 +43,7 @@ from locust.exception import StopUser
 from locust_llm import sse
 from locust_llm.client import lifecycle
 from locust_llm.client.apis.base import ApiAdapter, BodyRequest, get_api
+from locust_llm.client.backoff import Backoff
 from locust_llm.client.config import ClientOptions
 from locust_llm.client.events import llm_events
 from locust_llm.client.runtime import runtime
@@ -106,6 +107,7 @@ class LLMUser(User):
             ca_bundle=self.options.ca_bundle,
             on_reconnect=self.runtime.count_reconnect,
         )
+        self.backoff = Backoff(cap_s=self.options.backoff_max_s)
 
     @classmethod
     def resolve_settings(cls, options: ClientOptions, locust_host: str | None) -> UserSettings:
@@ -151,7 +153,11 @@ class LLMUser(User):
             if self._stopping():
                 raise StopUser()
             return
-        self.send(scheduled_wall_s=NAN if scheduled is None else scheduled)
+        record = self.send(scheduled_wall_s=NAN if scheduled is None else scheduled)
+        delay_s = self.backoff.after(record.error_kind, self.rng)
+        if delay_s > 0:  # the server is unreachable: wait (the stop or a new stage ends it)
+            self.runtime.backing_off(delay_s, self.backoff.failures)
+            gate.wait_until(time.time() + delay_s, stage, self._stopping)
 
     # ---- request building ---------------------------------------------------------------------
     def build_body(self, prompt: Any, max_tokens: int) -> dict[str, Any]:

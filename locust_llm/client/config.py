@@ -46,6 +46,7 @@ class ClientOptions:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 120.0
     total_timeout_s: float = 600.0
+    backoff_max_s: float = 5.0  # cap of the per-user wait after connection errors
     run_dir: str = ""
     overwrite: bool = False  # reuse a run dir that holds an earlier run
     seed: int = 0
@@ -121,6 +122,7 @@ def from_namespace(opts: Any) -> ClientOptions:
         connect_timeout_s=float(opts.llm_connect_timeout),
         read_timeout_s=float(opts.llm_read_timeout),
         total_timeout_s=float(opts.llm_total_timeout),
+        backoff_max_s=float(getattr(opts, "llm_backoff_max", 5.0)),
         run_dir=str(opts.llm_run_dir or ""),
         overwrite=bool(getattr(opts, "llm_overwrite", False)),
         seed=int(opts.llm_seed),

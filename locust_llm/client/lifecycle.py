@@ -180,6 +180,8 @@ def fill_run_info(rt: Runtime) -> RunInfo:
         info.lost_workers.update(rt.lost_workers)
     if rt.recorder.reconnects_total:
         info.extra["reconnects"] = rt.recorder.reconnects_total
+    if rt.recorder.backoffs_total:
+        info.extra["backoffs"] = rt.recorder.backoffs_total
     runner = rt.environment.runner
     scraper_warnings = rt.telemetry.warnings if rt.telemetry is not None else []
     info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)) | set(scraper_warnings))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from locust_llm.rundir import RunInfo, Stage
 logger = logging.getLogger("locust_llm")
 
 _DISCOVERY_CONNECT_S = 5.0
+_BACKOFF_NOTE_EVERY_S = 10.0
 _DISCOVERY_READ_S = 10.0
 
 
@@ -82,6 +85,7 @@ class Runtime:
         #: run: Locust forgets a missing worker after about a minute)
         self.lost_workers: dict[str, int] = {}
         self.stop_requested = False  # a SIGTERM/SIGINT came: stopping gracefully
+        self._backoff_said_s = -math.inf
         self.telemetry: Any = None
         self._user_index = itertools.count()
         self._settings: dict[type, UserSettings] = {}
@@ -147,6 +151,20 @@ class Runtime:
             index = getattr(self.environment.runner, "worker_index", -1)
             process = f"worker{index}" if index >= 0 else self.worker_id
         return f"{self.options.seed}:{process}:{user_index}"
+
+    def backing_off(self, delay_s: float, failures: int) -> None:
+        """A user waits ``delay_s`` after its ``failures``-th connection error in a row: counted
+        (run.json ``backoffs``), and said once per outage of this process."""
+        self.recorder.backoffs += 1
+        self.recorder.backoff_s += delay_s
+        now = time.monotonic()
+        if failures == 1 and now - self._backoff_said_s > _BACKOFF_NOTE_EVERY_S:
+            self._backoff_said_s = now
+            logger.warning(
+                "locust-llm: cannot connect to the server; users back off (up to %g s, "
+                "jittered) until it answers",
+                self.options.backoff_max_s,
+            )
 
     def count_reconnect(self) -> None:
         """A kept connection was found closed and the request resent on a fresh one."""

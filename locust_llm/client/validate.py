@@ -41,6 +41,7 @@ def check_options(opts: ClientOptions) -> None:
     ):
         _positive_seconds(flag, seconds)
     _at_least("--llm-warmup", opts.warmup_s, 0)
+    _at_least("--llm-backoff-max", opts.backoff_max_s, 0, " (0: no back-off)")
     _at_least("--llm-temperature", opts.temperature, 0)
     _at_least("--llm-burstiness", opts.burstiness, 0, " (1 = Poisson)")  # 0: evenly spaced
     for flag, count in (
