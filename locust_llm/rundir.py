@@ -50,6 +50,9 @@ class Stage:
     warmup_s: float = 0.0  # requests started before start + warmup_s are excluded from tables
     target_requests: int | None = None  # --llm-stage-requests
     kind: str = "step"  # step | soak | baseline
+    #: the fewest users running at once once the stage had spawned (sampled each second; a
+    #: lost worker's users show here until they are re-dispatched); None: not sampled
+    users_min: int | None = None
 
 
 @dataclass(slots=True)

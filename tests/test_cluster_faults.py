@@ -206,3 +206,5 @@ def test_worker_sigkill_in_a_request_count_stage_does_not_hang_the_run(tmp_path:
         assert len(ended) >= 24 and ended["ok"].all()
         assert set(requests["worker_id"]) == {survivor_id}
         assert "lost" in master.text()
+        # the stage window says the users really running fell to the survivor's 2
+        assert info["stages"][0]["users_min"] == 2

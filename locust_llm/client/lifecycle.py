@@ -151,12 +151,25 @@ def _persist_loop(rt: Runtime) -> None:
             continue
         if rt.is_master:
             _note_lost_workers(rt)
+        _sample_stage_users(rt)
         try:
             with rt.run_dir_lock:  # finalising waits for this write (and the reverse)
                 rt.recorder.flush(run=_in_thread)
                 _in_thread(write_run_json, rt.run_dir, fill_run_info(rt).to_json())
         except OSError as exc:  # a full or vanished disk: say so once a second, keep the load
             logger.error("locust-llm: cannot write the run dir %s (%s)", rt.run_dir, exc)
+
+
+def _sample_stage_users(rt: Runtime) -> None:
+    """The current stage's fewest running users, once Locust has spawned them (run.json)."""
+    runner = rt.environment.runner
+    if not rt.stages or getattr(runner, "state", "") != "running":
+        return
+    stage = rt.stages[-1]
+    if not math.isnan(stage.end_wall_s):
+        return
+    users = int(runner.user_count)
+    stage.users_min = users if stage.users_min is None else min(stage.users_min, users)
 
 
 def _in_thread(function: Any, *args: Any) -> Any:
