@@ -193,6 +193,8 @@ class StagesShape(LoadTestShape):
     def tick(self) -> tuple[int, float] | None:
         plans = self._setup()
         rt = runtime(self._environment())
+        if rt.stop_requested:  # SIGTERM: end as after the last stage (drain, run dir, quit)
+            return None
         now = time.time()
         stage_over = self._index < 0 or self._stage_done(rt, plans[self._index], now)
         if stage_over and not self._advance(rt, plans, now):

@@ -533,8 +533,15 @@ def _install_signal_handlers(rt: Runtime) -> None:
 
 
 def _stop_then_quit(rt: Runtime) -> None:
-    """Stop (drain, finalise the run dir), then quit: Locust's main loop then exits."""
+    """Stop (drain, finalise the run dir), then quit: Locust's main loop then exits.
+
+    With a stage shape running, the shape itself ends at its next tick (``stop_requested``),
+    exactly as after its last stage: Locust's headless main waits for the shape, which drains
+    the workers and writes the run dir before anything quits."""
     runner = rt.environment.runner
+    shape_greenlet = getattr(runner, "shape_greenlet", None)
+    if not rt.is_worker and shape_greenlet is not None and not shape_greenlet.dead:
+        return
     try:
         if rt.is_worker:
             runner.stop()
