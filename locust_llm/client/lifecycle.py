@@ -127,6 +127,8 @@ def begin_run(rt: Runtime) -> None:
     if rt.is_worker or rt.run_dir is None:
         return
     if rt.run_info is not None and rt.run_ended:
+        with rt.run_dir_lock:
+            rt.recorder.remove_journal()  # the finished run's records are in its parquet
         rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
         rt.recorder.clear()
         rt.lost_workers.clear()
