@@ -185,6 +185,12 @@ class Recorder:
         write_run_info(run_dir, info)
         logger.info("locust-llm: wrote %d records to %s", rows, path)
 
+    def write(self, run_dir: Path, info: RunInfo) -> None:
+        """Everything received so far as requests.parquet + run.json, at once (for producers
+        that are not a live run, such as the virtual-time run): finalise, then no journal."""
+        self.finalise(run_dir, info)
+        self.remove_journal()
+
     def remove_journal(self) -> None:
         """After the last finalise: the journal's records are all in requests.parquet."""
         if self.journal is not None:
