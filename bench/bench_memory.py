@@ -184,7 +184,8 @@ def write(day: dict, soak: dict | None, argv: list[str]) -> Path:
         f"- journal on disk: {day['journal_mb']:.0f} MiB; requests.parquet after finalising: "
         f"{day['parquet_mb']:.0f} MiB, written in {day['finalise_s']:.1f} s with a peak RSS "
         f"of {day['finalise_peak_mb']:.0f} MiB",
-        f"- feeding and flushing the day took {day['feed_s']:.0f} s of CPU here",
+        f"- feeding and flushing the day took {day['feed_s']:.0f} s (wall) here; every flush "
+        "carries the same rows, so the parquet size (repeats compress) is not a real day's",
         f"- the old design (every row kept in a list): {day['baseline_kb_per_record']:.2f} KiB "
         f"per record measured over {day['baseline_records']:,} records, i.e. "
         f"{old_gb:.1f} GiB for the same day, all lost on SIGKILL",
