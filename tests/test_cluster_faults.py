@@ -262,3 +262,28 @@ def test_master_sigkill_leaves_a_run_dir_report_reads_as_partial(tmp_path: Path)
         done = cluster.report(run_dir)
         assert done.returncode in (0, 3), done.stdout[-3000:]
         assert "partial run" in done.stdout
+
+
+def test_worker_sigterm_mid_stage_loses_no_record(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        trace = tmp_path / "trace.jsonl"
+        _, sim_url = cluster.sim(*SLOW_SIM, "--trace", str(trace))
+        run_dir = tmp_path / "run"
+        master, port = cluster.master(sim_url, [
+            "--llm-concurrency", "4", "--llm-stage-duration", "10", "--llm-max-tokens", "100",
+            "--llm-record-batch-s", "0.2", "--stop-timeout", "5", "--llm-run-dir", str(run_dir),
+            "--llm-server-metrics", "none",
+        ])  # fmt: skip
+        leaver, stayer = (cluster.worker(i, "127.0.0.1", port) for i in (1, 2))
+        wait_until(lambda: _running(sim_url) >= 4, 20, "4 requests in flight")
+        time.sleep(0.6)
+        leaver.send(signal.SIGTERM)
+        assert leaver.wait(20) == 0, leaver.text()[-3000:]
+        assert master.wait(60) == 0, master.text()[-3000:]
+        stayer.wait(20)
+        info, requests = read_run(run_dir)
+        assert info["state"] == "finished" and info["lost_workers"] == {}
+        # every request the server saw has exactly one record (finished or cancelled)
+        served = [str(r["client_request_id"]) for r in read_trace(trace)]
+        assert sorted(served) == sorted(requests["request_id"])
+        assert len(set(requests["worker_id"])) == 2
