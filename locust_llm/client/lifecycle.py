@@ -531,7 +531,10 @@ def _install_signal_handlers(rt: Runtime) -> None:
         logger.info("locust-llm: got %s: stopping the test", signal.Signals(signum).name)
         gevent.spawn(_stop_then_quit, rt)
 
-    signal.signal(signal.SIGTERM, handle)
+    import threading
+
+    if threading.current_thread() is threading.main_thread():  # signal.signal's own rule
+        signal.signal(signal.SIGTERM, handle)
 
 
 def _stop_then_quit(rt: Runtime) -> None:
