@@ -1,8 +1,8 @@
 """Durable records under signals, judged against the simulator's own request trace.
 
-* SIGTERM to a headless staged run (before Locust installs its own handler): the load stops,
-  in-flight streams drain, the run dir is finalised, exit 0, every request the server finished
-  has its record;
+* SIGTERM (before Locust installs its own handler) or SIGINT to a headless staged run: the
+  load stops, in-flight streams drain, the run dir is finalised, exit 0, every request the
+  server finished has its record;
 * SIGKILL of the same run: the journal on disk holds every request the server finished more than
   the flush interval (1 s) before the kill, and ``report`` reads the unfinished run as partial.
 """
@@ -43,7 +43,8 @@ def _finished_ids(trace: Path, before_wall_s: float = float("inf")) -> set[str]:
     }
 
 
-def test_sigterm_mid_stage_drains_and_finalises(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_mid_stage_drains_and_finalises(signum: int, tmp_path: Path) -> None:
     with Cluster(tmp_path) as cluster:
         trace = tmp_path / "trace.jsonl"
         _, sim_url = cluster.sim(*SIM_ARGS, "--trace", str(trace))
@@ -53,7 +54,7 @@ def test_sigterm_mid_stage_drains_and_finalises(tmp_path: Path) -> None:
         # run.json is on disk while the run goes, marked running
         info = json.loads((run_dir / "run.json").read_text())
         assert info["state"] == "running"
-        proc.send(signal.SIGTERM)  # type: ignore[attr-defined]
+        proc.send(signum)  # type: ignore[attr-defined]
         code = proc.wait(30)  # type: ignore[attr-defined]
         assert code == 0, proc.text()[-3000:]  # type: ignore[attr-defined]
         info, requests = read_run(run_dir)
