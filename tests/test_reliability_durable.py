@@ -87,3 +87,17 @@ def test_sigkill_loses_at_most_the_last_second_and_report_says_partial(tmp_path:
         assert report.returncode == 0, report.stdout[-3000:]
         assert "partial run" in report.stdout
         assert "partial run" in (run_dir / "report.md").read_text()
+
+
+def test_sigterm_while_the_master_waits_for_workers_exits(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        run_dir = tmp_path / "run"
+        master = cluster.start("master", [
+            LOCUST, "-f", "locustfiles/sweep.py", "--master", "--headless", "--expect-workers",
+            "2", "--master-bind-port", "0", "--host", "http://127.0.0.1:9", "--llm-concurrency",
+            "1", "--llm-stage-duration", "5", "--llm-run-dir", str(run_dir),
+        ])  # fmt: skip
+        wait_until(lambda: "Waiting for workers" in master.text(), 30, "the master waiting")
+        master.send(signal.SIGTERM)  # Locust's own wait loop: before the fix it never ended
+        assert master.wait(20) == 0, master.text()[-2000:]
+        assert not (run_dir / "requests.parquet").exists()  # no run began, none is invented

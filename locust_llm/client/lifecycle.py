@@ -56,6 +56,7 @@ from locust_llm.rundir import RunInfo, claim_run_dir, write_run_info, write_run_
 logger = logging.getLogger("locust_llm")
 
 DRAIN_GRACE_S = 15.0
+QUIT_GRACE_S = 5.0  # after a signal's stop and quit, Locust's main has this long to exit
 PERSIST_INTERVAL_S = 1.0  # records reach the disk (fsync'd) at least this often
 _installed = False
 
@@ -557,6 +558,21 @@ def _stop_then_quit(rt: Runtime) -> None:
                 write_run_dir(rt)
     finally:
         runner.quit()
+        # Locust's main may still be in a loop of its own (a master waiting for its workers):
+        # once the run dir is safe, end it there
+        gevent.spawn_later(QUIT_GRACE_S, _end_main_greenlet)
+
+
+def _end_main_greenlet() -> None:
+    """Still here QUIT_GRACE_S after the stop and quit: Locust's main is stuck in a loop of its
+    own that no greenlet can end (a master's wait for workers). The run dir is final (or no
+    run began), so exit without Locust's own teardown."""
+    import os
+
+    logger.info("locust-llm: stopped by a signal; exiting")
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def _on_report_to_master(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
