@@ -446,6 +446,22 @@ def load_dataset(
             f"--llm-dataset {spec!r}: no such file; expected random, openqa, or a path to a "
             "JSONL / ShareGPT JSON file (optionally prefixed jsonl: or sharegpt:)"
         )
-    fmt = fmt or sniff_format(path)
-    entries = read_jsonl(path) if fmt == "jsonl" else read_sharegpt(path, count)
+    try:
+        fmt = fmt or sniff_format(path)
+        entries = read_jsonl(path) if fmt == "jsonl" else read_sharegpt(path, count)
+    except UnicodeDecodeError as exc:
+        raise InputError(_not_utf8(path, exc)) from None
     return ListSource(Path(path).name, entries, seed=seed, count=count_messages)
+
+
+def _not_utf8(path: str | Path, exc: UnicodeDecodeError) -> str:
+    """The one-line refusal of a data set file that is not UTF-8 text."""
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        guess = "it looks UTF-16 (convert it: iconv -f UTF-16 -t UTF-8)"
+    elif b"\x00" in head or exc.start < 16:
+        guess = "it looks binary"
+    else:
+        guess = "re-save it as UTF-8"
+    return f"dataset file {path}: not UTF-8 text (byte {exc.start}); {guess}"

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -119,6 +119,9 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         help="Locust worker processes (default: one per core)",
     )
     parser.add_argument("--out", default="", help="run dir (default reports/<demo|run>-<UTC time>)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="reuse an --out dir that holds an earlier run"
+    )
     parser.add_argument("--slo", default="", help="objectives, e.g. ttft=1,tpot=0.1 (seconds)")
     parser.add_argument(
         "--gpu-metrics", action="append", default=[], help="GPU exporter URL to scrape (repeatable)"
@@ -300,6 +303,7 @@ def run_sweep(
     procs: list[subprocess.Popen[str]] = []
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     locust = [sys.executable, "-m", "locust"]
+    stack = ExitStack()
     master_cmd = [
         *locust,
         *common,
@@ -339,6 +343,7 @@ def run_sweep(
             start_new_session=True,
         )
         procs.append(master)
+        stack.enter_context(_forwarding_signals(master))
         for _ in range(workers):
             procs.append(
                 subprocess.Popen(
@@ -372,6 +377,7 @@ def run_sweep(
             deadline=time.monotonic() + timeout_s,
         )
     finally:
+        stack.close()
         for proc in procs:
             if proc.poll() is None:
                 with suppress(ProcessLookupError):
@@ -383,6 +389,38 @@ def run_sweep(
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         log.close()
+
+
+@contextmanager
+def _forwarding_signals(master: subprocess.Popen[str]) -> Iterator[None]:
+    """While the Locust processes run: SIGTERM or SIGINT to ``run``/``demo`` becomes a SIGTERM
+    to the master, which stops the load, drains, writes the run dir and quits (its workers
+    with it); the report is then built as usual. A second signal stops waiting at once (the
+    caller's cleanup still stops every child)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        caught.append(signum)
+        if len(caught) > 1:
+            raise KeyboardInterrupt
+        print(
+            f"locust-llm: got {signal.Signals(signum).name}: stopping the load test "
+            "(in-flight requests drain, then the run dir is written)",
+            file=sys.stderr,
+            flush=True,
+        )
+        with suppress(ProcessLookupError):
+            os.killpg(master.pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _follow(
@@ -397,9 +435,18 @@ def _follow(
     from the master's ``/llm/stats``); pass errors on; enforce the deadline."""
     assert master.stdout is not None
     started = time.monotonic()
-    timer = threading.Timer(
-        max(deadline - time.monotonic(), 1.0), lambda: os.killpg(master.pid, signal.SIGTERM)
-    )
+
+    def time_up() -> None:
+        print(
+            "locust-llm: --timeout reached: stopping the load test (the run dir keeps every "
+            "record so far)",
+            file=sys.stderr,
+            flush=True,
+        )
+        with suppress(ProcessLookupError):
+            os.killpg(master.pid, signal.SIGTERM)
+
+    timer = threading.Timer(max(deadline - time.monotonic(), 1.0), time_up)
     timer.daemon = True
     timer.start()
     stop = threading.Event()
@@ -437,6 +484,8 @@ def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
     ]
     if args.ignore_eos:
         out.append("--llm-ignore-eos")
+    if getattr(args, "overwrite", False):
+        out.append("--llm-overwrite")
     if args.stage_duration:
         out += ["--llm-stage-duration", args.stage_duration]
     else:

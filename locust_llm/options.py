@@ -44,6 +44,13 @@ OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         {"action": "store_true"},
     ),
     (
+        "ca-bundle",
+        "",
+        "PEM file of the CA certificates that sign the server's TLS certificate (a private "
+        "CA); default: the system's trust store",
+        {},
+    ),
+    (
         "max-tokens",
         "",
         "output tokens asked per request: N or a distribution such as "
@@ -91,11 +98,25 @@ OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ),
     ("total-timeout", 600.0, "seconds a whole request may take", {"type": float}),
     (
+        "backoff-max",
+        5.0,
+        "after connection errors in a row a user waits, doubling from 0.1 s up to this many "
+        "seconds (jittered), before its next request; 0: no back-off",
+        {"type": float},
+    ),
+    (
         "run-dir",
         "",
         "where run.json / requests.parquet / telemetry.parquet go "
         "(default reports/<UTC timestamp>)",
         {},
+    ),
+    (
+        "overwrite",
+        False,
+        "reuse a --llm-run-dir that holds an earlier run: its run files and report files are "
+        "removed first (default: such a run dir is refused)",
+        {"action": "store_true"},
     ),
     (
         "seed",

@@ -4,20 +4,27 @@ On a worker, records wait in ``pending`` and go to the master in batches over Lo
 messages (``llm_records``, at most ``--llm-record-batch-s`` apart, and at stop), so workers on
 other hosts need no shared disk. Each batch also says how many requests the worker has sent and
 recorded so far; if a worker dies, the master knows how many of its requests were in flight at
-its last batch. In a single process the records go straight to the list the run dir is written
-from. The master (or single process) writes ``requests.parquet`` and ``run.json``.
+its last batch. In a single process the records go straight to the master side.
+
+The master (or single process) keeps no records in memory: they wait at most a second in
+``unflushed`` and are then appended to the run dir's journal (:mod:`locust_llm.journal`,
+fsync'd), so a crash loses at most that second and memory stays flat however long the run.
+What the run needs while it runs (records ended per stage, the models and endpoints seen, the
+count) is kept as counters. :meth:`Recorder.finalise` turns the journal into
+``requests.parquet`` and writes ``run.json``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from locust_llm.client.messages import RecordBatch
+from locust_llm.journal import JOURNAL_FILE, RecordJournal, journal_to_parquet
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord
 from locust_llm.rundir import REQUESTS_FILE, RunInfo, write_run_info
 
@@ -26,6 +33,9 @@ logger = logging.getLogger(__name__)
 _as_row = attrgetter(*RECORD_FIELDS)  # a record as a tuple in column order (40x astuple's speed)
 _STAGE = RECORD_FIELDS.index("stage")
 _KIND = RECORD_FIELDS.index("error_kind")
+#: record fields whose distinct values the master keeps (run.json's model and endpoint)
+TRACKED_FIELDS: tuple[str, ...] = ("model", "endpoint")
+_TRACKED = tuple((name, RECORD_FIELDS.index(name)) for name in TRACKED_FIELDS)
 
 
 class Recorder:
@@ -34,14 +44,21 @@ class Recorder:
     def __init__(self, *, is_worker: bool) -> None:
         self.is_worker = is_worker
         self.pending: list[tuple[Any, ...]] = []  # worker: not yet sent
-        self.records: list[tuple[Any, ...]] = []  # master/local: everything received
+        self.unflushed: list[tuple[Any, ...]] = []  # master/local: not yet in the journal
+        self.journal: RecordJournal | None = None  # master/local: the run dir's journal
+        self.count = 0  # master/local: records received in this run
+        self._values: dict[str, set[Any]] = {name: set() for name in TRACKED_FIELDS}
         self.sent_total = 0  # worker: requests started on this process
         self.recorded_total = 0  # worker: records produced on this process
         self.reconnects = 0  # requests resent on a fresh connection (this process)
+        self.backoffs = 0  # waits after a connection error (this process)
+        self.backoff_s = 0.0  # seconds users spent in them
         self.reconnects_by_worker: dict[str, int] = {}  # master: as of each worker's last batch
+        self.backoffs_by_worker: dict[str, int] = {}
         # master: worker id -> (requests sent, records produced) as of its last batch
         self.worker_progress: dict[str, tuple[int, int]] = {}
         self.received_by_worker: dict[str, int] = {}
+        self.received_by_worker_stage: Counter[tuple[str, int]] = Counter()
         # master/local: per stage, requests that ended (success or failure), not counting those
         # the load test cancelled itself
         self._ended_by_stage: Counter[int] = Counter()
@@ -72,6 +89,7 @@ class Recorder:
             sent=self.sent_total,
             recorded=self.recorded_total,
             reconnects=self.reconnects,
+            backoffs=self.backoffs,
         )
 
     def receive_batch(self, batch: RecordBatch) -> None:
@@ -82,7 +100,15 @@ class Recorder:
             batch.records
         )
         self.worker_progress[worker] = (batch.sent, batch.recorded)
+        for row in batch.records:
+            self.received_by_worker_stage[(worker, row[_STAGE])] += 1
         self.reconnects_by_worker[worker] = batch.reconnects
+        self.backoffs_by_worker[worker] = batch.backoffs
+
+    @property
+    def backoffs_total(self) -> int:
+        """Back-off waits after connection errors in the whole run (here + every worker)."""
+        return self.backoffs + sum(self.backoffs_by_worker.values())
 
     @property
     def reconnects_total(self) -> int:
@@ -90,10 +116,13 @@ class Recorder:
         return self.reconnects + sum(self.reconnects_by_worker.values())
 
     def _keep(self, rows: list[tuple[Any, ...]]) -> None:
-        self.records.extend(rows)
+        self.unflushed.extend(rows)
+        self.count += len(rows)
         for row in rows:
             if row[_KIND] != "cancelled":
                 self._ended_by_stage[row[_STAGE]] += 1
+            for name, index in _TRACKED:
+                self._values[name].add(row[index])
 
     # ---- counters ---------------------------------------------------------------------------
     def ended_in(self, stage: int) -> int:
@@ -102,13 +131,17 @@ class Recorder:
         return self._ended_by_stage[stage]
 
     def values_of(self, field_name: str) -> set[Any]:
-        """The distinct values of one record field (``endpoint``, ``model``...)."""
-        return set(_column(self.records, RECORD_FIELDS.index(field_name)))
+        """The distinct values of one of :data:`TRACKED_FIELDS` in this run's records."""
+        return set(self._values[field_name])
 
     def clear(self) -> None:
-        """Forget every record kept (a new run in the same process)."""
-        self.records.clear()
+        """Forget this run's counters (a new run in the same process; call after finalise)."""
+        self.close_journal()
+        self.unflushed.clear()
+        self.count = 0
         self._ended_by_stage.clear()
+        for values in self._values.values():
+            values.clear()
 
     def lost_in_flight(self, worker: str) -> int:
         """Requests a worker had sent but not reported when its last batch left it."""
@@ -116,28 +149,54 @@ class Recorder:
         return max(sent - self.received_by_worker.get(worker, 0), 0)
 
     # ---- run dir ----------------------------------------------------------------------------
-    def frame(self) -> Any:
-        """All records as a pandas DataFrame with the requests.parquet schema."""
-        import pandas as pd
+    def open_journal(self, run_dir: Path) -> None:
+        """Master/local: start appending this run's records to ``run_dir``'s journal."""
+        self.close_journal()
+        self.journal = RecordJournal(run_dir / JOURNAL_FILE)
 
-        frame = pd.DataFrame.from_records(self.records, columns=list(RECORD_FIELDS))
-        for name in ("ok", "tokens_estimated", "input_tokens_estimated"):
-            frame[name] = frame[name].astype(bool)
-        return frame
+    def flush(self, run: Callable[..., Any] | None = None) -> int:
+        """Append the records received since the last flush to the journal (fsync'd).
+
+        ``run(append, rows)`` runs the write, e.g. in a thread so that an fsync on a busy disk
+        does not stall the greenlets timing streams; by default it runs here."""
+        if self.journal is None or self.journal.closed or not self.unflushed:
+            return 0
+        rows, self.unflushed = self.unflushed, []
+        if run is None:
+            self.journal.append(rows)
+        else:
+            run(self.journal.append, rows)
+        return len(rows)
+
+    def close_journal(self) -> None:
+        if self.journal is not None:
+            self.flush()
+            self.journal.close()
+
+    def finalise(self, run_dir: Path, info: RunInfo) -> None:
+        """Write requests.parquet (from the journal) and run.json, each atomically."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if self.journal is None:  # never opened (nothing was recorded through a run dir)
+            self.open_journal(run_dir)
+        assert self.journal is not None
+        self.flush()
+        path = run_dir / REQUESTS_FILE
+        rows = journal_to_parquet(self.journal.path, path)
+        write_run_info(run_dir, info)
+        logger.info("locust-llm: wrote %d records to %s", rows, path)
 
     def write(self, run_dir: Path, info: RunInfo) -> None:
-        """Write requests.parquet and run.json (atomically: temp file, then rename)."""
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / REQUESTS_FILE
-        tmp = path.with_suffix(".parquet.tmp")
-        self.frame().to_parquet(tmp, index=False)
-        tmp.replace(path)
-        write_run_info(run_dir, info)
-        logger.info("locust-llm: wrote %d records to %s", len(self.records), path)
+        """Everything received so far as requests.parquet + run.json, at once (for producers
+        that are not a live run, such as the virtual-time run): finalise, then no journal."""
+        self.finalise(run_dir, info)
+        self.remove_journal()
 
-
-def _column(rows: Iterable[tuple[Any, ...]], index: int) -> Iterable[Any]:
-    return (row[index] for row in rows)
+    def remove_journal(self) -> None:
+        """After the last finalise: the journal's records are all in requests.parquet."""
+        if self.journal is not None:
+            self.close_journal()
+            self.journal.path.unlink(missing_ok=True)
+            self.journal = None
 
 
 def ensure_writable(run_dir: Path) -> None:

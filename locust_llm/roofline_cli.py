@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import struct
 
 from locust_llm import roofline
 from locust_llm.errors import InputError
@@ -176,12 +177,41 @@ def format_table(r: roofline.Roofline) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """One-line refusals of numbers the floors cannot be computed from."""
+    for flag, value in (("--weight-bits", args.weight_bits), ("--kv-bits", args.kv_bits)):
+        if value is not None and not (math.isfinite(value) and 0 < value <= 64):
+            raise InputError(f"{flag} {value:g}: expected bits per value in (0, 64]")
+    for flag, count in (
+        ("--context", args.context),
+        ("--batch", args.batch),
+        ("--input-tokens", args.input_tokens),
+    ):
+        if count is not None and count < 1:
+            raise InputError(f"{flag} {count}: expected a whole number >= 1")
+    util = args.gpu_memory_utilization
+    if not (math.isfinite(util) and 0 < util <= 1):
+        raise InputError(f"--gpu-memory-utilization {util:g}: expected a fraction in (0, 1]")
+
+
+def _read_model(spec: str) -> roofline.ModelSpec:
+    """The model preset or file; a damaged config.json / GGUF is one line, not a traceback."""
+    try:
+        return roofline.get_model(spec)
+    except InputError:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError, OSError, struct.error) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"--model {spec}: cannot read it as a model ({detail})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``locust-llm roofline``."""
     if args.list:
         print(_list_presets())
         return 0
-    model = roofline.get_model(args.model).with_bits(args.weight_bits, args.kv_bits)
+    _check_numbers(args)
+    model = _read_model(args.model).with_bits(args.weight_bits, args.kv_bits)
     gpu = _gpu_from_args(args)
     result = roofline.compute(
         model,

@@ -69,7 +69,10 @@ def parse_duration(text: str, flag: str = "duration") -> float:
     if not m:
         raise InputError(f"{flag} {text!r}: expected a duration such as 90s, 30m or 1h")
     scale = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
-    return float(m.group(1)) * scale
+    seconds = float(m.group(1)) * scale
+    if seconds <= 0:
+        raise InputError(f"{flag} {text!r}: expected a duration > 0")
+    return seconds
 
 
 def _spread(values: list[Any], n: int, flag: str) -> list[Any]:
@@ -190,6 +193,8 @@ class StagesShape(LoadTestShape):
     def tick(self) -> tuple[int, float] | None:
         plans = self._setup()
         rt = runtime(self._environment())
+        if rt.stop_requested:  # SIGTERM: end as after the last stage (drain, run dir, quit)
+            return None
         now = time.time()
         stage_over = self._index < 0 or self._stage_done(rt, plans[self._index], now)
         if stage_over and not self._advance(rt, plans, now):

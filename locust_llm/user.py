@@ -43,6 +43,7 @@ from locust.exception import StopUser
 from locust_llm import sse
 from locust_llm.client import lifecycle
 from locust_llm.client.apis.base import ApiAdapter, BodyRequest, get_api
+from locust_llm.client.backoff import Backoff
 from locust_llm.client.config import ClientOptions
 from locust_llm.client.events import llm_events
 from locust_llm.client.runtime import runtime
@@ -60,6 +61,7 @@ from locust_llm.metrics import (
 logger = logging.getLogger("locust_llm")
 
 _ERROR_BODY_LIMIT = 4096
+_HEAD_BYTES = 48  # first bytes of a non-SSE answer quoted in its bad_payload message
 _TERMINATOR_WAIT_S = 0.05
 
 lifecycle.install()
@@ -102,8 +104,10 @@ class LLMUser(User):
             connect_timeout_s=self.settings.connect_timeout_s,
             read_timeout_s=self.settings.read_timeout_s,
             insecure=self.options.insecure,
+            ca_bundle=self.options.ca_bundle,
             on_reconnect=self.runtime.count_reconnect,
         )
+        self.backoff = Backoff(cap_s=self.options.backoff_max_s)
 
     @classmethod
     def resolve_settings(cls, options: ClientOptions, locust_host: str | None) -> UserSettings:
@@ -149,7 +153,11 @@ class LLMUser(User):
             if self._stopping():
                 raise StopUser()
             return
-        self.send(scheduled_wall_s=NAN if scheduled is None else scheduled)
+        record = self.send(scheduled_wall_s=NAN if scheduled is None else scheduled)
+        delay_s = self.backoff.after(record.error_kind, self.rng)
+        if delay_s > 0:  # the server is unreachable: wait (the stop or a new stage ends it)
+            self.runtime.backing_off(delay_s, self.backoff.failures)
+            gate.wait_until(time.time() + delay_s, stage, self._stopping)
 
     # ---- request building ---------------------------------------------------------------------
     def build_body(self, prompt: Any, max_tokens: int) -> dict[str, Any]:
@@ -260,9 +268,19 @@ class LLMUser(User):
                 raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
             if self.options.no_stream:
                 return self._read_whole(resp, record, timing)
+            content_type = str(resp.get("content-type", "") or "")
+            if content_type and "text/event-stream" not in content_type.lower():
+                raise not_sse_failure(resp, self._read_head(resp))
             return self._read_stream(resp, record, timing)
         finally:
             self.transport.release(base_url, resp)
+
+    @staticmethod
+    def _read_head(resp: Any) -> bytes:
+        try:
+            return bytes(resp.read(_HEAD_BYTES))
+        except READ_ERRORS:
+            return b""
 
     @staticmethod
     def _read_error_body(resp: Any) -> str:
@@ -296,6 +314,8 @@ class LLMUser(User):
         prev_usage = 0
         readline = resp.readline
         done = False
+        sse_seen = False  # an SSE data line came (else the answer is not a stream at all)
+        head = b""  # the answer's first bytes, quoted if it is not
         while True:
             try:
                 line = readline(b"\n")
@@ -306,7 +326,10 @@ class LLMUser(User):
                 break
             payload = data_payload(line)
             if payload is None:
+                if not sse_seen and len(head) < _HEAD_BYTES:
+                    head += line[: _HEAD_BYTES - len(head)]
                 continue
+            sse_seen = True
             kind, chunk = classify(payload)
             if kind == sse.KIND_CHUNK:
                 assert chunk is not None
@@ -339,6 +362,8 @@ class LLMUser(User):
                 raise RequestFailed("bad_payload", f"malformed chunk: {line[:120]!r}")
         if not done:
             timing.end_time = perf_counter()
+            if not sse_seen:
+                raise not_sse_failure(resp, head)
             raise RequestFailed(
                 "stream_broken", f"stream closed after {len(times)} chunks without [DONE]"
             )
@@ -346,6 +371,19 @@ class LLMUser(User):
             with gevent.Timeout(_TERMINATOR_WAIT_S, False):  # wait for it, or the connection
                 resp.read()  # cannot be reused (every request would pay a new connect)
         return usage_tokens
+
+
+def not_sse_failure(resp: Any, head: bytes) -> RequestFailed:
+    """A 200 answer to a streamed request that held no SSE data line: an HTML error page, a
+    plain JSON body, binary. Names its content type and quotes its first bytes."""
+    content_type = str(resp.get("content-type", "") or "no content type").split(";")[0].strip()
+    shown = head.strip()[:_HEAD_BYTES]
+    return RequestFailed(
+        "bad_payload",
+        f"expected text/event-stream, got {content_type}: {shown!r}"
+        if shown
+        else f"expected text/event-stream, got {content_type} with an empty body",
+    )
 
 
 class ChatUser(LLMUser):

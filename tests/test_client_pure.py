@@ -177,9 +177,9 @@ def test_the_recorder_counts_what_ends_a_stage_without_its_reader_scanning_rows(
     worker.add(RequestRecord(request_id="w", endpoint="/e", stage=1))
     recorder.receive_batch(RecordBatch.from_dict(worker.take_batch("w1").to_dict()))
     assert recorder.ended_in(1) == 2 and recorder.values_of("endpoint") == {"/e"}
-    assert len(recorder.records[-1]) == len(RECORD_FIELDS)
+    assert recorder.count == 6 and len(recorder.unflushed[-1]) == len(RECORD_FIELDS)
     recorder.clear()
-    assert recorder.ended_in(0) == 0 and not recorder.records
+    assert recorder.ended_in(0) == 0 and not recorder.unflushed and not recorder.count
 
 
 def test_client_errors_are_not_server_failures() -> None:

@@ -1,8 +1,9 @@
 """ClientOptions: the ``--llm-*`` options as one frozen, typed object, built once at the edge.
 
 Locust hands every listener an untyped ``argparse.Namespace``; :func:`from_namespace` reads it
-once, checks what needs checking (headers, extra body JSON, burstiness) and returns a
-:class:`ClientOptions` that the rest of the client reads. Pure: no Locust, no gevent.
+once, checks what needs checking (headers, extra body JSON, then every value through
+:func:`locust_llm.client.validate.check_options`) and returns a :class:`ClientOptions` that the
+rest of the client reads. Pure: no Locust, no gevent.
 Defaults and help texts live with the flags in :mod:`locust_llm.options`.
 """
 
@@ -31,6 +32,7 @@ class ClientOptions:
     model: str = ""
     api_key: str = field(default="", repr=False)  # never printed, recorded or logged
     insecure: bool = False
+    ca_bundle: str = ""  # PEM file of the CAs to trust (https)
     max_tokens: str = ""
     max_tokens_field: str = "max_tokens"
     input_len: str = ""
@@ -45,7 +47,9 @@ class ClientOptions:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 120.0
     total_timeout_s: float = 600.0
+    backoff_max_s: float = 5.0  # cap of the per-user wait after connection errors
     run_dir: str = ""
+    overwrite: bool = False  # reuse a run dir that holds an earlier run
     seed: int = 0
     share_prompts: bool = False  # the same prompt streams on every worker (prefix caching)
     request_id_header: bool = True  # send X-Request-Id (the record's UUID4)
@@ -98,13 +102,14 @@ def from_namespace(opts: Any) -> ClientOptions:
         from locust_llm.options import defaults
 
         opts = defaults()
-    burstiness = float(opts.llm_burstiness)
-    if burstiness < 0:
-        raise InputError(f"--llm-burstiness {burstiness:g}: expected >= 0 (1 = Poisson)")
-    return ClientOptions(
+    from locust_llm.client.validate import check_options
+
+    burstiness = _number(opts.llm_burstiness, "--llm-burstiness")
+    options = ClientOptions(
         model=str(opts.llm_model or ""),
         api_key=str(opts.llm_api_key or ""),
         insecure=bool(opts.llm_insecure),
+        ca_bundle=str(getattr(opts, "llm_ca_bundle", "") or ""),
         max_tokens=str(opts.llm_max_tokens or ""),
         max_tokens_field=str(opts.llm_max_tokens_field),
         input_len=str(opts.llm_input_len or ""),
@@ -119,7 +124,9 @@ def from_namespace(opts: Any) -> ClientOptions:
         connect_timeout_s=float(opts.llm_connect_timeout),
         read_timeout_s=float(opts.llm_read_timeout),
         total_timeout_s=float(opts.llm_total_timeout),
+        backoff_max_s=float(getattr(opts, "llm_backoff_max", 5.0)),
         run_dir=str(opts.llm_run_dir or ""),
+        overwrite=bool(getattr(opts, "llm_overwrite", False)),
         seed=int(opts.llm_seed),
         share_prompts=bool(opts.llm_share_prompts),
         request_id_header=not opts.llm_no_request_id,
@@ -145,6 +152,15 @@ def from_namespace(opts: Any) -> ClientOptions:
         csv_prefix=str(getattr(opts, "csv_prefix", None) or ""),
         locustfile=str(getattr(opts, "locustfile", None) or ""),
     )
+    check_options(options)
+    return options
+
+
+def _number(value: Any, flag: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{flag} {value!r}: expected a number") from None
 
 
 def split_hosts(text: str) -> tuple[str, ...]:

@@ -82,6 +82,7 @@ class StageGate:
         self._next_arrival_s = math.nan
         self._asked = False
         self._exhausted = False
+        self.granted: dict[str, int] = {}  # master: worker -> permits granted in this stage
 
     # ---- stages ---------------------------------------------------------------------------
     def enter_stage(
@@ -113,6 +114,7 @@ class StageGate:
         """Master: ``stage`` is current and its ``requests`` permits are to be granted."""
         self.stage = stage
         self.remaining = requests
+        self.granted = {}
 
     def start(self) -> None:
         """A test starts (again): clear the stop flag."""
@@ -157,13 +159,23 @@ class StageGate:
         self._exhausted = n == 0
         self.waiter.notify_all()
 
-    def grant(self, stage: int, n: int) -> int:
+    def grant(self, stage: int, n: int, worker: str = "") -> int:
         """Master: hand out up to ``n`` of the stage's remaining permits (0 for a stale stage)."""
         if stage != self.stage or self.remaining is None:
             return 0
         granted = max(min(n, self.remaining), 0)
         self.remaining -= granted
+        self.granted[worker] = self.granted.get(worker, 0) + granted
         return granted
+
+    def reclaim(self, worker: str, used: int) -> int:
+        """Master: ``worker`` is lost; its permits of this stage not ``used`` (records the master
+        received from it in this stage) go back to the stage. Returns how many came back."""
+        granted = self.granted.pop(worker, 0)
+        back = max(granted - used, 0)
+        if self.remaining is not None:
+            self.remaining += back
+        return back
 
     # ---- open loop ------------------------------------------------------------------------
     def claim_arrival(self, stopping: Stopping) -> float | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import random
 import sys
 import time
 from pathlib import Path
@@ -50,10 +51,13 @@ from locust_llm.client.runinfo import default_run_dir, new_run_info, warning_tex
 from locust_llm.client.runtime import Runtime, all_runtimes, runtime
 from locust_llm.errors import InputError
 from locust_llm.recorder import ensure_writable
+from locust_llm.rundir import RunInfo, claim_run_dir, write_run_info, write_run_json
 
 logger = logging.getLogger("locust_llm")
 
 DRAIN_GRACE_S = 15.0
+QUIT_GRACE_S = 5.0  # after a signal's stop and quit, Locust's main has this long to exit
+PERSIST_INTERVAL_S = 1.0  # records reach the disk (fsync'd) at least this often
 _installed = False
 
 
@@ -102,7 +106,8 @@ def _worker_stage(rt: Runtime, data: dict[str, Any]) -> None:
 def _grant(rt: Runtime, data: dict[str, Any]) -> None:
     """Master: answer a worker's permit request."""
     ask = PermitAsk.from_dict(data)
-    granted = rt.gate.grant(ask.stage, ask.n)
+    lost = ask.worker in rt.lost_workers  # a worker given up for lost gets no more permits
+    granted = 0 if lost else rt.gate.grant(ask.stage, ask.n, ask.worker)
     rt.environment.runner.send_message(
         MSG_PERMIT_GRANT, PermitGrant(stage=ask.stage, n=granted).to_dict(), client_id=ask.worker
     )
@@ -123,21 +128,62 @@ def begin_run(rt: Runtime) -> None:
     if rt.is_worker or rt.run_dir is None:
         return
     if rt.run_info is not None and rt.run_ended:
+        with rt.run_dir_lock:
+            rt.recorder.remove_journal()  # the finished run's records are in its parquet
         rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
         rt.recorder.clear()
+        rt.lost_workers.clear()
         rt.stages = []
         rt.run_info = None
     if rt.run_info is None:
         rt.run_info = new_run_info(rt.options, rt.run_dir, rt.hosts, sys.argv)
+        rt.run_info.state = "running"
+        rt.recorder.open_journal(rt.run_dir)
+        write_run_info(rt.run_dir, rt.run_info)
     rt.run_ended = False
+    if rt.persist_greenlet is None or rt.persist_greenlet.dead:
+        rt.persist_greenlet = gevent.spawn(_persist_loop, rt)
 
 
-def write_run_dir(rt: Runtime) -> None:
-    """Write requests.parquet + run.json (+ telemetry, llm_stats.csv) for the current run."""
-    if rt.run_dir is None or rt.run_info is None or rt.is_worker:
+def _persist_loop(rt: Runtime) -> None:
+    """Master / single process: each second, records to the journal and run.json refreshed,
+    so a crash leaves a run dir that ``report`` reads (as partial)."""
+    while True:
+        gevent.sleep(PERSIST_INTERVAL_S)
+        if rt.run_dir is None or rt.run_info is None or rt.run_ended:
+            continue
+        if rt.is_master:
+            _note_lost_workers(rt)
+        _sample_stage_users(rt)
+        try:
+            with rt.run_dir_lock:  # finalising waits for this write (and the reverse)
+                rt.recorder.flush(run=_in_thread)
+                _in_thread(write_run_json, rt.run_dir, fill_run_info(rt).to_json())
+        except OSError as exc:  # a full or vanished disk: say so once a second, keep the load
+            logger.error("locust-llm: cannot write the run dir %s (%s)", rt.run_dir, exc)
+
+
+def _sample_stage_users(rt: Runtime) -> None:
+    """The current stage's fewest running users, once Locust has spawned them (run.json)."""
+    runner = rt.environment.runner
+    if not rt.stages or getattr(runner, "state", "") != "running":
         return
+    stage = rt.stages[-1]
+    if not math.isnan(stage.end_wall_s):
+        return
+    users = int(runner.user_count)
+    stage.users_min = users if stage.users_min is None else min(stage.users_min, users)
+
+
+def _in_thread(function: Any, *args: Any) -> Any:
+    """Run blocking file work (write + fsync) in gevent's thread pool; greenlets go on."""
+    return gevent.get_hub().threadpool.apply(function, args)
+
+
+def fill_run_info(rt: Runtime) -> RunInfo:
+    """run.json's contents as of now: stages, models, endpoints, workers (lost ones too)."""
+    assert rt.run_info is not None
     info = rt.run_info
-    info.end_wall_s = time.time() if math.isnan(info.end_wall_s) else info.end_wall_s
     info.stages = list(rt.stages)
     models = sorted(m for m in rt.recorder.values_of("model") if m) or rt.models_in_use()
     if models:
@@ -145,19 +191,31 @@ def write_run_dir(rt: Runtime) -> None:
     endpoints = rt.recorder.values_of("endpoint")
     if endpoints:
         info.endpoint = ",".join(sorted(endpoints))
-    runner = rt.environment.runner
     if rt.is_master:
         info.workers = sorted(set(info.workers) | set(rt.recorder.worker_progress))
-        for worker in info.workers:
-            client = runner.clients.get(worker) if hasattr(runner, "clients") else None
-            if client is not None and client.state == "missing":
-                info.lost_workers[worker] = rt.recorder.lost_in_flight(worker)
+        info.lost_workers.update(rt.lost_workers)
     if rt.recorder.reconnects_total:
         info.extra["reconnects"] = rt.recorder.reconnects_total
+    if rt.recorder.backoffs_total:
+        info.extra["backoffs"] = rt.recorder.backoffs_total
+    runner = rt.environment.runner
     scraper_warnings = rt.telemetry.warnings if rt.telemetry is not None else []
     info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)) | set(scraper_warnings))
-    rt.recorder.write(rt.run_dir, info)
-    rt.written_records = len(rt.recorder.records)
+    return info
+
+
+def write_run_dir(rt: Runtime) -> None:
+    """Write requests.parquet + run.json (+ telemetry, llm_stats.csv) for the current run."""
+    if rt.run_dir is None or rt.run_info is None or rt.is_worker:
+        return
+    if rt.is_master:
+        _note_lost_workers(rt)
+    info = fill_run_info(rt)
+    info.end_wall_s = time.time() if math.isnan(info.end_wall_s) else info.end_wall_s
+    info.state = "finished"
+    with rt.run_dir_lock:
+        rt.recorder.finalise(rt.run_dir, info)
+    rt.written_records = rt.recorder.count
     if rt.telemetry is not None:
         rt.telemetry.write(rt.run_dir)
     llmstats.write_csv(rt.stats, rt.run_dir / "llm_stats.csv")
@@ -166,6 +224,47 @@ def write_run_dir(rt: Runtime) -> None:
     if prefix:
         llmstats.write_csv(rt.stats, Path(f"{prefix}_llm_stats.csv"))
         llmstats.write_history_csv(rt.stats, Path(f"{prefix}_llm_stats_history.csv"))
+
+
+def _note_lost_workers(rt: Runtime) -> list[str]:
+    """Master: workers Locust marks missing now are lost for the rest of the run: recorded with
+    their requests in flight, their permits of the stage given back (to the live workers at
+    once, so a request-count stage does not wait for them) and their users re-dispatched."""
+    runner = rt.environment.runner
+    clients = getattr(runner, "clients", None)
+    if clients is None:
+        return []
+    newly = [c.id for c in clients.all if c.state == "missing" and c.id not in rt.lost_workers]
+    for worker in newly:
+        rt.lost_workers[worker] = rt.recorder.lost_in_flight(worker)
+        used = rt.recorder.received_by_worker_stage[(worker, rt.gate.stage)]
+        back = rt.gate.reclaim(worker, used)
+        logger.warning(
+            "locust-llm: worker %s lost with %d requests in flight; %d permits of stage %d "
+            "given back",
+            worker,
+            rt.lost_workers[worker],
+            back,
+            rt.gate.stage,
+        )
+    if newly:
+        _push_permits(rt)
+        if getattr(runner, "state", "") == "running" and runner.worker_count > 0:
+            gevent.spawn(runner.start, runner.target_user_count, runner.spawn_rate)
+    return newly
+
+
+def _push_permits(rt: Runtime) -> None:
+    """Master: hand the stage's remaining permits to the live workers (one share each)."""
+    runner = rt.environment.runner
+    live = [c.id for c in runner.clients.all if c.state in ("running", "spawning")]
+    remaining = rt.gate.remaining or 0
+    for i, worker in enumerate(live):
+        share = remaining // len(live) + (1 if i < remaining % len(live) else 0)
+        n = rt.gate.grant(rt.gate.stage, share, worker)
+        if n:
+            grant = PermitGrant(stage=rt.gate.stage, n=n).to_dict()
+            runner.send_message(MSG_PERMIT_GRANT, grant, client_id=worker)
 
 
 def _cpu_warnings(runner: Any) -> list[str]:
@@ -201,7 +300,13 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     runner = environment.runner
     if runner is None:  # run_single_user: configured at test_start
         return
-    rt = runtime(environment)
+    try:
+        rt = runtime(environment)  # reads and checks every --llm-* option
+        if not isinstance(runner, WorkerRunner):
+            check_before_load(rt)
+    except InputError as exc:
+        logger.error("locust-llm: %s; no load was sent", exc)
+        sys.exit(2)
     if isinstance(runner, WorkerRunner):
         runner.register_message(
             MSG_STOP, lambda environment, msg, **kw: _worker_stop(rt), concurrent=True
@@ -212,6 +317,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         runner.register_message(
             MSG_PERMIT_GRANT, lambda environment, msg, **kw: _receive_grant(rt, msg.data)
         )
+        _install_signal_handlers(rt)
         return
     if environment.web_ui is not None:
         from locust_llm.webui import routes as webtab
@@ -239,15 +345,43 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     run_dir = Path(opts.run_dir) if opts.run_dir else default_run_dir()
     try:
         ensure_writable(run_dir)
+        claim_run_dir(run_dir, overwrite=opts.overwrite)
     except OSError as exc:
         logger.error("locust-llm: run dir %s is not writable (%s); no load was sent", run_dir, exc)
         sys.exit(2)
+    except InputError as exc:
+        logger.error("locust-llm: %s; no load was sent", exc)
+        sys.exit(2)
     rt.run_dir = run_dir
+    _install_signal_handlers(rt)
     if not environment.stop_timeout:
         logger.warning(
             "locust-llm: --stop-timeout is 0, so requests still streaming when the test stops "
             "are cancelled (recorded as 'cancelled'); set it above your longest stream"
         )
+
+
+def check_before_load(rt: Runtime) -> None:
+    """Master / single process, at start: the stage plan parses and every LLM user class's
+    settings, API, output lengths and data set (a dry pass: the whole file read, one prompt
+    drawn) are usable; the first problem is an InputError. Workers run the same data set
+    checks at test_start, with the options the master sends them."""
+    from locust_llm.distributions import parse_distribution
+    from locust_llm.shapes import StagesShape, open_loop_users, plan_stages
+    from locust_llm.user import LLMUser
+
+    shape = rt.environment.shape_class
+    if shape is None or isinstance(shape, StagesShape):
+        plans = plan_stages(rt.options)
+        if rt.options.open_loop and plans:
+            open_loop_users(rt.options, plans)
+    for user_class in rt.environment.user_classes or ():
+        if isinstance(user_class, type) and issubclass(user_class, LLMUser):
+            settings = rt.settings_for(user_class)
+            get_api(settings.api)
+            if settings.max_tokens:
+                parse_distribution(settings.max_tokens, what=f"{user_class.__name__}.max_tokens")
+            rt.dataset_for(settings).next_request(random.Random(0))
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
@@ -383,6 +517,77 @@ def _drain_workers(rt: Runtime) -> None:
     )
 
 
+def _stop_gracefully(rt: Runtime) -> None:
+    """Stop the load, drain in-flight streams (up to --stop-timeout) and finalise the run dir;
+    test_stop does the draining and writing."""
+    runner = rt.environment.runner
+    if runner is None or getattr(runner, "state", "") in ("stopped", "stopping", "quitting"):
+        return
+    logger.info("locust-llm: stopping the test (in-flight requests drain, then the run dir)")
+    runner.stop()
+
+
+def _install_signal_handlers(rt: Runtime) -> None:
+    """SIGTERM stops the test gracefully, then quits, from the moment the run dir exists.
+
+    Locust installs its own SIGTERM handler only after a headless stage shape has run to its
+    end, so without this a SIGTERM during the run (docker stop, a CI cancel, ``run --timeout``)
+    killed the process with nothing written. Locust's later handler replaces this one; it
+    fires ``quitting``, whose listener stops the test the same way first. SIGINT stays
+    Locust's (KeyboardInterrupt -> shutdown -> ``quitting``).
+    """
+    import signal
+
+    def handle(signum: int, _frame: Any) -> None:
+        if rt.stop_requested:
+            return
+        rt.stop_requested = True
+        logger.info("locust-llm: got %s: stopping the test", signal.Signals(signum).name)
+        gevent.spawn(_stop_then_quit, rt)
+
+    import threading
+
+    if threading.current_thread() is threading.main_thread():  # signal.signal's own rule
+        signal.signal(signal.SIGTERM, handle)
+
+
+def _stop_then_quit(rt: Runtime) -> None:
+    """Stop (drain, finalise the run dir), then quit: Locust's main loop then exits.
+
+    With a stage shape running, the shape itself ends at its next tick (``stop_requested``),
+    exactly as after its last stage: Locust's headless main waits for the shape, which drains
+    the workers and writes the run dir before anything quits."""
+    runner = rt.environment.runner
+    shape_greenlet = getattr(runner, "shape_greenlet", None)
+    if not rt.is_worker and shape_greenlet is not None and not shape_greenlet.dead:
+        return
+    try:
+        if rt.is_worker:
+            runner.stop()
+            _flush_records(rt)
+        else:
+            _stop_gracefully(rt)
+            if not (rt.run_ended and rt.written_records == rt.recorder.count):
+                write_run_dir(rt)
+    finally:
+        runner.quit()
+        # Locust's main may still be in a loop of its own (a master waiting for its workers):
+        # once the run dir is safe, end it there
+        gevent.spawn_later(QUIT_GRACE_S, _end_main_greenlet)
+
+
+def _end_main_greenlet() -> None:
+    """Still here QUIT_GRACE_S after the stop and quit: Locust's main is stuck in a loop of its
+    own that no greenlet can end (a master's wait for workers). The run dir is final (or no
+    run began), so exit without Locust's own teardown."""
+    import os
+
+    logger.info("locust-llm: stopped by a signal; exiting")
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def _on_report_to_master(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
     for rt in all_runtimes():
         if rt.is_worker and rt.worker_id == client_id:
@@ -404,8 +609,12 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
     rt = next((r for r in all_runtimes() if r.environment is environment), None)
     if rt is None or rt.is_worker:
         return
-    if not (rt.run_ended and rt.written_records == len(rt.recorder.records)):
+    if not rt.run_ended and rt.environment.runner is not None:
+        _stop_gracefully(rt)  # Locust's own SIGTERM handler quits without stopping the test
+    if not (rt.run_ended and rt.written_records == rt.recorder.count):
         write_run_dir(rt)  # records that arrived after the test stopped (or no stop at all)
+    with rt.run_dir_lock:
+        rt.recorder.remove_journal()
     if rt.stats.entries and rt.options.headless:
         print(llmstats.format_table(rt.stats), flush=True)
 

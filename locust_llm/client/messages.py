@@ -98,6 +98,7 @@ class RecordBatch:
     sent: int = 0  # requests the worker has started
     recorded: int = 0  # records it has produced
     reconnects: int = 0  # requests it resent on a fresh connection
+    backoffs: int = 0  # waits its users made after connection errors
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +107,7 @@ class RecordBatch:
             "sent": self.sent,
             "recorded": self.recorded,
             "reconnects": self.reconnects,
+            "backoffs": self.backoffs,
         }
 
     @classmethod
@@ -116,4 +118,5 @@ class RecordBatch:
             sent=int(data["sent"]),
             recorded=int(data["recorded"]),
             reconnects=int(data.get("reconnects") or 0),
+            backoffs=int(data.get("backoffs") or 0),
         )

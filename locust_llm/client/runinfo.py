@@ -1,8 +1,9 @@
 """The run dir's name and the first fill of its run.json: command line without secrets (pure).
 
 :func:`masked_command_line` replaces the API key and every extra header's value with ``***``
-(and any argument that looks like a bearer token), so run.json, logs and reports never hold a
-secret. Warning texts the report reads are given stable codes here (:data:`CPU_WARNINGS`).
+(by flag, by value however the flag was abbreviated, and any argument that looks like a bearer
+token), so run.json, logs and reports never hold a secret. Warning texts the report reads
+are given stable codes here (:data:`CPU_WARNINGS`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from locust_llm import __version__
 from locust_llm.batch_limit import run_info_extra
 from locust_llm.client.config import ClientOptions
+from locust_llm.client.redact import Redactor, secrets_of
 from locust_llm.rundir import RunInfo
 
 _SECRET_FLAGS = ("--llm-api-key",)
@@ -54,8 +56,14 @@ def default_run_dir() -> Path:
     return Path("reports") / stamp
 
 
-def masked_command_line(argv: list[str]) -> list[str]:
-    """``argv`` with the API key and every extra header's value replaced by ``***``."""
+def masked_command_line(argv: list[str], secrets: Iterable[str] = ()) -> list[str]:
+    """``argv`` with the API key and every extra header's value replaced by ``***``: by flag
+    (exact spelling) and by value (``secrets``: whatever the flag was abbreviated to)."""
+    redact = Redactor(secrets)
+    return [redact(arg) for arg in _masked_by_flag(argv)]
+
+
+def _masked_by_flag(argv: list[str]) -> list[str]:
     out: list[str] = []
     mask_next: str | None = None
     for arg in argv:
@@ -99,7 +107,7 @@ def new_run_info(
     roofline = {"model": options.roofline_model, "gpu": options.roofline_gpu}
     return RunInfo(
         run_id=run_dir.name,
-        command=masked_command_line(list(argv)),
+        command=masked_command_line(list(argv), secrets_of(options)),
         versions=versions(),
         host=hosts[0] if hosts else "",
         hosts=list(hosts),

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 from gevent.event import Event
+from gevent.lock import Semaphore
 from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm import llmstats
@@ -24,6 +27,7 @@ from locust_llm.client.arrivals import arrival_process
 from locust_llm.client.events import llm_events
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
+from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
 from locust_llm.client.settings import UserSettings
 from locust_llm.client.transport import READ_ERRORS, Transport
 from locust_llm.errors import InputError, RequestFailed
@@ -34,6 +38,7 @@ from locust_llm.rundir import RunInfo, Stage
 logger = logging.getLogger("locust_llm")
 
 _DISCOVERY_CONNECT_S = 5.0
+_BACKOFF_NOTE_EVERY_S = 10.0
 _DISCOVERY_READ_S = 10.0
 
 
@@ -74,6 +79,13 @@ class Runtime:
         self.written_records = -1  # records in the run dir as last written
         self.flusher: Any = None
         self.history_greenlet: Any = None
+        self.persist_greenlet: Any = None
+        self.run_dir_lock = Semaphore()  # one writer of the run dir at a time (greenlets)
+        #: master: workers lost during the run -> their requests in flight (kept for the whole
+        #: run: Locust forgets a missing worker after about a minute)
+        self.lost_workers: dict[str, int] = {}
+        self.stop_requested = False  # a SIGTERM/SIGINT came: stopping gracefully
+        self._backoff_said_s = -math.inf
         self.telemetry: Any = None
         self._user_index = itertools.count()
         self._settings: dict[type, UserSettings] = {}
@@ -94,6 +106,8 @@ class Runtime:
         """(Re)read the options; InputError for a bad one."""
         self.options = config.from_namespace(self.environment.parsed_options)
         self.headers = self.options.request_headers()
+        self.redact = redactor_for(self.options)
+        install_log_redaction(self.redact)
         self._settings.clear()
         # open-loop arrivals: each worker its own seeded stream (identical streams would align
         # every worker's bursts)
@@ -137,6 +151,20 @@ class Runtime:
             index = getattr(self.environment.runner, "worker_index", -1)
             process = f"worker{index}" if index >= 0 else self.worker_id
         return f"{self.options.seed}:{process}:{user_index}"
+
+    def backing_off(self, delay_s: float, failures: int) -> None:
+        """A user waits ``delay_s`` after its ``failures``-th connection error in a row: counted
+        (run.json ``backoffs``), and said once per outage of this process."""
+        self.recorder.backoffs += 1
+        self.recorder.backoff_s += delay_s
+        now = time.monotonic()
+        if failures == 1 and now - self._backoff_said_s > _BACKOFF_NOTE_EVERY_S:
+            self._backoff_said_s = now
+            logger.warning(
+                "locust-llm: cannot connect to the server; users back off (up to %g s, "
+                "jittered) until it answers",
+                self.options.backoff_max_s,
+            )
 
     def count_reconnect(self) -> None:
         """A kept connection was found closed and the request resent on a fresh one."""
@@ -194,6 +222,7 @@ class Runtime:
             connect_timeout_s=_DISCOVERY_CONNECT_S,
             read_timeout_s=_DISCOVERY_READ_S,
             insecure=self.options.insecure,
+            ca_bundle=self.options.ca_bundle,
         )
         base_path = host.split("://", 1)[-1].partition("/")[2]
         path = ("/" + base_path.rstrip("/") if base_path else "") + "/v1/models"
@@ -231,6 +260,8 @@ class Runtime:
         """One finished request: Locust's table, live stats, the recorder, llm_events."""
         # a killed request is not counted (as Locust does); a client bug is not the server's
         # failure (the user reports it through Locust's user_error: the exceptions tab)
+        if record.error_message and self.redact:  # a server may echo a key or header back
+            record.error_message = self.redact(record.error_message)
         if record.error_kind not in CLIENT_SIDE_KINDS:
             self._fire_locust_request(user, record)
         self.stats.add(record, timing.itl_values, timing.itl_weights)
@@ -258,6 +289,18 @@ class Runtime:
         runner.send_message(
             MSG_PERMIT_ASK, PermitAsk(worker=self.worker_id, stage=stage, n=want).to_dict()
         )
+
+
+_log_filter = RedactingFilter(Redactor())
+
+
+def install_log_redaction(redactor: Redactor) -> None:
+    """Every log line of this process passes through ``redactor`` (the latest options'): the
+    filter sits on the root logger's handlers, where every propagated record goes."""
+    _log_filter.redactor = redactor
+    for handler in logging.getLogger().handlers:
+        if _log_filter not in handler.filters:
+            handler.addFilter(_log_filter)
 
 
 _runtimes: dict[int, Runtime] = {}

@@ -16,6 +16,7 @@ reconnect is counted. A request is never sent again once any byte of its respons
 from __future__ import annotations
 
 import errno
+import ssl
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,11 +39,13 @@ class Transport:
         connect_timeout_s: float,
         read_timeout_s: float,
         insecure: bool,
+        ca_bundle: str = "",
         on_reconnect: Callable[[], None] | None = None,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.insecure = insecure
+        self.ca_bundle = ca_bundle
         self.on_reconnect = on_reconnect  # called once per resend on a fresh connection
         self._clients: dict[str, HTTPClient] = {}
         self._kept: set[str] = set()  # base URLs whose connection a response left open
@@ -59,6 +62,7 @@ class Transport:
                 network_timeout=self.read_timeout_s,
                 concurrency=1,
                 insecure=self.insecure,
+                ssl_context_factory=tls_context_factory(self.insecure, self.ca_bundle),
             )
             self._clients[base_url] = client
         return client
@@ -109,6 +113,10 @@ class Transport:
             return self._client(base_url).request("POST", path, body=body, headers=headers)
         except HTTPConnectionClosed:
             raise
+        except ssl.SSLCertVerificationError as exc:
+            raise RequestFailed(
+                "connect", f"TLS: {exc.verify_message} (--llm-ca-bundle or --llm-insecure)"
+            ) from None
         except (ConnectionRefusedError, ConnectionResetError) as exc:
             raise RequestFailed("connect", f"{type(exc).__name__}: {exc}") from None
         except HTTPParseError as exc:  # a garbled or cut response head
@@ -137,6 +145,24 @@ class Transport:
     def close(self) -> None:
         for base_url in list(self._clients):
             self.drop(base_url)
+
+
+def tls_context_factory(insecure: bool, ca_bundle: str = "") -> Callable[..., ssl.SSLContext]:
+    """How https connections verify the server. geventhttpclient's own ``insecure`` only drops
+    the hostname check, so ``--llm-insecure`` is a context that verifies nothing; a CA bundle
+    (``--llm-ca-bundle``, a private CA) replaces the default trust store."""
+
+    def factory(**_kw: Any) -> ssl.SSLContext:
+        if insecure:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            return context
+        if ca_bundle:
+            return ssl.create_default_context(cafile=ca_bundle)
+        return ssl.create_default_context(cafile=_kw.get("cafile"))
+
+    return factory
 
 
 def read_failure(exc: BaseException) -> RequestFailed:

@@ -4,7 +4,8 @@ The only part of the report that touches files. A missing or unreadable file, or
 the columns the report needs, is an InputError whose one-line message names the file. A run
 without telemetry.parquet loads with an empty telemetry frame (resource columns become "no
 data") and a warning; ``prometheus=URL`` instead asks ``locust_llm.promapi.read_prometheus``
-for the run's window.
+for the run's window. An unfinished run (killed, or still running) is read from its record
+journal (``requests.arrows``) and says so in its first warning.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from locust_llm.errors import InputError
+from locust_llm.journal import JOURNAL_FILE, read_journal
 from locust_llm.report.tables import REQUEST_ARRAYS
 from locust_llm.rundir import (
     REQUESTS_FILE,
@@ -74,6 +76,20 @@ def read_requests(run_dir: Path) -> pd.DataFrame:
     return _read_parquet(path, REQUIRED_REQUEST_COLUMNS, REQUEST_ARRAYS)
 
 
+def read_journal_requests(run_dir: Path) -> pd.DataFrame:
+    """The records of an unfinished run: every whole batch of its requests.arrows journal."""
+    table, _clean = read_journal(Path(run_dir) / JOURNAL_FILE)
+    return table.select([c for c in REQUEST_ARRAYS if c in table.column_names]).to_pandas()
+
+
+def is_partial(run_dir: Path, info: RunInfo) -> bool:
+    """The run did not finish: run.json says 'running' (it crashed or is still going) or only
+    its journal holds the records."""
+    journal = Path(run_dir) / JOURNAL_FILE
+    finished = (Path(run_dir) / REQUESTS_FILE).is_file() and info.state != "running"
+    return journal.is_file() and not finished
+
+
 def read_telemetry(run_dir: Path) -> pd.DataFrame | None:
     """telemetry.parquet, or None when the run has none."""
     path = Path(run_dir) / TELEMETRY_FILE
@@ -116,8 +132,18 @@ def load_run(
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: not a directory (expected a locust-llm run dir)")
     info = read_run_info(run_dir)
-    requests = read_requests(run_dir)
     warnings = list(info.warnings)
+    if is_partial(run_dir, info):
+        requests = read_journal_requests(run_dir)
+        warnings.insert(
+            0,
+            f"partial run: it did not finish (killed, or still running); {len(requests)} "
+            f"records read from {JOURNAL_FILE}",
+        )
+        if math.isnan(info.end_wall_s) and len(requests):
+            info.end_wall_s = float(requests["start_wall_s"].max() + requests["e2e_s"].max())
+    else:
+        requests = read_requests(run_dir)
     if prometheus:
         telemetry = prometheus_telemetry(prometheus, info, prometheus_step_s)
     else:
