@@ -46,6 +46,12 @@ class Thresholds:
     flat_gain: float = 1.02  # throughput ratio over the lower stage at most this: flat
     latency_climb: float = 1.25  # P99 ratio at least this: latency climbs
     open_loop_shortfall: float = 0.90  # achieved / offered rate below this: overloaded
+    queue_share: float = 0.5  # queue time / TTFT at or above: requests wait for admission ...
+    queue_min_steps: float = 2.0  # ... when it is longer than this many mean decode steps
+    busy_share: float = 0.5  # GPU busy below this with no queue: under-loaded
+    slot_fill: float = 0.95  # peak batch at or above this share of its limit: the limit binds
+    interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference
+    min_telemetry_samples: int = 3  # fewer server samples in a stage: its signals are not used
 
     # -- knee and cap -----------------------------------------------------------------------
     linear_efficiency: float = 0.5  # (gain - 1) / (load ratio - 1) at least this: linear

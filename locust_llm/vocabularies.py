@@ -239,6 +239,11 @@ register_vocabulary(Vocabulary("vllm", "vLLM (vllm:*)", (
     MetricMap("vllm:kv_cache_usage_perc", "kv_cache_usage"),  # a 0..1 ratio despite "perc"
     MetricMap("vllm:gpu_cache_usage_perc", "kv_cache_usage"),  # before v1
     MetricMap("vllm:num_preemptions_total", "preemptions"),
+    # per-request phase histograms, observed when a request finishes (diagnosis, issue 15)
+    MetricMap("vllm:request_queue_time_seconds_sum", "phase_queue_s"),
+    MetricMap("vllm:request_prefill_time_seconds_sum", "phase_prefill_s"),
+    MetricMap("vllm:request_decode_time_seconds_sum", "phase_decode_s"),
+    MetricMap("vllm:request_queue_time_seconds_count", "phase_requests"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("sglang", "SGLang (sglang:*)", (
@@ -252,6 +257,9 @@ register_vocabulary(Vocabulary("tgi", "text-generation-inference (tgi_*)", (
     # no KV-usage or preemption metric
     MetricMap("tgi_batch_current_size", "running"),
     MetricMap("tgi_queue_size", "waiting"),
+    # queue time per request (histogram); TGI has no per-request prefill/decode split
+    MetricMap("tgi_request_queue_duration_sum", "phase_queue_s"),
+    MetricMap("tgi_request_queue_duration_count", "phase_requests"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("llamacpp", "llama.cpp server with --metrics (llamacpp:*)", (

@@ -20,6 +20,7 @@ from locust_llm.report.alerts import Alert, check
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.knee import Knee, find_knee
 from locust_llm.report.load import RunData
+from locust_llm.report.resources import server_limits
 from locust_llm.report.soak import SoakResult, soak_results
 from locust_llm.report.tables import (
     Floors,
@@ -76,12 +77,14 @@ def resolve_floors(
     return None, []
 
 
-def _max_num_seqs(extra: dict[str, Any]) -> int | None:
-    for source in (extra, extra.get("server") or {}):
-        value = source.get("max_num_seqs") if isinstance(source, dict) else None
-        if isinstance(value, int | float) and value > 0:
-            return int(value)
-    return None
+def server_flags(extra: dict[str, Any]) -> dict[str, Any]:
+    """The server's flags run.json records (its ``extra`` and ``extra.server``; the server's
+    own entry wins): ``max_num_seqs``, ``total_slots``, ``gpu_memory_utilization`` ..."""
+    flags = {k: v for k, v in extra.items() if not isinstance(v, dict | list)}
+    server = extra.get("server")
+    if isinstance(server, dict):
+        flags.update({k: v for k, v in server.items() if not isinstance(v, dict | list)})
+    return flags
 
 
 def _client_warning_verdict(
@@ -190,12 +193,11 @@ def build_report(
         mode=run.info.mode,
         slo=slo,
         floors=floors,
+        limits=server_limits(run.info.extra),
     )
     rows = table.to_dict("records")
     knee = find_knee(rows, slo=slo, thresholds=thresholds)
-    verdicts = stage_verdicts(
-        rows, thresholds=thresholds, max_num_seqs=_max_num_seqs(run.info.extra)
-    )
+    verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(run.info.extra))
     overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
     overall = _client_warning_verdict(overall, rows, run.warnings)
     arrays = request_arrays(run.requests)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.metrics import FAILURE_KINDS
+from locust_llm.report import decompose, resources
 from locust_llm.roofline import GpuSpec, ModelSpec, decode_step_seconds, step_cost
 from locust_llm.rundir import Stage
 from locust_llm.signals import Signal, get_signal
@@ -88,6 +89,9 @@ COLUMNS: tuple[str, ...] = (
     "worker_cpu_max",
     "worker_cpu_max_id",
     "telemetry_samples",
+    "server_samples",
+    *decompose.COLUMNS,
+    *resources.COLUMNS,
 )
 
 
@@ -296,6 +300,10 @@ def _mem_util(frame: pd.DataFrame, gpu: GpuSpec | None) -> tuple | None:
     )
 
 
+#: Server-side signals whose sample count says whether a stage's telemetry can be used.
+SERVER_SAMPLE_SIGNALS: tuple[str, ...] = ("gpu_util", "kv_cache_usage", "running", "waiting")
+
+
 def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     row: dict = {}
 
@@ -324,6 +332,11 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     cpu, cpu_src = samples("worker_cpu_util")  # the busiest worker (over_instances: max)
     row["worker_cpu_max"] = float(cpu.max()) if cpu.size else NAN
     row["worker_cpu_max_id"] = str(cpu_src[int(np.argmax(cpu))]) if cpu.size else ""
+    # the best-covered server signal's samples: a verdict on 2 samples is no verdict
+    row["server_samples"] = max(
+        (int(np.isfinite(tel.window(s, lo, hi)[0]).sum()) for s in SERVER_SAMPLE_SIGNALS),
+        default=0,
+    )
     row["telemetry_samples"] = int(
         sum(np.isfinite(tel.window(s, lo, hi)[0]).sum() for s in tel.series)
     )
@@ -391,8 +404,11 @@ def stage_table(
     mode: str = "closed",
     slo: Slo = Slo(),
     floors: Floors | None = None,
+    limits: resources.ServerLimits | None = None,
 ) -> pd.DataFrame:
-    """One row per stage (columns :data:`COLUMNS`), in the stages' order."""
+    """One row per stage (columns :data:`COLUMNS`), in the stages' order; the time split
+    (:mod:`~locust_llm.report.decompose`) and the resource model
+    (:mod:`~locust_llm.report.resources`) included."""
     arrays = request_arrays(requests)
     ends = stage_ends(stages, run_end_wall_s)
     stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
@@ -430,6 +446,9 @@ def stage_table(
         row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
         row.update(_floor_stats(row, floors, row["concurrency"]))
         rows.append(row)
+    model, gpu = (floors.model, floors.gpu) if floors else (None, None)
+    decompose.decompose(rows, tel.series, model, gpu)
+    resources.add_resources(rows, model, gpu, limits or resources.ServerLimits())
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
