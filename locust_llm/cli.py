@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("locust_llm.report.cli", "turn a run dir into tables, a verdict and alerts"),
     "roofline": ("locust_llm.roofline_cli", "theoretical latency/throughput floors"),
     "sim": ("locust_llm.sim.cli", "start the simulated OpenAI-compatible server"),
+    "virtual": ("locust_llm.sim.virtual", "run a sweep against the simulator in virtual time"),
     "gpu-exporter": ("locust_llm.gpu.cli", "serve GPU and host metrics for Prometheus"),
 }
 

@@ -49,7 +49,7 @@ class SimConfig:
     enable_prefix_caching: bool = True  # vLLM v1's default; --no-enable-prefix-caching
     # physics
     bandwidth_efficiency: float = 0.85
-    compute_efficiency: float = 0.6
+    compute_efficiency: float = 0.7  # calibrated: bench/results/calibration.md
     step_overhead_s: float = 0.002  # fixed per-step cost (scheduling, kernel launches)
     zero_cost: bool = False  # every step takes step_overhead_s only (benchmarks the front)
     oom: bool = False  # out-of-KV fails requests with a CUDA OOM 500 instead of preempting
