@@ -278,6 +278,16 @@ def _standing_queue(ctx: Context) -> bool:
     return waiting >= 1 and waiting >= 0.5 * (running if running > 0 else 0)
 
 
+def _queued(ctx: Context) -> bool:
+    """Requests wait for admission: a standing queue, or queue time at least ``queue_share``
+    of TTFT unless the waiting gauge says nothing waits."""
+    if _standing_queue(ctx):
+        return True
+    if ctx.server_v("waiting") < ctx.thresholds.no_queue_waiting:
+        return False
+    return _queue_share(ctx) >= ctx.thresholds.queue_share
+
+
 def _resources_text(ctx: Context) -> str:
     mfu, mbu = ctx.v("mfu"), ctx.v("mbu")
     if math.isnan(mfu + mbu):
@@ -370,23 +380,44 @@ def _errors(ctx: Context) -> Finding | None:
     )
 
 
+def _kv_full(ctx: Context) -> bool:
+    """The KV cache cannot take one more sequence: usage at ``saturated_kv``, or within one
+    sequence's share of the capacity, or a preemption."""
+    kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
+    seqs = ctx.v("kv_capacity_seqs")
+    room = 1.0 - 1.0 / seqs if seqs >= 1 else ctx.thresholds.saturated_kv
+    return kv_max >= min(ctx.thresholds.saturated_kv, room) or pre > 0
+
+
+def _slots_bind(ctx: Context, limit: float) -> bool:
+    """The batch limit holds requests back: the batch reached it while more were asked for
+    (closed loop: more users than slots; else running + waiting beyond it)."""
+    running_max = ctx.server_v("running_max")
+    demand = ctx.v("concurrency")
+    if math.isnan(demand):
+        demand = running_max + ctx.server_v("waiting_max")
+    return demand > limit and (
+        running_max >= ctx.thresholds.slot_fill * limit or ctx.server_v("waiting") >= 1
+    )
+
+
 def _admission_blocker(ctx: Context) -> tuple[str, str]:
     """(cause, evidence) of what holds the queued requests back; ("", "") when unknown."""
     th = ctx.thresholds
     kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
     running_max = ctx.server_v("running_max")
-    if kv_max >= th.saturated_kv or pre > 0:
+    for limit, label in ((ctx.max_num_seqs(), "max-num-seqs"), (ctx.slots(), "server slots")):
+        if not limit >= ctx.v("kv_capacity_seqs") and _slots_bind(ctx, limit):
+            return "batch_limit_admission", (
+                f"batch peaked at {num(running_max)} running of {label} {num(limit)} with the KV "
+                f"cache at {pct(kv_max)}: requests wait for a batch slot"
+            )
+    if _kv_full(ctx):
         return "kv_capacity_admission", (
             f"KV cache peaked at {pct(kv_max)} ({num(pre, 0)} preemptions): sequences wait for "
             f"KV space; ~{num(ctx.v('kv_capacity_seqs'), 0)} sequences fit at the observed "
             "context"
         )
-    for limit, label in ((ctx.max_num_seqs(), "max-num-seqs"), (ctx.slots(), "server slots")):
-        if running_max >= th.slot_fill * limit:
-            return "batch_limit_admission", (
-                f"batch peaked at {num(running_max)} running of {label} {num(limit)} with the KV "
-                f"cache at {pct(kv_max)}: requests wait for a batch slot"
-            )
     prev = ctx.lower
     if prev is not None and running_max > 0 and math.isnan(kv_max):
         prev_max = _v(prev, "running_max")
@@ -402,12 +433,16 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
 
 @rule("admission", "requests wait for admission (queue time or a standing queue)")
 def _admission(ctx: Context) -> Finding | None:
-    th = ctx.thresholds
     share = _queue_share(ctx)
-    queued = share >= th.queue_share or _standing_queue(ctx)
-    if not queued:
+    if not _queued(ctx):
         return None
     cause, blocker = _admission_blocker(ctx)
+    if cause != "batch_limit_admission" and _step_cause(ctx) == "compute_bound_prefill":
+        # prompts queue for prefill compute (the step's token budget), whatever the KV holds
+        cause, blocker = "compute_bound_prefill", (
+            f"{_resources_text(ctx)}: the queue waits for prefill compute (each step's token "
+            "budget is spent on prompts)"
+        )
     if not cause:
         return None  # a queue without a binding admission limit: the steps are the limit
     evidence = [
@@ -422,7 +457,7 @@ def _admission(ctx: Context) -> Finding | None:
 @rule("under_loaded", "no admission queue and the device busy less than busy_share")
 def _under(ctx: Context) -> Finding | None:
     th = ctx.thresholds
-    if _queue_share(ctx) >= th.queue_share or _standing_queue(ctx):
+    if _queued(ctx):
         return None
     busy = ctx.server_v("gpu_util")
     if not math.isnan(busy):
@@ -491,7 +526,7 @@ def _step(ctx: Context) -> Finding | None:
 
 def _small_batch(ctx: Context) -> str:
     """Evidence that the batch is at most ``low_batch_fraction`` of its limit with no queue."""
-    if _queue_share(ctx) >= ctx.thresholds.queue_share or _standing_queue(ctx):
+    if _queued(ctx):
         return ""
     running = ctx.server_v("running")
     limits = [

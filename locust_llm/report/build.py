@@ -64,13 +64,15 @@ class Report:
 
 
 def resolve_floors(
-    roofline: dict[str, Any], model: str | None, gpu: str | None
+    roofline: dict[str, Any], model: str | None, gpu: str | None, tp: int | None = None
 ) -> tuple[Floors | None, list[str]]:
-    """Model and GPU from the flags, else from run.json's roofline entry; both are needed."""
+    """Model and GPU from the flags, else from run.json's roofline entry; both are needed.
+    The tensor-parallel degree: ``tp``, else the roofline entry's, else 1."""
     model = model or roofline.get("model") or None
     gpu = gpu or roofline.get("gpu") or None
+    degree = tp or roofline.get("tp") or 1
     if model and gpu:
-        return Floors(get_model(str(model)), get_gpu(str(gpu))), []
+        return Floors(get_model(str(model)), get_gpu(str(gpu)), int(degree)), []
     if model or gpu:
         missing = "--gpu" if model else "--model"
         return None, [f"roofline floors need both a model and a GPU: give {missing}"]
@@ -178,11 +180,14 @@ def build_report(
     thresholds: Thresholds | None = None,
     model: str | None = None,
     gpu: str | None = None,
+    tp: int | None = None,
 ) -> Report:
     """The full analysis of one run."""
     slo = slo or Slo()
     thresholds = thresholds or Thresholds()
-    floors, warnings = resolve_floors(run.info.roofline, model, gpu)
+    sim = run.info.extra.get("sim")
+    tp = tp or (sim.get("tp") if isinstance(sim, dict) else None)  # a simulator records it
+    floors, warnings = resolve_floors(run.info.roofline, model, gpu, tp)
     stages, stage_warnings = effective_stages(run)
     warnings += stage_warnings
     table = stage_table(

@@ -49,6 +49,7 @@ COLUMNS: tuple[str, ...] = (
 
 PHASE_SIGNALS: tuple[str, ...] = ("phase_queue_s", "phase_prefill_s", "phase_decode_s")
 MIN_EFFICIENCY, MAX_EFFICIENCY = 0.05, 1.0
+NO_QUEUE_WAITING = 0.5  # mean waiting requests below this: the gauge says nothing queues
 
 
 SeriesLookup = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -107,15 +108,33 @@ def _load(row: Mapping[str, Any]) -> float:
 
 
 def predicted_prefill_s(
-    model: ModelSpec, gpu: GpuSpec, input_tokens: float, output_tokens: float, batch: float
+    model: ModelSpec,
+    gpu: GpuSpec,
+    input_tokens: float,
+    output_tokens: float,
+    batch: float,
+    tp: int = 1,
 ) -> float:
     """Roofline time of the step that prefills one prompt of ``input_tokens`` beside
-    ``batch - 1`` decoding sequences at the stage's mean context (efficiency 1)."""
+    ``batch - 1`` decoding sequences at the stage's mean context (efficiency 1), on one of
+    ``tp`` tensor-parallel GPUs."""
     n_in = max(1, round(input_tokens))
     context = round(input_tokens + (output_tokens if math.isfinite(output_tokens) else 0) / 2)
     others = max(0, round(batch) - 1) if math.isfinite(batch) else 0
-    cost = step_cost(model, [max(1, context)] * others, [(n_in, 0)])
+    cost = step_cost(model, [max(1, context)] * others, [(n_in, 0)], tp=tp)
     return cost.seconds(gpu, model.weight_bits)
+
+
+def step_wait_s(row: Mapping[str, Any], open_loop: bool) -> float:
+    """Mean wait for the step under way before a request can join the batch: none with an
+    empty batch; a whole decode step in closed loop (a user sends right after its previous
+    answer's last step ended, so the next step has started), half a step for open-loop
+    arrivals (uniform in the step)."""
+    tpot, batch = _f(row, "tpot_avg_s"), _batch(row)
+    if not (tpot > 0 and batch > 0):
+        return 0.0
+    others = min(1.0, max(0.0, batch - 1.0))
+    return tpot * others * (0.5 if open_loop else 1.0)
 
 
 def _batch(row: Mapping[str, Any]) -> float:
@@ -123,26 +142,68 @@ def _batch(row: Mapping[str, Any]) -> float:
     return running if running > 0 else _f(row, "concurrency")
 
 
+@dataclass(frozen=True)
+class PrefillModel:
+    """How the model predicts a stage's prefill time."""
+
+    model: ModelSpec | None
+    gpu: GpuSpec | None
+    tp: int
+    open_loop: bool
+    efficiency: float = NAN  # roofline / observed at the lowest-load stage
+    s_per_token: float = NAN  # without a roofline: the lowest-load stage's TTFT per token
+
+    def prefill_s(self, row: Mapping[str, Any]) -> float:
+        n_in = _f(row, "input_tokens_avg")
+        if not n_in >= 1:
+            return NAN
+        if self.model is not None and self.gpu is not None and not math.isnan(self.efficiency):
+            predicted = predicted_prefill_s(
+                self.model, self.gpu, n_in, _f(row, "output_tokens_avg"), _batch(row), self.tp
+            )
+            return predicted / self.efficiency
+        return self.s_per_token * n_in
+
+
+def calibrate(
+    rows: Sequence[Mapping[str, Any]],
+    model: ModelSpec | None,
+    gpu: GpuSpec | None,
+    tp: int = 1,
+    open_loop: bool = False,
+) -> PrefillModel:
+    """The prefill model, its efficiency set on the lowest-load stage (TTFT there = the wait
+    for the step under way + prefill)."""
+    lowest = _calibration_row(rows)
+    base = PrefillModel(model, gpu, tp, open_loop)
+    if lowest is None:
+        return base
+    n_in = _f(lowest, "input_tokens_avg")
+    observed = _f(lowest, "ttft_avg_s") - step_wait_s(lowest, open_loop)
+    if not (n_in >= 1 and observed > 0):
+        return base
+    if model is not None and gpu is not None:
+        predicted = predicted_prefill_s(
+            model, gpu, n_in, _f(lowest, "output_tokens_avg"), _batch(lowest), tp
+        )
+        eff = min(MAX_EFFICIENCY, max(MIN_EFFICIENCY, predicted / observed))
+        return PrefillModel(model, gpu, tp, open_loop, efficiency=eff)
+    return PrefillModel(model, gpu, tp, open_loop, s_per_token=observed / n_in)
+
+
 def decompose(
     rows: Sequence[dict[str, Any]],
     series: SeriesLookup,
     model: ModelSpec | None = None,
     gpu: GpuSpec | None = None,
+    *,
+    tp: int = 1,
+    open_loop: bool = False,
 ) -> None:
     """Add :data:`COLUMNS` to every stage row in place (see the module docstring)."""
-    lowest = _calibration_row(rows)
-    efficiency, rate_s_per_token = NAN, NAN
-    if lowest is not None:
-        ttft, n_in = _f(lowest, "ttft_avg_s"), _f(lowest, "input_tokens_avg")
-        if model is not None and gpu is not None and n_in >= 1:
-            predicted = predicted_prefill_s(
-                model, gpu, n_in, _f(lowest, "output_tokens_avg"), _batch(lowest)
-            )
-            efficiency = min(MAX_EFFICIENCY, max(MIN_EFFICIENCY, predicted / ttft))
-        elif n_in >= 1:
-            rate_s_per_token = ttft / n_in
+    prefill_model = calibrate(rows, model, gpu, tp, open_loop)
     for row in rows:
-        _decompose_row(row, series, model, gpu, efficiency, rate_s_per_token)
+        _decompose_row(row, series, prefill_model)
 
 
 def _calibration_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -154,19 +215,12 @@ def _calibration_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     return min(usable, key=_load) if usable else None
 
 
-def _decompose_row(
-    row: dict[str, Any],
-    series: SeriesLookup,
-    model: ModelSpec | None,
-    gpu: GpuSpec | None,
-    efficiency: float,
-    rate_s_per_token: float,
-) -> None:
+def _decompose_row(row: dict[str, Any], series: SeriesLookup, prefill_model: PrefillModel) -> None:
     ttft, e2e = _f(row, "ttft_avg_s"), _f(row, "latency_avg_s")
     qps, waiting = _f(row, "qps"), _f(row, "waiting")
     row["decode_avg_s"] = e2e - ttft
     row["queue_little_s"] = waiting / qps if qps > 0 else NAN
-    row["prefill_efficiency"] = efficiency
+    row["prefill_efficiency"] = prefill_model.efficiency
     hi = _f(row, "end_wall_s")
     lo = hi - _f(row, "duration_s")  # the window after the warm-up, as the telemetry columns
     phases = server_phases(series, lo, hi) if not math.isnan(lo + hi) else None
@@ -183,22 +237,18 @@ def _decompose_row(
         if not math.isnan(phases.decode_s):
             row["decode_avg_s"] = phases.decode_s
         return
-    n_in = _f(row, "input_tokens_avg")
-    prefill = NAN
-    if model is not None and gpu is not None and n_in >= 1 and not math.isnan(efficiency):
-        prefill = (
-            predicted_prefill_s(model, gpu, n_in, _f(row, "output_tokens_avg"), _batch(row))
-            / efficiency
-        )
-    elif n_in >= 1 and not math.isnan(rate_s_per_token):
-        prefill = rate_s_per_token * n_in
+    prefill = prefill_model.prefill_s(row)
     if math.isnan(prefill) or math.isnan(ttft):
         row.update(queue_avg_s=NAN, prefill_avg_s=NAN, ttft_split_source="", phase_requests=NAN)
         return
-    prefill = min(prefill, ttft)
+    wait = step_wait_s(row, prefill_model.open_loop)
+    queue = max(wait, ttft - prefill)
+    if waiting < NO_QUEUE_WAITING:  # the waiting gauge says no queue: only the step under way
+        queue = min(queue, wait)
+    queue = min(queue, ttft)
     row.update(
-        queue_avg_s=ttft - prefill,
-        prefill_avg_s=prefill,
+        queue_avg_s=queue,
+        prefill_avg_s=ttft - queue,
         ttft_split_source="model",
         phase_requests=NAN,
     )

@@ -8,8 +8,9 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
 - ``mbu`` (model bandwidth utilization) = bytes one decode step of the observed batch moves
   (weights + KV at the mean context) x steps per second (1 / mean TPOT) / the device's
   bandwidth;
-- ``step_bound``: ``compute`` when ``mfu`` >= ``mbu`` (at a common efficiency the step's compute
-  time is the longer one), else ``memory``;
+- ``step_bound``: ``compute`` when ``mfu`` >= :data:`COMPUTE_OVER_BANDWIDTH_EFFICIENCY` x
+  ``mbu`` (at the achievable efficiencies the step's compute time is the longer one), else
+  ``memory``;
 - ``prefill_token_share``: input tokens / all tokens computed;
 - the admission limits in sequences: ``kv_capacity_seqs`` (observed: running / KV-cache usage;
   else the roofline's KV budget at 90% memory over the mean context), ``max_num_seqs`` and
@@ -29,6 +30,14 @@ from locust_llm.report.fmt import column as _f
 from locust_llm.roofline import GpuSpec, ModelSpec, Workload, compute, step_cost
 
 NAN = math.nan
+
+#: Achievable compute efficiency / achievable bandwidth efficiency of serving kernels (0.7 /
+#: 0.85, the simulator's calibrated defaults: bench/results/calibration.md): a step is
+#: compute-bound when MFU / 0.7 >= MBU / 0.85, i.e. MFU >= this x MBU.
+COMPUTE_OVER_BANDWIDTH_EFFICIENCY = 0.7 / 0.85
+
+#: KV usage from which running / usage is trusted as the capacity (below: the roofline's).
+OBSERVED_KV_MIN = 0.2
 
 COLUMNS: tuple[str, ...] = (
     "mfu",
@@ -68,8 +77,11 @@ def resource_row(
     model: ModelSpec | None,
     gpu: GpuSpec | None,
     limits: ServerLimits = ServerLimits(),
+    *,
+    tp: int = 1,
 ) -> dict[str, Any]:
-    """The :data:`COLUMNS` of one stage row."""
+    """The :data:`COLUMNS` of one stage row (``tp`` GPUs share the work: utilizations are
+    per GPU)."""
     out: dict[str, Any] = {c: NAN for c in COLUMNS}
     out["step_bound"] = out["admission_limit"] = ""
     n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
@@ -85,17 +97,20 @@ def resource_row(
         )
         tpot = _f(row, "tpot_avg_s")
         if batch > 0 and tpot > 0:
-            step = step_cost(model, [max(1, context)] * max(1, round(batch)))
+            step = step_cost(model, [max(1, context)] * max(1, round(batch)), tp=tp)
             out["mbu"] = step.bytes / tpot / gpu.memory_bandwidth_bytes_s
         if not math.isnan(out["mfu"] + out["mbu"]):
-            out["step_bound"] = "compute" if out["mfu"] >= out["mbu"] else "memory"
+            compute_bound = out["mfu"] >= COMPUTE_OVER_BANDWIDTH_EFFICIENCY * out["mbu"]
+            out["step_bound"] = "compute" if compute_bound else "memory"
     kv_usage = _f(row, "kv_cache_usage_max")
     running_max = _f(row, "running_max")
-    if running_max > 0 and kv_usage > 0:
+    if running_max > 0 and kv_usage >= OBSERVED_KV_MIN:
         out["kv_capacity_seqs"] = running_max / kv_usage
     elif model is not None and gpu is not None and not math.isnan(gpu.memory_bytes):
         floors = compute(
-            model, gpu, Workload(context_tokens=max(1, context), input_tokens=max(1, round(n_in)))
+            model,
+            gpu,
+            Workload(context_tokens=max(1, context), input_tokens=max(1, round(n_in)), tp=tp),
         )
         out["kv_capacity_seqs"] = floors.kv_capacity_sequences
     candidates = [
@@ -117,7 +132,9 @@ def add_resources(
     model: ModelSpec | None,
     gpu: GpuSpec | None,
     limits: ServerLimits = ServerLimits(),
+    *,
+    tp: int = 1,
 ) -> None:
     """Add :data:`COLUMNS` to every stage row in place."""
     for row in rows:
-        row.update(resource_row(row, model, gpu, limits))
+        row.update(resource_row(row, model, gpu, limits, tp=tp))

@@ -114,6 +114,7 @@ class Floors:
 
     model: ModelSpec
     gpu: GpuSpec
+    tp: int = 1  # tensor-parallel degree: GPUs the model is split over
 
 
 def stage_ends(stages: Sequence[Stage], run_end_wall_s: float = NAN) -> list[float]:
@@ -446,9 +447,9 @@ def stage_table(
         row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
         row.update(_floor_stats(row, floors, row["concurrency"]))
         rows.append(row)
-    model, gpu = (floors.model, floors.gpu) if floors else (None, None)
-    decompose.decompose(rows, tel.series, model, gpu)
-    resources.add_resources(rows, model, gpu, limits or resources.ServerLimits())
+    model, gpu, tp = (floors.model, floors.gpu, floors.tp) if floors else (None, None, 1)
+    decompose.decompose(rows, tel.series, model, gpu, tp=tp, open_loop=mode == "open")
+    resources.add_resources(rows, model, gpu, limits or resources.ServerLimits(), tp=tp)
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
