@@ -50,6 +50,7 @@ class Thresholds:
     queue_min_steps: float = 2.0  # ... when it is longer than this many mean decode steps
     busy_share: float = 0.5  # GPU busy below this with no queue: under-loaded
     slot_fill: float = 0.95  # peak batch at or above this share of its limit: the limit binds
+    budget_fill: float = 0.75  # prompt tokens per step / --max-num-batched-tokens: it binds
     interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference
     min_telemetry_samples: int = 3  # fewer server samples in a stage: its signals are not used
 

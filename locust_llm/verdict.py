@@ -431,18 +431,30 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
     return "", ""
 
 
+def _token_budget_text(ctx: Context) -> str:
+    """Evidence that prompts queue for the step's token budget (prefill compute), or ""."""
+    budget = ctx.server.get("max_num_batched_tokens")
+    if not is_num(budget) or _step_cause(ctx) != "compute_bound_prefill":
+        return ""
+    per_step = ctx.v("qps") * ctx.v("input_tokens_avg") * ctx.v("tpot_avg_s")
+    if not per_step >= ctx.thresholds.budget_fill * budget:
+        return ""
+    return (
+        f"{_resources_text(ctx)}; ~{num(per_step, 0)} prompt tokens per step of a "
+        f"{num(budget)}-token budget (--max-num-batched-tokens): prompts queue for prefill "
+        "compute"
+    )
+
+
 @rule("admission", "requests wait for admission (queue time or a standing queue)")
 def _admission(ctx: Context) -> Finding | None:
     share = _queue_share(ctx)
     if not _queued(ctx):
         return None
     cause, blocker = _admission_blocker(ctx)
-    if cause != "batch_limit_admission" and _step_cause(ctx) == "compute_bound_prefill":
-        # prompts queue for prefill compute (the step's token budget), whatever the KV holds
-        cause, blocker = "compute_bound_prefill", (
-            f"{_resources_text(ctx)}: the queue waits for prefill compute (each step's token "
-            "budget is spent on prompts)"
-        )
+    budget = _token_budget_text(ctx)
+    if cause != "batch_limit_admission" and budget:
+        cause, blocker = "compute_bound_prefill", budget
     if not cause:
         return None  # a queue without a binding admission limit: the steps are the limit
     evidence = [
@@ -477,14 +489,18 @@ def _under(ctx: Context) -> Finding | None:
         return None
     if (gain - 1) / (load_ratio - 1) < th.linear_efficiency:
         return None
+    # throughput scales, but whether the device idles is unknown: the step bound, where the
+    # resource model gives one, names what each step waits on
+    evidence = [
+        f"no GPU busy signal {ctx.where}; client-side: throughput still scales, QPS "
+        f"{num(_v(prev, 'qps'))} -> {num(ctx.v('qps'))} ({ratio(gain)}) for load "
+        f"{ratio(load_ratio)}",
+        _resources_text(ctx),
+    ]
     return Finding(
         "low_concurrency",
-        (
-            f"no GPU busy signal {ctx.where}; client-side: throughput still scales, QPS "
-            f"{num(_v(prev, 'qps'))} -> {num(ctx.v('qps'))} ({ratio(gain)}) for load "
-            f"{ratio(load_ratio)}",
-        ),
-        "under_loaded",
+        tuple(e for e in evidence if e),
+        _step_cause(ctx) or "under_loaded",
         client_side=True,
     )
 

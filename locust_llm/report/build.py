@@ -80,12 +80,13 @@ def resolve_floors(
 
 
 def server_flags(extra: dict[str, Any]) -> dict[str, Any]:
-    """The server's flags run.json records (its ``extra`` and ``extra.server``; the server's
-    own entry wins): ``max_num_seqs``, ``total_slots``, ``gpu_memory_utilization`` ..."""
+    """The server's flags run.json records (``extra``, ``extra.sim``, ``extra.server``; the
+    server's own entry wins): ``max_num_seqs``, ``total_slots``, ``gpu_memory_utilization`` ..."""
     flags = {k: v for k, v in extra.items() if not isinstance(v, dict | list)}
-    server = extra.get("server")
-    if isinstance(server, dict):
-        flags.update({k: v for k, v in server.items() if not isinstance(v, dict | list)})
+    for part in ("sim", "server"):  # the simulator's config, then the server's own word
+        server = extra.get(part)
+        if isinstance(server, dict):
+            flags.update({k: v for k, v in server.items() if not isinstance(v, dict | list)})
     return flags
 
 

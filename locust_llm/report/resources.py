@@ -106,11 +106,15 @@ def resource_row(
     running_max = _f(row, "running_max")
     if running_max > 0 and kv_usage >= OBSERVED_KV_MIN:
         out["kv_capacity_seqs"] = running_max / kv_usage
-    elif model is not None and gpu is not None and not math.isnan(gpu.memory_bytes):
+    elif model is not None and gpu is not None and not math.isnan(gpu.memory_bytes) and context:
         floors = compute(
             model,
             gpu,
-            Workload(context_tokens=max(1, context), input_tokens=max(1, round(n_in)), tp=tp),
+            Workload(
+                context_tokens=max(1, context),
+                input_tokens=max(1, round(n_in)) if n_in > 0 else 1,
+                tp=tp,
+            ),
         )
         out["kv_capacity_seqs"] = floors.kv_capacity_sequences
     candidates = [
