@@ -28,7 +28,8 @@ class Thresholds:
 
     # -- alerts (strictly above fires) ------------------------------------------------------
     gpu_mem: float | None = 0.90  # peak GPU memory used / total
-    gpu_util: float | None = 0.95  # mean GPU busy ratio
+    gpu_util: float | None = 0.95  # mean GPU busy ratio (a warning unless gpu_util_fails)
+    gpu_util_fails: bool = False  # GPU utilization above gpu_util fails the run (exit 3)
     ttft: float | None = None  # P99 TTFT, seconds
     tpot: float | None = None  # P99 TPOT, seconds
     e2e: float | None = None  # P99 end-to-end latency, seconds
@@ -57,6 +58,7 @@ class Thresholds:
     # -- knee and cap -----------------------------------------------------------------------
     linear_efficiency: float = 0.5  # (gain - 1) / (load ratio - 1) at least this: linear
     flat_band: float = 0.02  # gain within this of 1: flat
+    open_loop_achieved: float = 0.95  # open loop: achieved / offered at least this for a cap
     min_gain: float = 0.05  # the cap needs at least this throughput gain per step ...
     latency_weight: float = 0.10  # ... and at least this share of the P99 increase
 

@@ -202,8 +202,9 @@ def build_report(
         limits=server_limits(run.info.extra),
     )
     rows = table.to_dict("records")
-    knee = find_knee(rows, slo=slo, thresholds=thresholds)
     verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(run.info.extra))
+    over = [int(r["stage"]) for r, v in zip(rows, verdicts, strict=True) if v.kind == "overloaded"]
+    knee = find_knee(rows, slo=slo, thresholds=thresholds, overloaded=over)
     overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
     overall = _client_warning_verdict(overall, rows, run.warnings)
     arrays = request_arrays(run.requests)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import parse_thresholds
+from locust_llm.report.alerts import failing, parse_thresholds
 from locust_llm.report.build import Report, build_report
 from locust_llm.report.compare import compare_runs
 from locust_llm.report.load import load_run
@@ -180,4 +180,4 @@ def run(args: argparse.Namespace) -> int:
     report = make_report(args)
     paths = write_outputs(report, Path(args.out or args.run_dir))
     print(render_console(report, paths["report.html"]))
-    return EXIT_ALERTS if report.alerts else EXIT_OK
+    return EXIT_ALERTS if failing(report.alerts) else EXIT_OK

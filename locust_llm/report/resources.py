@@ -37,7 +37,7 @@ NAN = math.nan
 COMPUTE_OVER_BANDWIDTH_EFFICIENCY = 0.7 / 0.85
 
 #: KV usage from which running / usage is trusted as the capacity (below: the roofline's).
-OBSERVED_KV_MIN = 0.2
+OBSERVED_KV_MIN = 0.05
 
 COLUMNS: tuple[str, ...] = (
     "mfu",
