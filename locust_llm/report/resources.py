@@ -92,9 +92,8 @@ def resource_row(
     context = round((n_in if n_in > 0 else 0) + (n_out if n_out > 0 else 0) / 2)
     if model is not None and gpu is not None:
         tokens_per_s = _f(row, "total_tps")
-        out["mfu"] = (
-            tokens_per_s * 2.0 * model.params_per_token() / gpu.peak_flops(model.weight_bits)
-        )
+        peak = gpu.peak_flops(model.weight_bits) * tp  # the work is spread over tp GPUs
+        out["mfu"] = tokens_per_s * 2.0 * model.params_per_token() / peak
         tpot = _f(row, "tpot_avg_s")
         if batch > 0 and tpot > 0:
             step = step_cost(model, [max(1, context)] * max(1, round(batch)), tp=tp)
