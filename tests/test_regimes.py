@@ -160,7 +160,7 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
             ],
         ),
         "decode_bound",
-        ("decode dominates", "TPOT avg", "bandwidth utilization"),
+        ("steps memory-bound", "TPOT avg", "MBU", "source: server"),
     ),
     # 2048-token prompts, 4-token answers on an H100: one prompt fills the 2048-token step
     # budget (~55 ms of compute), so 8 users queue behind each other's prefills.
@@ -180,7 +180,7 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
             roofline=("mistral-7b", "h100-sxm"),
         ),
         "prefill_bound",
-        ("prefill dominates",),
+        ("steps compute-bound", "prompt tokens"),
     ),
     # --gpu-memory-utilization 0.62 leaves 200 KV blocks (3,200 tokens) beside 14.5 GB of
     # weights: ~5 sequences of 512 + 64 tokens; 8 users overflow it and --oom fails them.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -175,3 +176,17 @@ def test_compare_gain_per_instance(tmp_path: Path) -> None:
     assert rows[1]["instances"] == 2
     assert rows[1]["gain"] == pytest.approx(1.8, rel=0.05)
     assert rows[1]["gain_per_instance"] == pytest.approx(0.9, rel=0.05)
+
+
+def test_a_custom_device_describes_what_serves(tmp_path: Path, capsys) -> None:
+    example = Path(__file__).resolve().parent.parent / "reports" / "example"
+    args = ["report", str(example), "--out", str(tmp_path), "--model", "mistral-7b"]
+    device = ["--bandwidth", "100GB/s", "--flops", "2TFLOPS", "--memory", "64GiB"]
+    assert main([*args, *device]) in (0, 3)
+    with (tmp_path / "stages.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    # a slow device: the same tokens/s use far more of its bandwidth than of an RTX 4090's
+    assert float(rows[0]["mbu"]) > 5.0
+    assert main([*args, "--bandwidth", "100GB/s"]) == 2
+    assert "needs all of --bandwidth, --flops and --memory" in capsys.readouterr().err
+    assert main([*args, *device, "--gpu", "h100-sxm"]) == 2

@@ -31,7 +31,7 @@ from locust_llm.report.tables import (
     stage_ends,
     stage_table,
 )
-from locust_llm.roofline import get_gpu, get_model
+from locust_llm.roofline import GpuSpec, get_gpu, get_model
 from locust_llm.rundir import Stage
 from locust_llm.sim.lag import lag_warnings
 from locust_llm.thresholds import Thresholds
@@ -64,7 +64,7 @@ class Report:
 
 
 def resolve_floors(
-    roofline: dict[str, Any], model: str | None, gpu: str | None, tp: int | None = None
+    roofline: dict[str, Any], model: str | None, gpu: str | GpuSpec | None, tp: int | None = None
 ) -> tuple[Floors | None, list[str]]:
     """Model and GPU from the flags, else from run.json's roofline entry; both are needed.
     The tensor-parallel degree: ``tp``, else the roofline entry's, else 1."""
@@ -72,7 +72,8 @@ def resolve_floors(
     gpu = gpu or roofline.get("gpu") or None
     degree = tp or roofline.get("tp") or 1
     if model and gpu:
-        return Floors(get_model(str(model)), get_gpu(str(gpu)), int(degree)), []
+        device = gpu if isinstance(gpu, GpuSpec) else get_gpu(str(gpu))
+        return Floors(get_model(str(model)), device, int(degree)), []
     if model or gpu:
         missing = "--gpu" if model else "--model"
         return None, [f"roofline floors need both a model and a GPU: give {missing}"]
@@ -180,7 +181,7 @@ def build_report(
     slo: Slo | None = None,
     thresholds: Thresholds | None = None,
     model: str | None = None,
-    gpu: str | None = None,
+    gpu: str | GpuSpec | None = None,
     tp: int | None = None,
 ) -> Report:
     """The full analysis of one run."""

@@ -291,6 +291,30 @@ def _time_split(report: Report) -> Section:
     )
 
 
+def _open_loop(report: Report) -> list[Section]:
+    """Open loop: offered vs achieved (completions inside the window), the tail apart, and
+    latency from the scheduled time beside latency from the send."""
+    if report.run.info.mode != "open":
+        return []
+    rows = [
+        [
+            str(r["stage"]),
+            num(r["offered_rps"], 2),
+            num(r["qps"], 2),
+            pct(r["achieved_ratio"]),
+            num(r["completed_after_window"]),
+            ms(r["latency_p99_s"]),
+            ms(r["latency_sched_p99_s"]),
+        ]
+        for r in report.rows
+    ]
+    headers = [
+        "stage", "offered req/s", "achieved req/s (in window)", "achieved / offered",
+        "completed after the window", "E2E P99 from send (ms)", "E2E P99 from schedule (ms)",
+    ]  # fmt: skip
+    return [Section("open-loop", "Open loop: offered and achieved", (_table(headers, rows),))]
+
+
 def _resources(report: Report) -> Section:
     """Per stage: MFU, MBU, the step bound and the admission limit that binds."""
     rows = [
@@ -482,6 +506,7 @@ def document(report: Report) -> Document:
         _stage_verdicts(report),
         _time_split(report),
         _resources(report),
+        *_open_loop(report),
         _alerts(report),
         Section("scaling", "Scaling", (Chart("scaling"),)),
         Section("telemetry", "Telemetry over time", (Chart("telemetry"),)),
