@@ -696,9 +696,14 @@ def stage_verdict(
         if found.kind == "overloaded" and found.cause:
             actions = (*KIND_ACTIONS["overloaded"][:1], *actions)
         evidence = found.evidence
-        if found.client_side:
-            evidence = (*evidence, "server signals missing: decided on client-side evidence")
         samples = ctx.v("server_samples")
+        if found.client_side:
+            evidence = (
+                *evidence,
+                f"server signals missing ({num(samples if samples >= 0 else 0, 0)} usable "
+                f"server samples, < {thresholds.min_telemetry_samples} needed): decided on "
+                "client-side evidence",
+            )
         return Verdict(
             kind=found.kind,
             evidence=evidence,

@@ -275,8 +275,10 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
             ],
             metrics=False,
         ),
-        "insufficient_data",
-        ("no server telemetry", "client timings"),
+        # missing signals are not "not saturated": the resource model on client timings
+        # names the bound, says it is client-side evidence, and its confidence is low
+        "decode_bound",
+        ("decided on client-side evidence", "MBU", "source: model"),
     ),
 }
 
