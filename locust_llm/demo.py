@@ -58,6 +58,12 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         help="concurrency of each stage (default: the seed's 1,10,50,100,200)",
     )
     parser.add_argument(
+        "--rate",
+        default="",
+        help="open loop instead: request rates per stage (req/s), e.g. 1,2,4,8 (needs "
+        "--stage-duration)",
+    )
+    parser.add_argument(
         "--stage-requests",
         default="10,20,100,200,400",
         help="requests per stage (default: the seed's 10,20,100,200,400)",
@@ -353,9 +359,11 @@ def _follow(
 
 
 def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
+    if args.rate and not args.stage_duration:
+        raise InputError("--rate: open-loop stages need --stage-duration (seconds per stage)")
+    load = ["--llm-rate", args.rate] if args.rate else ["--llm-concurrency", args.concurrency]
     out = [
-        "--llm-concurrency",
-        args.concurrency,
+        *load,
         "--llm-max-tokens",
         str(args.max_tokens),
         "--llm-dataset",
@@ -409,6 +417,8 @@ def sweep_description(args: argparse.Namespace) -> str:
         if args.stage_duration
         else f"{args.stage_requests} requests per stage"
     )
+    if args.rate:
+        return f"rate {args.rate} req/s, {per_stage}"
     return f"concurrency {args.concurrency}, {per_stage}"
 
 
@@ -455,7 +465,7 @@ def run_demo(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             quiet=args.quiet,
             stage_durations_s=stage_durations(args.stage_duration),
-            stages=len(args.concurrency.split(",")),
+            stages=len((args.rate or args.concurrency).split(",")),
         )
     finished = _finish(code, run_dir, args.slo, args.model, args.gpu)
     # the demo shows alerts but is not a gate: exit 3 (alerts fired) is for `run` and `report`
@@ -487,6 +497,6 @@ def run_run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         env=env,
         stage_durations_s=stage_durations(args.stage_duration),
-        stages=len(args.concurrency.split(",")),
+        stages=len((args.rate or args.concurrency).split(",")),
     )
     return _finish(code, run_dir, args.slo, args.roofline_model, args.roofline_gpu)

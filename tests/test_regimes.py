@@ -288,7 +288,15 @@ def test_regime_verdict(tmp_path: Path, name: str) -> None:
     regime, kind, fragments = REGIMES[name]
     summary = run_regime(tmp_path, regime)
     got = summary["verdict"]["kind"]
-    assert got == kind, f"{name}: {got}\n{summary['_report_md']}"
+    if name == "no_telemetry":
+        # client timings alone: the resource model names the bound (bandwidth, a decode batch
+        # of 16); whether 4 -> 16 users still "scales" (low_concurrency) or not (decode_bound)
+        # varies run to run, the cause does not
+        assert summary["verdict"]["cause"] == "bandwidth_bound_decode", summary["_report_md"]
+        assert summary["verdict"]["confidence"] == "low"
+        assert got in ("decode_bound", "low_concurrency"), f"{name}: {got}"
+    else:
+        assert got == kind, f"{name}: {got}\n{summary['_report_md']}"
     text = _evidence(summary)
     for fragment in fragments:
         assert fragment in text, text
