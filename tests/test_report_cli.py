@@ -190,3 +190,26 @@ def test_a_custom_device_describes_what_serves(tmp_path: Path, capsys) -> None:
     assert main([*args, "--bandwidth", "100GB/s"]) == 2
     assert "needs all of --bandwidth, --flops and --memory" in capsys.readouterr().err
     assert main([*args, *device, "--gpu", "h100-sxm"]) == 2
+
+
+def test_cpu_device_is_measured_on_this_host(tmp_path: Path) -> None:
+    import time
+
+    from locust_llm.report.cpu_device import memory_bandwidth_bytes_s
+
+    measured = memory_bandwidth_bytes_s(64 * 1024 * 1024)
+    # an independent copy (a memoryview slice assignment: CPython's memcpy) agrees in magnitude
+    src, dst = bytes(64 * 1024 * 1024), memoryview(bytearray(64 * 1024 * 1024))
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        dst[:] = src
+        times.append(time.perf_counter() - t0)
+    best = min(times)
+    assert 1 / 4 < measured / (2 * len(src) / best) < 4
+    example = Path(__file__).resolve().parent.parent / "reports" / "example"
+    args = ["report", str(example), "--out", str(tmp_path), "--model", "mistral-7b", "--gpu", "cpu"]
+    assert main(args) in (0, 3)
+    with (tmp_path / "stages.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[0]["mbu"]) > 1.0  # a 7B model at 18 ms per token is beyond this CPU

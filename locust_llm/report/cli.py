@@ -64,7 +64,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "gpu_util=off,error_rate=0.05,ttft=0.5,tpot=0.05,e2e=10",
     )
     parser.add_argument("--model", help="served model (preset or config.json) for roofline floors")
-    parser.add_argument("--gpu", help="GPU preset for roofline floors")
+    parser.add_argument(
+        "--gpu", help="GPU preset for roofline floors, or cpu (this host, measured by a probe)"
+    )
     parser.add_argument("--bandwidth", help="custom device: memory bandwidth, e.g. 40GB/s")
     parser.add_argument("--flops", help="custom device: dense peak, e.g. 1.2TFLOPS")
     parser.add_argument("--memory", help="custom device: memory capacity, e.g. 64GiB")
@@ -156,6 +158,10 @@ def device_from_args(args: argparse.Namespace) -> str | GpuSpec | None:
     """``--gpu`` (a preset name), or a custom device from ``--bandwidth/--flops/--memory``."""
     custom = [args.bandwidth, args.flops, args.memory]
     if not any(custom):
+        if args.gpu == "cpu":  # this host, measured
+            from locust_llm.report.cpu_device import cpu_device
+
+            return cpu_device()
         return args.gpu
     if not all(custom):
         raise InputError("a custom device needs all of --bandwidth, --flops and --memory")
