@@ -218,12 +218,17 @@ def run_case(case: Case, work: Path) -> list[StageResult]:
     engine = built[-1]
     run_dir = virtual.write_run_dir(run, work / f"case{case.index}")
     report = build_report(load_run(run_dir), model=case.config.model, gpu=case.config.gpu)
+    return judge(report, engine.steps_seen, engine.requests_seen, case.index, case.describe())
+
+
+def judge(
+    report: Any, steps: list[dict], requests: list[dict], case: int, description: str
+) -> list[StageResult]:
+    """Each stage of ``report`` against the ground truth of the traces."""
     out = []
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
         lo = float(row["end_wall_s"]) - float(row["duration_s"])
-        truth = ground_truth(
-            engine.steps_seen, engine.requests_seen, start_s=lo, end_s=float(row["end_wall_s"])
-        )
+        truth = ground_truth(steps, requests, start_s=lo, end_s=float(row["end_wall_s"]))
         judged, why = True, ""
         if truth.requests < MIN_REQUESTS:
             judged, why = False, f"{truth.requests} requests in the window"
@@ -237,10 +242,9 @@ def run_case(case: Case, work: Path) -> list[StageResult]:
         q_err = math.nan
         if ttft > 0 and ours > 0:
             q_err = abs(float(row["queue_avg_s"]) / ours - truth.ttft_queue_s / ttft)
-        p_err = q_err  # queue + prefill = TTFT on both sides: the prefill share errs the same
         out.append(
             StageResult(
-                case=case.index,
+                case=case,
                 stage=int(row["stage"]),
                 label=truth.label,
                 cause=verdict.cause,
@@ -249,11 +253,62 @@ def run_case(case: Case, work: Path) -> list[StageResult]:
                 why_not=why,
                 contradiction=_phase_contradiction(verdict.cause, truth) if judged else "",
                 queue_err=q_err,
-                prefill_err=p_err,
-                description=case.describe(),
+                prefill_err=q_err,  # queue + prefill = TTFT on both sides
+                description=description,
             )
         )
     return out
+
+
+#: End-to-end configurations: (sim flags, run flags), each a short sweep through the real client.
+E2E_SIMS: tuple[tuple[str, ...], ...] = (
+    ("--model", "qwen2.5-0.5b", "--gpu", "a10", "--max-num-seqs", "4"),
+    ("--model", "qwen2.5-0.5b", "--gpu", "a10", "--max-num-seqs", "64"),
+    ("--model", "mistral-7b", "--gpu", "h100-sxm", "--max-num-seqs", "16"),
+    ("--model", "mistral-7b", "--gpu", "h100-sxm", "--num-gpu-blocks-override", "64"),
+    ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--max-num-batched-tokens", "2048"),
+)
+E2E_LOADS: tuple[tuple[str, ...], ...] = (
+    ("--concurrency", "2,8", "--stage-requests", "12,40"),
+    ("--concurrency", "4,24", "--stage-requests", "16,60"),
+    ("--rate", "2,12", "--stage-duration", "5"),
+    ("--concurrency", "1,16", "--stage-requests", "10,48"),
+)
+E2E_LENGTHS: tuple[tuple[str, ...], ...] = (
+    ("--input-len", "64", "--max-tokens", "uniform:16,48"),
+    ("--input-len", "1024", "--max-tokens", "16"),
+)
+
+
+def e2e_case(index: int, rng: random.Random) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(sim flags, run flags) of end-to-end run ``index``."""
+    sim = rng.choice(E2E_SIMS)
+    return sim, (*rng.choice(E2E_LOADS), *rng.choice(E2E_LENGTHS))
+
+
+def run_e2e(index: int, sim: tuple[str, ...], load: tuple[str, ...], work: Path) -> list:
+    """One real run: ``locust-llm sim`` with its traces, ``locust-llm run`` through the real
+    client (Locust), the report, each stage judged against the traces' ground truth."""
+    import subprocess
+
+    from locust_llm.demo import simulator
+    from locust_llm.sim.trace import read_trace
+
+    trace, steps = work / f"e2e{index}.trace", work / f"e2e{index}.steps"
+    run_dir = work / f"e2e{index}"
+    flags = [*sim, "--seed", str(index), "--trace", str(trace), "--step-trace", str(steps)]
+    with simulator(flags, work / f"e2e{index}.log") as url:
+        out = subprocess.run(
+            [sys.executable, "-m", "locust_llm.cli", "run", "--host", url, *load, "--workers",
+             "0", "--out", str(run_dir), "--quiet", "--stop-timeout", "5"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    if out.returncode not in (0, 3):
+        return [StageResult(index, -1, "", "", "", False, f"run failed: {out.stderr[-200:]}",
+                            "", math.nan, math.nan, " ".join((*sim, *load)))]  # fmt: skip
+    model, gpu = sim[1], sim[3]
+    report = build_report(load_run(run_dir), model=model, gpu=gpu)
+    return judge(report, read_trace(steps), read_trace(trace), index, " ".join((*sim, *load)))
 
 
 def run_matrix(runs: int, seed: int = 0) -> list[StageResult]:
@@ -299,7 +354,13 @@ def confusion(results: list[StageResult]) -> list[str]:
     return lines
 
 
-def write_markdown(results: list[StageResult], command: str, seconds: float, out: Path) -> None:
+def write_markdown(
+    results: list[StageResult],
+    command: str,
+    seconds: float,
+    out: Path,
+    e2e: list[StageResult] | None = None,
+) -> None:
     s = summary(results)
     skipped = Counter(r.why_not.split(":")[0].split(" names")[0] for r in results if not r.judged)
     misses = [r for r in results if r.judged and r.cause != r.label][:25]
@@ -342,6 +403,28 @@ def write_markdown(results: list[StageResult], command: str, seconds: float, out
         ),
         "",
     ]
+    if e2e:
+        t = summary(e2e)
+        lines += [
+            "## End to end through the real client",
+            "",
+            f"{len({r.case for r in e2e})} runs of `locust-llm sim --trace --step-trace` + "
+            "`locust-llm run` (Locust, one process) + the report, each stage judged against "
+            f"the traces: {t['stages']} stages, {t['judged']} judged, right limiting resource "
+            f"{t['right']} / {t['judged']} = {t['accuracy']:.1%}, {t['contradictions']} phase "
+            f"contradictions, TTFT split within 10%: {t['split_within_10pct']:.1%}.",
+            "",
+            *confusion(e2e),
+            "",
+            *(
+                f"- run {r.case} stage {r.stage}: {r.label} -> {r.cause} ({r.kind}); "
+                f"{r.description}"
+                for r in e2e
+                if r.judged and r.cause != r.label
+            ),
+            *(f"- run {r.case}: {r.why_not}" for r in e2e if r.stage < 0),
+            "",
+        ]
     out.write_text("\n".join(lines))
 
 
@@ -349,13 +432,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=80)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--e2e", type=int, default=0, help="end-to-end runs (real client)")
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     results = run_matrix(args.runs, args.seed)
     command = f".venv/bin/python bench/verdict_accuracy.py --runs {args.runs} --seed {args.seed}"
-    write_markdown(results, command, time.perf_counter() - t0, args.out)
-    print(summary(results))
+    e2e: list[StageResult] = []
+    if args.e2e:
+        command += f" --e2e {args.e2e}"
+        rng = random.Random(args.seed)
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.e2e):
+                sim, load = e2e_case(i, rng)
+                e2e += run_e2e(i, sim, load, Path(tmp))
+                print(f"e2e {i}: {summary(e2e)}", flush=True)
+    write_markdown(results, command, time.perf_counter() - t0, args.out, e2e)
+    print(summary(results), summary(e2e) if e2e else "")
     return 0
 
 
