@@ -205,7 +205,13 @@ def build_report(
     rows = table.to_dict("records")
     verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(run.info.extra))
     over = [int(r["stage"]) for r, v in zip(rows, verdicts, strict=True) if v.kind == "overloaded"]
-    knee = find_knee(rows, slo=slo, thresholds=thresholds, overloaded=over)
+    knee = find_knee(
+        rows,
+        slo=slo,
+        thresholds=thresholds,
+        overloaded=over,
+        model=floors.model if floors else None,
+    )
     overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
     overall = _client_warning_verdict(overall, rows, run.warnings)
     arrays = request_arrays(run.requests)

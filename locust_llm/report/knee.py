@@ -31,6 +31,7 @@ from typing import Any
 
 from locust_llm.report.fmt import is_num, load_label, ms, num, ratio
 from locust_llm.report.tables import Slo
+from locust_llm.roofline import ModelSpec
 from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
 
@@ -120,6 +121,28 @@ def _classify(gain: float, efficiency: float, thresholds: Thresholds) -> str:
     return "flattening"
 
 
+def moe_expected_gain(model: ModelSpec, lo_batch: float, hi_batch: float) -> float:
+    """Decode throughput ratio the weight reads alone allow from ``lo_batch`` to ``hi_batch``
+    for an MoE model: batch / bytes read per step (experts touched grow with the batch)."""
+    lo, hi = max(1, round(lo_batch)), max(1, round(hi_batch))
+    per_step = [model.params_read(b) for b in (lo, hi)]
+    return (hi / per_step[1]) / (lo / per_step[0])
+
+
+def _moe_class(
+    model: ModelSpec | None, lo: Mapping[str, Any], hi: Mapping[str, Any], gain: float, cls: str
+) -> str:
+    """``moe`` for a flattening step an MoE model's expert reads explain (gain at least 80% of
+    what they allow, the batch still growing); else ``cls``."""
+    if model is None or not model.num_experts or cls != "flattening":
+        return cls
+    batch = [_f(r, "running") if _f(r, "running") > 0 else _load(r) for r in (lo, hi)]
+    if not (batch[1] > batch[0] > 0):
+        return cls
+    expected = moe_expected_gain(model, batch[0], batch[1])
+    return "moe" if gain >= 0.8 * expected else cls
+
+
 def _latency_words(r: float) -> str:
     if r >= 2:
         return f"latency explodes (P99 {ratio(r)})"
@@ -137,6 +160,11 @@ def _phrase(group: list[Step]) -> str:
     cls = first.cls
     if cls == "linear":
         return f"{span} scales linearly ({qps})"
+    if cls == "moe":
+        return (
+            f"{span} throughput grows sublinearly ({qps}, {ratio(gain)}) as an MoE model's "
+            "does while each step reads more experts: not the limit"
+        )
     if cls == "flattening":
         return (
             f"{span} throughput flattens ({qps}, {ratio(gain)}) while {_latency_words(lat)}: "
@@ -153,6 +181,7 @@ def find_knee(
     slo: Slo | None = None,
     thresholds: Thresholds = Thresholds(),
     overloaded: Sequence[int] = (),
+    model: ModelSpec | None = None,
 ) -> Knee:
     """Classify the sweep's steps and pick the best range and the cap (module docstring);
     stages in ``overloaded`` (their verdict says so) are never the cap."""
@@ -192,7 +221,7 @@ def find_knee(
                 lr,
                 eff,
                 lat,
-                _classify(gain, eff, thresholds),
+                _moe_class(model, lo, hi, gain, _classify(gain, eff, thresholds)),
                 _f(lo, "qps"),
                 _f(hi, "qps"),
                 _f(lo, "latency_p99_s"),
@@ -252,7 +281,7 @@ def find_knee(
         cap_ix = cap
     knee_ix = 0
     for i, step in enumerate(steps, start=1):
-        if step.cls != "linear":
+        if step.cls not in ("linear", "moe"):
             break
         knee_ix = i
     groups: list[list[Step]] = []
@@ -280,7 +309,7 @@ def find_knee(
             f"no {unit} meets the SLOs; lower the load or fix the server",
             tuple(notes),
         )
-    if steps[-1].cls == "linear":
+    if steps[-1].cls in ("linear", "moe"):
         notes.append(
             f"still scaling at the highest {unit} ({_label(dedup[-1])}): the knee lies "
             "above it; extend the sweep"
