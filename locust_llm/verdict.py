@@ -418,15 +418,6 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
             f"KV space; ~{num(ctx.v('kv_capacity_seqs'), 0)} sequences fit at the observed "
             "context"
         )
-    waiting = ctx.server_v("waiting")
-    limit_unknown = math.isnan(ctx.max_num_seqs()) and math.isnan(ctx.slots())
-    if limit_unknown and waiting >= 1 and running_max > 0 and kv_max < th.saturated_kv:
-        # a standing queue while KV space is left, and the server never said its batch limit:
-        # the batch has a limit of about its peak (max-num-seqs / llama.cpp --parallel)
-        return "batch_limit_admission", (
-            f"{num(waiting)} waiting while the batch peaks at {num(running_max)} running with the "
-            f"KV cache at {pct(kv_max)}: a batch or slot limit of about {num(running_max, 0)}"
-        )
     prev = ctx.lower
     if prev is not None and running_max > 0 and math.isnan(kv_max):
         prev_max = _v(prev, "running_max")
