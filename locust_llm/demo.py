@@ -56,6 +56,7 @@ DEMO_SIM_ARGS = [
 #: -> the run/demo flag's dest); every other ``--llm-*`` option is accepted by ``run`` as it is.
 SWEEP_FLAG_FOR: dict[str, str] = {
     "concurrency": "concurrency",
+    "rate": "rate",
     "stage-requests": "stage_requests",
     "stage-duration": "stage_duration",
     "max-tokens": "max_tokens",
@@ -112,6 +113,12 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         ("dataset", "random", "random, openqa or a file"),
     ]  # fmt: skip
     _add_llm_backed(parser, sweep, use_env=env)
+    parser.add_argument(
+        "--rate",
+        default="",
+        help="open loop instead: request rates per stage (req/s), e.g. 1,2,4,8 (needs "
+        "--stage-duration)",
+    )
     parser.add_argument(
         "--workers",
         type=int,
@@ -474,9 +481,11 @@ def _follow(
 
 
 def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
+    if args.rate and not args.stage_duration:
+        raise InputError("--rate: open-loop stages need --stage-duration (seconds per stage)")
+    load = ["--llm-rate", args.rate] if args.rate else ["--llm-concurrency", args.concurrency]
     out = [
-        "--llm-concurrency",
-        args.concurrency,
+        *load,
         "--llm-max-tokens",
         str(args.max_tokens),
         "--llm-dataset",
@@ -532,6 +541,8 @@ def sweep_description(args: argparse.Namespace) -> str:
         if args.stage_duration
         else f"{args.stage_requests} requests per stage"
     )
+    if args.rate:
+        return f"rate {args.rate} req/s, {per_stage}"
     return f"concurrency {args.concurrency}, {per_stage}"
 
 
@@ -578,7 +589,7 @@ def run_demo(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             quiet=args.quiet,
             stage_durations_s=stage_durations(args.stage_duration),
-            stages=len(args.concurrency.split(",")),
+            stages=len((args.rate or args.concurrency).split(",")),
         )
     finished = _finish(code, run_dir, args.slo, args.model, args.gpu)
     # the demo shows alerts but is not a gate: exit 3 (alerts fired) is for `run` and `report`
@@ -616,6 +627,6 @@ def run_run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         env=env,
         stage_durations_s=stage_durations(args.stage_duration),
-        stages=len(args.concurrency.split(",")),
+        stages=len((args.rate or args.concurrency).split(",")),
     )
     return _finish(code, run_dir, args.slo, args.roofline_model, args.roofline_gpu)

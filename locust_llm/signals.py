@@ -41,6 +41,14 @@ signal              unit      GPU   over GPUs  over inst.  meaning
 ``worker_cpu_util`` ratio     no    -          max         a Locust worker's CPU ratio (source =
                                                            worker id); the busiest one counts
 ``scrape_up``       ratio     no    -          min         1 scraped and parsed, 0 failed
+``phase_queue_s``   seconds   no    -          sum         cumulative: summed per-request queue
+                                                           time (arrival -> first scheduled) of
+                                                           finished requests
+``phase_prefill_s`` seconds   no    -          sum         cumulative: summed prefill time (first
+                                                           scheduled -> first token)
+``phase_decode_s``  seconds   no    -          sum         cumulative: summed decode time (first
+                                                           token -> last token)
+``phase_requests``  count     no    -          sum         cumulative: requests those sums cover
 ==================  ========  ====  =========  ==========  =====================================
 
 Adding a signal is one :func:`register_signal` call; a vocabulary then maps metrics onto it.
@@ -198,4 +206,21 @@ _builtin(
 _builtin(
     SCRAPE_UP, "ratio", "1 = target scraped and parsed, 0 = scrape failed (a gap)",
     over_instances="min",
+)  # fmt: skip
+# per-request phase histograms (vLLM's request_*_time_seconds, TGI's request_queue_duration):
+# their _sum and _count, so a stage's increase / requests' increase is the phase's mean
+for _phase, _what in (
+    ("queue", "arrival -> first scheduled"),
+    ("prefill", "first scheduled -> first token"),
+    ("decode", "first token -> last token"),
+):
+    _builtin(
+        f"phase_{_phase}_s", "seconds",
+        f"server: summed per-request {_phase} time ({_what}) of finished requests, cumulative",
+        over_instances="sum", cumulative=True,
+    )  # fmt: skip
+_builtin(
+    "phase_requests", "count",
+    "server: finished requests the phase sums cover (the histogram's _count), cumulative",
+    over_instances="sum", cumulative=True,
 )  # fmt: skip

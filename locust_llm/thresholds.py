@@ -28,7 +28,8 @@ class Thresholds:
 
     # -- alerts (strictly above fires) ------------------------------------------------------
     gpu_mem: float | None = 0.90  # peak GPU memory used / total
-    gpu_util: float | None = 0.95  # mean GPU busy ratio
+    gpu_util: float | None = 0.95  # mean GPU busy ratio (a warning unless gpu_util_fails)
+    gpu_util_fails: bool = False  # GPU utilization above gpu_util fails the run (exit 3)
     ttft: float | None = None  # P99 TTFT, seconds
     tpot: float | None = None  # P99 TPOT, seconds
     e2e: float | None = None  # P99 end-to-end latency, seconds
@@ -46,10 +47,18 @@ class Thresholds:
     flat_gain: float = 1.02  # throughput ratio over the lower stage at most this: flat
     latency_climb: float = 1.25  # P99 ratio at least this: latency climbs
     open_loop_shortfall: float = 0.90  # achieved / offered rate below this: overloaded
+    queue_share: float = 0.5  # queue time / TTFT at or above: requests wait for admission ...
+    queue_min_steps: float = 2.0  # ... when it is longer than this many mean decode steps
+    busy_share: float = 0.5  # GPU busy below this with no queue: under-loaded
+    slot_fill: float = 0.95  # peak batch at or above this share of its limit: the limit binds
+    budget_fill: float = 0.75  # prompt tokens per step / --max-num-batched-tokens: it binds
+    interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference
+    min_telemetry_samples: int = 3  # fewer server samples in a stage: its signals are not used
 
     # -- knee and cap -----------------------------------------------------------------------
     linear_efficiency: float = 0.5  # (gain - 1) / (load ratio - 1) at least this: linear
     flat_band: float = 0.02  # gain within this of 1: flat
+    open_loop_achieved: float = 0.95  # open loop: achieved / offered at least this for a cap
     min_gain: float = 0.05  # the cap needs at least this throughput gain per step ...
     latency_weight: float = 0.10  # ... and at least this share of the P99 increase
 

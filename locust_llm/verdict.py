@@ -1,52 +1,74 @@
-"""The bottleneck verdict: pure rules, stage table -> ``Verdict(kind, evidence, actions)``.
+"""The bottleneck verdict: an ordered registry of small rules, stage row -> :class:`Verdict`.
 
-Input is the per-stage table of ``locust_llm.report.tables`` as a list of mappings (one per stage,
-column name -> value; NaN = no data). Output is one :class:`Verdict` per stage and one overall.
-Every evidence string quotes the numbers it rests on; every action comes from the source
-document's remedy lists, with vLLM flag names. No I/O, no pandas.
+Input is the per-stage table of :mod:`locust_llm.report.tables` as mappings (one per stage,
+column -> value; NaN = no data), with the time split (:mod:`locust_llm.report.decompose`) and
+the resource model (:mod:`locust_llm.report.resources`). Pure: no I/O, no pandas.
 
-Per-stage rules, first match wins (thresholds are fields of the shared
-:class:`locust_llm.thresholds.Thresholds`):
+A verdict has two names: ``kind``, the source document's bottleneck vocabulary (prefill /
+decode / OOM / low concurrency, plus overloaded, client-bound, errors, insufficient data), and
+``cause``, the limiting resource and mechanism (:data:`CAUSES`, the labels of
+:mod:`locust_llm.sim.labels` so the simulator's ground truth can judge it). It states the
+requests and telemetry samples it used and a confidence: ``high`` (server telemetry and the
+roofline), ``medium`` (one of them), ``low`` (client-side evidence only, which it says).
 
-1. ``insufficient_data``: fewer than ``min_requests`` requests in the stage, unless every one
-   failed above the error-rate threshold (a dead server): then rule 4 says ``errors``.
-2. ``memory_oom``: any request failed with error kind ``oom``.
-3. ``client_bound``: a Locust worker's CPU peaked at or above ``client_cpu``.
-4. ``errors``: error rate above ``error_rate`` (off when it is ``None``).
-5. ``insufficient_data``: no server telemetry (none of GPU utilization, DRAM bandwidth, KV-cache
-   usage, running) in the stage: the cause cannot be told from client timings alone (they are
-   quoted: QPS, E2E, TTFT, TPOT, and the overload test on them).
-6. ``overloaded``: past the knee. Throughput gain over the next-lower load at most ``flat_gain``
-   while P99 latency rose at least ``latency_climb``; or a standing queue (waiting >= 1 and >=
-   half the batch) with the KV cache at ``saturated_kv`` or preempting; or, open loop, achieved
-   QPS below ``open_loop_shortfall`` of the offered rate.
-7. ``low_concurrency``: no queue (mean waiting below ``no_queue_waiting``; or below one request
-   and below ``no_queue_share`` of the batch: requests only waiting for the next step to admit
-   them) and the batch (running) at most ``low_batch_fraction`` of its limit: ``max_num_seqs``
-   when known, else the KV capacity implied by running / KV-cache usage; with neither, GPU
-   utilization below 50%.
-8. ``prefill_bound`` / ``decode_bound``: saturated (GPU utilization >= ``saturated_gpu_util``,
-   DRAM or model bandwidth utilization >= ``saturated_bw_util``, KV cache >= ``saturated_kv``,
-   or a queue) and TTFT's share of E2E latency >= ``prefill_share`` (prefill) or below (decode).
-9. ``healthy``: none of the above.
+Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``check`` returns a
+:class:`Finding` or None (thresholds: :class:`locust_llm.thresholds.Thresholds`):
 
-Overall: the first stage that is ``memory_oom`` or ``client_bound``; otherwise the verdict of the
-highest-load stage with enough data (when that one is ``overloaded``, the verdict at the
-recommended cap is quoted beside it); ``locust_llm.report.build`` also makes it ``client_bound``
-when run.json carries Locust's own CPU warning that no stage window caught. A soak stage's drift
-verdict (``unstable``) comes from ``locust_llm.report.soak``.
+1. ``too_few_requests`` -> ``insufficient_data``: fewer than ``min_requests`` requests, unless
+   every one failed above the error-rate threshold (a dead server): then rule 4 says ``errors``.
+2. ``oom`` -> ``memory_oom``: a request failed with error kind ``oom``.
+3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU peaked at ``client_cpu`` or more.
+4. ``errors`` -> ``errors``: error rate above ``error_rate``.
+5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
+   at least ``queue_share`` of TTFT, or a standing queue (waiting >= 1 and >= half the batch).
+   The cause is ``kv_capacity_admission`` when the KV cache peaked at ``saturated_kv`` or
+   preempted, ``batch_limit_admission`` when the peak batch reached ``slot_fill`` of
+   max-num-seqs / the server's slots (or the batch stayed at one plateau while load grew).
+6. ``under_loaded`` -> ``low_concurrency``: no admission queue and the device busy less than
+   ``busy_share`` (GPU utilization); without a busy signal, throughput still scaling (gain over
+   the lower stage at least ``linear_efficiency`` of the load ratio's) - client-side.
+7. ``step_bound`` -> ``prefill_bound`` / ``decode_bound``: the resource model's step bound.
+   ``compute`` (MFU >= MBU): ``prefill_interference`` when requests spend longer decoding than
+   waiting for their first token and at least ``interference_prefill_share`` of the tokens
+   computed are prompt tokens; ``compute_bound_prefill`` when prompt tokens are at least half
+   and TTFT is the longer phase; else ``compute_bound_decode``. ``memory``:
+   ``bandwidth_bound_decode``.
+8. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
+   the server signals, and TTFT's share of E2E at ``prefill_share`` or more (prefill) or less.
+9. ``past_knee`` -> ``overloaded``: throughput flat (gain <= ``flat_gain``) while P99 climbs
+   (>= ``latency_climb``), or open loop achieving less than ``open_loop_shortfall`` of the
+   offered rate; cause from the step bound where known.
+10. ``nothing_saturated`` -> ``healthy`` (with server signals), else ``insufficient_data``.
+
+Server signals with fewer than ``min_telemetry_samples`` samples in the stage are not used:
+missing signals are never read as "not saturated".
+
+Overall: the first ``memory_oom`` or ``client_bound`` stage; otherwise the verdict of the
+highest-load stage with enough data (when ``overloaded``, the verdict at the recommended cap is
+quoted beside it). A soak stage's drift verdict (``unstable``) comes from
+:mod:`locust_llm.report.soak`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from locust_llm.metrics import ERROR_KINDS
+from locust_llm.registry import Registry
+from locust_llm.report.decompose import split_line
+from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
+from locust_llm.sim.labels import VERDICT_KINDS as CAUSE_KINDS
 from locust_llm.thresholds import Thresholds, error_rate_exceeded
+from locust_llm.verdict_actions import (
+    CAUSE_ACTIONS,
+    ERROR_ACTIONS,
+    KIND_ACTIONS,
+    with_values,
+)
 
 KINDS: tuple[str, ...] = (
     "prefill_bound",
@@ -61,68 +83,22 @@ KINDS: tuple[str, ...] = (
     "unstable",  # soak stages only: latency or throughput drifts
 )
 
+#: cause -> (the limiting resource as people read it, the source document's bottleneck).
+CAUSES: dict[str, tuple[str, str]] = {
+    "kv_capacity_admission": ("KV capacity", "OOM / memory"),
+    "batch_limit_admission": ("batch slots", "low concurrency (batch limit)"),
+    "under_loaded": ("none (under-loaded)", "low concurrency"),
+    "prefill_interference": ("compute (prefill chunks in decode steps)", "prefill"),
+    "compute_bound_prefill": ("compute (prefill)", "prefill"),
+    "compute_bound_decode": ("compute (decode)", "decode"),
+    "bandwidth_bound_decode": ("memory bandwidth (decode)", "decode"),
+}
+
+
 SERVER_SIGNALS: tuple[str, ...] = ("gpu_util", "dram_bw_util", "kv_cache_usage", "running")
 
-ACTIONS: dict[str, tuple[str, ...]] = {
-    "prefill_bound": (
-        "enable chunked prefill (--enable-chunked-prefill) and size --max-num-batched-tokens so "
-        "long prompts do not block short ones",
-        "make sure a FlashAttention backend is in use (O(n^2) attention dominates long prompts)",
-        "add compute: tensor parallelism (--tensor-parallel-size N)",
-        "reuse shared prompt prefixes (--enable-prefix-caching); cap input length "
-        "(--max-model-len)",
-    ),
-    "decode_bound": (
-        "quantize the weights (--quantization awq|gptq|fp8): fewer bytes read per token",
-        "compress the KV cache (--kv-cache-dtype fp8)",
-        "speculative decoding (--speculative-config) to emit several tokens per weight read",
-        "if TPOT breaks its SLO, lower --max-num-seqs (batch too large); prefer GQA models and "
-        "GPUs with more memory bandwidth",
-    ),
-    "memory_oom": (
-        "quantize the weights (--quantization awq|gptq|fp8) to free memory for the KV cache",
-        "raise --gpu-memory-utilization (e.g. 0.90 -> 0.95) if nothing else shares the GPU",
-        "lower --max-num-batched-tokens / --max-num-seqs, cap --max-model-len",
-        "compress the KV cache (--kv-cache-dtype fp8)",
-    ),
-    "low_concurrency": (
-        "the server has headroom: offer more load (more users) before sizing hardware",
-        "if production traffic is already this high, raise --max-num-seqs / "
-        "--max-num-batched-tokens so the scheduler batches more",
-        "check the engine runs continuous batching with PagedAttention (vLLM's default)",
-    ),
-    "overloaded": (
-        "cap concurrency at the recommended cap; queue or shed (HTTP 429) beyond it",
-        "scale out (more server instances) before load reaches this level",
-    ),
-    "client_bound": (
-        "add load-generator CPU: more Locust worker processes (--processes N) or hosts",
-        "lighten the locustfile (no heavy per-request Python work); rerun: this stage's "
-        "latencies include client delay",
-    ),
-    "errors": ("read the failures by kind below; fix them before reading performance numbers",),
-    "healthy": ("no change needed at this load",),
-    "insufficient_data": (
-        "scrape the server's /metrics and a GPU exporter (locust-llm gpu-exporter) during the "
-        "run, or pass --prometheus URL to the report",
-        "run longer stages so each holds enough requests",
-    ),
-    "unstable": (
-        "look for leaks or growing queues: KV-cache usage, preemptions and memory over time",
-        "rerun the soak at the recommended cap; scale out if the drift persists",
-    ),
-}
-
-ERROR_ACTIONS: dict[str, str] = {
-    "http_429": "http_429: the server or a gateway rate-limits; raise its limits or offer less",
-    "timeout": "timeout: requests outlive the client timeout; lower concurrency or raise it",
-    "http_5xx": "http_5xx: server errors; read the server log",
-    "http_4xx": "http_4xx: rejected requests (prompt too long? wrong model name?)",
-    "connect": "connect: the server refuses or drops connections (crashed? listen backlog?)",
-    "stream_broken": "stream_broken: streams cut mid-answer (server restarts, proxies)",
-    "bad_payload": "bad_payload: chunks not in the OpenAI shape; check the endpoint",
-    "oom": "oom: see memory_oom",
-}
+#: kind -> its actions, flag placeholders left empty (soak and build quote them directly).
+ACTIONS: dict[str, tuple[str, ...]] = {k: with_values(v, {}) for k, v in KIND_ACTIONS.items()}
 
 
 @dataclass(frozen=True)
@@ -133,32 +109,55 @@ class Verdict:
     evidence: tuple[str, ...]
     actions: tuple[str, ...]
     stage: int | None = None  # stage index; None for the run as a whole
+    cause: str = ""  # a CAUSES key; "" when the rule names no resource
+    rule: str = ""
+    requests: int = 0
+    telemetry_samples: int = 0
+    confidence: str = "low"
+    client_side: bool = False  # decided without server signals
+
+    @property
+    def resource(self) -> str:
+        """The limiting resource as people read it ("KV capacity"), or ""."""
+        return CAUSES[self.cause][0] if self.cause in CAUSES else ""
+
+    @property
+    def headline(self) -> str:
+        """``overloaded: KV capacity`` / ``decode_bound: memory bandwidth (decode)`` / kind."""
+        return f"{self.kind}: {self.resource}" if self.resource else self.kind
+
+    @property
+    def source_name(self) -> str:
+        """The source document's name for this bottleneck, or ""."""
+        if self.cause in CAUSES:
+            return CAUSES[self.cause][1]
+        return {"memory_oom": "OOM / memory", "low_concurrency": "low concurrency"}.get(
+            self.kind, ""
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
+            "cause": self.cause,
+            "resource": self.resource,
+            "source_bottleneck": self.source_name,
+            "rule": self.rule,
             "stage": self.stage,
+            "requests": self.requests,
+            "telemetry_samples": self.telemetry_samples,
+            "confidence": self.confidence,
+            "client_side": self.client_side,
             "evidence": list(self.evidence),
             "actions": list(self.actions),
         }
 
 
-def _v(row: Mapping[str, Any], key: str) -> float:
-    value = row.get(key, math.nan)
-    return float(value) if is_num(value) else math.nan
-
-
-def _has(row: Mapping[str, Any], key: str) -> bool:
-    return not math.isnan(_v(row, key))
+# -- what a rule sees -------------------------------------------------------------------------
 
 
 def _load(row: Mapping[str, Any]) -> float:
     c = _v(row, "concurrency")
     return c if not math.isnan(c) else _v(row, "rate")
-
-
-def _where(row: Mapping[str, Any]) -> str:
-    return f"at load {load_label(row.get('concurrency'), row.get('rate'))}"
 
 
 def _lower_neighbour(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Mapping | None:
@@ -175,99 +174,505 @@ def _lower_neighbour(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) 
     return max(lower, key=_load) if lower else None
 
 
-def batch_limit(row: Mapping[str, Any], max_num_seqs: int | None) -> tuple[float, str]:
-    """The batch the server could run: max_num_seqs, or the KV capacity running/usage implies."""
-    limits: list[tuple[float, str]] = []
-    if max_num_seqs:
-        limits.append((float(max_num_seqs), f"max-num-seqs {max_num_seqs}"))
-    running, kv = _v(row, "running"), _v(row, "kv_cache_usage")
-    if running > 0 and kv > 0:
-        cap = running / kv
-        limits.append((cap, f"KV capacity ~{num(cap, 0)} sequences (running / KV usage)"))
-    return min(limits) if limits else (math.nan, "")
+@dataclass(frozen=True)
+class Context:
+    """One stage as the rules see it: its row, all rows, the thresholds, the server's flags."""
+
+    row: Mapping[str, Any]
+    rows: Sequence[Mapping[str, Any]]
+    thresholds: Thresholds
+    server: Mapping[str, Any] = field(default_factory=dict)
+
+    def v(self, key: str) -> float:
+        """A numeric column (NaN when missing)."""
+        return _v(self.row, key)
+
+    def server_v(self, key: str) -> float:
+        """A server signal, NaN when it is missing or rests on too few samples."""
+        if not self.telemetry_ok:
+            return math.nan
+        return self.v(key)
+
+    @property
+    def telemetry_ok(self) -> bool:
+        samples = self.v("server_samples")
+        if math.isnan(samples):  # a table without the count: trust what is there
+            return any(not math.isnan(self.v(s)) for s in SERVER_SIGNALS)
+        return samples >= self.thresholds.min_telemetry_samples
+
+    @property
+    def where(self) -> str:
+        return f"at load {load_label(self.row.get('concurrency'), self.row.get('rate'))}"
+
+    @property
+    def lower(self) -> Mapping[str, Any] | None:
+        return _lower_neighbour(self.row, self.rows)
+
+    def max_num_seqs(self) -> float:
+        value = self.server.get("max_num_seqs")
+        return float(value) if is_num(value) and value > 0 else math.nan
+
+    def slots(self) -> float:
+        value = self.server.get("total_slots")
+        return float(value) if is_num(value) and value > 0 else math.nan
 
 
-def _phase(row: Mapping[str, Any], thresholds: Thresholds) -> tuple[str, str]:
-    """('prefill_bound' | 'decode_bound', evidence) from TTFT's share of E2E latency."""
-    ttft, e2e = _v(row, "ttft_avg_s"), _v(row, "latency_avg_s")
-    share = ttft / e2e if e2e > 0 else math.nan
-    tokens = (
-        f"; {num(_v(row, 'input_tokens_avg'), 0)} input / "
-        f"{num(_v(row, 'output_tokens_avg'), 0)} output tokens per request"
+@dataclass(frozen=True)
+class Finding:
+    """What a rule found: the kind, the cause, the evidence and extra actions."""
+
+    kind: str
+    evidence: tuple[str, ...]
+    cause: str = ""
+    extra_actions: tuple[str, ...] = ()
+    client_side: bool = False
+
+
+@dataclass(frozen=True)
+class VerdictRule:
+    """One verdict rule: ``check(context)`` -> a :class:`Finding`, or None to pass on."""
+
+    name: str
+    doc: str
+    check: Callable[[Context], Finding | None]
+
+
+RULES: Registry[VerdictRule] = Registry("verdict rule")
+
+
+def rule(name: str, doc: str) -> Callable[[Callable[[Context], Finding | None]], VerdictRule]:
+    """Register the decorated check as the next rule in order."""
+
+    def wrap(check: Callable[[Context], Finding | None]) -> VerdictRule:
+        return RULES.register(name, VerdictRule(name, doc, check))
+
+    return wrap
+
+
+# -- shared evidence --------------------------------------------------------------------------
+
+
+def _gain(ctx: Context) -> tuple[float, float, Mapping[str, Any] | None]:
+    """(throughput gain, load ratio) over the lower-load stage, and that stage."""
+    prev = ctx.lower
+    if prev is None or ctx.row.get("kind") == "soak":
+        return math.nan, math.nan, None
+    gain = ctx.v("qps") / _v(prev, "qps") if _v(prev, "qps") > 0 else math.nan
+    return gain, _load(ctx.row) / _load(prev), prev
+
+
+def _split_text(ctx: Context) -> str:
+    return split_line(ctx.row)
+
+
+def _queue_share(ctx: Context) -> float:
+    """Queue time / TTFT; 0 when the queue time is within ``queue_min_steps`` decode steps
+    (waiting for the step under way is not an admission queue)."""
+    ttft, queue = ctx.v("ttft_avg_s"), ctx.v("queue_avg_s")
+    if queue <= ctx.thresholds.queue_min_steps * ctx.v("tpot_avg_s"):
+        return 0.0
+    return queue / ttft if ttft > 0 else math.nan
+
+
+def _standing_queue(ctx: Context) -> bool:
+    waiting, running = ctx.server_v("waiting"), ctx.server_v("running")
+    return waiting >= 1 and waiting >= 0.5 * (running if running > 0 else 0)
+
+
+def _queued(ctx: Context) -> bool:
+    """Requests wait for admission: a standing queue, or queue time at least ``queue_share``
+    of TTFT unless the waiting gauge says nothing waits."""
+    if _standing_queue(ctx):
+        return True
+    if ctx.server_v("waiting") < ctx.thresholds.no_queue_waiting:
+        return False
+    return _queue_share(ctx) >= ctx.thresholds.queue_share
+
+
+def _resources_text(ctx: Context) -> str:
+    mfu, mbu = ctx.v("mfu"), ctx.v("mbu")
+    if math.isnan(mfu + mbu):
+        return ""
+    share = ctx.v("prefill_token_share")
+    return (
+        f"resource model {ctx.where}: MFU {pct(mfu)}, MBU {pct(mbu)} -> steps "
+        f"{ctx.row.get('step_bound')}-bound; prompt tokens {pct(share)} of tokens computed "
+        f"({num(ctx.v('input_tokens_avg'), 0)} in / {num(ctx.v('output_tokens_avg'), 0)} out)"
     )
-    if not math.isnan(share) and share >= thresholds.prefill_share:
-        text = (
-            f"TTFT avg {ms(ttft)} ms is {pct(share)} of E2E avg {ms(e2e)} ms "
-            f"(>= {pct(thresholds.prefill_share)}): prefill dominates{tokens}"
-        )
-        floor = _v(row, "ttft_floor_s")
-        if not math.isnan(floor):
-            text += f"; TTFT P50 {ms(_v(row, 'ttft_p50_s'))} ms vs roofline floor {ms(floor, 1)} ms"
-        return "prefill_bound", text
-    text = (
-        f"TTFT avg {ms(ttft)} ms is {pct(share)} of E2E avg {ms(e2e)} ms: decode dominates, "
-        f"TPOT avg {ms(_v(row, 'tpot_avg_s'), 1)} ms{tokens}"
+
+
+def _step_cause(ctx: Context) -> str:
+    """The cause the resource model's step bound names, or ""."""
+    bound = ctx.row.get("step_bound")
+    if bound == "memory":
+        return "bandwidth_bound_decode"
+    if bound != "compute":
+        return ""
+    th = ctx.thresholds
+    share = ctx.v("prefill_token_share")
+    decode_longer = ctx.v("decode_avg_s") > ctx.v("ttft_avg_s")
+    if decode_longer and share >= th.interference_prefill_share:
+        return "prefill_interference"
+    if share >= 0.5 and not decode_longer:
+        return "compute_bound_prefill"
+    return "compute_bound_decode"
+
+
+# -- the rules, in order ------------------------------------------------------------------------
+
+
+@rule("too_few_requests", "fewer than min_requests requests in the stage")
+def _too_few(ctx: Context) -> Finding | None:
+    requests = ctx.v("requests")
+    if requests >= ctx.thresholds.min_requests:
+        return None
+    if ctx.v("completed") == 0 and error_rate_exceeded(ctx.v("error_rate"), ctx.thresholds):
+        return None  # a dead server: the errors rule says so
+    n = num(requests if not math.isnan(requests) else 0)
+    return Finding(
+        "insufficient_data", (f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})",)
     )
-    floor = _v(row, "tpot_floor_s")
-    if not math.isnan(floor):
-        text += f"; roofline TPOT floor at this batch {ms(floor, 1)} ms"
-    return "decode_bound", text
 
 
-def _saturation(row: Mapping[str, Any], thresholds: Thresholds) -> list[str]:
-    """Evidence strings for each saturated resource (empty: nothing saturated)."""
-    found = []
-    if _v(row, "gpu_util") >= thresholds.saturated_gpu_util:
-        found.append(
-            f"GPU utilization {pct(_v(row, 'gpu_util'))} >= {pct(thresholds.saturated_gpu_util)}"
-        )
+@rule("oom", "a request failed with out-of-memory")
+def _oom(ctx: Context) -> Finding | None:
+    oom, requests = ctx.v("error_rate_oom"), ctx.v("requests")
+    if not oom > 0:
+        return None
+    evidence = [
+        f"{pct(oom, 1)} of requests {ctx.where} failed with out-of-memory "
+        f"({num(round(oom * requests))} of {num(requests)})"
+    ]
     for key, label in (
-        ("dram_bw_util", "DRAM bandwidth utilization"),
-        ("model_bw_util", "model bandwidth utilization (roofline / TPOT)"),
+        ("gpu_mem_util_max", "GPU memory peaked at"),
+        ("kv_cache_usage_max", "KV cache peaked at"),
     ):
-        if _v(row, key) >= thresholds.saturated_bw_util:
-            found.append(f"{label} {pct(_v(row, key))} >= {pct(thresholds.saturated_bw_util)}")
-    if _v(row, "kv_cache_usage_max") >= thresholds.saturated_kv:
-        found.append(f"KV cache peaked at {pct(_v(row, 'kv_cache_usage_max'))}")
-    if _v(row, "waiting") >= 1:
-        found.append(f"{num(_v(row, 'waiting'))} requests waiting on average")
+        if not math.isnan(ctx.v(key)):
+            evidence.append(f"{label} {pct(ctx.v(key))}")
+    return Finding("memory_oom", tuple(evidence))
+
+
+@rule("client_cpu", "a Locust worker's CPU peaked at client_cpu or more")
+def _client(ctx: Context) -> Finding | None:
+    cpu = ctx.v("worker_cpu_max")
+    if not cpu >= ctx.thresholds.client_cpu:
+        return None
+    who = ctx.row.get("worker_cpu_max_id") or "a worker"
+    return Finding(
+        "client_bound",
+        (
+            f"Locust worker {who} CPU peaked at {pct(cpu)} {ctx.where} "
+            f"(>= {pct(ctx.thresholds.client_cpu)}): the load generator, not the server, "
+            "limits this stage",
+        ),
+    )
+
+
+@rule("errors", "error rate above error_rate")
+def _errors(ctx: Context) -> Finding | None:
+    rate, limit = ctx.v("error_rate"), ctx.thresholds.error_rate
+    if limit is None or not error_rate_exceeded(rate, ctx.thresholds):
+        return None
+    kinds = [(k, ctx.v(f"error_rate_{k}")) for k in ERROR_KINDS]
+    kinds = [(k, r) for k, r in kinds if r > 0]
+    detail = ", ".join(f"{k} {pct(r, 1)}" for k, r in kinds)
+    return Finding(
+        "errors",
+        (f"error rate {pct(rate, 1)} {ctx.where} > {pct(limit)} ({detail})",),
+        extra_actions=tuple(ERROR_ACTIONS[k] for k, _ in kinds if k in ERROR_ACTIONS),
+    )
+
+
+def _kv_full(ctx: Context) -> bool:
+    """The KV cache cannot take one more sequence: usage at ``saturated_kv``, or within one
+    sequence's share of the capacity, or a preemption."""
+    kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
+    seqs = ctx.v("kv_capacity_seqs")
+    room = 1.0 - 1.0 / seqs if seqs >= 1 else ctx.thresholds.saturated_kv
+    return kv_max >= min(ctx.thresholds.saturated_kv, room) or pre > 0
+
+
+def _slots_bind(ctx: Context, limit: float) -> bool:
+    """The batch limit holds requests back: the batch reached it while more were asked for
+    (closed loop: more users than slots; else running + waiting beyond it)."""
+    running_max = ctx.server_v("running_max")
+    demand = ctx.v("concurrency")
+    if math.isnan(demand):
+        demand = running_max + ctx.server_v("waiting_max")
+    return demand > limit and (
+        running_max >= ctx.thresholds.slot_fill * limit or ctx.server_v("waiting") >= 1
+    )
+
+
+def _admission_blocker(ctx: Context) -> tuple[str, str]:
+    """(cause, evidence) of what holds the queued requests back; ("", "") when unknown."""
+    th = ctx.thresholds
+    kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
+    running_max = ctx.server_v("running_max")
+    for limit, label in ((ctx.max_num_seqs(), "max-num-seqs"), (ctx.slots(), "server slots")):
+        if not limit >= ctx.v("kv_capacity_seqs") and _slots_bind(ctx, limit):
+            return "batch_limit_admission", (
+                f"batch peaked at {num(running_max)} running of {label} {num(limit)} with the KV "
+                f"cache at {pct(kv_max)}: requests wait for a batch slot"
+            )
+    if _kv_full(ctx):
+        return "kv_capacity_admission", (
+            f"KV cache peaked at {pct(kv_max)} ({num(pre, 0)} preemptions): sequences wait for "
+            f"KV space; ~{num(ctx.v('kv_capacity_seqs'), 0)} sequences fit at the observed "
+            "context"
+        )
+    prev = ctx.lower
+    if prev is not None and running_max > 0 and math.isnan(kv_max):
+        prev_max = _v(prev, "running_max")
+        if prev_max >= th.slot_fill * running_max and _load(ctx.row) > _load(prev):
+            return "batch_limit_admission", (
+                f"the batch stays at {num(running_max)} running while load grows "
+                f"({load_label(prev.get('concurrency'), prev.get('rate'))} -> "
+                f"{load_label(ctx.row.get('concurrency'), ctx.row.get('rate'))}) and no KV "
+                "signal: a slot or batch limit of about that size"
+            )
+    return "", ""
+
+
+def _token_budget_text(ctx: Context) -> str:
+    """Evidence that prompts queue for the step's token budget (prefill compute), or ""."""
+    budget = ctx.server.get("max_num_batched_tokens")
+    if not is_num(budget) or _step_cause(ctx) != "compute_bound_prefill":
+        return ""
+    per_step = ctx.v("qps") * ctx.v("input_tokens_avg") * ctx.v("tpot_avg_s")
+    if not per_step >= ctx.thresholds.budget_fill * budget:
+        return ""
+    return (
+        f"{_resources_text(ctx)}; ~{num(per_step, 0)} prompt tokens per step of a "
+        f"{num(budget)}-token budget (--max-num-batched-tokens): prompts queue for prefill "
+        "compute"
+    )
+
+
+@rule("admission", "requests wait for admission (queue time or a standing queue)")
+def _admission(ctx: Context) -> Finding | None:
+    share = _queue_share(ctx)
+    if not _queued(ctx):
+        return None
+    cause, blocker = _admission_blocker(ctx)
+    budget = _token_budget_text(ctx)
+    if cause != "batch_limit_admission" and budget:
+        cause, blocker = "compute_bound_prefill", budget
+    if not cause:
+        return None  # a queue without a binding admission limit: the steps are the limit
+    evidence = [
+        _split_text(ctx) + f": queue is {pct(share)} of TTFT",
+        f"standing queue: {num(ctx.server_v('waiting'))} waiting vs "
+        f"{num(ctx.server_v('running'))} running on average",
+        blocker,
+    ]
+    return Finding("overloaded", tuple(e for e in evidence if e), cause)
+
+
+@rule("under_loaded", "no admission queue and the device busy less than busy_share")
+def _under(ctx: Context) -> Finding | None:
+    th = ctx.thresholds
+    if _queued(ctx):
+        return None
+    busy = ctx.server_v("gpu_util")
+    if not math.isnan(busy):
+        if busy >= th.busy_share:
+            return None
+        return Finding(
+            "low_concurrency",
+            (
+                f"GPU busy {pct(busy)} {ctx.where} (< {pct(th.busy_share)}) with no admission "
+                f"queue ({num(ctx.server_v('waiting'))} waiting)",
+                f"QPS {num(ctx.v('qps'))}, E2E avg {ms(ctx.v('latency_avg_s'))} ms",
+            ),
+            "under_loaded",
+        )
+    gain, load_ratio, prev = _gain(ctx)
+    if prev is None or not load_ratio > 1:
+        return None
+    if (gain - 1) / (load_ratio - 1) < th.linear_efficiency:
+        return None
+    # throughput scales, but whether the device idles is unknown: the step bound, where the
+    # resource model gives one, names what each step waits on
+    evidence = [
+        f"no GPU busy signal {ctx.where}; client-side: throughput still scales, QPS "
+        f"{num(_v(prev, 'qps'))} -> {num(ctx.v('qps'))} ({ratio(gain)}) for load "
+        f"{ratio(load_ratio)}",
+        _resources_text(ctx),
+    ]
+    return Finding(
+        "low_concurrency",
+        tuple(e for e in evidence if e),
+        _step_cause(ctx) or "under_loaded",
+        client_side=True,
+    )
+
+
+@rule("small_batch", "no queue and the batch at most low_batch_fraction of its limit")
+def _small(ctx: Context) -> Finding | None:
+    small = _small_batch(ctx)
+    if not small:
+        return None
+    evidence = [small, _resources_text(ctx), _split_text(ctx)]
+    busy = ctx.server_v("gpu_util")
+    if not math.isnan(busy):
+        evidence.append(f"GPU busy {pct(busy)}: busy, but more load would still add throughput")
+    return Finding("low_concurrency", tuple(e for e in evidence if e), _step_cause(ctx))
+
+
+@rule("step_bound", "the resource model names what sets the step time")
+def _step(ctx: Context) -> Finding | None:
+    cause = _step_cause(ctx)
+    if not cause:
+        return None
+    evidence = [_resources_text(ctx), _split_text(ctx)]
+    decode, ttft = ctx.v("decode_avg_s"), ctx.v("ttft_avg_s")
+    evidence.append(
+        f"decode {ms(decode)} ms vs TTFT {ms(ttft)} ms per request; TPOT avg "
+        f"{ms(ctx.v('tpot_avg_s'), 1)} ms (floor {ms(ctx.v('tpot_floor_s'), 1)} ms), ITL P99 "
+        f"{ms(ctx.v('itl_p99_s'), 1)} ms"
+    )
+    busy = ctx.server_v("gpu_util")
+    if not math.isnan(busy):
+        evidence.append(f"GPU busy {pct(busy)}")
+    return Finding(
+        CAUSE_KINDS[cause],
+        tuple(e for e in evidence if e),
+        cause,
+        client_side=not ctx.telemetry_ok,
+    )
+
+
+def _small_batch(ctx: Context) -> str:
+    """Evidence that the batch is at most ``low_batch_fraction`` of its limit with no queue."""
+    if _queued(ctx):
+        return ""
+    running = ctx.server_v("running")
+    limits = [
+        (ctx.max_num_seqs(), "max-num-seqs"),
+        (ctx.slots(), "server slots"),
+        (ctx.v("kv_capacity_seqs"), "KV capacity at the observed context"),
+    ]
+    known = [(v, name) for v, name in limits if v > 0]
+    if not known or not running > 0:
+        return ""
+    limit, name = min(known)
+    if running > ctx.thresholds.low_batch_fraction * limit:
+        return ""
+    return (
+        f"batch {num(running)} running {ctx.where} is {pct(running / limit)} of its limit "
+        f"({name} {num(limit, 0)}), <= {pct(ctx.thresholds.low_batch_fraction)}; no queue: "
+        f"{num(ctx.server_v('waiting'))} waiting: the server has headroom"
+    )
+
+
+def _saturation(ctx: Context) -> list[str]:
+    th, found = ctx.thresholds, []
+    if ctx.server_v("gpu_util") >= th.saturated_gpu_util:
+        found.append(
+            f"GPU utilization {pct(ctx.server_v('gpu_util'))} >= {pct(th.saturated_gpu_util)}"
+        )
+    if ctx.server_v("dram_bw_util") >= th.saturated_bw_util:
+        found.append(f"DRAM bandwidth utilization {pct(ctx.server_v('dram_bw_util'))}")
+    if ctx.server_v("kv_cache_usage_max") >= th.saturated_kv:
+        found.append(f"KV cache peaked at {pct(ctx.server_v('kv_cache_usage_max'))}")
+    if ctx.server_v("waiting") >= 1:
+        found.append(f"{num(ctx.server_v('waiting'))} requests waiting on average")
     return found
 
 
-def _overload(
-    row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], thresholds: Thresholds
-) -> list[str]:
-    """Evidence that the stage is past the knee (empty: it is not)."""
-    found = []
-    prev = _lower_neighbour(row, rows)
-    if prev is not None and row.get("kind") != "soak":
-        gain = _v(row, "qps") / _v(prev, "qps") if _v(prev, "qps") > 0 else math.nan
+@rule("phase_share", "no roofline: saturated, and TTFT's share of E2E names the phase")
+def _phase(ctx: Context) -> Finding | None:
+    saturated = _saturation(ctx)
+    if not saturated:
+        return None
+    ttft, e2e = ctx.v("ttft_avg_s"), ctx.v("latency_avg_s")
+    share = ttft / e2e if e2e > 0 else math.nan
+    prefill = share >= ctx.thresholds.prefill_share
+    text = (
+        f"TTFT avg {ms(ttft)} ms is {pct(share)} of E2E avg {ms(e2e)} ms: "
+        f"{'prefill' if prefill else 'decode'} dominates (no roofline: give --model and a "
+        f"device for the resource model); TPOT avg {ms(ctx.v('tpot_avg_s'), 1)} ms"
+    )
+    return Finding("prefill_bound" if prefill else "decode_bound", (*saturated, text))
+
+
+@rule("past_knee", "throughput flat while P99 climbs, or open loop short of the offered rate")
+def _knee(ctx: Context) -> Finding | None:
+    th, found = ctx.thresholds, []
+    gain, _, prev = _gain(ctx)
+    if prev is not None:
         climb = (
-            _v(row, "latency_p99_s") / _v(prev, "latency_p99_s")
+            ctx.v("latency_p99_s") / _v(prev, "latency_p99_s")
             if _v(prev, "latency_p99_s") > 0
             else math.nan
         )
-        if gain <= thresholds.flat_gain and climb >= thresholds.latency_climb:
+        if gain <= th.flat_gain and climb >= th.latency_climb:
             found.append(
                 f"from load {load_label(prev.get('concurrency'), prev.get('rate'))} to "
-                f"{load_label(row.get('concurrency'), row.get('rate'))} QPS went "
-                f"{num(_v(prev, 'qps'))} -> {num(_v(row, 'qps'))} ({ratio(gain)}) while P99 "
+                f"{load_label(ctx.row.get('concurrency'), ctx.row.get('rate'))} QPS went "
+                f"{num(_v(prev, 'qps'))} -> {num(ctx.v('qps'))} ({ratio(gain)}) while P99 "
                 f"latency went {ms(_v(prev, 'latency_p99_s'))} -> "
-                f"{ms(_v(row, 'latency_p99_s'))} ms ({ratio(climb)})"
+                f"{ms(ctx.v('latency_p99_s'))} ms ({ratio(climb)})"
             )
-    waiting, running = _v(row, "waiting"), _v(row, "running")
-    kv_full = _v(row, "kv_cache_usage_max") >= thresholds.saturated_kv or _v(row, "preemptions") > 0
-    if waiting >= 1 and waiting >= 0.5 * (running if running > 0 else 0) and kv_full:
-        found.append(
-            f"standing queue: {num(waiting)} waiting vs {num(running)} running, KV cache max "
-            f"{pct(_v(row, 'kv_cache_usage_max'))}, {num(_v(row, 'preemptions'), 0)} preemptions"
-        )
-    rate, qps = _v(row, "rate"), _v(row, "qps")
-    if rate > 0 and qps < thresholds.open_loop_shortfall * rate:
+    rate, qps = ctx.v("rate"), ctx.v("qps")
+    if rate > 0 and qps < th.open_loop_shortfall * rate:
         found.append(
             f"achieved {num(qps, 2)} req/s of {num(rate, 2)} req/s offered ({pct(qps / rate)})"
         )
-    return found
+    if not found:
+        return None
+    split = _split_text(ctx)
+    return Finding(
+        "overloaded",
+        tuple([*found, *([split] if split else [])]),
+        _step_cause(ctx),
+        client_side=not ctx.telemetry_ok,
+    )
+
+
+@rule("nothing_saturated", "server signals show nothing saturated (else: insufficient data)")
+def _nothing(ctx: Context) -> Finding | None:
+    if ctx.telemetry_ok:
+        return Finding(
+            "healthy",
+            (
+                f"nothing saturated {ctx.where}: GPU utilization "
+                f"{pct(ctx.server_v('gpu_util'))}, KV cache max "
+                f"{pct(ctx.server_v('kv_cache_usage_max'))}, {num(ctx.server_v('waiting'))} "
+                f"waiting; error rate {pct(ctx.v('error_rate'), 1)}",
+            ),
+        )
+    samples = ctx.v("server_samples")
+    missing = (
+        f"only {num(samples, 0)} server telemetry samples {ctx.where} (< "
+        f"{ctx.thresholds.min_telemetry_samples})"
+        if samples > 0
+        else f"no server telemetry {ctx.where} (none of {', '.join(SERVER_SIGNALS)})"
+    )
+    return Finding(
+        "insufficient_data",
+        (
+            f"{missing}: the bottleneck cannot be told from client timings",
+            f"client timings {ctx.where}: QPS {num(ctx.v('qps'))}, E2E avg "
+            f"{ms(ctx.v('latency_avg_s'))} ms (P99 {ms(ctx.v('latency_p99_s'))} ms), TTFT avg "
+            f"{ms(ctx.v('ttft_avg_s'))} ms, TPOT avg {ms(ctx.v('tpot_avg_s'), 1)} ms",
+        ),
+        client_side=True,
+    )
+
+
+# -- running the rules ------------------------------------------------------------------------
+
+
+def _confidence(ctx: Context, finding: Finding) -> str:
+    if finding.client_side or not ctx.telemetry_ok:
+        return "low"
+    if ctx.v("requests") < 4 * ctx.thresholds.min_requests:
+        return "low"
+    has_model = not math.isnan(ctx.v("mfu"))
+    server_split = ctx.row.get("ttft_split_source") == "server"
+    return "high" if has_model or server_split else "medium"
 
 
 def stage_verdict(
@@ -276,116 +681,45 @@ def stage_verdict(
     *,
     thresholds: Thresholds = Thresholds(),
     max_num_seqs: int | None = None,
+    server: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """The verdict for one stage; ``rows`` (all stages) give the lower-load neighbour."""
+    """The verdict for one stage: the first rule of :data:`RULES` that finds something."""
+    flags = dict(server or {})
+    if max_num_seqs:
+        flags.setdefault("max_num_seqs", max_num_seqs)
+    ctx = Context(row, rows or (row,), thresholds, flags)
     stage = int(row["stage"]) if is_num(row.get("stage")) else None
-    where = _where(row)
-
-    def verdict(kind: str, evidence: list[str], extra: Sequence[str] = ()) -> Verdict:
-        return Verdict(kind, tuple(evidence), (*ACTIONS[kind], *extra), stage)
-
-    requests = _v(row, "requests")
-    all_failed = _v(row, "completed") == 0 and error_rate_exceeded(
-        _v(row, "error_rate"), thresholds
-    )
-    if not requests >= thresholds.min_requests and not all_failed:
-        return verdict(
-            "insufficient_data",
-            [
-                f"{num(requests if not math.isnan(requests) else 0)} requests {where} "
-                f"(< {thresholds.min_requests})"
-            ],
-        )
-    oom = _v(row, "error_rate_oom")
-    if oom > 0:
-        evidence = [
-            f"{pct(oom, 1)} of requests {where} failed with out-of-memory "
-            f"({num(round(oom * requests))} of {num(requests)})"
-        ]
-        for key, label in (
-            ("gpu_mem_util_max", "GPU memory peaked at"),
-            ("kv_cache_usage_max", "KV cache peaked at"),
-        ):
-            if _has(row, key):
-                evidence.append(f"{label} {pct(_v(row, key))}")
-        return verdict("memory_oom", evidence)
-    cpu = _v(row, "worker_cpu_max")
-    if cpu >= thresholds.client_cpu:
-        who = row.get("worker_cpu_max_id") or "a worker"
-        return verdict(
-            "client_bound",
-            [
-                f"Locust worker {who} CPU peaked at {pct(cpu)} {where} "
-                f"(>= {pct(thresholds.client_cpu)}): the load generator, not the server, "
-                "limits this stage"
-            ],
-        )
-    rate, limit = _v(row, "error_rate"), thresholds.error_rate
-    if limit is not None and error_rate_exceeded(rate, thresholds):
-        kinds = [(k, _v(row, f"error_rate_{k}")) for k in ERROR_KINDS]
-        kinds = [(k, r) for k, r in kinds if r > 0]
-        detail = ", ".join(f"{k} {pct(r, 1)}" for k, r in kinds)
-        return verdict(
-            "errors",
-            [f"error rate {pct(rate, 1)} {where} > {pct(limit)} ({detail})"],
-            [ERROR_ACTIONS[k] for k, _ in kinds if k in ERROR_ACTIONS],
-        )
-    if not any(_has(row, s) for s in SERVER_SIGNALS):
-        evidence = [
-            f"no server telemetry {where} (none of {', '.join(SERVER_SIGNALS)}): "
-            "the bottleneck cannot be told from client timings",
-            f"client timings {where}: QPS {num(_v(row, 'qps'))}, E2E avg "
-            f"{ms(_v(row, 'latency_avg_s'))} ms (P99 {ms(_v(row, 'latency_p99_s'))} ms), "
-            f"TTFT avg {ms(_v(row, 'ttft_avg_s'))} ms, TPOT avg "
-            f"{ms(_v(row, 'tpot_avg_s'), 1)} ms",
-        ]
-        overload = _overload(row, rows, thresholds)
-        if overload:
-            evidence.append("client timings alone: " + "; ".join(overload))
-        return verdict("insufficient_data", evidence)
-    phase, phase_text = _phase(row, thresholds)
-    overload = _overload(row, rows, thresholds)
-    if overload:
-        return verdict(
-            "overloaded", [*overload, f"bottleneck phase: {phase_text}"], ACTIONS[phase][:2]
-        )
-    waiting, running = _v(row, "waiting"), _v(row, "running")
-    limit, limit_text = batch_limit(row, max_num_seqs)
-    no_queue = (
-        not waiting >= thresholds.no_queue_waiting  # NaN waiting: no queue reported
-        or waiting < min(1.0, thresholds.no_queue_share * running)
-    )
-    if no_queue:
-        if not math.isnan(limit) and running <= thresholds.low_batch_fraction * limit:
-            return verdict(
-                "low_concurrency",
-                [
-                    f"batch {num(running)} running {where} is {pct(running / limit)} of its limit "
-                    f"({limit_text}); <= {pct(thresholds.low_batch_fraction)}",
-                    f"no queue: {num(waiting)} waiting; KV cache max "
-                    f"{pct(_v(row, 'kv_cache_usage_max'))}",
-                    f"QPS {num(_v(row, 'qps'))}, E2E avg {ms(_v(row, 'latency_avg_s'))} ms",
-                ],
+    for r in RULES:
+        found = r.check(ctx)
+        if found is None:
+            continue
+        actions = CAUSE_ACTIONS.get(found.cause) or KIND_ACTIONS[found.kind]
+        if found.kind == "low_concurrency":
+            actions = CAUSE_ACTIONS["under_loaded"]
+        if found.kind == "overloaded" and found.cause:
+            actions = (*KIND_ACTIONS["overloaded"][:1], *actions)
+        evidence = found.evidence
+        samples = ctx.v("server_samples")
+        if found.client_side:
+            evidence = (
+                *evidence,
+                f"server signals missing ({num(samples if samples >= 0 else 0, 0)} usable "
+                f"server samples, < {thresholds.min_telemetry_samples} needed): decided on "
+                "client-side evidence",
             )
-        if math.isnan(limit) and _v(row, "gpu_util") < 0.5:
-            return verdict(
-                "low_concurrency",
-                [
-                    f"GPU utilization {pct(_v(row, 'gpu_util'))} {where} with no queue "
-                    f"({num(waiting)} waiting)"
-                ],
-            )
-    saturated = _saturation(row, thresholds)
-    if saturated:
-        return verdict(phase, [*saturated, phase_text])
-    return verdict(
-        "healthy",
-        [
-            f"nothing saturated {where}: GPU utilization {pct(_v(row, 'gpu_util'))}, KV cache max "
-            f"{pct(_v(row, 'kv_cache_usage_max'))}, {num(waiting)} waiting; error rate "
-            f"{pct(rate, 1)}"
-        ],
-    )
+        return Verdict(
+            kind=found.kind,
+            evidence=evidence,
+            actions=(*with_values(tuple(dict.fromkeys(actions)), flags), *found.extra_actions),
+            stage=stage,
+            cause=found.cause,
+            rule=r.name,
+            requests=int(ctx.v("requests")) if not math.isnan(ctx.v("requests")) else 0,
+            telemetry_samples=int(samples) if not math.isnan(samples) else 0,
+            confidence=_confidence(ctx, found),
+            client_side=found.client_side,
+        )
+    raise AssertionError("the last rule always finds")  # pragma: no cover
 
 
 def stage_verdicts(
@@ -393,9 +727,20 @@ def stage_verdicts(
     *,
     thresholds: Thresholds = Thresholds(),
     max_num_seqs: int | None = None,
+    server: Mapping[str, Any] | None = None,
 ) -> list[Verdict]:
     """One verdict per stage row, in the rows' order."""
-    return [stage_verdict(r, rows, thresholds=thresholds, max_num_seqs=max_num_seqs) for r in rows]
+    return [
+        stage_verdict(r, rows, thresholds=thresholds, max_num_seqs=max_num_seqs, server=server)
+        for r in rows
+    ]
+
+
+def _as_overall(v: Verdict, evidence: Sequence[str], actions: Sequence[str]) -> Verdict:
+    return Verdict(
+        v.kind, tuple(evidence), tuple(actions), None, v.cause, v.rule, v.requests,
+        v.telemetry_samples, v.confidence, v.client_side,
+    )  # fmt: skip
 
 
 def overall_verdict(
@@ -410,7 +755,7 @@ def overall_verdict(
     for kind in ("memory_oom", "client_bound"):
         for v in verdicts:
             if v.kind == kind:
-                return Verdict(kind, v.evidence, v.actions, None)
+                return _as_overall(v, v.evidence, v.actions)
     usable = [
         r
         for r, v in zip(rows, verdicts, strict=True)
@@ -429,7 +774,7 @@ def overall_verdict(
         cap_load = load_label(cap_row.get("concurrency"), cap_row.get("rate"))
         evidence.append(
             f"at the recommended cap (load {cap_load}) the verdict is "
-            f"{at_cap.kind}: " + "; ".join(at_cap.evidence)
+            f"{at_cap.headline}: " + "; ".join(at_cap.evidence)
         )
         actions += [a for a in at_cap.actions if a not in actions]
-    return Verdict(chosen.kind, tuple(evidence), tuple(actions), None)
+    return _as_overall(chosen, evidence, actions)

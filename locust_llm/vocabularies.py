@@ -242,6 +242,11 @@ register_vocabulary(Vocabulary("vllm", "vLLM (vllm:*)", (
     MetricMap("vllm:generation_tokens_total", "generation_tokens_total"),
     MetricMap("vllm:prompt_tokens_total", "prompt_tokens_total"),
     MetricMap("vllm:prefix_cache_hits_total", "prompt_tokens_cached_total"),
+    # per-request phase histograms, observed when a request finishes (diagnosis, issue 15)
+    MetricMap("vllm:request_queue_time_seconds_sum", "phase_queue_s"),
+    MetricMap("vllm:request_prefill_time_seconds_sum", "phase_prefill_s"),
+    MetricMap("vllm:request_decode_time_seconds_sum", "phase_decode_s"),
+    MetricMap("vllm:request_queue_time_seconds_count", "phase_requests"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("sglang", "SGLang (sglang:*)", (
@@ -261,6 +266,9 @@ register_vocabulary(Vocabulary("tgi", "text-generation-inference (tgi_*)", (
     # token totals only as histograms: their sums
     MetricMap("tgi_request_generated_tokens_sum", "generation_tokens_total"),
     MetricMap("tgi_request_input_length_sum", "prompt_tokens_total"),
+    # queue time per request (histogram); TGI has no per-request prefill/decode split
+    MetricMap("tgi_request_queue_duration_sum", "phase_queue_s"),
+    MetricMap("tgi_request_queue_duration_count", "phase_requests"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("llamacpp", "llama.cpp server with --metrics (llamacpp:*)", (

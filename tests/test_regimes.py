@@ -160,7 +160,7 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
             ],
         ),
         "decode_bound",
-        ("decode dominates", "TPOT avg", "bandwidth utilization"),
+        ("steps memory-bound", "TPOT avg", "MBU", "source: server"),
     ),
     # 2048-token prompts, 4-token answers on an H100: one prompt fills the 2048-token step
     # budget (~55 ms of compute), so 8 users queue behind each other's prefills.
@@ -180,7 +180,7 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
             roofline=("mistral-7b", "h100-sxm"),
         ),
         "prefill_bound",
-        ("prefill dominates",),
+        ("steps compute-bound", "prompt tokens"),
     ),
     # --gpu-memory-utilization 0.62 leaves 200 KV blocks (3,200 tokens) beside 14.5 GB of
     # weights: ~5 sequences of 512 + 64 tokens; 8 users overflow it and --oom fails them.
@@ -275,8 +275,10 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
             ],
             metrics=False,
         ),
-        "insufficient_data",
-        ("no server telemetry", "client timings"),
+        # missing signals are not "not saturated": the resource model on client timings
+        # names the bound, says it is client-side evidence, and its confidence is low
+        "decode_bound",
+        ("decided on client-side evidence", "MBU", "source: model"),
     ),
 }
 
@@ -286,7 +288,15 @@ def test_regime_verdict(tmp_path: Path, name: str) -> None:
     regime, kind, fragments = REGIMES[name]
     summary = run_regime(tmp_path, regime)
     got = summary["verdict"]["kind"]
-    assert got == kind, f"{name}: {got}\n{summary['_report_md']}"
+    if name == "no_telemetry":
+        # client timings alone: the resource model names the bound (bandwidth, a decode batch
+        # of 16); whether 4 -> 16 users still "scales" (low_concurrency) or not (decode_bound)
+        # varies run to run, the cause does not
+        assert summary["verdict"]["cause"] == "bandwidth_bound_decode", summary["_report_md"]
+        assert summary["verdict"]["confidence"] == "low"
+        assert got in ("decode_bound", "low_concurrency"), f"{name}: {got}"
+    else:
+        assert got == kind, f"{name}: {got}\n{summary['_report_md']}"
     text = _evidence(summary)
     for fragment in fragments:
         assert fragment in text, text

@@ -20,6 +20,7 @@ from locust_llm.report.alerts import Alert, check
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.knee import Knee, find_knee
 from locust_llm.report.load import RunData
+from locust_llm.report.resources import server_limits
 from locust_llm.report.soak import SoakResult, soak_results
 from locust_llm.report.sources import source_warnings
 from locust_llm.report.tables import (
@@ -31,7 +32,7 @@ from locust_llm.report.tables import (
     stage_ends,
     stage_table,
 )
-from locust_llm.roofline import get_gpu, get_model
+from locust_llm.roofline import GpuSpec, get_gpu, get_model
 from locust_llm.rundir import Stage
 from locust_llm.sim.lag import lag_warnings
 from locust_llm.thresholds import Thresholds
@@ -64,25 +65,31 @@ class Report:
 
 
 def resolve_floors(
-    roofline: dict[str, Any], model: str | None, gpu: str | None
+    roofline: dict[str, Any], model: str | None, gpu: str | GpuSpec | None, tp: int | None = None
 ) -> tuple[Floors | None, list[str]]:
-    """Model and GPU from the flags, else from run.json's roofline entry; both are needed."""
+    """Model and GPU from the flags, else from run.json's roofline entry; both are needed.
+    The tensor-parallel degree: ``tp``, else the roofline entry's, else 1."""
     model = model or roofline.get("model") or None
     gpu = gpu or roofline.get("gpu") or None
+    degree = tp or roofline.get("tp") or 1
     if model and gpu:
-        return Floors(get_model(str(model)), get_gpu(str(gpu))), []
+        device = gpu if isinstance(gpu, GpuSpec) else get_gpu(str(gpu))
+        return Floors(get_model(str(model)), device, int(degree)), []
     if model or gpu:
         missing = "--gpu" if model else "--model"
         return None, [f"roofline floors need both a model and a GPU: give {missing}"]
     return None, []
 
 
-def _max_num_seqs(extra: dict[str, Any]) -> int | None:
-    for source in (extra, extra.get("server") or {}):
-        value = source.get("max_num_seqs") if isinstance(source, dict) else None
-        if isinstance(value, int | float) and value > 0:
-            return int(value)
-    return None
+def server_flags(extra: dict[str, Any]) -> dict[str, Any]:
+    """The server's flags run.json records (``extra``, ``extra.sim``, ``extra.server``; the
+    server's own entry wins): ``max_num_seqs``, ``total_slots``, ``gpu_memory_utilization`` ..."""
+    flags = {k: v for k, v in extra.items() if not isinstance(v, dict | list)}
+    for part in ("sim", "server"):  # the simulator's config, then the server's own word
+        server = extra.get(part)
+        if isinstance(server, dict):
+            flags.update({k: v for k, v in server.items() if not isinstance(v, dict | list)})
+    return flags
 
 
 def _client_warning_verdict(
@@ -175,12 +182,15 @@ def build_report(
     slo: Slo | None = None,
     thresholds: Thresholds | None = None,
     model: str | None = None,
-    gpu: str | None = None,
+    gpu: str | GpuSpec | None = None,
+    tp: int | None = None,
 ) -> Report:
     """The full analysis of one run."""
     slo = slo or Slo()
     thresholds = thresholds or Thresholds()
-    floors, warnings = resolve_floors(run.info.roofline, model, gpu)
+    sim = run.info.extra.get("sim")
+    tp = tp or (sim.get("tp") if isinstance(sim, dict) else None)  # a simulator records it
+    floors, warnings = resolve_floors(run.info.roofline, model, gpu, tp)
     stages, stage_warnings = effective_stages(run)
     warnings += stage_warnings
     table = stage_table(
@@ -191,11 +201,17 @@ def build_report(
         mode=run.info.mode,
         slo=slo,
         floors=floors,
+        limits=server_limits(run.info.extra),
     )
     rows = table.to_dict("records")
-    knee = find_knee(rows, slo=slo, thresholds=thresholds)
-    verdicts = stage_verdicts(
-        rows, thresholds=thresholds, max_num_seqs=_max_num_seqs(run.info.extra)
+    verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(run.info.extra))
+    over = [int(r["stage"]) for r, v in zip(rows, verdicts, strict=True) if v.kind == "overloaded"]
+    knee = find_knee(
+        rows,
+        slo=slo,
+        thresholds=thresholds,
+        overloaded=over,
+        model=floors.model if floors else None,
     )
     overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
     overall = _client_warning_verdict(overall, rows, run.warnings)

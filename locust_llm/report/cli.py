@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import parse_thresholds
+from locust_llm.report.alerts import failing, parse_thresholds
 from locust_llm.report.build import Report, build_report
 from locust_llm.report.compare import compare_runs
 from locust_llm.report.load import load_run
@@ -19,6 +19,7 @@ from locust_llm.report.render_console import render_console
 from locust_llm.report.render_html import render_html
 from locust_llm.report.render_md import render_markdown
 from locust_llm.report.tables import Slo
+from locust_llm.roofline import GpuSpec, custom_gpu
 from locust_llm.thresholds import Thresholds
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALERTS = 0, 2, 3
@@ -63,7 +64,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "gpu_util=off,error_rate=0.05,ttft=0.5,tpot=0.05,e2e=10",
     )
     parser.add_argument("--model", help="served model (preset or config.json) for roofline floors")
-    parser.add_argument("--gpu", help="GPU preset for roofline floors")
+    parser.add_argument(
+        "--gpu", help="GPU preset for roofline floors, or cpu (this host, measured by a probe)"
+    )
+    parser.add_argument("--bandwidth", help="custom device: memory bandwidth, e.g. 40GB/s")
+    parser.add_argument("--flops", help="custom device: dense peak, e.g. 1.2TFLOPS")
+    parser.add_argument("--memory", help="custom device: memory capacity, e.g. 64GiB")
+    parser.add_argument(
+        "--tp", type=int, help="tensor-parallel degree of the server (default: run.json's, or 1)"
+    )
     parser.add_argument(
         "--prometheus",
         metavar="URL",
@@ -145,13 +154,32 @@ def write_outputs(report: Report, out_dir: Path) -> dict[str, Path]:
     return paths
 
 
+def device_from_args(args: argparse.Namespace) -> str | GpuSpec | None:
+    """``--gpu`` (a preset name), or a custom device from ``--bandwidth/--flops/--memory``."""
+    custom = [args.bandwidth, args.flops, args.memory]
+    if not any(custom):
+        if args.gpu == "cpu":  # this host, measured
+            from locust_llm.report.cpu_device import cpu_device
+
+            return cpu_device()
+        return args.gpu
+    if not all(custom):
+        raise InputError("a custom device needs all of --bandwidth, --flops and --memory")
+    if args.gpu:
+        raise InputError("give either --gpu or --bandwidth/--flops/--memory, not both")
+    return custom_gpu(args.bandwidth, args.flops, args.memory)
+
+
 def make_report(args: argparse.Namespace) -> Report:
     """Load, analyse and (with --compare) compare, from parsed flags."""
     slo = parse_slo(args.slo)
     base = Thresholds(ttft=slo.ttft_s, tpot=slo.tpot_s, e2e=slo.e2e_s)
     thresholds = parse_thresholds(args.alert, base)
     run = load_run(args.run_dir, prometheus=args.prometheus, prometheus_step_s=args.prometheus_step)
-    report = build_report(run, slo=slo, thresholds=thresholds, model=args.model, gpu=args.gpu)
+    device = device_from_args(args)
+    report = build_report(
+        run, slo=slo, thresholds=thresholds, model=args.model, gpu=device, tp=args.tp
+    )
     if args.compare:
         entries = [
             (
@@ -180,4 +208,4 @@ def run(args: argparse.Namespace) -> int:
     report = make_report(args)
     paths = write_outputs(report, Path(args.out or args.run_dir))
     print(render_console(report, paths["report.html"]))
-    return EXIT_ALERTS if report.alerts else EXIT_OK
+    return EXIT_ALERTS if failing(report.alerts) else EXIT_OK

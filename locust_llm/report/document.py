@@ -18,6 +18,7 @@ from typing import Any
 
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.build import Report
+from locust_llm.report.decompose import split_line
 from locust_llm.report.fmt import load_label, ms, num, pct, ratio
 from locust_llm.report.sources import source_lines, source_summaries
 
@@ -226,23 +227,116 @@ def _overview(report: Report) -> Section:
     return Section("overview", "", tuple(blocks))
 
 
+def _basis(v: Any) -> str:
+    """How a verdict was reached: its rule, the samples it used, its confidence, both names."""
+    names = f"source document: {v.source_name}; " if v.source_name else ""
+    side = ", client-side evidence only" if v.client_side else ""
+    return (
+        f"{names}rule `{v.rule or 'overall'}`, {num(v.requests)} requests, "
+        f"{num(v.telemetry_samples)} server samples, confidence {v.confidence}{side}"
+    )
+
+
 def _verdict(report: Report) -> Section:
     v = report.overall
     return Section(
         "verdict",
-        f"Verdict: {v.kind}",
-        (Bullets(tuple(v.evidence), "Evidence"), Bullets(tuple(v.actions), "Actions")),
+        f"Verdict: {v.headline}",
+        (
+            Paragraph(_basis(v), "Basis"),
+            Bullets(tuple(v.evidence), "Evidence"),
+            Bullets(tuple(v.actions), "Actions"),
+        ),
         aside=Chart("key"),
     )
 
 
 def _stage_verdicts(report: Report) -> Section:
     rows = [
-        [str(r["stage"]), _load(r), sv.kind, "; ".join(sv.evidence)]
+        [str(r["stage"]), _load(r), sv.headline, sv.confidence, "; ".join(sv.evidence)]
         for r, sv in zip(report.rows, report.verdicts, strict=True)
     ]
-    table = _table(["stage", load_header(report), "verdict", "evidence"], rows, 2, 3)
+    headers = ["stage", load_header(report), "verdict", "confidence", "evidence"]
+    table = _table(headers, rows, 2, 3, 4)
     return Section("stage-verdicts", "Stage verdicts", (table,))
+
+
+def _time_split(report: Report) -> Section:
+    """Per stage: TTFT = queue + prefill (source), decode, and Little's law beside it."""
+    rows = [
+        [
+            str(r["stage"]),
+            _load(r),
+            ms(r["ttft_avg_s"]),
+            ms(r["queue_avg_s"]),
+            ms(r["prefill_avg_s"]),
+            ms(r["decode_avg_s"]),
+            ms(r["queue_little_s"]),
+            r["ttft_split_source"] or "n/a",
+        ]
+        for r in report.rows
+    ]
+    lines = tuple(
+        f"stage {r['stage']} (load {_load(r)}): {split_line(r)}"
+        for r in report.rows
+        if split_line(r)
+    )
+    headers = [
+        "stage", load_header(report), "TTFT avg", "queue", "prefill", "decode",
+        "queue (Little)", "source",
+    ]  # fmt: skip
+    return Section(
+        "time-split",
+        "Where the time goes (ms): TTFT = queue + prefill, E2E = TTFT + decode",
+        (_table(headers, rows, 7), Bullets(lines, empty="no TTFT split (no TTFT measured)")),
+    )
+
+
+def _open_loop(report: Report) -> list[Section]:
+    """Open loop: offered vs achieved (completions inside the window), the tail apart, and
+    latency from the scheduled time beside latency from the send."""
+    if report.run.info.mode != "open":
+        return []
+    rows = [
+        [
+            str(r["stage"]),
+            num(r["offered_rps"], 2),
+            num(r["qps"], 2),
+            pct(r["achieved_ratio"]),
+            num(r["completed_after_window"]),
+            ms(r["latency_p99_s"]),
+            ms(r["latency_sched_p99_s"]),
+        ]
+        for r in report.rows
+    ]
+    headers = [
+        "stage", "offered req/s", "achieved req/s (in window)", "achieved / offered",
+        "completed after the window", "E2E P99 from send (ms)", "E2E P99 from schedule (ms)",
+    ]  # fmt: skip
+    return [Section("open-loop", "Open loop: offered and achieved", (_table(headers, rows),))]
+
+
+def _resources(report: Report) -> Section:
+    """Per stage: MFU, MBU, the step bound and the admission limit that binds."""
+    rows = [
+        [
+            str(r["stage"]),
+            _load(r),
+            pct(r["mfu"]),
+            pct(r["mbu"]),
+            r["step_bound"] or "n/a",
+            f"{r['admission_limit']} {num(r['admission_limit_seqs'], 0)}"
+            if r["admission_limit"]
+            else "n/a",
+            pct(r["batch_fill"]),
+        ]
+        for r in report.rows
+    ]
+    headers = [
+        "stage", load_header(report), "MFU", "MBU", "step bound", "admission limit (seqs)",
+        "peak batch / limit",
+    ]  # fmt: skip
+    return Section("resources", "Resources", (_table(headers, rows, 4, 5),))
 
 
 def _alerts(report: Report) -> Section:
@@ -445,6 +539,9 @@ def document(report: Report) -> Document:
         _overview(report),
         _verdict(report),
         _stage_verdicts(report),
+        _time_split(report),
+        _resources(report),
+        *_open_loop(report),
         _alerts(report),
         Section("scaling", "Scaling", (Chart("scaling"),)),
         Section("telemetry", "Telemetry over time", (Chart("telemetry"),)),

@@ -7,7 +7,8 @@ prints as ``n/a`` everywhere, never as 0.
 from __future__ import annotations
 
 import math
-from typing import TypeGuard
+from collections.abc import Mapping
+from typing import Any, TypeGuard
 
 NO_DATA = "n/a"
 
@@ -15,6 +16,12 @@ NO_DATA = "n/a"
 def is_num(value: object) -> TypeGuard[int | float]:
     """True for a finite int/float (NaN, None and inf are 'no data')."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def column(row: Mapping[str, Any], key: str) -> float:
+    """A numeric column of a stage row as a float; NaN when missing or not a finite number."""
+    value = row.get(key, math.nan)
+    return float(value) if is_num(value) else math.nan
 
 
 def ms(seconds: object, digits: int = 0) -> str:

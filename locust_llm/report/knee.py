@@ -10,9 +10,13 @@ open loop). Each step from one load to the next is classified (the thresholds ar
 - ``flat`` when gain is within 2% of 1, ``falling`` when it is lower, ``flattening`` otherwise.
 
 Recommended cap: walk up the loads; a stage is accepted when it meets the SLOs (error rate at most
-1%, and P99 TTFT / TPOT / E2E within those given) and, above the lowest load, its throughput gain
-is worth its latency cost: gain - 1 >= max(5%, 10% of (P99 ratio - 1)). The cap is the last stage
-accepted before the first one that is not. Best range: from the last stage of the unbroken run of
+1%, and P99 TTFT / TPOT / E2E within those given), its verdict is not ``overloaded``, in open
+loop it achieved at least ``open_loop_achieved`` (95%) of the offered rate, and its throughput
+gain over the cap so far is worth its latency cost: gain - 1 >= max(5%, 10% of (P99 ratio - 1)).
+At a stage that is not accepted, the walk goes on from the first higher stage that is (stages
+are not always monotonic: a higher load can beat a worse middle one); it ends when none is.
+A single stage gives no cap. When the last step still scales linearly, "the knee lies above
+the sweep". Best range: from the last stage of the unbroken run of
 ``linear`` steps from the lowest load (the knee) to the cap. On the seed's table this gives
 "1-50 scales linearly; 50-100 flattens; 100-200 falls; best 50-100; cap 100".
 """
@@ -27,6 +31,7 @@ from typing import Any
 
 from locust_llm.report.fmt import is_num, load_label, ms, num, ratio
 from locust_llm.report.tables import Slo
+from locust_llm.roofline import ModelSpec
 from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
 
@@ -116,6 +121,28 @@ def _classify(gain: float, efficiency: float, thresholds: Thresholds) -> str:
     return "flattening"
 
 
+def moe_expected_gain(model: ModelSpec, lo_batch: float, hi_batch: float) -> float:
+    """Decode throughput ratio the weight reads alone allow from ``lo_batch`` to ``hi_batch``
+    for an MoE model: batch / bytes read per step (experts touched grow with the batch)."""
+    lo, hi = max(1, round(lo_batch)), max(1, round(hi_batch))
+    per_step = [model.params_read(b) for b in (lo, hi)]
+    return (hi / per_step[1]) / (lo / per_step[0])
+
+
+def _moe_class(
+    model: ModelSpec | None, lo: Mapping[str, Any], hi: Mapping[str, Any], gain: float, cls: str
+) -> str:
+    """``moe`` for a flattening step an MoE model's expert reads explain (gain at least 80% of
+    what they allow, the batch still growing); else ``cls``."""
+    if model is None or not model.num_experts or cls != "flattening":
+        return cls
+    batch = [_f(r, "running") if _f(r, "running") > 0 else _load(r) for r in (lo, hi)]
+    if not (batch[1] > batch[0] > 0):
+        return cls
+    expected = moe_expected_gain(model, batch[0], batch[1])
+    return "moe" if gain >= 0.8 * expected else cls
+
+
 def _latency_words(r: float) -> str:
     if r >= 2:
         return f"latency explodes (P99 {ratio(r)})"
@@ -133,6 +160,11 @@ def _phrase(group: list[Step]) -> str:
     cls = first.cls
     if cls == "linear":
         return f"{span} scales linearly ({qps})"
+    if cls == "moe":
+        return (
+            f"{span} throughput grows sublinearly ({qps}, {ratio(gain)}) as an MoE model's "
+            "does while each step reads more experts: not the limit"
+        )
     if cls == "flattening":
         return (
             f"{span} throughput flattens ({qps}, {ratio(gain)}) while {_latency_words(lat)}: "
@@ -148,8 +180,11 @@ def find_knee(
     *,
     slo: Slo | None = None,
     thresholds: Thresholds = Thresholds(),
+    overloaded: Sequence[int] = (),
+    model: ModelSpec | None = None,
 ) -> Knee:
-    """Classify the sweep's steps and pick the best range and the cap (module docstring)."""
+    """Classify the sweep's steps and pick the best range and the cap (module docstring);
+    stages in ``overloaded`` (their verdict says so) are never the cap."""
     slo = slo or Slo()
     stages = sorted(
         (
@@ -186,7 +221,7 @@ def find_knee(
                 lr,
                 eff,
                 lat,
-                _classify(gain, eff, thresholds),
+                _moe_class(model, lo, hi, gain, _classify(gain, eff, thresholds)),
                 _f(lo, "qps"),
                 _f(hi, "qps"),
                 _f(lo, "latency_p99_s"),
@@ -194,28 +229,59 @@ def find_knee(
             )
         )
     notes: list[str] = []
-    ok0, why0 = meets_slo(dedup[0], slo, thresholds)
+    blocked = set(overloaded)
+
+    def acceptable(i: int) -> tuple[bool, str]:
+        ok, why = meets_slo(dedup[i], slo, thresholds)
+        if not ok:
+            return False, f"misses the SLOs: {why}"
+        if int(dedup[i]["stage"]) in blocked:
+            return False, "is overloaded (see its verdict)"
+        rate, qps = _f(dedup[i], "rate"), _f(dedup[i], "qps")
+        if rate > 0 and not qps >= thresholds.open_loop_achieved * rate:
+            return False, (
+                f"achieves {num(qps, 2)} of {num(rate, 2)} req/s offered "
+                f"(< {thresholds.open_loop_achieved:.0%})"
+            )
+        return True, ""
+
+    def worth(lo: int, hi: int) -> tuple[bool, float, float]:
+        gain = _f(dedup[hi], "qps") / _f(dedup[lo], "qps") if _f(dedup[lo], "qps") > 0 else 0.0
+        p_lo, p_hi = _f(dedup[lo], "latency_p99_s"), _f(dedup[hi], "latency_p99_s")
+        lat = p_hi / p_lo if p_lo > 0 else math.nan
+        cost = lat - 1 if not math.isnan(lat) else 0.0
+        return gain - 1 >= max(thresholds.min_gain, thresholds.latency_weight * cost), gain, lat
+
+    ok0, why0 = acceptable(0)
     cap_ix: int | None = 0 if ok0 else None
     if not ok0:
-        notes.append(f"the lowest load ({_label(dedup[0])}) already misses the SLOs: {why0}")
+        notes.append(f"the lowest load ({_label(dedup[0])}) {why0}")
     else:
-        for i, step in enumerate(steps, start=1):
-            ok, why = meets_slo(dedup[i], slo, thresholds)
-            lat_cost = step.latency_ratio - 1 if not math.isnan(step.latency_ratio) else 0.0
-            worth = step.gain - 1 >= max(thresholds.min_gain, thresholds.latency_weight * lat_cost)
+        cap = 0
+        i = 1
+        while i < len(dedup):
+            ok, why = acceptable(i)
+            good, gain, lat = worth(cap, i) if ok else (False, math.nan, math.nan)
+            if good:
+                cap, i = i, i + 1
+                continue
+            # not accepted: a higher load may still beat the cap (non-monotonic stages are
+            # chosen by the objective, not by the first drop)
+            later = [j for j in range(i + 1, len(dedup)) if acceptable(j)[0] and worth(cap, j)[0]]
             if not ok:
-                notes.append(f"load {step.hi_load} misses the SLOs: {why}")
-                break
-            if not worth:
+                notes.append(f"load {_label(dedup[i])} {why}")
+            else:
                 notes.append(
-                    f"load {step.hi_load}: throughput {ratio(step.gain)} is not worth "
-                    f"P99 {ratio(step.latency_ratio)}"
+                    f"load {_label(dedup[i])}: throughput {ratio(gain)} is not worth P99 "
+                    f"{ratio(lat)}"
                 )
+            if not later:
                 break
-            cap_ix = i
+            cap, i = later[0], later[0] + 1
+        cap_ix = cap
     knee_ix = 0
     for i, step in enumerate(steps, start=1):
-        if step.cls != "linear":
+        if step.cls not in ("linear", "moe"):
             break
         knee_ix = i
     groups: list[list[Step]] = []
@@ -227,6 +293,11 @@ def find_knee(
     reading = "; ".join(_phrase(g) for g in groups)
     if not steps:
         notes.append("one load level only: sweep the load to find the knee")
+        cap_ix = None  # never a cap from a single stage
+        return Knee(
+            tuple(steps), None, None, "", "", reading,
+            f"one {unit} only: no cap (sweep the load)", tuple(notes),
+        )  # fmt: skip
     if cap_ix is None:
         return Knee(
             tuple(steps),
@@ -238,7 +309,7 @@ def find_knee(
             f"no {unit} meets the SLOs; lower the load or fix the server",
             tuple(notes),
         )
-    if cap_ix == len(dedup) - 1 and len(dedup) > 1 and steps[-1].cls == "linear":
+    if steps[-1].cls in ("linear", "moe"):
         notes.append(
             f"still scaling at the highest {unit} ({_label(dedup[-1])}): the knee lies "
             "above it; extend the sweep"

@@ -42,7 +42,11 @@ def render_console(report: Report, report_path: Path | None = None) -> str:
             lines += [f"{block.lead}:", *(f"  - {i}" for i in block.items)]
     verdict = doc.section("verdict")
     evidence = next(b for b in verdict.blocks if isinstance(b, Bullets))
-    lines += ["", verdict.title, *(f"  - {e}" for e in evidence.items)]
+    basis = next(b for b in verdict.blocks if isinstance(b, Paragraph))
+    lines += ["", verdict.title, f"  ({basis.text})", *(f"  - {e}" for e in evidence.items)]
+    split = next(b for b in doc.section("time-split").blocks if isinstance(b, Bullets))
+    if split.items:
+        lines += ["", "Time split:", *(f"  - {s}" for s in split.items)]
     alerts = next(b for b in doc.section("alerts").blocks if isinstance(b, Bullets))
     if alerts.items:
         lines += ["", f"Alerts ({len(alerts.items)}):", *(f"  - {a}" for a in alerts.items)]

@@ -3,7 +3,10 @@
 Pure (numpy/pandas in, DataFrame out, no I/O). Definitions follow ARCHITECTURE.md: a request
 belongs to the stage whose window holds its start time and is left out when it started in the
 stage's first ``warmup_s``; the stage's duration is its window minus the warm-up (a stage that
-ends at a request count ends at its last completion); QPS = completed
+ends at a request count ends at its last completion); QPS = completed (open loop: completed
+inside the window, the achieved throughput; the later ones are ``completed_after_window``, and
+``latency_sched_*`` is latency from the scheduled send time, beside latency from the send);
+QPS closed loop = completed
 / duration, TPS = output tokens of completed requests / duration (total TPS adds their input
 tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
 numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
@@ -26,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.metrics import FAILURE_KINDS
+from locust_llm.report import decompose, resources
 from locust_llm.roofline import GpuSpec, ModelSpec, decode_step_seconds, step_cost
 from locust_llm.rundir import Stage
 from locust_llm.signals import Signal, get_signal
@@ -67,6 +71,12 @@ COLUMNS: tuple[str, ...] = (
     "goodput_rps",
     "slo_attainment",
     "dispatch_delay_p99_s",
+    "completed_in_window",
+    "completed_after_window",
+    "offered_rps",
+    "achieved_ratio",
+    "latency_sched_p50_s",
+    "latency_sched_p99_s",
     "input_tokens_avg",
     "output_tokens_avg",
     "input_tokens_estimated_ratio",
@@ -92,6 +102,9 @@ COLUMNS: tuple[str, ...] = (
     "worker_cpu_max",
     "worker_cpu_max_id",
     "telemetry_samples",
+    "server_samples",
+    *decompose.COLUMNS,
+    *resources.COLUMNS,
 )
 
 
@@ -114,6 +127,7 @@ class Floors:
 
     model: ModelSpec
     gpu: GpuSpec
+    tp: int = 1  # tensor-parallel degree: GPUs the model is split over
 
 
 def stage_ends(stages: Sequence[Stage], run_end_wall_s: float = NAN) -> list[float]:
@@ -152,7 +166,13 @@ def _mean(values: np.ndarray) -> float:
     return float(values.mean()) if values.size else NAN
 
 
-def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_loop: bool) -> dict:
+def _request_stats(
+    req: dict[str, np.ndarray],
+    duration: float,
+    slo: Slo,
+    open_loop: bool,
+    window_end_s: float = NAN,
+) -> dict:
     ok = req["ok"]
     kinds = req["error_kind"][~ok]
     # requests the load test itself stopped are neither completed nor the server's failures
@@ -203,7 +223,32 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
         row["goodput_rps"] = row["slo_attainment"] = NAN
     delay = req["start_wall_s"] - req["scheduled_wall_s"]
     row["dispatch_delay_p99_s"] = _pcts(delay, (99,))[0] if open_loop else NAN
+    row.update(_open_loop_stats(req, ok, dur, window_end_s, open_loop))
     return row
+
+
+def _open_loop_stats(
+    req: dict[str, np.ndarray], ok: np.ndarray, dur: float, window_end_s: float, open_loop: bool
+) -> dict:
+    """Open loop: completions inside the stage window (achieved throughput) and after it (the
+    tail), and latency from the scheduled send time beside latency from the send."""
+    out = dict.fromkeys(
+        ("completed_in_window", "completed_after_window", "latency_sched_p50_s",
+         "latency_sched_p99_s"),
+        NAN,
+    )  # fmt: skip
+    if not open_loop:
+        return out
+    done = req["start_wall_s"][ok] + req["e2e_s"][ok]
+    inside = int((done < window_end_s).sum()) if math.isfinite(window_end_s) else int(ok.sum())
+    out["completed_in_window"] = inside
+    out["completed_after_window"] = int(ok.sum()) - inside
+    since_due = req["e2e_s"][ok] + np.nan_to_num(
+        (req["start_wall_s"] - req["scheduled_wall_s"])[ok], nan=0.0
+    )
+    out["latency_sched_p50_s"], out["latency_sched_p99_s"] = _pcts(since_due, (50, 99))
+    out["qps_in_window"] = inside / dur
+    return out
 
 
 class TelemetryIndex:
@@ -328,6 +373,10 @@ def _mem_util(frame: pd.DataFrame, gpu: GpuSpec | None) -> tuple | None:
     )
 
 
+#: Server-side signals whose sample count says whether a stage's telemetry can be used.
+SERVER_SAMPLE_SIGNALS: tuple[str, ...] = ("gpu_util", "kv_cache_usage", "running", "waiting")
+
+
 def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     row: dict = {}
 
@@ -357,6 +406,11 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     cpu, cpu_src = samples("worker_cpu_util")  # the busiest worker (over_instances: max)
     row["worker_cpu_max"] = float(cpu.max()) if cpu.size else NAN
     row["worker_cpu_max_id"] = str(cpu_src[int(np.argmax(cpu))]) if cpu.size else ""
+    # the best-covered server signal's samples: a verdict on 2 samples is no verdict
+    row["server_samples"] = max(
+        (int(np.isfinite(tel.window(s, lo, hi)[0]).sum()) for s in SERVER_SAMPLE_SIGNALS),
+        default=0,
+    )
     row["telemetry_samples"] = int(
         sum(np.isfinite(tel.window(s, lo, hi)[0]).sum() for s in tel.series)
     )
@@ -451,8 +505,11 @@ def stage_table(
     mode: str = "closed",
     slo: Slo = Slo(),
     floors: Floors | None = None,
+    limits: resources.ServerLimits | None = None,
 ) -> pd.DataFrame:
-    """One row per stage (columns :data:`COLUMNS`), in the stages' order."""
+    """One row per stage (columns :data:`COLUMNS`), in the stages' order; the time split
+    (:mod:`~locust_llm.report.decompose`) and the resource model
+    (:mod:`~locust_llm.report.resources`) included."""
     arrays = request_arrays(requests)
     ends = stage_ends(stages, run_end_wall_s)
     stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
@@ -486,10 +543,21 @@ def stage_table(
             "end_wall_s": end,
             "duration_s": end - lo,
         }
-        row.update(_request_stats(req, end - lo, slo, mode == "open"))
+        row.update(_request_stats(req, end - lo, slo, mode == "open", end))
+        if mode == "open":
+            # achieved throughput = completions inside the window; the tail is shown apart
+            row["qps"] = row.pop("qps_in_window")
+            row["offered_rps"] = row["rate"]
+            row["achieved_ratio"] = row["qps"] / row["rate"] if row["rate"] > 0 else NAN
+        else:
+            row.pop("qps_in_window", None)
+            row["offered_rps"] = row["achieved_ratio"] = NAN
         row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
         row.update(_floor_stats(row, floors, row["concurrency"]))
         rows.append(row)
+    model, gpu, tp = (floors.model, floors.gpu, floors.tp) if floors else (None, None, 1)
+    decompose.decompose(rows, tel.series, model, gpu, tp=tp, open_loop=mode == "open")
+    resources.add_resources(rows, model, gpu, limits or resources.ServerLimits(), tp=tp)
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 

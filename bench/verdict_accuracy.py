@@ -1,0 +1,456 @@
+"""Verdict accuracy against the simulator's ground truth, in virtual time.
+
+A seeded random matrix of runs (model presets incl. MoE, GPUs, tensor-parallel degree, prompt
+and output length distributions, closed and open loop, loads from far below to far above
+capacity, KV budgets small enough to OOM or preempt) is played on the simulator's engine in
+virtual time (:mod:`locust_llm.sim.virtual`), written as a real run dir and read by the report
+(:func:`locust_llm.report.build.build_report`), exactly as ``locust-llm report`` reads it. The
+engine's own steps and requests are recorded beside it (``step_record`` / ``request_times``,
+the same lines ``--step-trace`` / ``--trace`` write) and :func:`locust_llm.sim.labels.ground_truth`
+labels every stage window. Per stage it compares:
+
+- the verdict's cause (the limiting resource and mechanism) with the ground-truth label;
+- the named phase (prefill / decode / admission) against the trace's time split: a
+  ``prefill`` cause when the requests spent longer decoding than waiting for their first
+  token, with a queue-free TTFT, is a contradiction, and so is a ``decode`` cause on a stage
+  whose TTFT was mostly queue;
+- the report's TTFT split (queue, prefill) with the trace's means.
+
+Stages the ground truth cannot judge are left out and counted: fewer than ``MIN_REQUESTS``
+requests in the window, or a verdict that names no resource (errors, OOM, insufficient data).
+
+``python bench/verdict_accuracy.py [--runs N] [--seed S] [--out FILE]`` writes
+``bench/results/verdict_accuracy.md`` (command, machine, date, confusion matrix, misses).
+:func:`run_matrix` with a small ``runs`` is the regression test's fixed subset
+(``tests/test_verdict_accuracy.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from locust_llm.report.build import build_report
+from locust_llm.report.load import load_run
+from locust_llm.sim import virtual
+from locust_llm.sim.config import SimConfig
+from locust_llm.sim.engine import Engine, StepResult
+from locust_llm.sim.labels import LABELS, ground_truth
+from locust_llm.sim.trace import request_times, step_record
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "bench" / "results" / "verdict_accuracy.md"
+MIN_REQUESTS = 10
+BASE_WALL_S = 1_000_000.0  # virtual runs start here, so engine time + this = wall time
+
+#: (model, GPU, tp) combinations that fit; MoE included.
+DEPLOYMENTS: tuple[tuple[str, str, int], ...] = (
+    ("mistral-7b", "rtx4090", 1),
+    ("mistral-7b", "l4", 1),
+    ("llama-3.1-8b", "a100-80gb", 1),
+    ("llama-3.1-8b", "h100-sxm", 1),
+    ("qwen2.5-7b", "l40s", 1),
+    ("qwen2.5-0.5b", "a10", 1),
+    ("llama-3.1-70b", "h100-sxm", 4),
+    ("llama-3.1-70b", "a100-80gb", 2),
+    ("mixtral-8x7b", "h100-sxm", 2),
+    ("mixtral-8x7b", "h200", 1),
+    ("qwen2.5-72b", "h200", 2),
+)
+INPUT_LENS = ("128", "uniform:64:512", "1024", "lognormal:2000:0.6", "4096")
+OUTPUT_LENS = ("32", "uniform:64:256", "256", "lognormal:400:0.5")
+
+
+class RecordingEngine(Engine):
+    """The engine, keeping each step's trace line and each ended request's times."""
+
+    steps_seen: list[dict[str, Any]]
+    requests_seen: list[dict[str, Any]]
+
+    def step(self, start_s: float | None = None) -> StepResult:
+        if not hasattr(self, "steps_seen"):
+            self.steps_seen, self.requests_seen = [], []
+        result = super().step(start_s)
+        self.steps_seen.append(step_record(result, clock_offset_s=BASE_WALL_S))
+        for req in (*result.finished, *result.failed):
+            self.requests_seen.append(
+                {
+                    **request_times(req, clock_offset_s=BASE_WALL_S),
+                    "outcome": req.outcome,
+                    "tokens_sent": req.generated,
+                    "prompt_tokens": req.prompt_tokens,
+                    "cached_tokens": req.cached_tokens,
+                }
+            )
+        return result
+
+
+@contextmanager
+def recording_engine() -> Iterator[list[RecordingEngine]]:
+    """Make :func:`virtual.simulate` build a :class:`RecordingEngine` (yields the built ones)."""
+    built: list[RecordingEngine] = []
+    original = virtual.Engine
+
+    def make(*args: Any, **kw: Any) -> RecordingEngine:
+        engine = RecordingEngine(*args, **kw)
+        engine.steps_seen, engine.requests_seen = [], []
+        built.append(engine)
+        return engine
+
+    virtual.Engine = make  # type: ignore[assignment,misc]
+    try:
+        yield built
+    finally:
+        virtual.Engine = original  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One random run of the matrix."""
+
+    index: int
+    config: SimConfig
+    workload: virtual.VirtualWorkload
+
+    def describe(self) -> str:
+        c, w = self.config, self.workload
+        loads = ",".join(
+            f"{s.rate:g}/s" if s.rate is not None else str(s.concurrency) for s in w.stages
+        )
+        extra = " oom" if c.oom else ""
+        extra += f" blocks={c.num_gpu_blocks_override}" if c.num_gpu_blocks_override else ""
+        return (
+            f"{c.model}/{c.gpu}/tp{c.tp} in={w.input_len} out={w.max_tokens} "
+            f"seqs={c.max_num_seqs} mbt={c.max_num_batched_tokens}{extra} loads={loads}"
+        )
+
+
+def make_case(index: int, rng: random.Random) -> Case:
+    """A random configuration: deployment, lengths, limits and a load sweep."""
+    model, gpu, tp = rng.choice(DEPLOYMENTS)
+    config = SimConfig(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        max_num_seqs=rng.choice((8, 32, 64, 128, 256)),
+        max_num_batched_tokens=rng.choice((2048, 8192, 16384)),
+        enable_prefix_caching=False,
+        seed=rng.randrange(1 << 30),
+    )
+    if rng.random() < 0.2:  # a small KV budget: admission by KV capacity, preemptions or OOM
+        config = replace(config, num_gpu_blocks_override=rng.choice((64, 256, 1024)))
+        config = replace(config, oom=rng.random() < 0.3)
+    input_len, max_tokens = rng.choice(INPUT_LENS), rng.choice(OUTPUT_LENS)
+    open_loop = rng.random() < 0.35
+    if open_loop:
+        top = rng.choice((1.0, 4.0, 16.0, 64.0))
+        rates = sorted({round(top * f, 3) for f in (0.05, 0.25, 1.0, 4.0)})
+        stages = tuple(virtual.VirtualStage(rate=r, duration_s=20.0) for r in rates)
+    else:
+        top = rng.choice((8, 32, 128, 512))
+        users = sorted({max(1, round(top * f)) for f in (1 / 32, 1 / 8, 1 / 2, 1, 2)})
+        stages = tuple(
+            virtual.VirtualStage(concurrency=u, requests=max(20, 2 * u), duration_s=40.0)
+            for u in users
+        )
+    workload = virtual.VirtualWorkload(
+        stages=stages,
+        input_len=input_len,
+        max_tokens=max_tokens,
+        ignore_eos=rng.random() < 0.5,
+        seed=rng.randrange(1 << 30),
+        stop_timeout_s=5.0,
+    )
+    return Case(index, config, workload)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One judged stage: ground truth against the report."""
+
+    case: int
+    stage: int
+    label: str
+    cause: str
+    kind: str
+    judged: bool
+    why_not: str
+    contradiction: str
+    queue_err: float  # |report queue share of TTFT - trace queue share|
+    prefill_err: float
+    description: str
+
+
+def _phase_contradiction(cause: str, truth: Any) -> str:
+    """The named phase against the trace's time split ("" when consistent)."""
+    ttft = truth.ttft_queue_s + truth.ttft_prefill_s
+    if not (ttft > 0 and truth.decode_s > 0):
+        return ""
+    queue_share = truth.ttft_queue_s / ttft
+    if cause in ("compute_bound_prefill",) and truth.decode_s > 2 * ttft:
+        return f"prefill named, but decode {truth.decode_s:.3f}s > 2 x TTFT {ttft:.3f}s"
+    if cause.endswith("_decode") and queue_share > 0.8 and ttft > truth.decode_s:
+        return f"decode named, but TTFT {ttft:.3f}s is {queue_share:.0%} queue and > decode"
+    return ""
+
+
+def run_case(case: Case, work: Path) -> list[StageResult]:
+    """Play one case, build its report, judge each stage."""
+    try:
+        with recording_engine() as built:
+            run = virtual.simulate(case.config, case.workload, start_wall_s=BASE_WALL_S)
+    except Exception as exc:  # a config the simulator refuses: reported, not judged
+        return [
+            StageResult(case.index, -1, "", "", "", False, f"refused: {exc}", "", math.nan,
+                        math.nan, case.describe())
+        ]  # fmt: skip
+    engine = built[-1]
+    run_dir = virtual.write_run_dir(run, work / f"case{case.index}")
+    report = build_report(load_run(run_dir), model=case.config.model, gpu=case.config.gpu)
+    return judge(report, engine.steps_seen, engine.requests_seen, case.index, case.describe())
+
+
+def judge(
+    report: Any, steps: list[dict], requests: list[dict], case: int, description: str
+) -> list[StageResult]:
+    """Each stage of ``report`` against the ground truth of the traces."""
+    out = []
+    for row, verdict in zip(report.rows, report.verdicts, strict=True):
+        lo = float(row["end_wall_s"]) - float(row["duration_s"])
+        truth = ground_truth(steps, requests, start_s=lo, end_s=float(row["end_wall_s"]))
+        judged, why = True, ""
+        if truth.requests < MIN_REQUESTS:
+            judged, why = False, f"{truth.requests} requests in the window"
+        elif not verdict.cause:
+            judged, why = False, f"verdict {verdict.kind} names no resource"
+        # the split as shares of TTFT: the report's requests (started in the window) and the
+        # trace's (first token in the window) are not the same set in a stage with a growing
+        # queue, so their TTFTs differ; each side's share of queue is what is compared
+        ttft = truth.ttft_queue_s + truth.ttft_prefill_s
+        ours = float(row["ttft_avg_s"])
+        q_err = math.nan
+        if ttft > 0 and ours > 0:
+            q_err = abs(float(row["queue_avg_s"]) / ours - truth.ttft_queue_s / ttft)
+        out.append(
+            StageResult(
+                case=case,
+                stage=int(row["stage"]),
+                label=truth.label,
+                cause=verdict.cause,
+                kind=verdict.kind,
+                judged=judged,
+                why_not=why,
+                contradiction=_phase_contradiction(verdict.cause, truth) if judged else "",
+                queue_err=q_err,
+                prefill_err=q_err,  # queue + prefill = TTFT on both sides
+                description=description,
+            )
+        )
+    return out
+
+
+#: End-to-end configurations: (sim flags, run flags), each a short sweep through the real client.
+E2E_SIMS: tuple[tuple[str, ...], ...] = (
+    ("--model", "qwen2.5-0.5b", "--gpu", "a10", "--max-num-seqs", "4"),
+    ("--model", "qwen2.5-0.5b", "--gpu", "a10", "--max-num-seqs", "64"),
+    ("--model", "mistral-7b", "--gpu", "h100-sxm", "--max-num-seqs", "16"),
+    ("--model", "mistral-7b", "--gpu", "h100-sxm", "--num-gpu-blocks-override", "64"),
+    ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--max-num-batched-tokens", "2048"),
+)
+E2E_LOADS: tuple[tuple[str, ...], ...] = (
+    ("--concurrency", "2,8", "--stage-requests", "12,40"),
+    ("--concurrency", "4,24", "--stage-requests", "16,60"),
+    ("--rate", "2,12", "--stage-duration", "5"),
+    ("--concurrency", "1,16", "--stage-requests", "10,48"),
+)
+E2E_LENGTHS: tuple[tuple[str, ...], ...] = (
+    ("--input-len", "64", "--max-tokens", "uniform:16,48"),
+    ("--input-len", "1024", "--max-tokens", "16"),
+)
+
+
+def e2e_case(index: int, rng: random.Random) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(sim flags, run flags) of end-to-end run ``index``."""
+    sim = rng.choice(E2E_SIMS)
+    return sim, (*rng.choice(E2E_LOADS), *rng.choice(E2E_LENGTHS))
+
+
+def run_e2e(index: int, sim: tuple[str, ...], load: tuple[str, ...], work: Path) -> list:
+    """One real run: ``locust-llm sim`` with its traces, ``locust-llm run`` through the real
+    client (Locust), the report, each stage judged against the traces' ground truth."""
+    import subprocess
+
+    from locust_llm.demo import simulator
+    from locust_llm.sim.trace import read_trace
+
+    trace, steps = work / f"e2e{index}.trace", work / f"e2e{index}.steps"
+    run_dir = work / f"e2e{index}"
+    flags = [*sim, "--seed", str(index), "--trace", str(trace), "--step-trace", str(steps)]
+    with simulator(flags, work / f"e2e{index}.log") as url:
+        out = subprocess.run(
+            [sys.executable, "-m", "locust_llm.cli", "run", "--host", url, *load, "--workers",
+             "0", "--out", str(run_dir), "--quiet", "--stop-timeout", "5"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    if out.returncode not in (0, 3):
+        return [StageResult(index, -1, "", "", "", False, f"run failed: {out.stderr[-200:]}",
+                            "", math.nan, math.nan, " ".join((*sim, *load)))]  # fmt: skip
+    model, gpu = sim[1], sim[3]
+    report = build_report(load_run(run_dir), model=model, gpu=gpu)
+    return judge(report, read_trace(steps), read_trace(trace), index, " ".join((*sim, *load)))
+
+
+def run_matrix(runs: int, seed: int = 0) -> list[StageResult]:
+    """Every stage of ``runs`` random cases drawn from ``seed``."""
+    rng = random.Random(seed)
+    cases = [make_case(i, rng) for i in range(runs)]
+    results: list[StageResult] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:
+            results += run_case(case, Path(tmp))
+    return results
+
+
+def summary(results: list[StageResult]) -> dict[str, Any]:
+    """Accuracy, contradictions and TTFT split errors over the judged stages."""
+    judged = [r for r in results if r.judged]
+    right = [r for r in judged if r.cause == r.label]
+    split = [r for r in judged if math.isfinite(r.queue_err)]
+    within = [r for r in split if r.queue_err <= 0.10 and r.prefill_err <= 0.10]
+    return {
+        "stages": len(results),
+        "judged": len(judged),
+        "right": len(right),
+        "accuracy": len(right) / len(judged) if judged else math.nan,
+        "contradictions": sum(1 for r in judged if r.contradiction),
+        "split_within_10pct": len(within) / len(split) if split else math.nan,
+        "split_stages": len(split),
+    }
+
+
+def confusion(results: list[StageResult]) -> list[str]:
+    """A markdown confusion matrix: ground-truth label (rows) x named cause (columns)."""
+    judged = [r for r in results if r.judged]
+    counts = Counter((r.label, r.cause) for r in judged)
+    causes = list(LABELS)
+    lines = [
+        "| truth \\ verdict | " + " | ".join(causes) + " |",
+        "|---|" + "---:|" * len(causes),
+    ]
+    for label in LABELS:
+        cells = [str(counts.get((label, c), 0)) for c in causes]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_markdown(
+    results: list[StageResult],
+    command: str,
+    seconds: float,
+    out: Path,
+    e2e: list[StageResult] | None = None,
+) -> None:
+    s = summary(results)
+    skipped = Counter(r.why_not.split(":")[0].split(" names")[0] for r in results if not r.judged)
+    misses = [r for r in results if r.judged and r.cause != r.label][:25]
+    lines = [
+        "# Verdict accuracy against the simulator's ground truth",
+        "",
+        f"Machine: `nproc` = 2, {platform.machine()}, Python {platform.python_version()}, shared "
+        f"with other jobs. Date: {time.strftime('%Y-%m-%d', time.gmtime())}. This file took "
+        f"{seconds:.0f} s to measure.",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"{s['stages']} stages, {s['judged']} judged (ground truth has >= {MIN_REQUESTS} "
+        "requests in the window and the verdict names a resource). Target: >= 95% name the "
+        "right limiting resource; no contradicted phase; TTFT split within 10% of the trace's.",
+        "",
+        "| measure | value | target |",
+        "|---|---:|---:|",
+        f"| right limiting resource | {s['right']} / {s['judged']} = {s['accuracy']:.1%} "
+        "| >= 95% |",
+        f"| phase contradicting the trace's time split | {s['contradictions']} | 0 |",
+        f"| TTFT split (queue and prefill) within 10% of TTFT | {s['split_within_10pct']:.1%} "
+        f"of {s['split_stages']} | 100% |",
+        "",
+        "Confusion matrix (rows: ground-truth label, columns: the verdict's cause):",
+        "",
+        *confusion(results),
+        "",
+        "Stages not judged: "
+        + (", ".join(f"{k} ({v})" for k, v in skipped.most_common()) or "none")
+        + ".",
+        "",
+        "First misses (case, stage, truth -> verdict, configuration):",
+        "",
+        *(
+            f"- case {r.case} stage {r.stage}: {r.label} -> {r.cause} ({r.kind}); {r.description}"
+            for r in misses
+        ),
+        "",
+    ]
+    if e2e:
+        t = summary(e2e)
+        lines += [
+            "## End to end through the real client",
+            "",
+            f"{len({r.case for r in e2e})} runs of `locust-llm sim --trace --step-trace` + "
+            "`locust-llm run` (Locust, one process) + the report, each stage judged against "
+            f"the traces: {t['stages']} stages, {t['judged']} judged, right limiting resource "
+            f"{t['right']} / {t['judged']} = {t['accuracy']:.1%}, {t['contradictions']} phase "
+            f"contradictions, TTFT split within 10%: {t['split_within_10pct']:.1%}.",
+            "",
+            *confusion(e2e),
+            "",
+            *(
+                f"- run {r.case} stage {r.stage}: {r.label} -> {r.cause} ({r.kind}); "
+                f"{r.description}"
+                for r in e2e
+                if r.judged and r.cause != r.label
+            ),
+            *(f"- run {r.case}: {r.why_not}" for r in e2e if r.stage < 0),
+            "",
+        ]
+    out.write_text("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=80)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--e2e", type=int, default=0, help="end-to-end runs (real client)")
+    parser.add_argument("--out", type=Path, default=RESULT)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    results = run_matrix(args.runs, args.seed)
+    command = f".venv/bin/python bench/verdict_accuracy.py --runs {args.runs} --seed {args.seed}"
+    e2e: list[StageResult] = []
+    if args.e2e:
+        command += f" --e2e {args.e2e}"
+        rng = random.Random(args.seed)
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.e2e):
+                sim, load = e2e_case(i, rng)
+                e2e += run_e2e(i, sim, load, Path(tmp))
+                print(f"e2e {i}: {summary(e2e)}", flush=True)
+    write_markdown(results, command, time.perf_counter() - t0, args.out, e2e)
+    print(summary(results), summary(e2e) if e2e else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

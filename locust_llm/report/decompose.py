@@ -1,0 +1,267 @@
+"""Time decomposition per stage: TTFT = queue + prefill, E2E = TTFT + decode.
+
+Pure (numpy in, dicts out). Two sources, best first:
+
+1. ``server``: the server's own per-request phase histograms (vLLM's
+   ``vllm:request_queue_time_seconds`` / ``..._prefill_time_...`` / ``..._decode_time_...``, TGI's
+   ``tgi_request_queue_duration``), recorded as the cumulative signals ``phase_queue_s``,
+   ``phase_prefill_s``, ``phase_decode_s`` and ``phase_requests`` (:mod:`locust_llm.signals`).
+   A stage's mean queue time is the increase of ``phase_queue_s`` over the stage window divided
+   by the increase of ``phase_requests`` (each source's increase from its last sample before
+   the window to its last sample inside it, then summed). A server with a queue histogram but
+   no prefill one (TGI) gives prefill = client TTFT - server queue.
+2. ``model``: prefill predicted by the roofline for one prompt of the stage's mean length in a
+   step shared with the stage's observed decode batch (``step_cost(decode_contexts=[context] *
+   (batch - 1), prefill_chunks=[(input, 0)])``), divided by an efficiency calibrated on the
+   lowest-load stage (predicted / observed mean TTFT there, where nothing queues; clamped to
+   0.05..1). Without a roofline (no model/GPU given) the lowest-load stage's mean TTFT per
+   input token is the prefill rate. Queue = mean TTFT - prefill (>= 0).
+
+Either way the queue time is cross-checked with Little's law: mean waiting requests (the
+``waiting`` gauge) / arrival rate (completions per second) = mean time in the queue
+(``queue_little_s``; NaN without the gauge). Decode = mean E2E - mean TTFT (client side).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from locust_llm.report.fmt import column as _f
+from locust_llm.roofline import GpuSpec, ModelSpec, step_cost
+
+NAN = math.nan
+
+#: The columns this module adds to the stage table.
+COLUMNS: tuple[str, ...] = (
+    "queue_avg_s",
+    "prefill_avg_s",
+    "decode_avg_s",
+    "ttft_split_source",
+    "phase_requests",
+    "queue_little_s",
+    "prefill_efficiency",
+)
+
+PHASE_SIGNALS: tuple[str, ...] = ("phase_queue_s", "phase_prefill_s", "phase_decode_s")
+MIN_EFFICIENCY, MAX_EFFICIENCY = 0.05, 1.0
+NO_QUEUE_WAITING = 0.5  # mean waiting requests below this: the gauge says nothing queues
+
+
+SeriesLookup = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+
+def counter_increase(series: SeriesLookup, signal: str, lo: float, hi: float) -> float:
+    """Increase of cumulative ``signal`` over [lo, hi), summed over sources (NaN: no samples).
+
+    ``series`` maps a signal to (time_s, value, source, gpu) sorted by time (what
+    :class:`locust_llm.report.tables.TelemetryIndex` holds). Each source's increase runs from
+    its last finite sample before ``lo`` (else its first one inside) to its last inside; a
+    counter that went down (a restart) counts from zero.
+    """
+    if signal not in series:
+        return NAN
+    t, v, src, _ = series[signal]
+    total, seen = 0.0, False
+    for source in np.unique(src):
+        pick = (src == source) & np.isfinite(v)
+        ts, vs = t[pick], v[pick]
+        inside = np.flatnonzero((ts >= lo) & (ts < hi))
+        if inside.size == 0:
+            continue
+        before = np.flatnonzero(ts < lo)
+        start = vs[before[-1]] if before.size else vs[inside[0]]
+        end = vs[inside[-1]]
+        total += end - start if end >= start else end
+        seen = True
+    return total if seen else NAN
+
+
+@dataclass(frozen=True)
+class ServerPhases:
+    """Mean phase times of the requests that finished in a window, from the server's sums."""
+
+    queue_s: float
+    prefill_s: float
+    decode_s: float
+    requests: float
+
+
+def server_phases(series: SeriesLookup, lo: float, hi: float) -> ServerPhases | None:
+    """The server's mean phase times over [lo, hi); None without phase histograms there."""
+    count = counter_increase(series, "phase_requests", lo, hi)
+    if not count > 0:
+        return None
+    queue, prefill, decode = (counter_increase(series, s, lo, hi) / count for s in PHASE_SIGNALS)
+    if math.isnan(queue):
+        return None
+    return ServerPhases(queue, prefill, decode, count)
+
+
+def _load(row: Mapping[str, Any]) -> float:
+    c = _f(row, "concurrency")
+    return c if not math.isnan(c) else _f(row, "rate")
+
+
+def predicted_prefill_s(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    input_tokens: float,
+    output_tokens: float,
+    batch: float,
+    tp: int = 1,
+) -> float:
+    """Roofline time of the step that prefills one prompt of ``input_tokens`` beside
+    ``batch - 1`` decoding sequences at the stage's mean context (efficiency 1), on one of
+    ``tp`` tensor-parallel GPUs."""
+    n_in = max(1, round(input_tokens))
+    context = round(input_tokens + (output_tokens if math.isfinite(output_tokens) else 0) / 2)
+    others = max(0, round(batch) - 1) if math.isfinite(batch) else 0
+    cost = step_cost(model, [max(1, context)] * others, [(n_in, 0)], tp=tp)
+    return cost.seconds(gpu, model.weight_bits)
+
+
+def step_wait_s(row: Mapping[str, Any], open_loop: bool) -> float:
+    """Mean wait for the step under way before a request can join the batch: none with an
+    empty batch; a whole decode step in closed loop (a user sends right after its previous
+    answer's last step ended, so the next step has started), half a step for open-loop
+    arrivals (uniform in the step)."""
+    tpot, batch = _f(row, "tpot_avg_s"), _batch(row)
+    if not (tpot > 0 and batch > 0):
+        return 0.0
+    others = min(1.0, max(0.0, batch - 1.0))
+    return tpot * others * (0.5 if open_loop else 1.0)
+
+
+def _batch(row: Mapping[str, Any]) -> float:
+    running = _f(row, "running")
+    return running if running > 0 else _f(row, "concurrency")
+
+
+@dataclass(frozen=True)
+class PrefillModel:
+    """How the model predicts a stage's prefill time."""
+
+    model: ModelSpec | None
+    gpu: GpuSpec | None
+    tp: int
+    open_loop: bool
+    efficiency: float = NAN  # roofline / observed at the lowest-load stage
+    s_per_token: float = NAN  # without a roofline: the lowest-load stage's TTFT per token
+
+    def prefill_s(self, row: Mapping[str, Any]) -> float:
+        n_in = _f(row, "input_tokens_avg")
+        if not n_in >= 1:
+            return NAN
+        if self.model is not None and self.gpu is not None and not math.isnan(self.efficiency):
+            predicted = predicted_prefill_s(
+                self.model, self.gpu, n_in, _f(row, "output_tokens_avg"), _batch(row), self.tp
+            )
+            return predicted / self.efficiency
+        return self.s_per_token * n_in
+
+
+def calibrate(
+    rows: Sequence[Mapping[str, Any]],
+    model: ModelSpec | None,
+    gpu: GpuSpec | None,
+    tp: int = 1,
+    open_loop: bool = False,
+) -> PrefillModel:
+    """The prefill model, its efficiency set on the lowest-load stage (TTFT there = the wait
+    for the step under way + prefill)."""
+    lowest = _calibration_row(rows)
+    base = PrefillModel(model, gpu, tp, open_loop)
+    if lowest is None:
+        return base
+    n_in = _f(lowest, "input_tokens_avg")
+    observed = _f(lowest, "ttft_avg_s") - step_wait_s(lowest, open_loop)
+    if not (n_in >= 1 and observed > 0):
+        return base
+    if model is not None and gpu is not None:
+        predicted = predicted_prefill_s(
+            model, gpu, n_in, _f(lowest, "output_tokens_avg"), _batch(lowest), tp
+        )
+        eff = min(MAX_EFFICIENCY, max(MIN_EFFICIENCY, predicted / observed))
+        return PrefillModel(model, gpu, tp, open_loop, efficiency=eff)
+    return PrefillModel(model, gpu, tp, open_loop, s_per_token=observed / n_in)
+
+
+def decompose(
+    rows: Sequence[dict[str, Any]],
+    series: SeriesLookup,
+    model: ModelSpec | None = None,
+    gpu: GpuSpec | None = None,
+    *,
+    tp: int = 1,
+    open_loop: bool = False,
+) -> None:
+    """Add :data:`COLUMNS` to every stage row in place (see the module docstring)."""
+    prefill_model = calibrate(rows, model, gpu, tp, open_loop)
+    for row in rows:
+        _decompose_row(row, series, prefill_model)
+
+
+def _calibration_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    usable = [
+        r
+        for r in rows
+        if r.get("kind") != "soak" and _f(r, "ttft_avg_s") > 0 and not math.isnan(_load(r))
+    ]
+    return min(usable, key=_load) if usable else None
+
+
+def _decompose_row(row: dict[str, Any], series: SeriesLookup, prefill_model: PrefillModel) -> None:
+    ttft, e2e = _f(row, "ttft_avg_s"), _f(row, "latency_avg_s")
+    qps, waiting = _f(row, "qps"), _f(row, "waiting")
+    row["decode_avg_s"] = e2e - ttft
+    row["queue_little_s"] = waiting / qps if qps > 0 else NAN
+    row["prefill_efficiency"] = prefill_model.efficiency
+    hi = _f(row, "end_wall_s")
+    lo = hi - _f(row, "duration_s")  # the window after the warm-up, as the telemetry columns
+    phases = server_phases(series, lo, hi) if not math.isnan(lo + hi) else None
+    if phases is not None:
+        prefill = phases.prefill_s
+        if math.isnan(prefill):  # a queue histogram only (TGI): prefill is the rest of TTFT
+            prefill = max(0.0, ttft - phases.queue_s)
+        row.update(
+            queue_avg_s=phases.queue_s,
+            prefill_avg_s=prefill,
+            ttft_split_source="server",
+            phase_requests=phases.requests,
+        )
+        if not math.isnan(phases.decode_s):
+            row["decode_avg_s"] = phases.decode_s
+        return
+    prefill = prefill_model.prefill_s(row)
+    if math.isnan(prefill) or math.isnan(ttft):
+        row.update(queue_avg_s=NAN, prefill_avg_s=NAN, ttft_split_source="", phase_requests=NAN)
+        return
+    wait = step_wait_s(row, prefill_model.open_loop)
+    queue = max(wait, ttft - prefill)
+    if waiting < NO_QUEUE_WAITING:  # the waiting gauge says no queue: only the step under way
+        queue = min(queue, wait)
+    queue = min(queue, ttft)
+    row.update(
+        queue_avg_s=queue,
+        prefill_avg_s=ttft - queue,
+        ttft_split_source="model",
+        phase_requests=NAN,
+    )
+
+
+def split_line(row: Mapping[str, Any]) -> str:
+    """``TTFT = x ms queue + y ms prefill (source: server | model)``, or "" without a split."""
+    source = row.get("ttft_split_source") or ""
+    queue, prefill = _f(row, "queue_avg_s"), _f(row, "prefill_avg_s")
+    if not source or math.isnan(queue + prefill):
+        return ""
+    text = f"TTFT = {queue * 1e3:.0f} ms queue + {prefill * 1e3:.0f} ms prefill (source: {source})"
+    little = _f(row, "queue_little_s")
+    if not math.isnan(little):
+        text += f"; Little's law on the waiting gauge: {little * 1e3:.0f} ms queue"
+    return text

@@ -1,0 +1,143 @@
+"""Resource model per stage: compute and bandwidth utilization, and the admission limit that binds.
+
+Pure. From the stage's observed throughput, batch, token mix and the roofline
+(:mod:`locust_llm.roofline`):
+
+- ``mfu`` (model FLOPs utilization) = tokens computed per second (input + output tokens of the
+  completed requests / duration) x 2 x parameters per token / the device's peak FLOP/s;
+- ``mbu`` (model bandwidth utilization) = bytes one decode step of the observed batch moves
+  (weights + KV at the mean context) x steps per second (1 / mean TPOT) / the device's
+  bandwidth;
+- ``step_bound``: ``compute`` when ``mfu`` >= :data:`COMPUTE_OVER_BANDWIDTH_EFFICIENCY` x
+  ``mbu`` (at the achievable efficiencies the step's compute time is the longer one), else
+  ``memory``;
+- ``prefill_token_share``: input tokens / all tokens computed;
+- the admission limits in sequences: ``kv_capacity_seqs`` (observed: running / KV-cache usage;
+  else the roofline's KV budget at 90% memory over the mean context), ``max_num_seqs`` and
+  ``server_slots`` (from run.json's ``extra``/``extra.server``: ``max_num_seqs``,
+  ``total_slots``, as llama.cpp's ``/props`` names its slots), the smallest of them is
+  ``admission_limit`` / ``admission_limit_seqs``; ``batch_fill`` = peak running / that limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from locust_llm.report.fmt import column as _f
+from locust_llm.roofline import GpuSpec, ModelSpec, Workload, compute, step_cost
+
+NAN = math.nan
+
+#: Achievable compute efficiency / achievable bandwidth efficiency of serving kernels (0.7 /
+#: 0.85, the simulator's calibrated defaults: bench/results/calibration.md): a step is
+#: compute-bound when MFU / 0.7 >= MBU / 0.85, i.e. MFU >= this x MBU.
+COMPUTE_OVER_BANDWIDTH_EFFICIENCY = 0.7 / 0.85
+
+#: KV usage from which running / usage is trusted as the capacity (below: the roofline's).
+OBSERVED_KV_MIN = 0.05
+
+COLUMNS: tuple[str, ...] = (
+    "mfu",
+    "mbu",
+    "step_bound",
+    "prefill_token_share",
+    "kv_capacity_seqs",
+    "admission_limit",
+    "admission_limit_seqs",
+    "batch_fill",
+)
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Admission limits the server told us (None: not known)."""
+
+    max_num_seqs: int | None = None
+    slots: int | None = None
+
+
+def server_limits(extra: Mapping[str, Any]) -> ServerLimits:
+    """``max_num_seqs`` and llama.cpp's ``total_slots`` from run.json's extra (or its server)."""
+    found: dict[str, int] = {}
+    for source in (extra, extra.get("server") or {}):
+        if not isinstance(source, Mapping):
+            continue
+        for key in ("max_num_seqs", "total_slots"):
+            value = source.get(key)
+            if isinstance(value, int | float) and value > 0 and key not in found:
+                found[key] = int(value)
+    return ServerLimits(found.get("max_num_seqs"), found.get("total_slots"))
+
+
+def resource_row(
+    row: Mapping[str, Any],
+    model: ModelSpec | None,
+    gpu: GpuSpec | None,
+    limits: ServerLimits = ServerLimits(),
+    *,
+    tp: int = 1,
+) -> dict[str, Any]:
+    """The :data:`COLUMNS` of one stage row (``tp`` GPUs share the work: utilizations are
+    per GPU)."""
+    out: dict[str, Any] = {c: NAN for c in COLUMNS}
+    out["step_bound"] = out["admission_limit"] = ""
+    n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
+    if n_in + n_out > 0:
+        out["prefill_token_share"] = n_in / (n_in + n_out)
+    running = _f(row, "running")
+    batch = running if running > 0 else _f(row, "concurrency")
+    context = round((n_in if n_in > 0 else 0) + (n_out if n_out > 0 else 0) / 2)
+    if model is not None and gpu is not None:
+        tokens_per_s = _f(row, "total_tps")
+        peak = gpu.peak_flops(model.weight_bits) * tp  # the work is spread over tp GPUs
+        out["mfu"] = tokens_per_s * 2.0 * model.params_per_token() / peak
+        tpot = _f(row, "tpot_avg_s")
+        if batch > 0 and tpot > 0:
+            step = step_cost(model, [max(1, context)] * max(1, round(batch)), tp=tp)
+            out["mbu"] = step.bytes / tpot / gpu.memory_bandwidth_bytes_s
+        if not math.isnan(out["mfu"] + out["mbu"]):
+            compute_bound = out["mfu"] >= COMPUTE_OVER_BANDWIDTH_EFFICIENCY * out["mbu"]
+            out["step_bound"] = "compute" if compute_bound else "memory"
+    kv_usage = _f(row, "kv_cache_usage_max")
+    running_max = _f(row, "running_max")
+    if running_max > 0 and kv_usage >= OBSERVED_KV_MIN:
+        out["kv_capacity_seqs"] = running_max / kv_usage
+    elif model is not None and gpu is not None and not math.isnan(gpu.memory_bytes) and context:
+        floors = compute(
+            model,
+            gpu,
+            Workload(
+                context_tokens=max(1, context),
+                input_tokens=max(1, round(n_in)) if n_in > 0 else 1,
+                tp=tp,
+            ),
+        )
+        out["kv_capacity_seqs"] = floors.kv_capacity_sequences
+    candidates = [
+        (out["kv_capacity_seqs"], "KV capacity"),
+        (float(limits.max_num_seqs or NAN), "max-num-seqs"),
+        (float(limits.slots or NAN), "server slots"),
+    ]
+    known = [(v, name) for v, name in candidates if v > 0]
+    if known:
+        seqs, name = min(known)
+        out["admission_limit"], out["admission_limit_seqs"] = name, seqs
+        if running_max > 0:
+            out["batch_fill"] = running_max / seqs
+    return out
+
+
+def add_resources(
+    rows: Sequence[dict[str, Any]],
+    model: ModelSpec | None,
+    gpu: GpuSpec | None,
+    limits: ServerLimits = ServerLimits(),
+    *,
+    tp: int = 1,
+) -> None:
+    """Add :data:`COLUMNS` to every stage row in place."""
+    for row in rows:
+        row.update(resource_row(row, model, gpu, limits, tp=tp))

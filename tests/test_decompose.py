@@ -1,0 +1,119 @@
+"""The time split (TTFT = queue + prefill) and the resource model, on hand-made data and on a
+real simulator's phase histograms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from locust_llm.report.decompose import counter_increase, decompose, split_line
+from locust_llm.report.resources import ServerLimits, resource_row, server_limits
+from locust_llm.roofline import get_gpu, get_model
+from locust_llm.vocabularies import extract_signals
+
+
+def _series(points: dict[str, list[tuple[float, str, float]]]) -> dict:
+    out = {}
+    for signal, rows in points.items():
+        t = np.array([r[0] for r in rows], float)
+        src = np.array([r[1] for r in rows], object)
+        v = np.array([r[2] for r in rows], float)
+        out[signal] = (t, v, src, np.array([""] * len(rows), object))
+    return out
+
+
+def test_counter_increase_runs_from_the_sample_before_the_window_per_source() -> None:
+    series = _series({"phase_queue_s": [
+        (0.5, "a", 1.0), (1.5, "a", 3.0), (2.5, "a", 6.0),
+        (1.2, "b", 10.0), (2.2, "b", 12.0),
+    ]})  # fmt: skip
+    assert counter_increase(series, "phase_queue_s", 1.0, 3.0) == pytest.approx(5.0 + 2.0)
+    assert math.isnan(counter_increase(series, "phase_queue_s", 5.0, 6.0))
+    assert math.isnan(counter_increase(series, "nope", 0.0, 9.0))
+
+
+def _row(**kw: float) -> dict:
+    base = {
+        "stage": 0, "kind": "step", "concurrency": 1.0, "rate": math.nan, "qps": 1.0,
+        "ttft_avg_s": 0.05, "latency_avg_s": 1.0, "tpot_avg_s": 0.02, "waiting": 0.0,
+        "running": 1.0, "input_tokens_avg": 256.0, "output_tokens_avg": 64.0,
+        "start_wall_s": 0.0, "end_wall_s": 10.0, "duration_s": 10.0,
+    }  # fmt: skip
+    base.update(kw)
+    return base
+
+
+def test_server_histograms_win_and_are_differenced_per_stage() -> None:
+    rows = [_row(), _row(stage=1, concurrency=8.0, start_wall_s=10.0, end_wall_s=20.0)]
+    series = _series({
+        "phase_queue_s": [(9.0, "s", 0.0), (19.0, "s", 4.0)],
+        "phase_prefill_s": [(9.0, "s", 0.5), (19.0, "s", 1.5)],
+        "phase_decode_s": [(9.0, "s", 9.0), (19.0, "s", 19.0)],
+        "phase_requests": [(9.0, "s", 10.0), (19.0, "s", 20.0)],
+    })  # fmt: skip
+    decompose(rows, series)
+    top = rows[1]
+    assert top["ttft_split_source"] == "server"
+    assert (top["queue_avg_s"], top["prefill_avg_s"], top["decode_avg_s"]) == pytest.approx(
+        (0.4, 0.1, 1.0)
+    )
+    assert split_line(top).startswith("TTFT = 400 ms queue + 100 ms prefill (source: server)")
+
+
+def test_model_split_calibrates_on_the_lowest_load_and_puts_the_rest_in_the_queue() -> None:
+    model, gpu = get_model("mistral-7b"), get_gpu("rtx4090")
+    low = _row(ttft_avg_s=0.040, running=1.0)
+    high = _row(
+        stage=1, concurrency=64.0, ttft_avg_s=2.0, running=40.0, waiting=24.0, qps=12.0,
+        tpot_avg_s=0.03,
+    )  # fmt: skip
+    decompose([low, high], {}, model, gpu)
+    assert low["ttft_split_source"] == "model" and low["queue_avg_s"] == pytest.approx(0.0)
+    assert 0.05 <= low["prefill_efficiency"] <= 1.0
+    assert high["queue_avg_s"] + high["prefill_avg_s"] == pytest.approx(2.0)
+    assert high["queue_avg_s"] > 0.9 * 2.0  # a 256-token prompt takes tens of ms
+    assert high["queue_little_s"] == pytest.approx(24.0 / 12.0)  # Little's law beside it
+
+
+def test_an_empty_waiting_gauge_caps_the_model_queue_at_the_step_under_way() -> None:
+    low = _row(ttft_avg_s=0.040)
+    mid = _row(stage=1, concurrency=16.0, ttft_avg_s=0.5, running=16.0, waiting=0.0)
+    decompose([low, mid], {}, get_model("mistral-7b"), get_gpu("rtx4090"))
+    assert mid["queue_avg_s"] == pytest.approx(mid["tpot_avg_s"])  # one step, closed loop
+    assert mid["prefill_avg_s"] == pytest.approx(0.5 - 0.02)
+
+
+def test_resource_model_utilizations_and_binding_limit() -> None:
+    model, gpu = get_model("mistral-7b"), get_gpu("h100-sxm")
+    row = _row(
+        total_tps=5000.0, running=32.0, running_max=32.0, kv_cache_usage_max=0.5,
+        tpot_avg_s=0.02,
+    )  # fmt: skip
+    out = resource_row(row, model, gpu, ServerLimits(max_num_seqs=48))
+    flops = 5000.0 * 2 * model.params_per_token()
+    assert out["mfu"] == pytest.approx(flops / gpu.peak_flops(model.weight_bits))
+    assert 0 < out["mbu"] < 1 and out["step_bound"] == "memory"
+    assert out["kv_capacity_seqs"] == pytest.approx(64.0)  # 32 running at 50%
+    assert (out["admission_limit"], out["admission_limit_seqs"]) == ("max-num-seqs", 48.0)
+    two = resource_row(row, model, gpu, tp=2)
+    assert two["mfu"] == pytest.approx(out["mfu"] / 2)  # the work spread over two GPUs
+
+
+def test_server_limits_read_llama_cpp_slots() -> None:
+    assert server_limits({"server": {"total_slots": 4}}) == ServerLimits(None, 4)
+    assert server_limits({"max_num_seqs": 64}) == ServerLimits(64, None)
+
+
+def test_vllm_phase_histograms_map_onto_the_phase_signals() -> None:
+    text = (
+        'vllm:request_queue_time_seconds_sum{model_name="m"} 12.5\n'
+        'vllm:request_queue_time_seconds_count{model_name="m"} 10\n'
+        'vllm:request_prefill_time_seconds_sum{model_name="m"} 1.5\n'
+        'vllm:request_decode_time_seconds_sum{model_name="m"} 30\n'
+        "tgi_request_queue_duration_sum 2\n"
+    )
+    got = {s: v for s, _, v in extract_signals(text)}
+    assert got["phase_queue_s"] == 12.5 and got["phase_requests"] == 10
+    assert got["phase_prefill_s"] == 1.5 and got["phase_decode_s"] == 30

@@ -1,0 +1,164 @@
+"""Each verdict rule of the registry on hand-made stage rows: what it finds, what it passes on."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from locust_llm.thresholds import Thresholds
+from locust_llm.verdict import CAUSES, RULES, Context, stage_verdict
+from locust_llm.verdict_actions import CAUSE_ACTIONS
+
+
+def _row(**kw: object) -> dict:
+    """A busy, healthy-looking closed-loop stage with server telemetry and a resource model."""
+    base = {
+        "stage": 1, "kind": "step", "concurrency": 16.0, "rate": math.nan,
+        "requests": 200.0, "completed": 200.0, "qps": 10.0, "error_rate": 0.0,
+        "latency_avg_s": 1.6, "latency_p99_s": 2.0, "ttft_avg_s": 0.06, "tpot_avg_s": 0.02,
+        "itl_p99_s": 0.03, "input_tokens_avg": 256.0, "output_tokens_avg": 64.0,
+        "gpu_util": 0.97, "kv_cache_usage_max": 0.4, "running": 15.0, "running_max": 16.0,
+        "waiting": 0.0, "waiting_max": 0.0, "preemptions": 0.0, "server_samples": 20.0,
+        "queue_avg_s": 0.02, "prefill_avg_s": 0.04, "decode_avg_s": 1.54,
+        "ttft_split_source": "model", "queue_little_s": 0.0, "mfu": 0.10, "mbu": 0.75,
+        "step_bound": "memory", "prefill_token_share": 0.8, "kv_capacity_seqs": 40.0,
+    }  # fmt: skip
+    base.update(kw)
+    return base
+
+
+def _check(name: str, row: dict, **flags: object):
+    return RULES.get(name).check(Context(row, (row,), Thresholds(), flags))
+
+
+def test_the_registry_is_ordered_and_every_rule_documented() -> None:
+    names = RULES.names()
+    assert names[:4] == ("too_few_requests", "oom", "client_cpu", "errors")
+    assert names.index("admission") < names.index("under_loaded") < names.index("step_bound")
+    assert names[-1] == "nothing_saturated"
+    assert all(r.doc for r in RULES)
+    assert set(CAUSE_ACTIONS) == set(CAUSES)
+
+
+def test_admission_names_kv_capacity() -> None:
+    row = _row(
+        ttft_avg_s=2.0, queue_avg_s=1.9, prefill_avg_s=0.1, waiting=30.0, running=40.0,
+        running_max=42.0, kv_cache_usage_max=1.0, preemptions=5.0,
+    )  # fmt: skip
+    found = _check("admission", row)
+    assert found is not None and found.cause == "kv_capacity_admission"
+    assert found.kind == "overloaded" and any("95% of TTFT" in e for e in found.evidence)
+    v = stage_verdict(row)
+    assert v.headline == "overloaded: KV capacity" and v.source_name == "OOM / memory"
+    assert any("--kv-cache-dtype fp8" in a for a in v.actions)
+    assert not any("--enable-chunked-prefill" in a for a in v.actions)  # not a prefill problem
+
+
+def test_admission_names_the_batch_limit_only_when_demand_exceeds_it() -> None:
+    row = _row(
+        concurrency=64.0, ttft_avg_s=1.0, queue_avg_s=0.9, waiting=32.0, running=32.0,
+        running_max=32.0, kv_cache_usage_max=0.3,
+    )  # fmt: skip
+    found = _check("admission", row, max_num_seqs=32)
+    assert found is not None and found.cause == "batch_limit_admission"
+    v = stage_verdict(row, server={"max_num_seqs": 32})
+    assert any("--max-num-seqs (now 32)" in a for a in v.actions)  # the observed value quoted
+    # as many users as slots: the limit cannot hold anyone back
+    assert _check("admission", _row(**{**row, "concurrency": 32.0}), max_num_seqs=32) is None
+
+
+def test_llama_cpp_slots_bind_without_gpu_or_kv_signals() -> None:
+    # the issue's llama.cpp case: 4 slots all busy, TPOT doubled, no GPU or KV signal
+    row = _row(
+        concurrency=16.0, ttft_avg_s=3.0, queue_avg_s=2.8, waiting=12.0, running=4.0,
+        running_max=4.0, gpu_util=math.nan, kv_cache_usage_max=math.nan,
+    )  # fmt: skip
+    v = stage_verdict(row, server={"total_slots": 4})
+    assert v.kind == "overloaded" and v.cause == "batch_limit_admission"
+    assert "server slots 4" in " ".join(v.evidence)
+
+
+def test_a_queue_for_the_token_budget_is_prefill_compute() -> None:
+    row = _row(
+        concurrency=64.0, ttft_avg_s=5.0, queue_avg_s=4.5, waiting=40.0, running=20.0,
+        running_max=24.0, kv_cache_usage_max=1.0, step_bound="compute", mfu=0.8, mbu=0.1,
+        prefill_token_share=0.98, input_tokens_avg=2000.0, output_tokens_avg=32.0,
+        decode_avg_s=0.5, qps=4.0, tpot_avg_s=0.25,
+    )  # fmt: skip
+    found = _check("admission", row, max_num_batched_tokens=2048)
+    assert found is not None and found.cause == "compute_bound_prefill"
+    assert "2,048-token budget" in " ".join(found.evidence)
+
+
+def test_an_empty_waiting_gauge_is_no_admission_queue() -> None:
+    row = _row(ttft_avg_s=0.2, queue_avg_s=0.15, waiting=0.0)
+    assert _check("admission", row) is None
+
+
+def test_busy_is_not_called_idle() -> None:
+    # the issue's case: GPU 85% busy must not read as under-loaded
+    assert _check("under_loaded", _row(gpu_util=0.85)) is None
+    found = _check("under_loaded", _row(gpu_util=0.3))
+    assert found is not None and found.cause == "under_loaded"
+
+
+def test_small_batch_is_low_concurrency_with_the_step_bound_as_cause() -> None:
+    row = _row(running=2.0, running_max=2.0, concurrency=2.0)
+    found = _check("small_batch", row, max_num_seqs=256)
+    assert found is not None and found.kind == "low_concurrency"
+    assert found.cause == "bandwidth_bound_decode"
+    assert _check("small_batch", _row(running=30.0), max_num_seqs=32) is None
+
+
+def test_step_bound_causes() -> None:
+    memory = _check("step_bound", _row())
+    assert memory is not None and memory.cause == "bandwidth_bound_decode"
+    interference = _check("step_bound", _row(step_bound="compute", mfu=0.7, mbu=0.3))
+    assert interference is not None and interference.cause == "prefill_interference"
+    v = stage_verdict(_row(step_bound="compute", mfu=0.7, mbu=0.3, running=15.0))
+    assert not any("--quantization" in a and "not" not in a for a in v.actions)  # cannot help
+    prefill = _check(
+        "step_bound",
+        _row(step_bound="compute", ttft_avg_s=2.0, decode_avg_s=0.3, prefill_token_share=0.95),
+    )
+    assert prefill is not None and prefill.cause == "compute_bound_prefill"
+    decode = _check("step_bound", _row(step_bound="compute", prefill_token_share=0.1))
+    assert decode is not None and decode.cause == "compute_bound_decode"
+    assert _check("step_bound", _row(step_bound="")) is None
+
+
+def test_too_few_telemetry_samples_are_no_telemetry_verdict() -> None:
+    # the issue: a decode_bound verdict rested on 2 telemetry samples
+    row = _row(server_samples=2.0, mfu=math.nan, mbu=math.nan, step_bound="")
+    v = stage_verdict(row)
+    assert v.kind == "insufficient_data" and v.confidence == "low"
+    assert "only 2 server telemetry samples" in v.evidence[0]
+
+
+def test_missing_signals_fall_back_on_client_side_scaling() -> None:
+    lower = _row(stage=0, concurrency=4.0, qps=4.0, gpu_util=math.nan, server_samples=0.0)
+    row = _row(concurrency=8.0, qps=7.6, gpu_util=math.nan, server_samples=0.0)
+    v = stage_verdict(row, [lower, row])
+    assert v.kind == "low_concurrency" and v.client_side and v.confidence == "low"
+    assert "client-side evidence" in v.evidence[-1]
+
+
+def test_oom_advice_is_not_backwards() -> None:
+    v = stage_verdict(_row(error_rate_oom=0.05), server={"max_num_batched_tokens": 512})
+    assert v.kind == "memory_oom"
+    text = " ".join(v.actions)
+    assert "lower --max-num-batched-tokens" not in text
+    assert "--max-num-batched-tokens (now 512)" in text and "at least the longest prompt" in text
+
+
+@pytest.mark.parametrize("name", ["too_few_requests", "oom", "client_cpu", "errors"])
+def test_guard_rules_pass_a_clean_stage_on(name: str) -> None:
+    assert _check(name, _row()) is None
+
+
+def test_every_verdict_states_samples_and_confidence() -> None:
+    v = stage_verdict(_row())
+    d = v.as_dict()
+    assert d["requests"] == 200 and d["telemetry_samples"] == 20 and d["confidence"] == "high"
+    assert d["cause"] == "bandwidth_bound_decode" and d["rule"] == "step_bound"
