@@ -42,6 +42,8 @@ def test_every_llm_option_reaches_locust(flag: str) -> None:
         if flag in ("api-key", "run-dir"):
             return  # the API key goes by environment (never on a command line); --out is run's
         argv = [own] if value is None else [own, value]
+        if flag == "rate":
+            argv += ["--stage-duration", "5"]  # open-loop stages are timed
     else:
         argv = [f"--llm-{flag}"] if value is None else [f"--llm-{flag}", value]
     out = _parse(argv)
