@@ -10,7 +10,8 @@ Per-stage rules, first match wins (thresholds are fields of the shared
 
 1. ``insufficient_data``: fewer than ``min_requests`` requests in the stage.
 2. ``memory_oom``: any request failed with error kind ``oom``.
-3. ``client_bound``: a Locust worker's CPU peaked at or above ``client_cpu``.
+3. ``client_bound``: a Locust worker's CPU peaked at or above ``client_cpu``; or (kernel-stamp
+   transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``.
 4. ``errors``: error rate above ``error_rate`` (off when it is ``None``).
 5. ``insufficient_data``: no server telemetry (none of GPU utilization, DRAM bandwidth, KV-cache
    usage, running) in the stage: the cause cannot be told from client timings alone (they are
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from locust_llm.metrics import ERROR_KINDS
+from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
@@ -314,6 +316,16 @@ def stage_verdict(
                 f"Locust worker {who} CPU peaked at {pct(cpu)} {where} "
                 f"(>= {pct(thresholds.client_cpu)}): the load generator, not the server, "
                 "limits this stage"
+            ],
+        )
+    delay = _v(row, "client_delay_first_p99_s")  # kernel-stamp transport: report/client_delay.py
+    if delay >= CLIENT_DELAY_BOUND_S:
+        return verdict(
+            "client_bound",
+            [
+                f"the worker read first tokens up to {ms(delay, 1)} ms after the kernel received "
+                f"them (p99 {where}, >= {ms(CLIENT_DELAY_BOUND_S)} ms): the load generator falls "
+                "behind its streams"
             ],
         )
     rate, limit = _v(row, "error_rate"), thresholds.error_rate
