@@ -156,6 +156,19 @@ class Http11Response:
         """Start the next chunk (after the CRLF of the previous); False at the last chunk."""
         if self.message_complete:
             return False
+        conn = self.conn
+        if self._chunk_started:  # fast path: CRLF, a plain size, CRLF all in the buffer
+            buf, pos = conn.buf, conn.pos
+            end = buf.find(b"\r\n", pos + 2)
+            if buf.startswith(b"\r\n", pos) and 0 < end - pos - 2 <= 8:
+                try:
+                    size = int(buf[pos + 2 : end], 16)
+                except ValueError:
+                    size = -1
+                if size > 0:
+                    conn.pos = end + 2
+                    self._chunk_left = size
+                    return True
         if self._chunk_started and self._line_of_framing() != b"":
             raise HTTPParseError("chunk not followed by CRLF")
         self._chunk_started = True
@@ -190,8 +203,16 @@ class Http11Response:
     def readline(self, sep: bytes = b"\n") -> bytes:
         """The body up to and including the next ``sep`` (one byte); the rest at the end of the
         body; b"" once the body is read."""
-        parts: list[bytes] = []
         conn = self.conn
+        left = self._chunk_left
+        if left > 0 and self._mode == _BODY_CHUNKED:  # fast path: the line is in this chunk
+            buf, pos = conn.buf, conn.pos
+            end = buf.find(sep, pos, pos + left)
+            if end >= 0:
+                conn.pos = end + 1
+                self._chunk_left = left - (end + 1 - pos)
+                return buf[pos : end + 1]
+        parts: list[bytes] = []
         while True:
             n = self._available()
             if n == 0:

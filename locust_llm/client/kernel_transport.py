@@ -22,6 +22,7 @@ import functools
 import math
 import os
 import socket
+import struct
 import sys
 import time
 from time import perf_counter
@@ -34,7 +35,8 @@ from locust_llm.errors import InputError
 
 #: Linux's ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``); Python's socket module does not name it.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-_TIMESPEC_BYTES = 16  # struct timespec: two 64-bit longs
+_TIMESPEC = struct.Struct("@qq")  # struct timespec: two 64-bit longs
+_TIMESPEC_BYTES = _TIMESPEC.size
 _ANC_BYTES = socket.CMSG_SPACE(_TIMESPEC_BYTES) if hasattr(socket, "CMSG_SPACE") else 0
 
 #: The ``--llm-transport`` choices.
@@ -56,9 +58,9 @@ class StampedConnection(Http11Connection):
         now = perf_counter()
         self.user_s = now
         for level, kind, cdata in ancdata:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= 16:
-                sec = int.from_bytes(cdata[0:8], sys.byteorder, signed=True)
-                nsec = int.from_bytes(cdata[8:16], sys.byteorder, signed=True)
+            stamp = level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS
+            if stamp and len(cdata) >= _TIMESPEC_BYTES:
+                sec, nsec = _TIMESPEC.unpack_from(cdata)
                 self.arrival_s = now - (now_ns - (sec * 1_000_000_000 + nsec)) * 1e-9
                 return data
         self.unstamped_reads += 1
