@@ -15,6 +15,7 @@ import pytest
 from conftest import run_locust
 from geventhttpclient import HTTPClient
 
+from locust_llm.cli import main
 from locust_llm.client.kernel_transport import (
     KernelTransport,
     StampedClient,
@@ -157,3 +158,9 @@ def test_records_match_the_simulators_send_times(tmp_path: Path) -> None:
     # the kernel stamp is the arrival on loopback: within a millisecond of the send for most
     assert np.median(np.abs(last_lag)) < 0.001, last_lag.describe()
     assert (last_lag > -0.001).all()  # never before the simulator sent it
+    # the report shows the client delay the records carry
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) in (0, 3)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "Client delay (kernel stamp to user-space read)" in md
+    delay_ms = (records.first_token_user_s - records.first_token_kernel_s) * 1e3
+    assert f"| 48 | {np.percentile(delay_ms, 50):.2f} |" in md

@@ -27,6 +27,14 @@ from locust_llm.rundir import Stage
 #: configured one).
 CLIENT_DELAY_BOUND_S = 0.010
 
+#: The requests.parquet columns read for it (``report/load.py`` loads them when present).
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "first_token_kernel_s",
+    "last_token_kernel_s",
+    "first_token_user_s",
+    "last_token_user_s",
+)
+
 #: The stage-row columns :func:`add_client_delay` fills (nan where no record has both stamps).
 COLUMNS: tuple[str, ...] = tuple(
     f"client_delay_{which}_{stat}_s"
@@ -79,3 +87,25 @@ def add_client_delay(
         for which, delays in (("first", first), ("last", last)):
             for stat, value in stage_delay_stats(delays[pick]).items():
                 row[f"client_delay_{which}_{stat}_s"] = value
+
+
+#: The report table's columns after the load column.
+TABLE_HEADERS: tuple[str, ...] = (
+    "stamped records",
+    "first token p50 ms",
+    "first token p99 ms",
+    "first token max ms",
+    "last token p50 ms",
+    "last token p99 ms",
+    "last token max ms",
+)
+
+
+def client_delay_rows(
+    requests: pd.DataFrame, stages: Sequence[Stage], run_end_wall_s: float
+) -> list[dict[str, Any]]:
+    """One row per stage (:data:`COLUMNS` and ``client_delay_stamped``); empty when no record
+    carries kernel stamps (a geventhttpclient run: there is no client delay to show)."""
+    rows: list[dict[str, Any]] = [{"stage": s.index} for s in stages]
+    add_client_delay(rows, requests, stages, run_end_wall_s)
+    return rows if any(r["client_delay_stamped"] for r in rows) else []

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from locust_llm.errors import InputError
+from locust_llm.report.client_delay import REQUEST_COLUMNS as CLIENT_DELAY_COLUMNS
 from locust_llm.report.tables import REQUEST_ARRAYS
 from locust_llm.rundir import (
     REQUESTS_FILE,
@@ -71,7 +72,7 @@ def read_requests(run_dir: Path) -> pd.DataFrame:
     path = Path(run_dir) / REQUESTS_FILE
     if not path.is_file():
         raise InputError(f"{path}: missing (the run wrote no request records)")
-    return _read_parquet(path, REQUIRED_REQUEST_COLUMNS, REQUEST_ARRAYS)
+    return _read_parquet(path, REQUIRED_REQUEST_COLUMNS, REQUEST_ARRAYS + CLIENT_DELAY_COLUMNS)
 
 
 def read_telemetry(run_dir: Path) -> pd.DataFrame | None:
