@@ -7,6 +7,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +37,10 @@ def _line_chunk(text: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(text), text)
 
 
-@linux_only
-def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> None:
+@contextmanager
+def streaming_server(lines: int, gap_s: float) -> Iterator[tuple[StampedClient, list[float]]]:
+    """A server thread answering one request with ``lines`` SSE lines ``gap_s`` apart, each
+    sent time noted (perf_counter, the same clock as the stamps); yields a client to it."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -47,8 +51,8 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
         with conn:
             conn.recv(65536)
             conn.sendall(HEAD)
-            for i in range(3):
-                time.sleep(0.03)
+            for i in range(lines):
+                time.sleep(gap_s)
                 sent_at.append(time.perf_counter())
                 conn.sendall(_line_chunk(b"data: %d\n" % i))
             conn.sendall(b"0\r\n\r\n")
@@ -58,13 +62,19 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
     client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
                            network_timeout=2)  # fmt: skip
     try:
-        resp = client.request("POST", "/", body=b"{}")
-        time.sleep(0.25)  # the reader is busy (blocked, holding no socket read) meanwhile
-        lines = [(resp.readline(b"\n"), resp.arrival_s, resp.conn.user_s) for _ in range(3)]
+        yield client, sent_at
     finally:
         client.close()
         thread.join(5)
         listener.close()
+
+
+@linux_only
+def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> None:
+    with streaming_server(3, 0.03) as (client, sent_at):
+        resp = client.request("POST", "/", body=b"{}")
+        time.sleep(0.25)  # the reader is busy (blocked, holding no socket read) meanwhile
+        lines = [(resp.readline(b"\n"), resp.arrival_s, resp.conn.user_s) for _ in range(3)]
     assert [line for line, _, _ in lines] == [b"data: %d\n" % i for i in range(3)]
     # all three lines queued up while the reader slept: the kernel merged them, and the one read
     # carries the stamp of the latest segment, the last line's send (loopback: microseconds)
@@ -75,27 +85,7 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
 
 @linux_only
 def test_lines_read_in_time_keep_their_own_stamps() -> None:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    sent_at: list[float] = []
-
-    def serve() -> None:
-        conn, _ = listener.accept()
-        with conn:
-            conn.recv(65536)
-            conn.sendall(HEAD)
-            for i in range(5):
-                time.sleep(0.02)
-                sent_at.append(time.perf_counter())
-                conn.sendall(_line_chunk(b"data: %d\n" % i))
-            conn.sendall(b"0\r\n\r\n")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
-                           network_timeout=2)  # fmt: skip
-    try:
+    with streaming_server(5, 0.02) as (client, sent_at):
         resp = client.request("POST", "/", body=b"{}")
         stamps = []
         for _ in range(5):
@@ -103,10 +93,6 @@ def test_lines_read_in_time_keep_their_own_stamps() -> None:
             stamps.append(resp.arrival_s)
             time.sleep(0.005)  # busy, but for less than the gap between lines
         assert resp.readline(b"\n") == b"" and resp.message_complete
-    finally:
-        client.close()
-        thread.join(5)
-        listener.close()
     errors = np.array(stamps) - np.array(sent_at)
     assert (errors >= 0).all() and (errors < 0.002).all(), errors
 
