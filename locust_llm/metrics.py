@@ -92,6 +92,13 @@ class RequestRecord:
     e2e_s: float = NAN
     first_token_s: float = NAN  # offset of the first token-bearing chunk from t0 (= ttft_s)
     last_token_s: float = NAN  # offset of the last token-bearing chunk from t0
+    # the first and last token's two stamps (offsets from t0): when the kernel received the
+    # bytes (nan unless the kernel transport read them) and when Python read the line; their
+    # difference is the client's own delay (report/client_delay.py)
+    first_token_kernel_s: float = NAN
+    last_token_kernel_s: float = NAN
+    first_token_user_s: float = NAN
+    last_token_user_s: float = NAN
     tpot_s: float = NAN
     itl_mean_s: float = NAN
     itl_p50_s: float = NAN
@@ -130,6 +137,9 @@ class StreamTiming:
     chunk_tokens: list[int] = field(default_factory=list)
     first_content_time: float = NAN
     end_time: float = NAN
+    stamped: bool = False  # chunk_times are kernel receive stamps (else user-space reads)
+    first_user_time: float = NAN  # when Python read the first / last token's line
+    last_user_time: float = NAN
     # filled by summarize_stream: per-token ITL samples and their weights (for the live stats)
     itl_values: list[float] = field(default_factory=list)
     itl_weights: list[float] = field(default_factory=list)
@@ -206,6 +216,14 @@ def summarize_stream(
     if times:
         record.first_token_s = record.ttft_s = times[0] - timing.t0
         record.last_token_s = times[-1] - timing.t0
+        if timing.stamped:
+            record.first_token_kernel_s = record.first_token_s
+            record.last_token_kernel_s = record.last_token_s
+        user_first, user_last = timing.first_user_time, timing.last_user_time
+        if user_first != user_first:  # nan: no separate user stamps, the chunk times are them
+            user_first, user_last = times[0], times[-1]
+        record.first_token_user_s = user_first - timing.t0
+        record.last_token_user_s = user_last - timing.t0
     if not math.isnan(timing.first_content_time):
         record.ttfc_s = timing.first_content_time - timing.t0
     if record.output_tokens > 1 and len(times) >= 2:

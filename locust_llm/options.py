@@ -161,6 +161,14 @@ OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
         {"type": int},
     ),
     (
+        "transport",
+        "auto",
+        "how responses are read: kernel (each token timed by the kernel's receive stamp of its "
+        "bytes; Linux, http://), ghc (geventhttpclient, timed when Python reads the line), "
+        "auto (kernel where it works, else ghc)",
+        {"choices": ["auto", "kernel", "ghc"]},
+    ),
+    (
         "debug-requests",
         3,
         "requests a locustfile run as a plain script (Locust's run_single_user) sends "

@@ -46,6 +46,7 @@ from locust_llm.client.apis.base import ApiAdapter, BodyRequest, get_api
 from locust_llm.client.backoff import Backoff
 from locust_llm.client.config import ClientOptions
 from locust_llm.client.events import llm_events
+from locust_llm.client.kernel_transport import select_transport
 from locust_llm.client.runtime import runtime
 from locust_llm.client.settings import UserSettings, resolve_settings
 from locust_llm.client.transport import READ_ERRORS, Transport, read_failure
@@ -84,8 +85,8 @@ class LLMUser(User):
     connect_timeout_s: ClassVar[float | None] = None
     read_timeout_s: ClassVar[float | None] = None
     total_timeout_s: ClassVar[float | None] = None
-    #: how requests reach the server (the seam for another transport)
-    transport_class: ClassVar[type[Transport]] = Transport
+    #: how requests reach the server (the seam for another transport; None: --llm-transport)
+    transport_class: ClassVar[type[Transport] | None] = None
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -100,7 +101,8 @@ class LLMUser(User):
         # round robin over the servers, each user starting at a different one
         start = self.user_index % len(hosts) if hosts else 0
         self._hosts = itertools.cycle(hosts[start:] + hosts[:start]) if hosts else None
-        self.transport = self.transport_class(
+        transport_class = self.transport_class or select_transport(self.options.transport)
+        self.transport = transport_class(
             connect_timeout_s=self.settings.connect_timeout_s,
             read_timeout_s=self.settings.read_timeout_s,
             insecure=self.options.insecure,
@@ -268,6 +270,7 @@ class LLMUser(User):
                 raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
             if self.options.no_stream:
                 return self._read_whole(resp, record, timing)
+            timing.stamped = hasattr(resp, "arrival_s")
             content_type = str(resp.get("content-type", "") or "")
             if content_type and "text/event-stream" not in content_type.lower():
                 raise not_sse_failure(resp, self._read_head(resp))
@@ -313,6 +316,7 @@ class LLMUser(User):
         usage_tokens: int | None = None
         prev_usage = 0
         readline = resp.readline
+        stamped = hasattr(resp, "arrival_s")  # kernel transport: when the line's bytes arrived
         done = False
         sse_seen = False  # an SSE data line came (else the answer is not a stream at all)
         head = b""  # the answer's first bytes, quoted if it is not
@@ -321,7 +325,9 @@ class LLMUser(User):
                 line = readline(b"\n")
             except READ_ERRORS as exc:
                 raise read_failure(exc) from None
-            now = perf_counter()
+            user_now = now = perf_counter()
+            if stamped:
+                now = resp.arrival_s
             if not line:
                 break
             payload = data_payload(line)
@@ -345,6 +351,8 @@ class LLMUser(User):
                 if chunk.content or chunk.reasoning:
                     if not times:
                         first_token.fire(record=record, ttft_s=now - timing.t0)
+                        timing.first_user_time = user_now
+                    timing.last_user_time = user_now
                     times.append(now)
                     if chunk.completion_tokens >= 0:  # continuous usage: tokens in this chunk
                         tokens.append(chunk.completion_tokens - prev_usage)

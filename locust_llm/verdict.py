@@ -17,7 +17,8 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
 1. ``too_few_requests`` -> ``insufficient_data``: fewer than ``min_requests`` requests, unless
    every one failed above the error-rate threshold (a dead server): then rule 4 says ``errors``.
 2. ``oom`` -> ``memory_oom``: a request failed with error kind ``oom``.
-3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU peaked at ``client_cpu`` or more.
+3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU peaked at ``client_cpu`` or more;
+   or (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``.
 4. ``errors`` -> ``errors``: error rate above ``error_rate``.
 5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
    at least ``queue_share`` of TTFT, or a standing queue (waiting >= 1 and >= half the batch).
@@ -58,6 +59,7 @@ from typing import Any
 
 from locust_llm.metrics import ERROR_KINDS
 from locust_llm.registry import Registry
+from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S
 from locust_llm.report.decompose import split_line
 from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
@@ -352,9 +354,19 @@ def _oom(ctx: Context) -> Finding | None:
     return Finding("memory_oom", tuple(evidence))
 
 
-@rule("client_cpu", "a Locust worker's CPU peaked at client_cpu or more")
+@rule("client_cpu", "a Locust worker's CPU peaked at client_cpu, or it read tokens late")
 def _client(ctx: Context) -> Finding | None:
     cpu = ctx.v("worker_cpu_max")
+    delay = ctx.v("client_delay_first_p99_s")  # kernel-stamp transport: report/client_delay.py
+    if not cpu >= ctx.thresholds.client_cpu and delay >= CLIENT_DELAY_BOUND_S:
+        return Finding(
+            "client_bound",
+            (
+                f"the worker read first tokens up to {ms(delay, 1)} ms after the kernel "
+                f"received them (p99 {ctx.where}, >= {ms(CLIENT_DELAY_BOUND_S)} ms): the load "
+                "generator falls behind its streams",
+            ),
+        )
     if not cpu >= ctx.thresholds.client_cpu:
         return None
     who = ctx.row.get("worker_cpu_max_id") or "a worker"

@@ -215,6 +215,10 @@ def _records(spec: Stage, s: StageSpec, rng: np.random.Generator, workers: int) 
             "e2e_s": e2e,
             "first_token_s": ttft,
             "last_token_s": np.where(ok, e2e, np.nan),
+            "first_token_kernel_s": np.nan,  # a geventhttpclient run: no kernel stamps
+            "last_token_kernel_s": np.nan,
+            "first_token_user_s": ttft,
+            "last_token_user_s": np.where(ok, e2e, np.nan),
             "tpot_s": tpot,
             "itl_mean_s": tpot,
             "itl_p50_s": tpot,

@@ -37,6 +37,8 @@ LOCUST_FACING = (
     "locust_llm.sweep_locustfile",
     "locust_llm.client.runtime",
     "locust_llm.client.transport",
+    "locust_llm.client.http11",
+    "locust_llm.client.kernel_transport",
     "locust_llm.client.events",
     "locust_llm.client.lifecycle",
     "locust_llm.webui",

@@ -83,7 +83,11 @@ def test_server_without_usage_gives_estimated_tokens(tmp_path: Path) -> None:
     records = pd.read_parquet(run_dir / "requests.parquet")
     assert len(records) > 5 and records.tokens_estimated.all()
     assert (records.output_tokens == 8).all()  # 2 reasoning + 6 content chunks
-    assert (records.ttfc_s > records.ttft_s).all()  # TTFT is taken on the reasoning token
+    # TTFT is taken on the reasoning token: never after the first content token, and before it
+    # unless both tokens' bytes arrived merged in one segment (the kernel transport then stamps
+    # both with that segment's arrival; docs/timing.md)
+    assert (records.ttfc_s >= records.ttft_s).all()
+    assert (records.ttfc_s > records.ttft_s).mean() > 0.5
 
 
 def test_master_and_two_workers_lose_nothing(tmp_path: Path) -> None:

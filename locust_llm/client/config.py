@@ -58,6 +58,7 @@ class ClientOptions:
     server_max_num_seqs: int = 0
     record_batch_s: float = 1.0
     debug_requests: int = 3
+    transport: str = "auto"  # --llm-transport: auto, kernel, ghc (client/kernel_transport.py)
     # stages
     concurrency: str = ""
     stage_requests: str = ""
@@ -135,6 +136,7 @@ def from_namespace(opts: Any) -> ClientOptions:
         server_max_num_seqs=int(opts.llm_server_max_num_seqs or 0),
         record_batch_s=float(opts.llm_record_batch_s),
         debug_requests=int(opts.llm_debug_requests),
+        transport=str(getattr(opts, "llm_transport", "auto") or "auto"),
         concurrency=str(opts.llm_concurrency or ""),
         stage_requests=str(opts.llm_stage_requests or ""),
         stage_duration=str(opts.llm_stage_duration or ""),

@@ -17,6 +17,7 @@ import pandas as pd
 from locust_llm.client.runinfo import is_cpu_warning
 from locust_llm.errors import InputError
 from locust_llm.report.alerts import Alert, check
+from locust_llm.report.client_delay import add_client_delay
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.knee import Knee, find_knee
 from locust_llm.report.load import RunData
@@ -204,6 +205,7 @@ def build_report(
         limits=server_limits(run.info.extra),
     )
     rows = table.to_dict("records")
+    add_client_delay(rows, run.requests, stages, run.info.end_wall_s)  # report/client_delay.py
     verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(run.info.extra))
     over = [int(r["stage"]) for r, v in zip(rows, verdicts, strict=True) if v.kind == "overloaded"]
     knee = find_knee(

@@ -18,6 +18,9 @@ from typing import Any
 
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.build import Report
+from locust_llm.report.client_delay import COLUMNS as CLIENT_DELAY_COLUMNS
+from locust_llm.report.client_delay import TABLE_HEADERS as CLIENT_DELAY_HEADERS
+from locust_llm.report.client_delay import client_delay_rows
 from locust_llm.report.decompose import split_line
 from locust_llm.report.fmt import load_label, ms, num, pct, ratio
 from locust_llm.report.sources import source_lines, source_summaries
@@ -532,6 +535,20 @@ def _comparison(report: Report) -> list[Section]:
     return [Section("comparison", "Comparison (horizontal scaling)", (_table(headers, rows),))]
 
 
+def _client_delay(report: Report) -> list[Section]:
+    """Per stage: how long after the kernel received first/last tokens the worker read them."""
+    rows = client_delay_rows(report.run.requests, report.stages, report.run.info.end_wall_s)
+    if not rows:
+        return []
+    cells = [
+        [_load(stage_row), num(r["client_delay_stamped"])]
+        + [ms(r[c], 2) for c in CLIENT_DELAY_COLUMNS]
+        for stage_row, r in zip(report.rows, rows, strict=True)
+    ]
+    table = _table([load_header(report), *CLIENT_DELAY_HEADERS], cells)
+    return [Section("client-delay", "Client delay (kernel stamp to user-space read)", (table,))]
+
+
 def document(report: Report) -> Document:
     """The report as sections, in reading order (the module docstring)."""
     info = report.run.info
@@ -547,6 +564,7 @@ def document(report: Report) -> Document:
         Section("telemetry", "Telemetry over time", (Chart("telemetry"),)),
         Section("histograms", "Latency histograms", (Chart("histograms"),)),
         *_detail_sections(report),
+        *_client_delay(report),
         *_soak(report),
         *_comparison(report),
     ]

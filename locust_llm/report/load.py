@@ -18,6 +18,7 @@ import pandas as pd
 
 from locust_llm.errors import InputError
 from locust_llm.journal import JOURNAL_FILE, read_journal
+from locust_llm.report.client_delay import REQUEST_COLUMNS as CLIENT_DELAY_COLUMNS
 from locust_llm.report.tables import REQUEST_ARRAYS
 from locust_llm.rundir import (
     REQUESTS_FILE,
@@ -73,13 +74,14 @@ def read_requests(run_dir: Path) -> pd.DataFrame:
     path = Path(run_dir) / REQUESTS_FILE
     if not path.is_file():
         raise InputError(f"{path}: missing (the run wrote no request records)")
-    return _read_parquet(path, REQUIRED_REQUEST_COLUMNS, REQUEST_ARRAYS)
+    return _read_parquet(path, REQUIRED_REQUEST_COLUMNS, REQUEST_ARRAYS + CLIENT_DELAY_COLUMNS)
 
 
 def read_journal_requests(run_dir: Path) -> pd.DataFrame:
     """The records of an unfinished run: every whole batch of its requests.arrows journal."""
     table, _clean = read_journal(Path(run_dir) / JOURNAL_FILE)
-    return table.select([c for c in REQUEST_ARRAYS if c in table.column_names]).to_pandas()
+    wanted = (*REQUEST_ARRAYS, *CLIENT_DELAY_COLUMNS)
+    return table.select([c for c in wanted if c in table.column_names]).to_pandas()
 
 
 def is_partial(run_dir: Path, info: RunInfo) -> bool:

@@ -1,0 +1,374 @@
+"""A streaming HTTP/1.1 client of our own on a gevent socket: one keep-alive connection per server.
+
+It writes a request and reads the response head (status line, headers, 1xx interim answers
+skipped), then the body as it arrives: ``Transfer-Encoding: chunked``, ``Content-Length`` or
+until the server closes. :meth:`Http11Response.readline` returns one line as soon as its bytes
+are in (an SSE line), :meth:`Http11Response.read` a bounded or whole body. It exists so that a
+transport can see each ``recv`` the line's bytes came from: :class:`Http11Connection._recv` is
+the hook where ``locust_llm.client.kernel_transport`` reads the kernel's receive stamp.
+
+The client and response offer the surface of geventhttpclient's that ``Transport`` and
+``LLMUser`` use (``request``/``get``/``close``; ``status_code``, ``readline``, ``read``,
+``message_complete``, ``should_close``, ``release``), and fail the same way, raising
+geventhttpclient's own exception classes so the transport's one error-kind mapping serves both:
+``HTTPConnectionClosed`` when the connection closed (or was reset) before any byte of the
+response, ``HTTPParseError`` for a garbled or cut head or body framing, ``TimeoutError`` and
+other ``OSError`` as the socket raises them.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+from collections.abc import Mapping
+
+import gevent.socket
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+
+#: Bytes asked of the kernel per read.
+RECV_BYTES = 65536
+#: The longest response head accepted.
+MAX_HEAD_BYTES = 65536
+
+_BODY_CHUNKED, _BODY_LENGTH, _BODY_UNTIL_CLOSE, _BODY_NONE = range(4)
+
+
+class Http11Connection:
+    """One TCP connection and its receive buffer (``buf[pos:]`` is unread)."""
+
+    def __init__(self, sock: gevent.socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.pos = 0
+        self.eof = False
+        #: when the bytes of the latest read arrived (perf_counter seconds; nan: unknown)
+        self.arrival_s = math.nan
+
+    def _recv(self) -> bytes:
+        """One read from the socket (the hook for a stamped read)."""
+        return self.sock.recv(RECV_BYTES)
+
+    def fill(self) -> bool:
+        """Read more bytes into the buffer; False at the end of the stream."""
+        if self.eof:
+            return False
+        data = self._recv()
+        if not data:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos :] + data if self.pos < len(self.buf) else data
+        self.pos = 0
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Http11Response:
+    """A response whose head is read; the body is read on demand."""
+
+    def __init__(
+        self, conn: Http11Connection, version: str, status: int, headers: dict[str, str]
+    ) -> None:
+        self.conn = conn
+        self.version = version
+        self.status_code = status
+        self.headers = headers
+        self._released = False
+        self._chunk_left = 0  # chunked: bytes left in the current chunk
+        self._length_left = 0  # content-length: body bytes left
+        self._chunk_started = False  # chunked: a chunk was read (its CRLF comes before the next)
+        encoding = headers.get("transfer-encoding", "").lower()
+        if status < 200 or status in (204, 304):
+            self._mode = _BODY_NONE
+        elif "chunked" in encoding:
+            self._mode = _BODY_CHUNKED
+        elif "content-length" in headers:
+            try:
+                self._length_left = int(headers["content-length"])
+            except ValueError:
+                raise HTTPParseError(f"bad content-length: {headers['content-length']!r}") from None
+            self._mode = _BODY_LENGTH if self._length_left > 0 else _BODY_NONE
+        else:
+            self._mode = _BODY_UNTIL_CLOSE
+        self.message_complete = self._mode == _BODY_NONE
+        connection = headers.get("connection", "").lower()
+        if version == "HTTP/1.0":
+            self._keep_alive = "keep-alive" in connection
+        else:
+            self._keep_alive = "close" not in connection
+        if self._mode == _BODY_UNTIL_CLOSE:
+            self._keep_alive = False
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """A response header by case-insensitive name (geventhttpclient's ``resp.get``)."""
+        return self.headers.get(name.lower(), default)
+
+    @property
+    def arrival_s(self) -> float:
+        """When the bytes that completed the latest line or read arrived (perf_counter s)."""
+        return self.conn.arrival_s
+
+    # ---- body framing -------------------------------------------------------------------------
+    def _available(self) -> int:
+        """Body bytes of the current piece available in the buffer, reading if none; 0 at the
+        end of the body. Raises HTTPParseError when the stream ends inside the framing."""
+        conn = self.conn
+        while True:
+            have = len(conn.buf) - conn.pos
+            if self._mode == _BODY_CHUNKED:
+                if self._chunk_left == 0:
+                    if not self._next_chunk():
+                        return 0
+                    continue
+                if have > 0:
+                    return min(have, self._chunk_left)
+            elif self._mode == _BODY_LENGTH:
+                if self._length_left == 0:
+                    self.message_complete = True
+                    return 0
+                if have > 0:
+                    return min(have, self._length_left)
+            elif self._mode == _BODY_UNTIL_CLOSE:
+                if have > 0:
+                    return have
+                if conn.eof:
+                    self.message_complete = True
+                    return 0
+            else:
+                return 0
+            if not conn.fill():
+                if self._mode == _BODY_UNTIL_CLOSE:
+                    continue
+                raise HTTPParseError("connection closed before the end of the body")
+
+    def _line_of_framing(self) -> bytes:
+        """One CRLF-ended framing line (chunk size, trailer), without its end."""
+        conn = self.conn
+        while True:
+            end = conn.buf.find(b"\r\n", conn.pos)
+            if end >= 0:
+                line = conn.buf[conn.pos : end]
+                conn.pos = end + 2
+                return line
+            if len(conn.buf) - conn.pos > 1024:
+                raise HTTPParseError("chunk framing line too long")
+            if not conn.fill():
+                raise HTTPParseError("connection closed inside the chunk framing")
+
+    def _next_chunk(self) -> bool:
+        """Start the next chunk (after the CRLF of the previous); False at the last chunk."""
+        if self.message_complete:
+            return False
+        conn = self.conn
+        if self._chunk_started:  # fast path: CRLF, a plain size, CRLF all in the buffer
+            buf, pos = conn.buf, conn.pos
+            end = buf.find(b"\r\n", pos + 2)
+            if buf.startswith(b"\r\n", pos) and 0 < end - pos - 2 <= 8:
+                try:
+                    size = int(buf[pos + 2 : end], 16)
+                except ValueError:
+                    size = -1
+                if size > 0:
+                    conn.pos = end + 2
+                    self._chunk_left = size
+                    return True
+        if self._chunk_started and self._line_of_framing() != b"":
+            raise HTTPParseError("chunk not followed by CRLF")
+        self._chunk_started = True
+        size_line = self._line_of_framing().split(b";", 1)[0].strip()
+        try:
+            size = int(size_line, 16)
+        except ValueError:
+            raise HTTPParseError(f"bad chunk size: {size_line[:40]!r}") from None
+        if size < 0:
+            raise HTTPParseError(f"bad chunk size: {size_line[:40]!r}")
+        if size == 0:
+            while self._line_of_framing() != b"":  # trailers, up to the empty line
+                pass
+            self.message_complete = True
+            return False
+        self._chunk_left = size
+        return True
+
+    def _take(self, n: int) -> bytes:
+        conn = self.conn
+        data = conn.buf[conn.pos : conn.pos + n]
+        conn.pos += n
+        if self._mode == _BODY_CHUNKED:
+            self._chunk_left -= n
+        elif self._mode == _BODY_LENGTH:
+            self._length_left -= n
+            if self._length_left == 0:
+                self.message_complete = True
+        return data
+
+    # ---- the reading API ----------------------------------------------------------------------
+    def readline(self, sep: bytes = b"\n") -> bytes:
+        """The body up to and including the next ``sep`` (one byte); the rest at the end of the
+        body; b"" once the body is read."""
+        conn = self.conn
+        left = self._chunk_left
+        if left > 0 and self._mode == _BODY_CHUNKED:  # fast path: the line is in this chunk
+            buf, pos = conn.buf, conn.pos
+            end = buf.find(sep, pos, pos + left)
+            if end >= 0:
+                conn.pos = end + 1
+                self._chunk_left = left - (end + 1 - pos)
+                return buf[pos : end + 1]
+        parts: list[bytes] = []
+        while True:
+            n = self._available()
+            if n == 0:
+                return b"".join(parts)
+            end = conn.buf.find(sep, conn.pos, conn.pos + n)
+            if end >= 0:
+                piece = self._take(end + 1 - conn.pos)
+                if not parts:
+                    return piece
+                parts.append(piece)
+                return b"".join(parts)
+            parts.append(self._take(n))
+
+    def read(self, length: int | None = None) -> bytes:
+        """Up to ``length`` body bytes (all of the rest when None)."""
+        parts: list[bytes] = []
+        left = math.inf if length is None else length
+        while left > 0:
+            n = self._available()
+            if n == 0:
+                break
+            piece = self._take(int(min(n, left)))
+            parts.append(piece)
+            left -= len(piece)
+        return b"".join(parts)
+
+    def should_close(self) -> bool:
+        """True when the connection cannot carry another request."""
+        return not self.message_complete or not self._keep_alive
+
+    def release(self) -> None:
+        """Done with the response: a connection that cannot be reused is closed."""
+        if not self._released:
+            self._released = True
+            if self.should_close():
+                self.conn.close()
+
+
+def read_head(conn: Http11Connection) -> Http11Response:
+    """Read a response head (skipping 1xx interim answers)."""
+    while True:
+        start = True
+        while True:
+            end = conn.buf.find(b"\r\n\r\n", conn.pos)
+            if end >= 0:
+                break
+            if len(conn.buf) - conn.pos > MAX_HEAD_BYTES:
+                raise HTTPParseError("response head too long")
+            try:
+                got = conn.fill()
+            except ConnectionResetError:
+                if start and conn.pos == len(conn.buf):
+                    raise HTTPConnectionClosed("connection closed.") from None
+                raise
+            if not got:
+                if start and conn.pos == len(conn.buf):
+                    raise HTTPConnectionClosed("connection closed.")
+                raise HTTPParseError("connection closed before the end of the headers")
+            start = False
+        head = conn.buf[conn.pos : end].decode("latin-1")
+        conn.pos = end + 4
+        resp = _parse_head(conn, head)
+        if resp.status_code >= 200 or resp.status_code == 101:
+            return resp
+
+
+def _parse_head(conn: Http11Connection, head: str) -> Http11Response:
+    lines = head.split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or parts[0] not in ("HTTP/1.1", "HTTP/1.0"):
+        raise HTTPParseError(f"bad status line: {lines[0][:80]!r}")
+    try:
+        status = int(parts[1])
+    except ValueError:
+        raise HTTPParseError(f"bad status line: {lines[0][:80]!r}") from None
+    if not 100 <= status <= 999:
+        raise HTTPParseError(f"bad status code: {status}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise HTTPParseError(f"bad header line: {line[:80]!r}")
+        key = name.lower()
+        value = value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return Http11Response(conn, parts[0], status, headers)
+
+
+class Http11Client:
+    """Requests to one server over one keep-alive connection, opened on first use."""
+
+    connection_class: type[Http11Connection] = Http11Connection
+
+    def __init__(
+        self, host: str, port: int, *, connection_timeout: float, network_timeout: float
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.connection_timeout = connection_timeout
+        self.network_timeout = network_timeout
+        self._conn: Http11Connection | None = None
+
+    def _open(self) -> Http11Connection:
+        sock = gevent.socket.create_connection(
+            (self.host, self.port), timeout=self.connection_timeout
+        )
+        sock.setsockopt(gevent.socket.IPPROTO_TCP, gevent.socket.TCP_NODELAY, 1)
+        sock.settimeout(self.network_timeout)
+        return self.connection_class(sock)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+    ) -> Http11Response:
+        """Write a request and return the response once its head is in."""
+        conn = self._conn
+        if conn is None or conn.sock.fileno() < 0 or conn.eof:
+            conn = self._conn = self._open()
+        host = self.host if self.port in (80, None) else f"{self.host}:{self.port}"
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
+        given = {k.lower() for k in (headers or {})}
+        for name, value in (headers or {}).items():
+            lines.append(f"{name}: {value}")
+        if "user-agent" not in given:
+            lines.append("User-Agent: locust-llm")
+        if body or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(body)}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        try:
+            try:
+                conn.sock.sendall(head + body)
+            except (BrokenPipeError, ConnectionResetError):  # a kept connection the server closed
+                raise HTTPConnectionClosed("connection closed.") from None
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.ECONNRESET):
+                    raise HTTPConnectionClosed("connection closed.") from None
+                raise
+            return read_head(conn)
+        except BaseException:
+            self._drop()
+            raise
+
+    def get(self, path: str, headers: Mapping[str, str] | None = None) -> Http11Response:
+        return self.request("GET", path, headers=headers)
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        self._drop()

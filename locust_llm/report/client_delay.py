@@ -1,0 +1,111 @@
+"""The client's own delay per stage: how long after the kernel received a token Python read it.
+
+Records read by the kernel-stamp transport (``--llm-transport kernel``) carry two stamps of
+their first and last token: ``*_kernel_s`` (the kernel's receive stamp of the bytes) and
+``*_user_s`` (when the worker's greenlet got to the line). Their difference is client delay:
+time the load generator added, which the kernel-stamped TTFT/TPOT/ITL leave out but which still
+tells that the worker is falling behind its streams (a closed loop sends its next request that
+much later). :func:`add_client_delay` puts its per-stage distribution into the stage rows
+(``client_delay_first_p50_s``, ``..._p99_s``, ``..._max_s``, the same for ``last``, and
+``client_delay_stamped``, the records with both stamps); the verdict's ``client_bound`` rule
+reads ``client_delay_first_p99_s`` against :data:`CLIENT_DELAY_BOUND_S`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from locust_llm.report.tables import assign_stages, stage_ends
+from locust_llm.rundir import Stage
+
+#: A stage whose first-token client delay p99 reaches this is client-bound: the worker reads
+#: tokens this late (the stamps stay exact, but the load it offers is the worker's, not the
+#: configured one).
+CLIENT_DELAY_BOUND_S = 0.010
+
+#: The requests.parquet columns read for it (``report/load.py`` loads them when present).
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "first_token_kernel_s",
+    "last_token_kernel_s",
+    "first_token_user_s",
+    "last_token_user_s",
+)
+
+#: The stage-row columns :func:`add_client_delay` fills (nan where no record has both stamps).
+COLUMNS: tuple[str, ...] = tuple(
+    f"client_delay_{which}_{stat}_s"
+    for which in ("first", "last")
+    for stat in ("p50", "p99", "max")
+)
+
+
+def client_delays(requests: pd.DataFrame, which: str) -> np.ndarray:
+    """Per request: user-space read - kernel stamp of its ``which`` (first/last) token, in
+    seconds; nan where either stamp is missing."""
+    user, kernel = f"{which}_token_user_s", f"{which}_token_kernel_s"
+    if user not in requests or kernel not in requests:
+        return np.full(len(requests), np.nan)
+    return requests[user].to_numpy(float, na_value=np.nan) - requests[kernel].to_numpy(
+        float, na_value=np.nan
+    )
+
+
+def stage_delay_stats(delays: np.ndarray) -> dict[str, float]:
+    """p50, p99 and max of the finite ``delays`` (nan when there are none)."""
+    finite = delays[np.isfinite(delays)]
+    if not len(finite):
+        return {"p50": np.nan, "p99": np.nan, "max": np.nan}
+    p50, p99 = np.percentile(finite, [50, 99])
+    return {"p50": float(p50), "p99": float(p99), "max": float(finite.max())}
+
+
+def add_client_delay(
+    rows: Sequence[MutableMapping[str, Any]],
+    requests: pd.DataFrame,
+    stages: Sequence[Stage],
+    run_end_wall_s: float,
+) -> None:
+    """Fill each stage row (``rows`` in the order of ``stages``) with :data:`COLUMNS`."""
+    if "start_wall_s" in requests:
+        start = requests["start_wall_s"].to_numpy(float, na_value=np.nan)
+    else:
+        start = np.full(len(requests), np.nan)
+    stage_ix = assign_stages(start, stages, stage_ends(stages, run_end_wall_s))
+    ok = (
+        requests["ok"].fillna(False).to_numpy(bool)
+        if "ok" in requests
+        else np.ones(len(requests), bool)
+    )
+    first, last = client_delays(requests, "first"), client_delays(requests, "last")
+    for row, stage in zip(rows, stages, strict=True):
+        pick = (stage_ix == stage.index) & ok
+        row["client_delay_stamped"] = int(np.isfinite(first[pick]).sum())
+        for which, delays in (("first", first), ("last", last)):
+            for stat, value in stage_delay_stats(delays[pick]).items():
+                row[f"client_delay_{which}_{stat}_s"] = value
+
+
+#: The report table's columns after the load column.
+TABLE_HEADERS: tuple[str, ...] = (
+    "stamped records",
+    "first token p50 ms",
+    "first token p99 ms",
+    "first token max ms",
+    "last token p50 ms",
+    "last token p99 ms",
+    "last token max ms",
+)
+
+
+def client_delay_rows(
+    requests: pd.DataFrame, stages: Sequence[Stage], run_end_wall_s: float
+) -> list[dict[str, Any]]:
+    """One row per stage (:data:`COLUMNS` and ``client_delay_stamped``); empty when no record
+    carries kernel stamps (a geventhttpclient run: there is no client delay to show)."""
+    rows: list[dict[str, Any]] = [{"stage": s.index} for s in stages]
+    add_client_delay(rows, requests, stages, run_end_wall_s)
+    return rows if any(r["client_delay_stamped"] for r in rows) else []

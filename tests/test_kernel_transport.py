@@ -1,0 +1,152 @@
+"""The kernel-receive-stamp transport: stamps that a busy client cannot bend, checked against a
+sender's own clock and the simulator's ground-truth trace; selection and fallbacks."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_locust
+from geventhttpclient import HTTPClient
+
+from locust_llm.cli import main
+from locust_llm.client.kernel_transport import (
+    KernelTransport,
+    StampedClient,
+    kernel_stamps_available,
+    select_transport,
+)
+from locust_llm.client.transport import Transport
+from locust_llm.demo import simulator
+from locust_llm.errors import InputError
+
+linux_only = pytest.mark.skipif(not kernel_stamps_available(), reason="needs SO_TIMESTAMPNS")
+
+HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _line_chunk(text: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(text), text)
+
+
+@contextmanager
+def streaming_server(lines: int, gap_s: float) -> Iterator[tuple[StampedClient, list[float]]]:
+    """A server thread answering one request with ``lines`` SSE lines ``gap_s`` apart, each
+    sent time noted (perf_counter, the same clock as the stamps); yields a client to it."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    sent_at: list[float] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(HEAD)
+            for i in range(lines):
+                time.sleep(gap_s)
+                sent_at.append(time.perf_counter())
+                conn.sendall(_line_chunk(b"data: %d\n" % i))
+            conn.sendall(b"0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
+                           network_timeout=2)  # fmt: skip
+    try:
+        yield client, sent_at
+    finally:
+        client.close()
+        thread.join(5)
+        listener.close()
+
+
+@linux_only
+def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> None:
+    with streaming_server(3, 0.03) as (client, sent_at):
+        resp = client.request("POST", "/", body=b"{}")
+        time.sleep(0.25)  # the reader is busy (blocked, holding no socket read) meanwhile
+        lines = [(resp.readline(b"\n"), resp.arrival_s, resp.conn.user_s) for _ in range(3)]
+    assert [line for line, _, _ in lines] == [b"data: %d\n" % i for i in range(3)]
+    # all three lines queued up while the reader slept: the kernel merged them, and the one read
+    # carries the stamp of the latest segment, the last line's send (loopback: microseconds)
+    arrival, user = lines[-1][1], lines[-1][2]
+    assert 0 <= arrival - sent_at[-1] < 0.002
+    assert user - arrival > 0.15  # the user-space read came long after
+
+
+@linux_only
+def test_lines_read_in_time_keep_their_own_stamps() -> None:
+    with streaming_server(5, 0.02) as (client, sent_at):
+        resp = client.request("POST", "/", body=b"{}")
+        stamps = []
+        for _ in range(5):
+            resp.readline(b"\n")
+            stamps.append(resp.arrival_s)
+            time.sleep(0.005)  # busy, but for less than the gap between lines
+        assert resp.readline(b"\n") == b"" and resp.message_complete
+    errors = np.array(stamps) - np.array(sent_at)
+    assert (errors >= 0).all() and (errors < 0.002).all(), errors
+
+
+def test_selection_by_name_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCUST_LLM_TRANSPORT", raising=False)
+    assert select_transport("ghc") is Transport
+    expected = KernelTransport if kernel_stamps_available() else Transport
+    assert select_transport("auto") is expected
+    monkeypatch.setenv("LOCUST_LLM_TRANSPORT", "ghc")
+    assert select_transport("auto") is Transport
+    with pytest.raises(InputError, match="--llm-transport 'h2'"):
+        select_transport("h2")
+
+
+def test_https_servers_stay_on_geventhttpclient() -> None:
+    transport = KernelTransport(connect_timeout_s=1, read_timeout_s=1, insecure=True)
+    try:
+        assert isinstance(transport._client("https://127.0.0.1:9"), HTTPClient)
+        assert isinstance(transport._client("http://127.0.0.1:9"), StampedClient)
+    finally:
+        transport.close()
+
+
+@linux_only
+@pytest.mark.slow
+def test_records_match_the_simulators_send_times(tmp_path: Path) -> None:
+    """Each record's kernel stamps against the trace's send times; user stamps never earlier."""
+    trace = tmp_path / "trace.jsonl"
+    run_dir = tmp_path / "run"
+    sim_args = ["--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--zero-cost", "--step-overhead-ms",
+                "10", "--output-len", "fixed:30", "--trace", str(trace)]  # fmt: skip
+    with simulator(sim_args, tmp_path / "sim.log") as url:
+        out = run_locust([
+            "-f", "locustfiles/sweep.py", "--host", url, "--headless", "--only-summary",
+            "--stop-timeout", "10s", "--llm-run-dir", str(run_dir), "--llm-concurrency", "8",
+            "--llm-stage-requests", "48", "--llm-max-tokens", "30", "--llm-input-len", "32",
+            "--llm-server-metrics", "none", "--llm-transport", "kernel",
+        ], timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:]
+    records = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(records) == 48 and records.ok.all()
+    sent = {d["client_request_id"]: d for d in map(json.loads, trace.read_text().splitlines())}
+    last_true = np.array([sent[i]["last_token"] for i in records.request_id])
+    last_lag = records.start_wall_s + records.last_token_kernel_s - last_true
+    assert records.first_token_kernel_s.notna().all()
+    assert (records.first_token_user_s >= records.first_token_kernel_s).all()
+    assert (records.last_token_user_s >= records.last_token_kernel_s).all()
+    # the kernel stamp is the arrival on loopback: within a millisecond of the send for most
+    assert np.median(np.abs(last_lag)) < 0.001, last_lag.describe()
+    assert (last_lag > -0.001).all()  # never before the simulator sent it
+    # the report shows the client delay the records carry
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) in (0, 3)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "Client delay (kernel stamp to user-space read)" in md
+    delay_ms = (records.first_token_user_s - records.first_token_kernel_s) * 1e3
+    assert f"| 48 | {np.percentile(delay_ms, 50):.2f} |" in md

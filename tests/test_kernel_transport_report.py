@@ -1,0 +1,55 @@
+"""The report's client delay per stage (report/client_delay.py) and the verdict's use of it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, add_client_delay
+from locust_llm.rundir import Stage
+from locust_llm.verdict import stage_verdict
+
+STAGES = [Stage(0, "c1", 0.0, 10.0, concurrency=1), Stage(1, "c2", 10.0, 20.0, concurrency=2)]
+
+
+def _records(delays_s: list[float], starts: list[float], kernel: bool = True) -> pd.DataFrame:
+    first_kernel = np.full(len(delays_s), 0.05 if kernel else np.nan)
+    return pd.DataFrame(
+        {
+            "start_wall_s": starts,
+            "ok": [True] * len(starts),
+            "first_token_kernel_s": first_kernel,
+            "first_token_user_s": 0.05 + np.array(delays_s),
+            "last_token_kernel_s": first_kernel + 1.0,
+            "last_token_user_s": 1.05 + np.array(delays_s) / 2,
+        }
+    )
+
+
+def test_each_stage_gets_the_distribution_of_its_own_records() -> None:
+    delays = [0.001] * 50 + [0.020] * 50
+    starts = [1.0] * 50 + [11.0] * 50
+    rows: list[dict] = [{"stage": 0}, {"stage": 1}]
+    add_client_delay(rows, _records(delays, starts), STAGES, 20.0)
+    assert rows[0]["client_delay_stamped"] == 50
+    assert math.isclose(rows[0]["client_delay_first_p99_s"], 0.001)
+    assert math.isclose(rows[1]["client_delay_first_p50_s"], 0.020)
+    assert math.isclose(rows[1]["client_delay_last_max_s"], 0.010)
+
+
+def test_without_kernel_stamps_the_columns_are_nan_and_the_rule_is_silent() -> None:
+    rows: list[dict] = [{"stage": 0}, {"stage": 1}]
+    add_client_delay(rows, _records([0.5] * 4, [1.0, 1.0, 11.0, 11.0], kernel=False), STAGES, 20)
+    assert rows[0]["client_delay_stamped"] == 0
+    assert math.isnan(rows[0]["client_delay_first_p99_s"])
+
+
+def test_client_bound_fires_on_client_delay_and_only_above_the_bound() -> None:
+    base = {"stage": 0, "concurrency": 64, "requests": 500, "error_rate": 0.0}
+    late = stage_verdict({**base, "client_delay_first_p99_s": CLIENT_DELAY_BOUND_S * 2})
+    assert late.kind == "client_bound"
+    assert "after the kernel received them" in late.evidence[0]
+    in_time = stage_verdict({**base, "client_delay_first_p99_s": CLIENT_DELAY_BOUND_S / 4})
+    assert in_time.kind != "client_bound"
