@@ -40,6 +40,8 @@ signal              unit      GPU   over GPUs  over inst.  meaning
 ``decode``                                                 average since its start
 ``worker_cpu_util`` ratio     no    -          max         a Locust worker's CPU ratio (source =
                                                            worker id); the busiest one counts
+``worker_cpu_``     ratio     no    -          max         a worker's CPU demand: running or
+``demand``                                                 waiting for a core, / wall time
 ``scrape_up``       ratio     no    -          min         1 scraped and parsed, 0 failed
 ``phase_queue_s``   seconds   no    -          sum         cumulative: summed per-request queue
                                                            time (arrival -> first scheduled) of
@@ -201,6 +203,12 @@ _builtin(
 )  # fmt: skip
 _builtin(
     "worker_cpu_util", "ratio", "Locust worker CPU ratio 0..1 (source = worker id)",
+    over_instances="max",
+)  # fmt: skip
+_builtin(
+    "worker_cpu_demand", "ratio",
+    "Locust worker CPU demand: time running or waiting for a core / wall time "
+    "(locust_llm.cpu_demand; source = worker id)",
     over_instances="max",
 )  # fmt: skip
 _builtin(

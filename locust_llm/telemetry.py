@@ -145,6 +145,7 @@ class TelemetryScraper:
         timeout_s: float | None = None,
         fetch: Fetch = fetch_text,
         cpu_probe: CpuProbe | None = None,
+        demand_probe: CpuProbe | None = None,
         clock: ScrapeClock = SYSTEM_CLOCK,
     ) -> None:
         valid = isinstance(interval_s, int | float) and math.isfinite(interval_s)
@@ -155,6 +156,7 @@ class TelemetryScraper:
         self.timeout_s = float(timeout_s) if timeout_s else min(self.interval_s, MAX_TIMEOUT_S)
         self._fetch = fetch
         self._cpu_probe = cpu_probe
+        self._demand_probe = demand_probe
         self._clock = clock
         self._rows: list[Row] = []
         self._lock = threading.Lock()
@@ -195,19 +197,24 @@ class TelemetryScraper:
         return ok
 
     def probe_cpu(self, now: float) -> None:
-        """Record ``worker_cpu_util`` per worker from ``cpu_probe`` (no-op without one)."""
-        if self._cpu_probe is None:
-            return
-        try:
-            usage = dict(self._cpu_probe())
-        except Exception as exc:  # never raise into the run
-            self._warn_once("cpu_probe", f"worker CPU probe failed: {type(exc).__name__}: {exc}")
-            return
-        with self._lock:
-            self._rows.extend(
-                (now, str(worker), "worker_cpu_util", "", float(ratio))
-                for worker, ratio in sorted(usage.items())
-            )
+        """Record ``worker_cpu_util`` per worker from ``cpu_probe`` and ``worker_cpu_demand``
+        from ``demand_probe`` (each a no-op without its probe)."""
+        for probe, signal in (
+            (self._cpu_probe, "worker_cpu_util"),
+            (self._demand_probe, "worker_cpu_demand"),
+        ):
+            if probe is None:
+                continue
+            try:
+                usage = dict(probe())
+            except Exception as exc:  # never raise into the run
+                self._warn_once(signal, f"{signal} probe failed: {type(exc).__name__}: {exc}")
+                continue
+            with self._lock:
+                self._rows.extend(
+                    (now, str(worker), signal, "", float(ratio))
+                    for worker, ratio in sorted(usage.items())
+                )
 
     def _record_gap(self, target: str, now: float, reason: str) -> None:
         with self._lock:

@@ -17,8 +17,9 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
 1. ``too_few_requests`` -> ``insufficient_data``: fewer than ``min_requests`` requests, unless
    every one failed above the error-rate threshold (a dead server): then rule 4 says ``errors``.
 2. ``oom`` -> ``memory_oom``: a request failed with error kind ``oom``.
-3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU peaked at ``client_cpu`` or more;
-   or (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``.
+3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU, or its CPU demand (time running
+   or waiting for a core, :mod:`locust_llm.cpu_demand`), peaked at ``client_cpu`` or more; or
+   (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``.
 4. ``errors`` -> ``errors``: error rate above ``error_rate``.
 5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
    at least ``queue_share`` of TTFT, or a standing queue (waiting >= 1 and >= half the batch).
@@ -357,7 +358,18 @@ def _oom(ctx: Context) -> Finding | None:
 @rule("client_cpu", "a Locust worker's CPU peaked at client_cpu, or it read tokens late")
 def _client(ctx: Context) -> Finding | None:
     cpu = ctx.v("worker_cpu_max")
+    demand = ctx.v("worker_cpu_demand_max")  # ran or waited for a core: cpu_demand.py
     delay = ctx.v("client_delay_first_p99_s")  # kernel-stamp transport: report/client_delay.py
+    if not cpu >= ctx.thresholds.client_cpu and demand >= ctx.thresholds.client_cpu:
+        return Finding(
+            "client_bound",
+            (
+                f"a Locust worker's CPU demand peaked at {pct(demand)} {ctx.where} "
+                f"(>= {pct(ctx.thresholds.client_cpu)}; it got {pct(cpu)} of a core, the rest "
+                "waiting for one on a shared host): the load generator, not the server, limits "
+                "this stage",
+            ),
+        )
     if not cpu >= ctx.thresholds.client_cpu and delay >= CLIENT_DELAY_BOUND_S:
         return Finding(
             "client_bound",

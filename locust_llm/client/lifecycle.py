@@ -441,8 +441,18 @@ def _start_telemetry(rt: Runtime) -> None:
     hosts = rt.hosts
     targets = targets_from_options(rt.parsed_options, hosts[0] if hosts else None)
     rt.telemetry = TelemetryScraper(
-        targets, rt.options.scrape_interval_s, cpu_probe=lambda: locust_worker_cpu(runner)
+        targets,
+        rt.options.scrape_interval_s,
+        cpu_probe=lambda: locust_worker_cpu(runner),
+        demand_probe=lambda: _cpu_demand(rt),
     ).start()
+
+
+def _cpu_demand(rt: Runtime) -> dict[str, float]:
+    """Each worker's latest CPU demand (master), or this process's own (one process)."""
+    if rt.is_master:
+        return dict(rt.worker_cpu_demand)
+    return {"local": rt.cpu_demand.sample()}
 
 
 def _flush_loop(rt: Runtime) -> None:
@@ -592,16 +602,19 @@ def _on_report_to_master(client_id: str, data: dict[str, Any], **_kw: Any) -> No
     for rt in all_runtimes():
         if rt.is_worker and rt.worker_id == client_id:
             data["llm_stats"] = rt.stats.take_delta()
+            data["llm_cpu_demand"] = rt.cpu_demand.sample()  # since the last report
             return
 
 
 def _on_worker_report(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
     delta = data.get("llm_stats")
-    if not delta:
-        return
+    demand = data.get("llm_cpu_demand")
     for rt in all_runtimes():
         if rt.is_master:
-            rt.stats.merge_delta(delta)
+            if isinstance(demand, float | int):
+                rt.worker_cpu_demand[str(client_id)] = float(demand)
+            if delta:
+                rt.stats.merge_delta(delta)
             return
 
 

@@ -30,6 +30,7 @@ from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
 from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
 from locust_llm.client.settings import UserSettings
 from locust_llm.client.transport import READ_ERRORS, Transport
+from locust_llm.cpu_demand import CpuDemandMeter
 from locust_llm.errors import InputError, RequestFailed
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
 from locust_llm.recorder import Recorder
@@ -87,6 +88,8 @@ class Runtime:
         self.stop_requested = False  # a SIGTERM/SIGINT came: stopping gracefully
         self._backoff_said_s = -math.inf
         self.telemetry: Any = None
+        self.cpu_demand = CpuDemandMeter()  # this process's (a worker sends it with its stats)
+        self.worker_cpu_demand: dict[str, float] = {}  # master: each worker's latest
         self._user_index = itertools.count()
         self._settings: dict[type, UserSettings] = {}
         self._datasets: dict[tuple[str, str], Any] = {}

@@ -101,6 +101,7 @@ COLUMNS: tuple[str, ...] = (
     "power_w",
     "worker_cpu_max",
     "worker_cpu_max_id",
+    "worker_cpu_demand_max",
     "telemetry_samples",
     "server_samples",
     *decompose.COLUMNS,
@@ -406,6 +407,8 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     cpu, cpu_src = samples("worker_cpu_util")  # the busiest worker (over_instances: max)
     row["worker_cpu_max"] = float(cpu.max()) if cpu.size else NAN
     row["worker_cpu_max_id"] = str(cpu_src[int(np.argmax(cpu))]) if cpu.size else ""
+    demand, _ = samples("worker_cpu_demand")  # wanted, not only got: a shared host's share
+    row["worker_cpu_demand_max"] = float(demand.max()) if demand.size else NAN
     # the best-covered server signal's samples: a verdict on 2 samples is no verdict
     row["server_samples"] = max(
         (int(np.isfinite(tel.window(s, lo, hi)[0]).sum()) for s in SERVER_SAMPLE_SIGNALS),

@@ -1,0 +1,94 @@
+"""CPU demand (run + run-queue wait over wall time) against the kernel's own scheduler.
+
+Two CPU-bound processes pinned to one core each get about half of it, so the CPU share Locust
+reads stays near 50% while both want the whole core: their demand must read near 100%. A
+sleeping process wants nothing: its demand must read near 0. The verdict then calls a stage
+whose worker wanted a whole core ``client_bound`` even when it got only part of one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from locust_llm.cpu_demand import CpuDemandMeter, read_schedstat
+from locust_llm.thresholds import Thresholds
+from locust_llm.verdict import stage_verdict
+
+needs_schedstat = pytest.mark.skipif(
+    read_schedstat() is None, reason="no /proc/self/schedstat (not Linux)"
+)
+
+_CHILD = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from locust_llm.cpu_demand import CpuDemandMeter
+    os.sched_setaffinity(0, {int(sys.argv[1])})
+    busy = sys.argv[2] == "busy"
+    meter = CpuDemandMeter()
+    meter.sample()
+    cpu0, t0 = time.process_time(), time.monotonic()
+    while time.monotonic() - t0 < 1.5:
+        if not busy:
+            time.sleep(0.05)
+    share = (time.process_time() - cpu0) / (time.monotonic() - t0)
+    print(json.dumps({"demand": meter.sample(), "share": share}))
+    """
+)
+
+
+def _run(core: int, mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(core), mode], stdout=subprocess.PIPE, text=True
+    )
+
+
+def _result(proc: subprocess.Popen[str]) -> dict[str, float]:
+    import json
+
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    return json.loads(out)
+
+
+@needs_schedstat
+def test_two_burners_on_one_core_each_want_all_of_it() -> None:
+    core = sorted(os.sched_getaffinity(0))[0]
+    a, b = _run(core, "busy"), _run(core, "busy")
+    ra, rb = _result(a), _result(b)
+    for r in (ra, rb):
+        assert r["share"] < 0.8  # each got part of the core ...
+        assert r["demand"] >= 0.95  # ... and wanted all of it
+    assert ra["share"] + rb["share"] <= 1.1  # one core between them
+
+
+@needs_schedstat
+def test_a_sleeper_wants_nothing() -> None:
+    r = _result(_run(sorted(os.sched_getaffinity(0))[0], "idle"))
+    assert r["demand"] < 0.2
+
+
+def test_meter_differences_and_no_data() -> None:
+    readings = iter([1.0, 1.9, 2.0])
+    times = iter([10.0, 11.0, 13.0])
+    meter = CpuDemandMeter(read=lambda: next(readings), clock=lambda: next(times))
+    assert math.isnan(meter.sample())  # nothing to difference yet
+    assert meter.sample() == pytest.approx(0.9)
+    assert meter.sample() == pytest.approx(0.05)
+    assert math.isnan(CpuDemandMeter(read=lambda: None).sample())
+
+
+def test_a_worker_that_wanted_a_core_is_client_bound() -> None:
+    row = {"stage": 0, "concurrency": 8, "requests": 40, "completed": 40, "error_rate": 0.0,
+           "worker_cpu_max": 0.62, "worker_cpu_max_id": "w1",
+           "worker_cpu_demand_max": 0.97}  # fmt: skip
+    verdict = stage_verdict(row, [row], thresholds=Thresholds())
+    assert verdict.kind == "client_bound"
+    assert "CPU demand peaked at 97%" in verdict.evidence[0]
+    calm = {**row, "worker_cpu_demand_max": 0.5}
+    assert stage_verdict(calm, [calm], thresholds=Thresholds()).kind != "client_bound"
