@@ -84,6 +84,9 @@ class LLMUser(User):
     total_timeout_s: ClassVar[float | None] = None
     #: how requests reach the server (the seam for another transport)
     transport_class: ClassVar[type[Transport]] = Transport
+    #: when a list, the payloads of the answer's content chunks (or its whole body) are
+    #: appended to it: multi-turn sessions read the server's answer from them
+    answer_sink: list[bytes] | None = None
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -218,13 +221,18 @@ class LLMUser(User):
 
     def _prepare(self, record: RequestRecord) -> bytes:
         """Draw the prompt and output cap; fill the record's model and input estimate."""
-        prompt = self.runtime.dataset_for(self.settings).next_request(self.rng)
+        prompt = self.next_prompt(record)
         max_tokens = self.runtime.output_cap(self.settings, prompt, self.rng)
         body_obj = self.build_body(prompt, max_tokens)
         record.model = str(body_obj.get("model", ""))
         record.input_tokens = prompt.input_tokens_estimate
         record.input_tokens_estimated = True
         return json.dumps(body_obj).encode()
+
+    def next_prompt(self, record: RequestRecord) -> Any:
+        """The next request's :class:`~locust_llm.datasets.Prompt` (the class's data set);
+        sessions and trace replay override it and tag ``record`` (session, turn, trace line)."""
+        return self.runtime.dataset_for(self.settings).next_request(self.rng)
 
     def _finish(
         self, record: RequestRecord, timing: StreamTiming, usage_tokens: int | None
@@ -283,6 +291,9 @@ class LLMUser(User):
             raise RequestFailed("bad_payload", str(exc)) from None
         if chunk.prompt_tokens >= 0:
             record.input_tokens, record.input_tokens_estimated = chunk.prompt_tokens, False
+        record.cached_tokens = chunk.cached_tokens
+        if self.answer_sink is not None:
+            self.answer_sink.append(data)
         return chunk.completion_tokens if chunk.completion_tokens >= 0 else None
 
     def _read_stream(self, resp: Any, record: RequestRecord, timing: StreamTiming) -> int | None:
@@ -292,6 +303,7 @@ class LLMUser(User):
         classify = self.adapter.classify
         data_payload = sse.data_payload
         first_token = llm_events.first_token
+        sink = self.answer_sink
         usage_tokens: int | None = None
         prev_usage = 0
         readline = resp.readline
@@ -319,6 +331,8 @@ class LLMUser(User):
                         record.input_tokens_estimated = False
                     if chunk.reasoning_tokens >= 0:
                         record.reasoning_tokens = chunk.reasoning_tokens
+                    if chunk.cached_tokens >= 0:
+                        record.cached_tokens = chunk.cached_tokens
                 if chunk.content or chunk.reasoning:
                     if not times:
                         first_token.fire(record=record, ttft_s=now - timing.t0)
@@ -328,8 +342,16 @@ class LLMUser(User):
                         prev_usage = chunk.completion_tokens
                     else:
                         tokens.append(0)
-                    if chunk.content and timing.first_content_time != timing.first_content_time:
-                        timing.first_content_time = now
+                    if chunk.content:
+                        if timing.first_content_time != timing.first_content_time:
+                            timing.first_content_time = now
+                        if sink is not None:
+                            sink.append(payload)
+                    if (
+                        chunk.reasoning
+                        and timing.first_reasoning_time != timing.first_reasoning_time
+                    ):
+                        timing.first_reasoning_time = now
             elif kind == sse.KIND_DONE:
                 done = True
                 timing.end_time = now

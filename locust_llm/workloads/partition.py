@@ -1,0 +1,87 @@
+"""Which share of a workload this process takes: worker ``index`` of ``count`` (Locust-facing).
+
+Sessions and trace lines are numbered; process ``index`` of ``count`` takes the numbers ``n``
+with ``n % count == index``, so every one is run by exactly one worker. The master decides the
+partition when the test starts (its connected workers, sorted by id) and sends each worker its
+own before Locust's first spawn message; a trace replay sends it again with the schedule's
+origin (the wall-clock instant of the trace's time 0). One process alone is ``0 of 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from locust import events
+from locust.runners import MasterRunner, WorkerRunner
+
+MSG_PARTITION = "llm_partition"
+
+
+@dataclass(slots=True)
+class Partition:
+    """This process's share; ``origin_wall_s`` = a trace's time 0 (nan until a replay starts)."""
+
+    index: int = 0
+    count: int = 1
+    origin_wall_s: float = math.nan
+
+    def owns(self, number: int) -> bool:
+        return number % self.count == self.index
+
+
+_partitions: dict[int, Partition] = {}
+
+
+def partition(environment: Any) -> Partition:
+    """The partition of ``environment``'s process (``0 of 1`` until the master says otherwise)."""
+    part = _partitions.get(id(environment))
+    if part is None:
+        part = _partitions[id(environment)] = Partition()
+    return part
+
+
+def send_partitions(environment: Any, origin_wall_s: float = math.nan) -> int:
+    """Master (or a lone process): hand out the partition; returns the number of shares."""
+    runner = environment.runner
+    part = partition(environment)
+    part.origin_wall_s = origin_wall_s
+    if not isinstance(runner, MasterRunner):
+        part.index, part.count = 0, 1
+        return 1
+    workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
+    for index, worker in enumerate(workers):
+        data = {"index": index, "count": len(workers), "origin_wall_s": origin_wall_s}
+        runner.send_message(MSG_PARTITION, data, client_id=worker)
+    return max(len(workers), 1)
+
+
+def _receive(environment: Any, msg: Any, **_kw: Any) -> None:
+    part = partition(environment)
+    part.index, part.count = int(msg.data["index"]), max(int(msg.data["count"]), 1)
+    part.origin_wall_s = float(msg.data["origin_wall_s"])
+
+
+def _on_init(environment: Any, **_kw: Any) -> None:
+    if isinstance(environment.runner, WorkerRunner):
+        environment.runner.register_message(MSG_PARTITION, _receive)
+
+
+def _on_test_start(environment: Any, **_kw: Any) -> None:
+    # a shape's first tick may come before test_start and have set the origin already
+    if not isinstance(environment.runner, WorkerRunner):
+        send_partitions(environment, partition(environment).origin_wall_s)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Register the listeners on Locust's events (once; importing :mod:`.users` does it)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    events.init.add_listener(_on_init)
+    events.test_start.add_listener(_on_test_start)
