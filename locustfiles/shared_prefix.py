@@ -1,6 +1,6 @@
 """Shared system prompts: every prompt opens with one of 4 shared 1024-token prefixes.
 
-    locust -f locustfiles/shared_prefix.py --host http://127.0.0.1:8000 --headless -u 16 -r 16 -t 60s
+    locust -f locustfiles/shared_prefix.py --host http://127.0.0.1:8000 --headless -u 8 -r 8 -t 60s
 
 Each request is a shared prefix (one of 4 groups, equal shares) followed by 128 words of its
 own; a server with prefix caching computes each prefix once. With ``--llm-tokenizer`` the
