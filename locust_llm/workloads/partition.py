@@ -5,6 +5,9 @@ with ``n % count == index``, so every one is run by exactly one worker. The mast
 partition when the test starts (its connected workers, sorted by id) and sends each worker its
 own before Locust's first spawn message; a trace replay sends it again with the schedule's
 origin (the wall-clock instant of the trace's time 0). One process alone is ``0 of 1``.
+
+Locust is imported only by the functions that talk to its runner, so :class:`Partition` stays
+pure (the unit tests import it without Locust).
 """
 
 from __future__ import annotations
@@ -12,9 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
-
-from locust import events
-from locust.runners import MasterRunner, WorkerRunner
 
 MSG_PARTITION = "llm_partition"
 
@@ -44,6 +44,8 @@ def partition(environment: Any) -> Partition:
 
 def send_partitions(environment: Any, origin_wall_s: float = math.nan) -> int:
     """Master (or a lone process): hand out the partition; returns the number of shares."""
+    from locust.runners import MasterRunner
+
     runner = environment.runner
     part = partition(environment)
     part.origin_wall_s = origin_wall_s
@@ -64,11 +66,15 @@ def _receive(environment: Any, msg: Any, **_kw: Any) -> None:
 
 
 def _on_init(environment: Any, **_kw: Any) -> None:
+    from locust.runners import WorkerRunner
+
     if isinstance(environment.runner, WorkerRunner):
         environment.runner.register_message(MSG_PARTITION, _receive)
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
+    from locust.runners import WorkerRunner
+
     # a shape's first tick may come before test_start and have set the origin already
     if not isinstance(environment.runner, WorkerRunner):
         send_partitions(environment, partition(environment).origin_wall_s)
@@ -83,5 +89,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    from locust import events
+
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)

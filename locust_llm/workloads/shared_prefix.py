@@ -34,13 +34,18 @@ def parse_spec(spec: str) -> SharedPrefixSpec:
     """``shared-prefix:groups=4,prefix=1024,suffix=128`` -> its fields; one-line errors."""
     body = spec[len(PREFIX) :] if spec.startswith(PREFIX) else spec
     fields: dict[str, str] = {}
+    last = ""
     for part in filter(None, body.split(",")):
         key, eq, value = part.partition("=")
+        if not eq and last == "suffix":  # a distribution's own commas: uniform:64,256
+            fields[last] += "," + part
+            continue
         if not eq or key.strip() not in ("groups", "prefix", "suffix", "weights"):
             raise InputError(
                 f"{spec!r}: {part!r} is not one of groups=, prefix=, suffix=, weights="
             )
-        fields[key.strip()] = value.strip()
+        last = key.strip()
+        fields[last] = value.strip()
     try:
         groups = int(fields.get("groups", "1"))
         prefix = int(fields.get("prefix", "0"))

@@ -64,7 +64,11 @@ def _line(obj: Any, index: int, where: str) -> TraceLine:
     if not isinstance(obj, dict):
         raise InputError(f"{where}: expected an object with timestamp and input_length or prompt")
     ms = _number(obj, ("timestamp",), where, required=False)
-    time_s = ms / 1000.0 if ms is not None else _number(obj, ("timestamp_s",), where, required=True)
+    time_s = (
+        ms / 1000.0 if ms is not None else _number(obj, ("timestamp_s",), where, required=False)
+    )
+    if time_s is None:
+        raise InputError(f"{where}: no timestamp (ms) or timestamp_s")
     prompt = obj.get("prompt") or ""
     if not isinstance(prompt, str):
         raise InputError(f"{where}: prompt must be a string")

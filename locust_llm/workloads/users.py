@@ -295,3 +295,7 @@ class TraceReplayUser(ChatUser):
             when = part.origin_wall_s + line.time_s / book.replay.speedup
             self.record_not_sent(line, when, "the run ended before its time")
         super().on_stop()
+
+
+# Locust adds a base class's tasks to every subclass's: replace LLMUser's with the replay's own
+TraceReplayUser.tasks = [TraceReplayUser.generate]
