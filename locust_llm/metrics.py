@@ -109,6 +109,7 @@ class RequestRecord:
     session_id: str = ""  # multi-turn sessions: the conversation ("" for single requests)
     turn: int = -1  # the turn's index in its session, from 0 (-1: not a session)
     trace_line: int = -1  # trace replay: the line's index in the trace (-1: not a replay)
+    batch_inputs: int = 1  # inputs in the request (an embeddings batch; 1 for generation)
 
     @property
     def dispatch_delay_s(self) -> float:

@@ -266,7 +266,7 @@ class LLMUser(User):
                 text = self._read_error_body(resp)
                 detail = text[:200].strip() or "(empty body)"  # no cause invented for it
                 raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
-            if self.options.no_stream:
+            if self.options.no_stream or not self.adapter.streams:
                 return self._read_whole(resp, record, timing)
             return self._read_stream(resp, record, timing)
         finally:
@@ -289,9 +289,7 @@ class LLMUser(User):
             chunk = self.adapter.parse_body(data)
         except ValueError as exc:
             raise RequestFailed("bad_payload", str(exc)) from None
-        if chunk.prompt_tokens >= 0:
-            record.input_tokens, record.input_tokens_estimated = chunk.prompt_tokens, False
-        record.cached_tokens = chunk.cached_tokens
+        _take_usage(record, chunk)
         if self.answer_sink is not None:
             self.answer_sink.append(data)
         return chunk.completion_tokens if chunk.completion_tokens >= 0 else None
@@ -326,13 +324,7 @@ class LLMUser(User):
                     raise RequestFailed(classify_http_error(500, chunk.error), chunk.error[:200])
                 if chunk.completion_tokens >= 0:
                     usage_tokens = chunk.completion_tokens
-                    if chunk.prompt_tokens >= 0:
-                        record.input_tokens = chunk.prompt_tokens
-                        record.input_tokens_estimated = False
-                    if chunk.reasoning_tokens >= 0:
-                        record.reasoning_tokens = chunk.reasoning_tokens
-                    if chunk.cached_tokens >= 0:
-                        record.cached_tokens = chunk.cached_tokens
+                    _take_usage(record, chunk)
                 if chunk.content or chunk.reasoning:
                     if not times:
                         first_token.fire(record=record, ttft_s=now - timing.t0)
@@ -353,6 +345,9 @@ class LLMUser(User):
                     ):
                         timing.first_reasoning_time = now
             elif kind == sse.KIND_DONE:
+                if chunk is not None and chunk.completion_tokens >= 0:  # an end event with usage
+                    usage_tokens = chunk.completion_tokens  # (the Responses API's completed)
+                    _take_usage(record, chunk)
                 done = True
                 timing.end_time = now
                 break
@@ -368,6 +363,17 @@ class LLMUser(User):
             with gevent.Timeout(_TERMINATOR_WAIT_S, False):  # wait for it, or the connection
                 resp.read()  # cannot be reused (every request would pay a new connect)
         return usage_tokens
+
+
+def _take_usage(record: RequestRecord, chunk: sse.Chunk) -> None:
+    """A usage chunk's prompt, reasoning and cached token counts onto the record."""
+    if chunk.prompt_tokens >= 0:
+        record.input_tokens = chunk.prompt_tokens
+        record.input_tokens_estimated = False
+    if chunk.reasoning_tokens >= 0:
+        record.reasoning_tokens = chunk.reasoning_tokens
+    if chunk.cached_tokens >= 0:
+        record.cached_tokens = chunk.cached_tokens
 
 
 class ChatUser(LLMUser):

@@ -24,7 +24,7 @@ from locust.exception import StopUser
 
 from locust_llm.datasets import Prompt
 from locust_llm.metrics import RequestRecord, StreamTiming
-from locust_llm.user import ChatUser
+from locust_llm.user import ChatUser, LLMUser
 from locust_llm.workloads import partition as parts
 from locust_llm.workloads.sessions import (
     HISTORY_MODES,
@@ -295,6 +295,35 @@ class TraceReplayUser(ChatUser):
             when = part.origin_wall_s + line.time_s / book.replay.speedup
             self.record_not_sent(line, when, "the run ended before its time")
         super().on_stop()
+
+
+class EmbeddingsUser(LLMUser):
+    """``/v1/embeddings``: each request embeds ``batch_size`` prompts of the class's data set
+    (never streamed; the record's ``batch_inputs`` and ``input_tokens`` give inputs/s and
+    tokens/s)."""
+
+    abstract = True
+    api = "embeddings"
+    batch_size: ClassVar[int] = 1
+
+    def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        if self.batch_size < 1:
+            raise ValueError(f"{type(self).__name__}.batch_size must be >= 1")
+        self._batch: list[str] = []
+
+    def next_prompt(self, record: RequestRecord) -> Prompt:
+        source = self.runtime.dataset_for(self.settings)
+        prompts = [source.next_request(self.rng) for _ in range(self.batch_size)]
+        self._batch = [p.prompt for p in prompts]
+        record.batch_inputs = len(prompts)
+        tokens = sum(p.input_tokens_estimate for p in prompts)
+        return Prompt(prompts[0].messages, prompts[0].prompt, tokens, 1)
+
+    def build_body(self, prompt: Any, max_tokens: int) -> dict[str, Any]:
+        body = super().build_body(prompt, max_tokens)
+        body["input"] = list(self._batch) or body["input"]
+        return body
 
 
 # Locust adds a base class's tasks to every subclass's: replace LLMUser's with the replay's own
