@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from functools import lru_cache
 
 from locust_llm.datasets import WORDS, HfTokenizer, _exact_text
 
@@ -20,6 +21,7 @@ def _rng(key: str) -> random.Random:
     return random.Random(seed)
 
 
+@lru_cache(maxsize=4096)  # shared blocks (trace hash ids, prefix groups) recur
 def block_text(key: str, tokens: int) -> str:
     """``tokens`` words (one token each by the simulator's estimate) determined by ``key``; a
     shorter length is a prefix of a longer one with the same key."""

@@ -216,6 +216,7 @@ class TraceReplayUser(ChatUser):
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
         self._line: TraceLine | None = None
+        self._prompt: Prompt | None = None
 
     def wait_time(self) -> float:  # type: ignore[override]
         return 0.0
@@ -252,24 +253,26 @@ class TraceReplayUser(ChatUser):
                 gevent.sleep(_POLL_S * 4)
             raise StopUser()
         when = origin + line.time_s / book.replay.speedup
-        if not gate.wait_until(when, stage, self._stopping):
-            gate.release(stage)
-            self.record_not_sent(line, when, "the run ended before its time")
-            raise StopUser()
+        # the prompt is built while waiting, so its cost is not part of the dispatch delay
         self._line = line
+        self._prompt = trace_prompt(line, block_tokens=book.replay.block_tokens)
         try:
+            if not gate.wait_until(when, stage, self._stopping):
+                gate.release(stage)
+                self.record_not_sent(line, when, "the run ended before its time")
+                raise StopUser()
             self.send(scheduled_wall_s=when)
         finally:
-            self._line = None
+            self._line, self._prompt = None, None
 
     def next_prompt(self, record: RequestRecord) -> Prompt:
-        line = self._line
-        if line is None:  # the debug path (run_single_user) calls send() directly
+        line, prompt = self._line, self._prompt
+        if line is None:  # send() called directly (not from the replay's own task)
             line = self._trace_book().claim(parts.partition(self.environment))
             if line is None:
                 raise StopUser()
         record.trace_line = line.index
-        return trace_prompt(line, block_tokens=self._trace_book().replay.block_tokens)
+        return prompt or trace_prompt(line, block_tokens=self._trace_book().replay.block_tokens)
 
     def record_not_sent(self, line: TraceLine, scheduled_wall_s: float, why: str) -> None:
         """One record for a line that was never sent (``cancelled``: the load test's doing)."""
