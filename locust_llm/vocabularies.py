@@ -239,6 +239,8 @@ register_vocabulary(Vocabulary("vllm", "vLLM (vllm:*)", (
     MetricMap("vllm:kv_cache_usage_perc", "kv_cache_usage"),  # a 0..1 ratio despite "perc"
     MetricMap("vllm:gpu_cache_usage_perc", "kv_cache_usage"),  # before v1
     MetricMap("vllm:num_preemptions_total", "preemptions"),
+    MetricMap("vllm:prefix_cache_queries_total", "prefix_cache_queries"),  # tokens
+    MetricMap("vllm:prefix_cache_hits_total", "prefix_cache_hits"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("sglang", "SGLang (sglang:*)", (

@@ -405,6 +405,8 @@ def _comparison(report: Report) -> list[Section]:
 
 def document(report: Report) -> Document:
     """The report as sections, in reading order (the module docstring)."""
+    from locust_llm.report.workloads import sections as workload_sections  # imports this module
+
     info = report.run.info
     sections = [
         _overview(report),
@@ -415,6 +417,7 @@ def document(report: Report) -> Document:
         Section("telemetry", "Telemetry over time", (Chart("telemetry"),)),
         Section("histograms", "Latency histograms", (Chart("histograms"),)),
         *_detail_sections(report),
+        *workload_sections(report),
         *_soak(report),
         *_comparison(report),
     ]
