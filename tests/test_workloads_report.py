@@ -4,6 +4,7 @@ simulator (its trace and /metrics are the judge), trace replay, embeddings, reas
 from __future__ import annotations
 
 import json
+import math
 import urllib.request
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from locust_llm.report.document import Table, document
 from locust_llm.report.load import load_run
 from locust_llm.report.render_md import render_markdown
 from locust_llm.sim.testing import running_sim
+from locust_llm.webui.data import prefix_cache_hit_rate
 
 SESSIONS = """
 from locust_llm.workloads.users import SessionUser
@@ -82,6 +84,32 @@ def test_sessions_and_prefix_cache_sections_match_the_simulator(tmp_path: Path) 
     assert float(turns[2]["cached tokens P50"]) > float(turns[1]["cached tokens P50"]) > 0
     text = render_markdown(report)
     assert "## Multi-turn sessions" in text and "## Prefix cache" in text
+    # the live tab's hit rate, from the same scrapes the run recorded
+    tel = pd.read_parquet(run_dir / "telemetry.parquet")
+    rows = tel[["time_s", "source", "signal", "gpu", "value"]].itertuples(index=False)
+    live = prefix_cache_hit_rate(list(rows), window_s=math.inf)
+    assert live == pytest.approx(server, abs=0.03)
+
+
+def test_the_live_hit_rate_is_each_servers_increase_in_the_window() -> None:
+    rows = [
+        (100.0, "a", "prefix_cache_queries", "", 1000.0),
+        (100.0, "a", "prefix_cache_hits", "", 900.0),  # before the window: its history
+        (140.0, "a", "prefix_cache_queries", "", 1500.0),
+        (140.0, "a", "prefix_cache_hits", "", 1000.0),
+        (160.0, "a", "prefix_cache_queries", "", 2000.0),
+        (160.0, "a", "prefix_cache_hits", "", 1400.0),
+        (150.0, "b", "prefix_cache_queries", "", 10.0),
+        (160.0, "b", "prefix_cache_queries", "", 510.0),
+        (150.0, "b", "prefix_cache_hits", "", 0.0),
+        (160.0, "b", "prefix_cache_hits", "", 100.0),
+        (160.0, "b", "kv_cache_usage", "", 0.5),
+    ]
+    # last 30 s: a served 400 of 500, b 100 of 500
+    assert prefix_cache_hit_rate(rows, window_s=30.0) == pytest.approx(0.5)
+    assert prefix_cache_hit_rate(rows[-1:]) is None
+    flat = [(t, "a", "prefix_cache_queries", "", 5.0) for t in (1.0, 2.0)]
+    assert prefix_cache_hit_rate(flat) is None  # no lookups in the window: no rate
 
 
 def test_embeddings_section_counts_inputs_and_tokens_per_second(tmp_path: Path) -> None:
