@@ -15,6 +15,9 @@ import pytest
 from cluster_utils import metric_value
 from conftest import ROOT, locust_cmd, run_distributed, run_locust
 
+from locust_llm.report.build import build_report
+from locust_llm.report.document import document
+from locust_llm.report.load import load_run
 from locust_llm.rundir import read_run_info
 from locust_llm.sim.testing import running_sim
 from locust_llm.workloads.traces import (
@@ -65,7 +68,9 @@ def test_two_workers_replay_every_line_once_on_its_schedule(
     want = pd.Series([x.time_s / 2 for x in lines]) - lines[0].time_s / 2
     assert (offsets.values - want.values).__abs__().max() < 1e-3
     delay_s = by_line.start_wall_s - by_line.scheduled_wall_s
-    assert delay_s.quantile(0.99) < 0.05, delay_s.describe()  # the bench checks 5 ms
+    # on time, as far as a shared machine lets a test tell (bench/trace_replay.py measures the
+    # P99 against the machine's own timer floor)
+    assert delay_s.median() < 0.005 and delay_s.quantile(0.9) < 0.05, delay_s.describe()
     assert by_line.input_tokens.tolist() == [x.input_tokens for x in lines]
     # the prefix sharing the hash ids imply is what the server's cache saw
     assert sim_rate == pytest.approx(expected_hit_rate(lines), abs=0.01)
@@ -105,6 +110,13 @@ def test_lines_the_run_ends_before_are_recorded_not_dropped(tmp_path: Path) -> N
     assert len(unsent) > 20 and (unsent.error_kind == "cancelled").all()
     assert unsent.error_message.str.contains("not sent").all()
     assert (records[records.ok].scheduled_wall_s < unsent.scheduled_wall_s.min()).all()
+    # the report counts them apart from the lines sent
+    doc = document(build_report(load_run(run_dir)))
+    rows = dict(doc.section("trace_replay").blocks[0].rows)  # type: ignore[union-attr]
+    assert rows["trace lines recorded"] == "60"
+    assert rows["not sent (the run ended first)"] == str(len(unsent))
+    sent = records[records.ok]
+    assert rows["sent / answered"] == f"{len(sent)} / {len(sent)}"
 
 
 def test_a_trace_replay_user_without_a_trace_file_is_one_line(tmp_path: Path) -> None:
