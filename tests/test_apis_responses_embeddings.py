@@ -139,3 +139,39 @@ def test_both_apis_under_locust_one_record_per_request(tmp_path: Path) -> None:
     for row in emb.itertuples():
         assert row.input_tokens == sent[row.request_id]["prompt_tokens"] == 4 * 12
     assert {sent[r]["endpoint"] for r in emb.request_id} == {"embeddings"}
+
+
+def _post(url: str, path: str, body: dict) -> bytes:
+    import urllib.request
+
+    req = urllib.request.Request(
+        url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return resp.read()
+
+
+def test_our_adapters_read_the_simulators_whole_bodies() -> None:
+    responses, embeddings = get_api("responses"), get_api("embeddings")
+    with running_sim(**SIM) as url:
+        whole = _post(url, "/v1/responses", {"input": "Name a river", "max_output_tokens": 4})
+        vectors = _post(url, "/v1/embeddings", {"input": ["a river", "two"]})
+        streamed = _post(
+            url, "/v1/responses", {"input": "Name a river", "max_output_tokens": 3, "stream": True}
+        )
+    chunk = responses.parse_body(whole)
+    assert (chunk.completion_tokens, chunk.cached_tokens) == (4, 0)
+    assert chunk.prompt_tokens == estimate_tokens("Name a river")
+    assert chunk.content
+    chunk = embeddings.parse_body(vectors)
+    assert chunk.prompt_tokens == estimate_tokens("a river") + 1 and chunk.completion_tokens == 0
+    kinds = [
+        responses.classify(payload)[0]
+        for payload in (sse.data_payload(x) for x in streamed.split(b"\n"))
+        if payload is not None
+    ]
+    assert kinds.count(sse.KIND_CHUNK) == 3 and kinds[-1] == sse.KIND_DONE
+    with pytest.raises(ValueError, match="no 'output' list"):
+        responses.parse_body(b'{"choices": []}')
+    with pytest.raises(ValueError, match="no 'data' list"):
+        embeddings.parse_body(b'{"data": [{"index": 0}]}')
