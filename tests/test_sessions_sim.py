@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import run_distributed, run_locust
+from conftest import free_port, locust_cmd, run_distributed, run_locust
 
 from locust_llm.sim.testing import running_sim
 
@@ -117,3 +119,37 @@ def test_sessions_spread_over_two_workers_without_duplication(tmp_path: Path) ->
     assert numbers[:6] == list(range(6))  # the first sessions, each once
     turns = records.groupby("session_id").turn.apply(lambda t: sorted(t) == list(range(len(t))))
     assert turns.all()
+
+
+def test_a_worker_joining_a_running_test_takes_no_session(tmp_path: Path) -> None:
+    locustfile = tmp_path / "talk.py"
+    locustfile.write_text(LOCUSTFILE.format(turns=3, words=32, answer=4, think="'0.05'"))
+    run_dir, port = tmp_path / "run", free_port()
+    with running_sim(zero_cost=True, output_len="fixed:4") as url:
+        master = subprocess.Popen(
+            [*locust_cmd(), "-f", str(locustfile), "--headless", "--master",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+             "--expect-workers", "1", "--host", url, "-u", "6", "-r", "6", "-t", "9s",
+             "--llm-run-dir", str(run_dir)],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        worker = [*locust_cmd(), "-f", str(locustfile), "--worker", "--master-host",
+                  "127.0.0.1", "--master-port", str(port)]  # fmt: skip
+        procs = [subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)]  # fmt: skip
+        try:
+            time.sleep(6.0)  # the test is running on the first worker
+            procs.append(subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))  # fmt: skip
+            output, _ = master.communicate(timeout=90)
+        finally:
+            for proc in [master, *procs]:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+    assert master.returncode == 0, output[-3000:]
+    assert "2 workers connected" in output  # the late worker did join (and got users)
+    records = pd.read_parquet(run_dir / "requests.parquet")
+    sent = records[records.error_kind != "cancelled"]
+    assert sent.worker_id.nunique() == 1  # the late one sent nothing
+    assert not sent.duplicated(["session_id", "turn"]).any()

@@ -4,7 +4,9 @@ Sessions and trace lines are numbered; process ``index`` of ``count`` takes the 
 with ``n % count == index``, so every one is run by exactly one worker. The master decides the
 partition when the test starts (its connected workers, sorted by id) and sends each worker its
 own before Locust's first spawn message; a trace replay sends it again with the schedule's
-origin (the wall-clock instant of the trace's time 0). One process alone is ``0 of 1``.
+origin (the wall-clock instant of the trace's time 0). One process alone is ``0 of 1``. A
+worker that connects while a test runs gets an empty share (``count`` 0): it takes nothing, so
+the running workers' shares stay exactly once.
 
 Locust is imported only by the functions that talk to its runner, so :class:`Partition` stays
 pure (the unit tests import it without Locust).
@@ -27,8 +29,13 @@ class Partition:
     count: int = 1
     origin_wall_s: float = math.nan
 
+    @property
+    def empty(self) -> bool:
+        """A worker that joined after the partition was made: it has no share."""
+        return self.count <= 0
+
     def owns(self, number: int) -> bool:
-        return number % self.count == self.index
+        return not self.empty and number % self.count == self.index
 
 
 _partitions: dict[int, Partition] = {}
@@ -61,15 +68,20 @@ def send_partitions(environment: Any, origin_wall_s: float = math.nan) -> int:
 
 def _receive(environment: Any, msg: Any, **_kw: Any) -> None:
     part = partition(environment)
-    part.index, part.count = int(msg.data["index"]), max(int(msg.data["count"]), 1)
+    part.index, part.count = int(msg.data["index"]), int(msg.data["count"])
     part.origin_wall_s = float(msg.data["origin_wall_s"])
 
 
 def _on_init(environment: Any, **_kw: Any) -> None:
-    from locust.runners import WorkerRunner
+    from locust import events
+    from locust.runners import MasterRunner, WorkerRunner
 
     if isinstance(environment.runner, WorkerRunner):
         environment.runner.register_message(MSG_PARTITION, _receive)
+    elif isinstance(environment.runner, MasterRunner):  # Locust's worker_connect names no env
+        events.worker_connect.add_listener(
+            lambda client_id, **_kw: _on_worker_connect(environment, client_id)
+        )
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
@@ -78,6 +90,14 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     # a shape's first tick may come before test_start and have set the origin already
     if not isinstance(environment.runner, WorkerRunner):
         send_partitions(environment, partition(environment).origin_wall_s)
+
+
+def _on_worker_connect(environment: Any, client_id: str) -> None:
+    """A worker joining a running test gets an empty share: the others' shares stay whole."""
+    runner = environment.runner
+    if getattr(runner, "state", "") in ("spawning", "running"):
+        data = {"index": -1, "count": 0, "origin_wall_s": math.nan}
+        runner.send_message(MSG_PARTITION, data, client_id=client_id)
 
 
 _installed = False

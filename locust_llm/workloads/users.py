@@ -17,7 +17,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import gevent
 from locust.exception import StopUser
@@ -59,6 +59,13 @@ def _book(user: Any, make: Any) -> Any:
     return book[1]
 
 
+def _idle_until_stopped(user: Any) -> NoReturn:
+    """Send nothing more: wait for the run to stop this user."""
+    while not (user._stopping() or user.runtime.gate.stopped):
+        gevent.sleep(_POLL_S * 4)
+    raise StopUser()
+
+
 class SessionUser(ChatUser):
     """Multi-turn conversations: one request per turn, the history carried, think time between.
 
@@ -87,6 +94,13 @@ class SessionUser(ChatUser):
         """Locust's wait between tasks: the think time before the next turn (0 between
         sessions)."""
         return self._wait_s
+
+    def generate(self) -> None:  # type: ignore[override]
+        """One turn; a worker without a share of the sessions (it joined a running test)
+        sends nothing and idles until the run stops."""
+        if parts.partition(self.environment).empty:
+            _idle_until_stopped(self)
+        LLMUser.generate(self)
 
     def _session_book(self) -> SessionBook:
         def make() -> SessionBook:
@@ -241,6 +255,8 @@ class TraceReplayUser(ChatUser):
     def generate(self) -> None:  # type: ignore[override]
         """Claim this process's next line, wait for its time, send it (or record it unsent)."""
         gate = self.runtime.gate
+        if parts.partition(self.environment).empty:
+            _idle_until_stopped(self)
         if not gate.acquire(self._stopping):  # the replay stage has no quota: instant
             raise StopUser()
         stage = gate.stage
@@ -249,9 +265,7 @@ class TraceReplayUser(ChatUser):
         line = book.claim(parts.partition(self.environment))
         if line is None:  # this process's lines are all claimed: idle until the run stops
             gate.release(stage)
-            while not (self._stopping() or gate.stopped):
-                gevent.sleep(_POLL_S * 4)
-            raise StopUser()
+            _idle_until_stopped(self)
         when = origin + line.time_s / book.replay.speedup
         # the prompt is built while waiting, so its cost is not part of the dispatch delay
         self._line = line
@@ -329,5 +343,6 @@ class EmbeddingsUser(LLMUser):
         return body
 
 
-# Locust adds a base class's tasks to every subclass's: replace LLMUser's with the replay's own
+# Locust adds a base class's tasks to every subclass's: replace LLMUser's with their own
+SessionUser.tasks = [SessionUser.generate]
 TraceReplayUser.tasks = [TraceReplayUser.generate]
