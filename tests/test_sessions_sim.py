@@ -129,7 +129,7 @@ def test_a_worker_joining_a_running_test_takes_no_session(tmp_path: Path) -> Non
         master = subprocess.Popen(
             [*locust_cmd(), "-f", str(locustfile), "--headless", "--master",
              "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-             "--expect-workers", "1", "--host", url, "-u", "6", "-r", "6", "-t", "9s",
+             "--expect-workers", "1", "--host", url, "-u", "6", "-r", "6", "-t", "12s",
              "--llm-run-dir", str(run_dir)],
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
@@ -138,10 +138,17 @@ def test_a_worker_joining_a_running_test_takes_no_session(tmp_path: Path) -> Non
         procs = [subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)]  # fmt: skip
         try:
-            time.sleep(6.0)  # the test is running on the first worker
+            assert master.stdout is not None
+            seen = []
+            for line in master.stdout:  # the test runs on the first worker: then the second
+                seen.append(line)
+                if "All users spawned" in line:
+                    break
+            time.sleep(1.0)
             procs.append(subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))  # fmt: skip
-            output, _ = master.communicate(timeout=90)
+            rest, _ = master.communicate(timeout=90)
+            output = "".join(seen) + rest
         finally:
             for proc in [master, *procs]:
                 if proc.poll() is None:
