@@ -4,9 +4,13 @@ Sessions and trace lines are numbered; process ``index`` of ``count`` takes the 
 with ``n % count == index``, so every one is run by exactly one worker. The master decides the
 partition when the test starts (its connected workers, sorted by id) and sends each worker its
 own before Locust's first spawn message; a trace replay sends it again with the schedule's
-origin (the wall-clock instant of the trace's time 0). One process alone is ``0 of 1``. A
-worker that connects while a test runs gets an empty share (``count`` 0): it takes nothing, so
-the running workers' shares stay exactly once.
+origin (the wall-clock instant of the trace's time 0). One process alone is ``0 of 1``.
+
+Locust connects a worker before the worker's ``init`` registers message handlers, so a share
+sent early could be lost: each worker also asks for its share at init, and its users wait until
+they know it. A worker the partition counted gets its share again; a worker that connects while
+a test runs gets an empty share (``count`` 0): it takes nothing, so the running workers' shares
+stay exactly once.
 
 Locust is imported only by the functions that talk to its runner, so :class:`Partition` stays
 pure (the unit tests import it without Locust).
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 MSG_PARTITION = "llm_partition"
+MSG_PARTITION_ASK = "llm_partition_ask"
+UNKNOWN = -1  # a worker's count until the master answers
 
 
 @dataclass(slots=True)
@@ -30,6 +36,10 @@ class Partition:
     origin_wall_s: float = math.nan
 
     @property
+    def known(self) -> bool:
+        return self.count != UNKNOWN
+
+    @property
     def empty(self) -> bool:
         """A worker that joined after the partition was made: it has no share."""
         return self.count <= 0
@@ -39,6 +49,7 @@ class Partition:
 
 
 _partitions: dict[int, Partition] = {}
+_sent: dict[int, dict[str, dict[str, Any]]] = {}  # master: environment -> worker -> its share
 
 
 def partition(environment: Any) -> Partition:
@@ -60,8 +71,11 @@ def send_partitions(environment: Any, origin_wall_s: float = math.nan) -> int:
         part.index, part.count = 0, 1
         return 1
     workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
+    sent = _sent.setdefault(id(environment), {})
+    sent.clear()
     for index, worker in enumerate(workers):
         data = {"index": index, "count": len(workers), "origin_wall_s": origin_wall_s}
+        sent[worker] = data
         runner.send_message(MSG_PARTITION, data, client_id=worker)
     return max(len(workers), 1)
 
@@ -73,15 +87,32 @@ def _receive(environment: Any, msg: Any, **_kw: Any) -> None:
 
 
 def _on_init(environment: Any, **_kw: Any) -> None:
-    from locust import events
     from locust.runners import MasterRunner, WorkerRunner
 
-    if isinstance(environment.runner, WorkerRunner):
-        environment.runner.register_message(MSG_PARTITION, _receive)
-    elif isinstance(environment.runner, MasterRunner):  # Locust's worker_connect names no env
-        events.worker_connect.add_listener(
-            lambda client_id, **_kw: _on_worker_connect(environment, client_id)
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        # Locust connects a worker before its init: ask for the share now that the answer has
+        # a handler, and let no user take a share until it is known
+        partition(environment).count = UNKNOWN
+        runner.register_message(MSG_PARTITION, _receive)
+        runner.send_message(MSG_PARTITION_ASK, None)
+    elif isinstance(runner, MasterRunner):
+        runner.register_message(
+            MSG_PARTITION_ASK, lambda env, msg, **_kw: _answer(env, str(msg.node_id))
         )
+
+
+def _answer(environment: Any, client_id: str) -> None:
+    """Master: a worker asks for its share (once, at its init). A worker the partition counted
+    gets its share again (the first send may have come before it could read it); a newcomer to
+    a running test gets an empty share, so the others' stay whole; before the test starts,
+    test_start answers every worker."""
+    runner = environment.runner
+    data = _sent.get(id(environment), {}).get(client_id)
+    if data is None and getattr(runner, "state", "") in ("spawning", "running"):
+        data = {"index": -1, "count": 0, "origin_wall_s": math.nan}
+    if data is not None:
+        runner.send_message(MSG_PARTITION, data, client_id=client_id)
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
@@ -90,14 +121,6 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     # a shape's first tick may come before test_start and have set the origin already
     if not isinstance(environment.runner, WorkerRunner):
         send_partitions(environment, partition(environment).origin_wall_s)
-
-
-def _on_worker_connect(environment: Any, client_id: str) -> None:
-    """A worker joining a running test gets an empty share: the others' shares stay whole."""
-    runner = environment.runner
-    if getattr(runner, "state", "") in ("spawning", "running"):
-        data = {"index": -1, "count": 0, "origin_wall_s": math.nan}
-        runner.send_message(MSG_PARTITION, data, client_id=client_id)
 
 
 _installed = False

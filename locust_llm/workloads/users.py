@@ -59,6 +59,18 @@ def _book(user: Any, make: Any) -> Any:
     return book[1]
 
 
+def _share(user: Any) -> parts.Partition:
+    """This worker's share, once the master has said it (a new worker waits for the answer)."""
+    part = parts.partition(user.environment)
+    while not part.known:
+        if user._stopping() or user.runtime.gate.stopped:
+            raise StopUser()
+        gevent.sleep(_POLL_S)
+    if part.empty:
+        _idle_until_stopped(user)
+    return part
+
+
 def _idle_until_stopped(user: Any) -> NoReturn:
     """Send nothing more: wait for the run to stop this user."""
     while not (user._stopping() or user.runtime.gate.stopped):
@@ -98,8 +110,7 @@ class SessionUser(ChatUser):
     def generate(self) -> None:  # type: ignore[override]
         """One turn; a worker without a share of the sessions (it joined a running test)
         sends nothing and idles until the run stops."""
-        if parts.partition(self.environment).empty:
-            _idle_until_stopped(self)
+        _share(self)
         LLMUser.generate(self)
 
     def _session_book(self) -> SessionBook:
@@ -255,8 +266,7 @@ class TraceReplayUser(ChatUser):
     def generate(self) -> None:  # type: ignore[override]
         """Claim this process's next line, wait for its time, send it (or record it unsent)."""
         gate = self.runtime.gate
-        if parts.partition(self.environment).empty:
-            _idle_until_stopped(self)
+        _share(self)
         if not gate.acquire(self._stopping):  # the replay stage has no quota: instant
             raise StopUser()
         stage = gate.stage
