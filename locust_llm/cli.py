@@ -3,7 +3,8 @@
 Every subcommand module exposes ``configure_parser(parser)`` (adds its flags) and
 ``run(args) -> int`` (the exit code). This file only wires them together, so a subcommand's
 imports (pandas for ``report``, the simulator for ``sim``, locust for ``run``/``demo``) are paid
-only when that subcommand runs. Exit codes: 0 ok, 2 bad input, 3 alerts fired (``report``).
+only when that subcommand runs. Arguments after a lone ``--`` go to Locust unchanged (``run``
+only). Exit codes: 0 ok, 2 bad input, 3 alerts fired (``report``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("locust_llm.report.cli", "turn a run dir into tables, a verdict and alerts"),
     "roofline": ("locust_llm.roofline_cli", "theoretical latency/throughput floors"),
     "sim": ("locust_llm.sim.cli", "start the simulated OpenAI-compatible server"),
+    "virtual": ("locust_llm.sim.virtual", "run a sweep against the simulator in virtual time"),
     "gpu-exporter": ("locust_llm.gpu.cli", "serve GPU and host metrics for Prometheus"),
+    "options": ("locust_llm.options_cli", "list every --llm-* option a locustfile accepts"),
 }
+
+#: Subcommands that hand the arguments after a lone ``--`` to Locust unchanged.
+PASSTHROUGH: tuple[str, ...] = ("run",)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -50,12 +56,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``locust-llm`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    argv, passthrough = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only=command if command in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
+    if passthrough and args._command not in PASSTHROUGH:
+        parser.error(
+            f"arguments after -- ({' '.join(passthrough)}) are for: {', '.join(PASSTHROUGH)}"
+        )
+    args.passthrough = passthrough
     module = importlib.import_module(args._module)
     runner = getattr(module, f"run_{args._command.replace('-', '_')}", None) or module.run
     try:

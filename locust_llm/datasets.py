@@ -9,7 +9,7 @@ expected). :func:`load_dataset` reads a ``--llm-dataset`` value:
   cache cannot help. The length is estimated with the simulator's
   :func:`~locust_llm.sim.textgen.estimate_tokens` (so the simulated server's ``prompt_tokens``
   match it) or, with a local Hugging Face tokenizer (``--llm-tokenizer``, needs the
-  ``tokenizers`` package), exact.
+  ``tokenizers`` package), exact: the length of the message text is ``--llm-input-len``.
 - ``openqa``: a built-in set of a few hundred varied questions written for this project
   (``locust_llm/data/openqa.jsonl``).
 - a JSONL file (``{"prompt": "..."}`` or ``{"messages": [...]}`` per line, optional
@@ -19,8 +19,13 @@ expected). :func:`load_dataset` reads a ``--llm-dataset`` value:
 
 Every source answers :meth:`PromptSource.next_request` with a :class:`Prompt`; all randomness
 comes from the ``random.Random`` passed in, so a user seeded with ``seed + user index`` sends the
-same prompts in every run. Token counts here cover the message text only: a server adds a few
-chat-template tokens, and its ``usage.prompt_tokens`` is what the report trusts.
+same prompts in every run.
+
+A prompt's token count (:attr:`Prompt.input_tokens_estimate`) is what a chat server tokenizes:
+with a tokenizer and a chat template (``--llm-chat-template``, or the one beside the tokenizer:
+:mod:`locust_llm.chat_template`) it counts the rendered template, role markers and the opened
+assistant turn included; without a template it covers the message text only. Either way it is an
+estimate: the server's ``usage.prompt_tokens`` replaces it when the server sends one.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from locust_llm.chat_template import ChatTemplate, find_template
 from locust_llm.distributions import Distribution, parse_distribution
 from locust_llm.errors import InputError
 from locust_llm.sim.textgen import estimate_tokens
@@ -141,6 +147,18 @@ class HfTokenizer:
         return len(self.encode(text))
 
 
+class _MessagesCounter(Protocol):
+    def __call__(self, messages: list[dict[str, str]]) -> int: ...
+
+
+def messages_counter(count: _Counter, template: ChatTemplate | None) -> _MessagesCounter:
+    """Tokens a chat server sees for a message list: the rendered template when there is one,
+    else the message texts joined by blank lines."""
+    if template is None:
+        return lambda messages: count("\n\n".join(m["content"] for m in messages))
+    return lambda messages: count(template.render(messages))
+
+
 # --------------------------------------------------------------------------- random
 
 
@@ -150,10 +168,18 @@ class RandomSource:
     name = "random"
 
     def __init__(
-        self, input_len: Distribution, *, seed: int = 0, tokenizer: HfTokenizer | None = None
+        self,
+        input_len: Distribution,
+        *,
+        seed: int = 0,
+        tokenizer: HfTokenizer | None = None,
+        template: ChatTemplate | None = None,
     ) -> None:
         self.input_len = input_len
         self._tokenizer = tokenizer
+        self._count_messages = (
+            messages_counter(tokenizer.count, template) if tokenizer and template else None
+        )
         self._rng = random.Random(seed)
 
     def next_request(self, rng: random.Random | None = None) -> Prompt:
@@ -164,7 +190,10 @@ class RandomSource:
             tokens = target  # every word is one token by estimate_tokens
         else:
             text, tokens = _exact_text(self._tokenizer, rng, target)
-        return Prompt([{"role": "user", "content": text}], text, tokens, None)
+        messages = [{"role": "user", "content": text}]
+        if self._count_messages is not None:
+            tokens = self._count_messages(messages)
+        return Prompt(messages, text, tokens, None)
 
 
 def _exact_text(tok: HfTokenizer, rng: random.Random, target: int) -> tuple[str, int]:
@@ -201,7 +230,7 @@ class ListSource:
     """A fixed list of prompts (openqa, JSONL, ShareGPT); each request draws one at random."""
 
     def __init__(
-        self, name: str, entries: Sequence[_Entry], *, seed: int = 0, count: _Counter
+        self, name: str, entries: Sequence[_Entry], *, seed: int = 0, count: _MessagesCounter
     ) -> None:
         if not entries:
             raise InputError(f"dataset {name}: no prompts in it")
@@ -220,7 +249,7 @@ class ListSource:
         if prompt is None:  # built on first use: big files load fast, counts are paid once
             entry = self._entries[i]
             text = "\n\n".join(m["content"] for m in entry.messages)
-            prompt = Prompt(entry.messages, text, self._count(text), entry.max_tokens)
+            prompt = Prompt(entry.messages, text, self._count(entry.messages), entry.max_tokens)
             self._prompts[i] = prompt
         return prompt
 
@@ -376,27 +405,37 @@ def load_dataset(
     input_len: str | None = None,
     seed: int = 0,
     tokenizer_path: str | None = None,
+    chat_template: str | None = None,
 ) -> PromptSource:
     """The prompt source for a ``--llm-dataset`` value (see the module docstring).
 
     ``input_len`` (a distribution string) applies to ``random`` only; given with another data
     set it is refused rather than silently ignored. ``seed`` seeds the source's own generator,
-    used when :meth:`~PromptSource.next_request` gets no ``rng``.
+    used when :meth:`~PromptSource.next_request` gets no ``rng``. ``chat_template`` is the
+    ``--llm-chat-template`` value (a file or ``none``; default: the template beside the
+    tokenizer); it needs a tokenizer.
     """
     spec = (spec or "").strip()
     if not spec:
         raise InputError("--llm-dataset is empty; expected random, openqa or a file path")
     tokenizer = HfTokenizer(tokenizer_path) if tokenizer_path else None
+    if chat_template and chat_template.strip().lower() != "none" and tokenizer is None:
+        raise InputError(
+            f"--llm-chat-template {chat_template}: counting with a chat template needs the "
+            "model's tokenizer too; give --llm-tokenizer"
+        )
+    template = find_template(chat_template, tokenizer_path) if tokenizer else None
     count: _Counter = tokenizer.count if tokenizer else estimate_tokens
+    count_messages = messages_counter(count, template)
     if spec == "random":
         dist = parse_distribution(input_len or DEFAULT_INPUT_LEN, what="--llm-input-len")
-        return RandomSource(dist, seed=seed, tokenizer=tokenizer)
+        return RandomSource(dist, seed=seed, tokenizer=tokenizer, template=template)
     if input_len:
         raise InputError(
             f"--llm-input-len applies to the random dataset only, not to {spec!r}; drop it"
         )
     if spec == "openqa":
-        return ListSource("openqa", read_openqa(), seed=seed, count=count)
+        return ListSource("openqa", read_openqa(), seed=seed, count=count_messages)
     if spec.startswith("shared-prefix:"):  # docs/workloads.md
         from locust_llm.workloads.shared_prefix import load_shared_prefix
 
@@ -413,4 +452,4 @@ def load_dataset(
         )
     fmt = fmt or sniff_format(path)
     entries = read_jsonl(path) if fmt == "jsonl" else read_sharegpt(path, count)
-    return ListSource(Path(path).name, entries, seed=seed, count=count)
+    return ListSource(Path(path).name, entries, seed=seed, count=count_messages)

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from locust_llm.errors import InputError
+from locust_llm.options import env_var
 from locust_llm.progress import ProgressLine, follow, stage_durations
 
 LOCUSTFILE = Path(__file__).with_name("sweep_locustfile.py")
@@ -51,29 +52,66 @@ DEMO_SIM_ARGS = [
 ]
 
 
+#: ``--llm-*`` options that ``run``/``demo`` set through flags of their own (flag without --llm-
+#: -> the run/demo flag's dest); every other ``--llm-*`` option is accepted by ``run`` as it is.
+SWEEP_FLAG_FOR: dict[str, str] = {
+    "concurrency": "concurrency",
+    "stage-requests": "stage_requests",
+    "stage-duration": "stage_duration",
+    "max-tokens": "max_tokens",
+    "input-len": "input_len",
+    "dataset": "dataset",
+    "gpu-metrics": "gpu_metrics",
+    "ignore-eos": "ignore_eos",
+    "run-dir": "out",
+    "model": "model",
+    "api-key": "api_key",
+    "server-metrics": "server_metrics",
+    "roofline-model": "roofline_model",
+    "roofline-gpu": "roofline_gpu",
+}
+
+RUN_EPILOG = """
+Every --llm-* option of the Locust plugin (see `locust --help`) is accepted here as well and
+handed to the Locust master and workers, e.g. --llm-tokenizer DIR --llm-seed 7
+--llm-header 'X-Team: a' --llm-server-max-num-seqs 64. Anything after a lone -- goes to the
+Locust master unchanged (e.g. -- --csv out/stats).
+
+Environment: LOCUST_LLM_<NAME> sets --llm-<name> (dashes as underscores, e.g.
+LOCUST_LLM_TOKENIZER=/models/m, LOCUST_LLM_EXTRA_BODY='{"top_k": 1}') in the master and every
+worker, which inherit this environment. The flags above that stand for an --llm-* option
+(--concurrency, --max-tokens, --dataset, --model, ...) take their default from that option's
+variable (LOCUST_LLM_CONCURRENCY, LOCUST_LLM_MAX_TOKENS, ...). A flag on the command line wins
+over its variable.
+"""
+
+
+def _add_llm_backed(
+    parser: argparse.ArgumentParser, flags: list[tuple[str, str, str]], *, use_env: bool
+) -> None:
+    """Add ``--NAME`` flags that stand for ``--llm-NAME`` ((name, default, help) each); with
+    ``use_env`` a flag's default is its ``LOCUST_LLM_NAME`` variable when that is set."""
+    for name, fallback, help_text in flags:
+        default = os.environ.get(env_var(name), fallback) if use_env else fallback
+        parser.add_argument(f"--{name}", default=default, help=help_text)
+
+
+TRUE = ("1", "true", "yes", "on")
+
+
 def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None:
-    parser.add_argument(
-        "--concurrency",
-        default="1,10,50,100,200",
-        help="concurrency of each stage (default: the seed's 1,10,50,100,200)",
-    )
-    parser.add_argument(
-        "--stage-requests",
-        default="10,20,100,200,400",
-        help="requests per stage (default: the seed's 10,20,100,200,400)",
-    )
-    parser.add_argument(
-        "--stage-duration", default="", help="seconds per stage instead of request counts"
-    )
-    parser.add_argument(
-        "--max-tokens",
-        default="64" if demo else "256",
-        help="output tokens per request (N or a distribution)",
-    )
-    parser.add_argument(
-        "--input-len", default="256" if demo else "", help="prompt tokens (random dataset)"
-    )
-    parser.add_argument("--dataset", default="random", help="random, openqa or a file")
+    env = not demo  # `run` honours LOCUST_LLM_*; the demo is a fixed showcase
+    sweep = [
+        ("concurrency", "1,10,50,100,200",
+         "concurrency of each stage (default: the seed's 1,10,50,100,200)"),
+        ("stage-requests", "10,20,100,200,400",
+         "requests per stage (default: the seed's 10,20,100,200,400)"),
+        ("stage-duration", "", "seconds per stage instead of request counts"),
+        ("max-tokens", "64" if demo else "256", "output tokens per request (N or a distribution)"),
+        ("input-len", "256" if demo else "", "prompt tokens (random dataset)"),
+        ("dataset", "random", "random, openqa or a file"),
+    ]  # fmt: skip
+    _add_llm_backed(parser, sweep, use_env=env)
     parser.add_argument(
         "--workers",
         type=int,
@@ -101,7 +139,7 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
     parser.add_argument(
         "--ignore-eos",
         action=argparse.BooleanOptionalAction,
-        default=demo,
+        default=demo or (env and os.environ.get(env_var("ignore-eos"), "").lower() in TRUE),
         help="ask for exactly --max-tokens tokens (vLLM/SGLang's ignore_eos; the OpenAI API "
         "itself rejects it; default: on for the demo, off for run)",
     )
@@ -121,18 +159,54 @@ def configure_demo_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def configure_run_parser(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``locust-llm run``."""
+    """Flags of ``locust-llm run``: its own, then every other ``--llm-*`` option as it is."""
+    parser.epilog = RUN_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--host", required=True, help="base URL of the OpenAI-compatible server")
-    parser.add_argument("--model", default="", help="model id (default: first of /v1/models)")
+    server = [
+        ("model", "", "model id (default: first of /v1/models)"),
+        ("server-metrics", "", "server /metrics URL (default <host>/metrics if it answers)"),
+        ("roofline-model", "", "model preset for the floors"),
+        ("roofline-gpu", "", "GPU preset for the floors"),
+    ]
+    _add_llm_backed(parser, server, use_env=True)
     parser.add_argument("--api-key", default="", help="API key (default $OPENAI_API_KEY)")
-    parser.add_argument(
-        "--server-metrics",
-        default="",
-        help="server /metrics URL (default <host>/metrics if it answers)",
-    )
-    parser.add_argument("--roofline-model", default="", help="model preset for the floors")
-    parser.add_argument("--roofline-gpu", default="", help="GPU preset for the floors")
     _add_sweep_arguments(parser, demo=False)
+    _add_plugin_options(parser)
+
+
+def _add_plugin_options(parser: argparse.ArgumentParser) -> None:
+    """Every ``--llm-*`` option not covered by a ``run`` flag, unset unless given."""
+    from locust_llm.options import OPTIONS
+
+    group = parser.add_argument_group(
+        "Locust plugin options (handed to Locust as given; defaults as in `locust --help`)"
+    )
+    for flag, _default, help_text, extra in OPTIONS:
+        if flag in SWEEP_FLAG_FOR:
+            continue
+        kwargs = {k: v for k, v in extra.items() if k == "action"}
+        group.add_argument(f"--llm-{flag}", help=help_text, default=argparse.SUPPRESS, **kwargs)
+
+
+def plugin_option_args(args: argparse.Namespace) -> list[str]:
+    """The ``--llm-*`` options given to ``run`` directly, as Locust command-line arguments."""
+    from locust_llm.options import OPTIONS
+
+    out: list[str] = []
+    for flag, _default, _help, extra in OPTIONS:
+        dest = "llm_" + flag.replace("-", "_")
+        if flag in SWEEP_FLAG_FOR or not hasattr(args, dest):
+            continue
+        value = getattr(args, dest)
+        if extra.get("action") == "store_true":
+            out += [f"--llm-{flag}"] if value else []
+        elif extra.get("action") == "append":
+            for item in value:
+                out += [f"--llm-{flag}", str(item)]
+        else:
+            out += [f"--llm-{flag}", str(value)]
+    return out
 
 
 def _free_port() -> int:
@@ -462,9 +536,8 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0 if finished == 3 else finished
 
 
-def run_run(args: argparse.Namespace) -> int:
-    """``locust-llm run``."""
-    run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
+def run_llm_args(args: argparse.Namespace) -> list[str]:
+    """The Locust master's arguments for ``run``: sweep flags, plugin options, then after ``--``."""
     llm_args = _sweep_llm_args(args)
     for flag, value in (
         ("--llm-model", args.model),
@@ -474,6 +547,13 @@ def run_run(args: argparse.Namespace) -> int:
     ):
         if value:
             llm_args += [flag, value]
+    return [*llm_args, *plugin_option_args(args), *getattr(args, "passthrough", [])]
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """``locust-llm run``."""
+    run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
+    llm_args = run_llm_args(args)
     env = {"LOCUST_LLM_API_KEY": args.api_key} if args.api_key else None
     if not args.quiet:
         print(announce_run(args, run_dir), flush=True)

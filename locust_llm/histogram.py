@@ -128,6 +128,16 @@ class LatencyHistogram:
         self._min = math.inf
         self._max = -math.inf
 
+    def since(self, earlier: LatencyHistogram) -> LatencyHistogram:
+        """What was added after ``earlier``, an earlier copy of this same histogram (exact per
+        bucket; the min and max are this histogram's, so they bound, not equal, the window's)."""
+        new = LatencyHistogram()
+        new._counts = [a - b for a, b in zip(self._counts, earlier._counts, strict=True)]
+        new.count = self.count - earlier.count
+        new.sum = self.sum - earlier.sum
+        new._min, new._max = self._min, self._max
+        return new
+
     def copy(self) -> LatencyHistogram:
         """An independent copy."""
         new = LatencyHistogram()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import math
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,17 @@ from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord
 METRICS = ("ttft", "tpot", "itl", "e2e")
 TOTAL = "Aggregated"
 RATE_WINDOW_S = 10
+#: Seconds of the recent window the live charts' percentiles cover (Locust's own charts use 10 s:
+#: ``locust.stats.CURRENT_RESPONSE_TIME_PERCENTILE_WINDOW``); the table stays cumulative.
+RECENT_WINDOW_S = 10
+#: (history key, metric, quantile) of the recent-window percentiles in ``Aggregated`` history rows
+RECENT_QUANTILES = (
+    ("ttft_recent_p50_s", "ttft", 0.5),
+    ("ttft_recent_p90_s", "ttft", 0.9),
+    ("ttft_recent_p99_s", "ttft", 0.99),
+    ("tpot_recent_p50_s", "tpot", 0.5),
+    ("tpot_recent_p99_s", "tpot", 0.99),
+)
 
 CSV_COLUMNS = (
     "Name",
@@ -186,6 +198,9 @@ class LiveStats:
     def __init__(self) -> None:
         self.entries: dict[str, EndpointStats] = {}
         self.history: list[dict[str, Any]] = []
+        #: (time, copies of the cumulative TTFT/TPOT histograms) at each history snapshot, kept
+        #: back to the newest one at least RECENT_WINDOW_S old
+        self._marks: deque[tuple[float, dict[str, LatencyHistogram]]] = deque()
 
     def add(self, record: RequestRecord, itl_values: list[float], itl_weights: list[float]) -> None:
         """Count one finished request (``itl_*``: its per-token ITL samples, see metrics.py)."""
@@ -206,6 +221,7 @@ class LiveStats:
     def reset(self) -> None:
         self.entries.clear()
         self.history.clear()
+        self._marks.clear()
 
     def take_delta(self) -> dict[str, Any]:
         """Serialize and clear (a worker's report to the master)."""
@@ -228,11 +244,28 @@ class LiveStats:
             rows.append((TOTAL, self.total().summary(now)))
         return rows
 
+    def recent_quantiles(self, now: float) -> dict[str, float]:
+        """The :data:`RECENT_QUANTILES` of requests ended in the last :data:`RECENT_WINDOW_S`
+        seconds (all of them while the run is younger), from the cumulative histograms less
+        their copy of a window ago; records ``now`` as a mark. NaN where the window is empty."""
+        total = self.total().hist
+        self._marks.append((now, {m: total[m].copy() for m in ("ttft", "tpot")}))
+        while len(self._marks) > 1 and self._marks[1][0] <= now - RECENT_WINDOW_S:
+            self._marks.popleft()
+        started, base = self._marks[0]
+        old_enough = started <= now - RECENT_WINDOW_S
+        window = {m: total[m].since(base[m]) if old_enough else total[m] for m in base}
+        return {key: window[m].quantile(q) for key, m, q in RECENT_QUANTILES}
+
     def snapshot_history(self, now: float | None = None) -> None:
-        """Append one history row per endpoint (cumulative percentiles, current rates)."""
+        """Append one history row per endpoint (cumulative percentiles, current rates); the
+        ``Aggregated`` row adds the recent-window percentiles of the live charts."""
         stamp = time.time() if now is None else now
-        for name, summary in self.rows(stamp):
-            self.history.append({"Timestamp": int(stamp), "Name": name, **summary})
+        rows = self.rows(stamp)
+        recent = self.recent_quantiles(stamp) if rows else {}
+        for name, summary in rows:
+            extra = recent if name == TOTAL else {}
+            self.history.append({"Timestamp": int(stamp), "Name": name, **summary, **extra})
 
 
 def _ms(x: float) -> float:

@@ -10,15 +10,26 @@ Locust's parser by ``locust_llm.client.lifecycle``; :func:`add_arguments` is pub
 from __future__ import annotations
 
 import argparse
+import textwrap
+from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 
-def _env(name: str) -> str:
+def env_var(name: str) -> str:
+    """The environment variable of option ``--llm-<name>`` (``LOCUST_LLM_<NAME>``)."""
     return "LOCUST_LLM_" + name.upper().replace("-", "_")
 
 
+#: seconds without a byte before a stream counts as timed out (``--llm-read-timeout``)
+READ_TIMEOUT_DEFAULT_S = 120.0
+
+#: Locust's ``--stop-timeout`` default under locust-llm (Locust's own is 0: cancel at once): a
+#: stream still running at the stop either ends within this or stalls past the read timeout
+STOP_TIMEOUT_DEFAULT_S = READ_TIMEOUT_DEFAULT_S
+
 #: (flag without --llm-, default, help, extra kwargs)
-_OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
+OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("model", "", "model id to request (default: the first id from /v1/models)", {}),
     (
         "api-key",
@@ -49,6 +60,13 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("input-len", "", "prompt length for the random dataset: N or a distribution", {}),
     ("dataset", "random", "prompt source: random, openqa, or a JSONL / ShareGPT file", {}),
     ("tokenizer", "", "path to a local Hugging Face tokenizer: exact prompt lengths", {}),
+    (
+        "chat-template",
+        "",
+        "chat template for counting prompt tokens as a chat server does: a .jinja file or a "
+        "tokenizer_config.json (default: the one beside --llm-tokenizer; 'none': text only)",
+        {},
+    ),
     ("temperature", 0.0, "sampling temperature", {"type": float}),
     (
         "ignore-eos",
@@ -67,7 +85,7 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("connect-timeout", 10.0, "seconds to connect", {"type": float}),
     (
         "read-timeout",
-        120.0,
+        READ_TIMEOUT_DEFAULT_S,
         "seconds without a byte before a stream counts as timed out",
         {"type": float},
     ),
@@ -177,11 +195,11 @@ _OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
 def add_arguments(parser: Any) -> None:
     """Add every ``--llm-*`` option to ``parser`` (Locust's configargparse parser or argparse)."""
     group = parser.add_argument_group("locust-llm", "LLM load-test options (locust-llm)")
-    for flag, default, help_text, extra in _OPTIONS:
+    for flag, default, help_text, extra in OPTIONS:
         kwargs = dict(extra)
         kwargs.setdefault("default", default)
         if "env_var" in _add_argument_params(parser):
-            kwargs["env_var"] = _env(flag)
+            kwargs["env_var"] = env_var(flag)
         group.add_argument(f"--llm-{flag}", help=help_text, **kwargs)
 
 
@@ -199,3 +217,116 @@ def defaults() -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
     return parser.parse_args([])
+
+
+#: the first option of each section of the reference (the order of ``OPTIONS`` within)
+_SECTIONS: dict[str, str] = {
+    "model": "requests and the run",
+    "concurrency": "stages",
+    "gpu-metrics": "telemetry",
+    "roofline-model": "roofline context for the report",
+}
+
+
+@dataclass(frozen=True)
+class OptionInfo:
+    """One ``--llm-*`` option as the reference lists it (``locust-llm options``)."""
+
+    flag: str
+    env_var: str
+    config_key: str
+    default: Any
+    help: str
+    takes_value: bool
+    repeatable: bool
+    section: str
+
+
+def describe() -> list[OptionInfo]:
+    """Every ``--llm-*`` option, in declaration order, with its env var and config-file key."""
+    infos: list[OptionInfo] = []
+    section = ""
+    for flag, default, help_text, extra in OPTIONS:
+        section = _SECTIONS.get(flag, section)
+        action = extra.get("action")
+        infos.append(
+            OptionInfo(
+                flag=f"--llm-{flag}",
+                env_var=env_var(flag),
+                config_key=f"llm-{flag}",
+                default=default,
+                help=help_text,
+                takes_value=action != "store_true",
+                repeatable=action == "append",
+                section=section,
+            )
+        )
+    return infos
+
+
+def _shown_default(info: OptionInfo) -> str:
+    if not info.takes_value:
+        return "off"
+    if info.default in ("", None):
+        return "-"
+    return str(info.default)
+
+
+def _usage(info: OptionInfo) -> str:
+    if not info.takes_value:
+        return info.flag
+    metavar = info.flag.removeprefix("--llm-").upper().replace("-", "_")
+    return f"{info.flag} {metavar}" + (" (repeatable)" if info.repeatable else "")
+
+
+def _by_section() -> list[tuple[str, list[OptionInfo]]]:
+    return [(name, list(infos)) for name, infos in groupby(describe(), key=lambda i: i.section)]
+
+
+def render_text() -> str:
+    """The options as plain text, one block per option (what ``locust-llm options`` prints)."""
+    lines = [
+        "The --llm-* options of every locustfile that imports locust_llm; each also reads",
+        "LOCUST_LLM_<NAME> from the environment and llm-<name> = ... from a Locust config file.",
+        "Locust's own options: locust-llm options --locust. Reference: docs/options.md.",
+    ]
+    for section, infos in _by_section():
+        lines += ["", f"{section}:"]
+        for info in infos:
+            lines.append(f"  {_usage(info)}  [default: {_shown_default(info)}]")
+            lines += textwrap.wrap(info.help, 96, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown() -> str:
+    """The reference page ``docs/options.md``, generated (``locust-llm options --markdown``)."""
+    out = [
+        "# The `--llm-*` options",
+        "",
+        "Generated by `.venv/bin/locust-llm options --markdown > docs/options.md` from",
+        "`locust_llm/options.py`; `tests/test_options.py` fails when this page is stale.",
+        "",
+        "Every option also reads an environment variable and a key of a Locust config file",
+        "(`locust.conf`, `--config FILE`): `--llm-model x`, `LOCUST_LLM_MODEL=x` and",
+        "`llm-model = x` are the same setting; the command line wins over the environment, which",
+        "wins over the file. Where a user class sets the matching attribute (`model = ...`), the",
+        "attribute wins.",
+        "",
+        "Locust prints `--help` before it imports the locustfile, which is what registers these",
+        "options, so `locust -f locustfiles/chat.py --help` does not list them. Instead:",
+        "",
+        "```bash",
+        ".venv/bin/locust-llm options            # these options, with defaults",
+        ".venv/bin/locust-llm options --locust   # Locust's whole --help, these options included",
+        "```",
+    ]
+    for section, infos in _by_section():
+        out += ["", f"## {section.capitalize()}", ""]
+        out += ["| option | env var / config key | default | what it does |", "|---|---|---|---|"]
+        out += [
+            f"| `{_usage(i)}` | `{i.env_var}` / `{i.config_key}` | {_shown_default(i)} | "
+            + i.help.replace("|", "\\|")
+            + " |"
+            for i in infos
+        ]
+    return "\n".join(out) + "\n"

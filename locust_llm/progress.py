@@ -44,6 +44,7 @@ class Snapshot:
     requests: int = 0  # completed + failed so far in the whole run (cancelled left out)
     qps: float = math.nan
     ttft_p50_s: float = math.nan
+    failures: int = 0  # failed so far in the whole run (counted in ``requests`` too)
 
 
 def stage_durations(spec: str) -> list[float]:
@@ -79,6 +80,7 @@ def snapshot_from_payload(payload: dict[str, Any]) -> Snapshot:
         requests=int(total.get("requests") or 0),
         qps=_number(total.get("requests_per_s")),
         ttft_p50_s=_number(total.get("ttft_p50_s")),
+        failures=int(total.get("failures") or 0),
     )
 
 
@@ -111,6 +113,7 @@ class ProgressLine:
         self.current: Snapshot | None = None  # the stage on the line
         self.started = 0.0  # clock when that stage was first seen
         self.baseline = 0  # run's requests when it was first seen
+        self.baseline_failures = 0  # and its failures
         self.shown = ""  # text of the live line on screen
         self.last_plain = -math.inf
 
@@ -129,8 +132,10 @@ class ProgressLine:
         qps = f"{snap.qps:.1f}" if is_num(snap.qps) else NO_DATA
         duration = durations[index] if index < len(durations) else math.nan
         secs = f"{elapsed:.0f}/{duration:.0f} s" if math.isfinite(duration) else f"{elapsed:.0f} s"
+        failed = max(snap.failures - self.baseline_failures, 0)
+        errors = f", {num(failed)} failed ({failed / done:.0%})" if failed and done else ""
         return (
-            f"  stage {index + 1}/{stages} {cur.stage_name}: {count}, {secs}, "
+            f"  stage {index + 1}/{stages} {cur.stage_name}: {count}{errors}, {secs}, "
             f"QPS {qps}, TTFT P50 {ms(snap.ttft_p50_s)} ms"
         )
 
@@ -148,6 +153,7 @@ class ProgressLine:
                 return
             if self.current is None:
                 self.current, self.started, self.baseline = snap, now, snap.requests
+                self.baseline_failures = snap.failures
                 self.last_plain = now  # plain output: the stage's start is announced elsewhere
             self._show(self.line(snap, now), final=False)
 

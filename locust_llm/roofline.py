@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from locust_llm import hf_cache
 from locust_llm.errors import InputError
 
 # --------------------------------------------------------------------------------------------
@@ -456,9 +457,18 @@ def get_model(name_or_path: str) -> ModelSpec:
         return model_from_gguf(path)
     if path.is_file():
         return model_from_config(path)
+    if hf_cache.looks_like_model_id(name_or_path):
+        cached = hf_cache.cached_file(name_or_path)
+        if cached is not None:
+            return model_from_config(cached, name=name_or_path)
+        raise InputError(
+            f"unknown model {name_or_path!r}: not a preset, not a path, and its config.json is "
+            f"not in the Hugging Face cache ({hf_cache.cache_dir()}); locust-llm never "
+            f"downloads: fetch it with `huggingface-cli download {name_or_path} config.json`"
+        )
     raise InputError(
-        f"unknown model {name_or_path!r}: not a preset ({', '.join(MODEL_PRESETS)}) "
-        "and no config.json / .gguf file at that path"
+        f"unknown model {name_or_path!r}: not a preset ({', '.join(MODEL_PRESETS)}), "
+        "no config.json / .gguf file at that path, and not a Hugging Face id (org/name)"
     )
 
 
@@ -527,15 +537,15 @@ def _quant_bits(cfg: dict[str, Any]) -> float:
     return 32.0 if dtype in ("float32", "fp32") else 16.0
 
 
-def model_from_config(path: Path) -> ModelSpec:
-    """Read a local Hugging Face config.json."""
+def model_from_config(path: Path, name: str = "") -> ModelSpec:
+    """Read a local Hugging Face config.json (named ``name``, default its path)."""
     try:
         cfg = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: cannot read config.json ({exc})") from exc
     if not isinstance(cfg, dict):
         raise InputError(f"{path}: config.json is not a JSON object")
-    return model_from_config_dict(cfg, name=str(path))
+    return model_from_config_dict(cfg, name=name or str(path))
 
 
 def model_from_gguf(path: Path) -> ModelSpec:
@@ -753,6 +763,14 @@ def step_cost(
 # The workload-level floors (what `locust-llm roofline` prints)
 
 
+#: Bytes per GPU kept outside the KV cache (CUDA context, activations, graphs): the
+#: simulator's default too, so both report the same KV capacity for the same setup.
+MEMORY_RESERVE_BYTES = 1.0 * GiB
+
+#: Tokens per KV block (vLLM's default ``--block-size``); the KV capacity is whole blocks.
+KV_BLOCK_TOKENS = 16
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     """What is asked of the server: a batch of sequences of some context length."""
@@ -761,6 +779,8 @@ class Workload:
     batch: int = 1
     input_tokens: int = 1024  # prompt length, for the prefill floor
     gpu_memory_utilization: float = 0.9
+    memory_reserve_bytes: float = MEMORY_RESERVE_BYTES  # per GPU, outside weights and KV
+    block_size: int = KV_BLOCK_TOKENS  # tokens per KV block
     tp: int = 1  # tensor-parallel degree (GPUs the model is split over)
     interconnect: str = "nvlink"  # link preset the all-reduces use when tp > 1
 
@@ -799,8 +819,9 @@ class Roofline:
     prefill_compute_time_s: float
     prefill_weight_read_time_s: float
     prefill_allreduce_time_s: float
-    kv_budget_bytes: float  # over all tp GPUs
-    kv_capacity_tokens: float
+    kv_budget_bytes: float  # over all tp GPUs, after weights and the memory reserve
+    memory_reserve_bytes: float  # per GPU
+    kv_capacity_tokens: float  # whole KV blocks of the budget (the simulator's pool)
     kv_capacity_sequences: float
     fits: bool  # weights fit in the memory budget
     fit_advice: str  # "" when it fits; else the smallest tp degree or weight precision that does
@@ -884,7 +905,7 @@ def fit_advice(
         budget = kv_budget_per_gpu_bytes(
             m, gpu, gpu_memory_utilization=util, reserve_bytes=reserve_bytes, tp=degree
         )
-        return budget >= shard.kv_bytes_per_token * 16  # at least one KV block
+        return budget >= shard.kv_bytes_per_token * KV_BLOCK_TOKENS  # at least one KV block
 
     if fits(model, tp):
         return ""
@@ -929,10 +950,14 @@ def compute(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Roofline:
     pre_compute, _ = pre.times(gpu, model.weight_bits)
     pre_weights = shard.params_read(workload.input_tokens) * shard.weight_bytes_per_param
     pre_weight_time = pre_weights / gpu.memory_bandwidth_bytes_s
+    if workload.block_size < 1 or not workload.memory_reserve_bytes >= 0:
+        raise InputError("block size must be >= 1 and the memory reserve >= 0 bytes")
+    util, reserve = workload.gpu_memory_utilization, workload.memory_reserve_bytes
     budget = kv_budget_per_gpu_bytes(
-        model, gpu, gpu_memory_utilization=workload.gpu_memory_utilization, tp=tp
+        model, gpu, gpu_memory_utilization=util, reserve_bytes=reserve, tp=tp
     )
-    kv_tokens = max(budget, 0.0) / shard.kv_bytes_per_token
+    block_bytes = workload.block_size * shard.kv_bytes_per_token
+    kv_tokens = float(max(budget, 0.0) // block_bytes * workload.block_size)
     seq_tokens = max(ctx, workload.input_tokens)
     return Roofline(
         model=model.name,
@@ -962,11 +987,12 @@ def compute(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Roofline:
         prefill_weight_read_time_s=pre_weight_time,
         prefill_allreduce_time_s=pre.comm_s,
         kv_budget_bytes=budget * tp,
+        memory_reserve_bytes=workload.memory_reserve_bytes,
         kv_capacity_tokens=kv_tokens,
         kv_capacity_sequences=kv_tokens / seq_tokens if seq_tokens else math.inf,
-        fits=budget > 0,
+        fits=budget >= block_bytes,
         fit_advice=fit_advice(
-            model, gpu, gpu_memory_utilization=workload.gpu_memory_utilization, tp=tp
+            model, gpu, gpu_memory_utilization=util, reserve_bytes=reserve, tp=tp
         ),
     )
 
@@ -979,14 +1005,18 @@ _PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 _BIN_PREFIX = {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
-def parse_quantity(text: str, kind: str) -> float:
+def parse_quantity(text: str, kind: str, *, flag: str = "", allow_zero: bool = False) -> float:
     """Parse ``40GB/s`` (kind ``bandwidth``), ``1.2TFLOPS`` (``flops``) or ``24GiB`` (``memory``).
 
-    Returns base units: bytes/s, FLOP/s, bytes. A wrong unit is an InputError naming the flag.
+    Returns base units: bytes/s, FLOP/s, bytes. A wrong unit is an InputError naming the flag
+    (``flag``, default ``--<kind>``); ``allow_zero`` also accepts a bare ``0``.
     """
+    flag = flag or f"--{kind}"
+    if allow_zero and text.strip() == "0":
+        return 0.0
     m = _UNIT.match(text)
     if not m:
-        raise InputError(f"--{kind}: cannot read {text!r} (expected e.g. {_EXAMPLES[kind]})")
+        raise InputError(f"{flag}: cannot read {text!r} (expected e.g. {_EXAMPLES[kind]})")
     value, unit = float(m.group(1)), m.group(2)
     low = unit.lower()
     suffix = {"bandwidth": ("b/s", "bps"), "flops": ("flops", "flop/s"), "memory": ("b",)}[kind]
@@ -996,16 +1026,16 @@ def parse_quantity(text: str, kind: str) -> float:
             break
     else:
         raise InputError(
-            f"--{kind}: unit {unit or '(none)'!r} in {text!r}; expected e.g. {_EXAMPLES[kind]}"
+            f"{flag}: unit {unit or '(none)'!r} in {text!r}; expected e.g. {_EXAMPLES[kind]}"
         )
     if prefix in _BIN_PREFIX:
         mult = float(_BIN_PREFIX[prefix])
     elif prefix in _PREFIX:
         mult = _PREFIX[prefix]
     else:
-        raise InputError(f"--{kind}: unknown prefix {prefix!r} in {text!r}")
-    if value <= 0:
-        raise InputError(f"--{kind}: must be positive, got {text!r}")
+        raise InputError(f"{flag}: unknown prefix {prefix!r} in {text!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InputError(f"{flag}: must be positive, got {text!r}")
     return value * mult
 
 

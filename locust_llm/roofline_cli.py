@@ -20,8 +20,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default="mistral-7b",
-        help="model preset key, path to a config.json (or its folder), or a .gguf file "
-        "(default: mistral-7b)",
+        help="model preset key, path to a config.json (or its folder), a .gguf file, or a "
+        "Hugging Face id (org/name) whose config.json is in the local Hugging Face cache; "
+        "nothing is downloaded (default: mistral-7b)",
     )
     parser.add_argument(
         "--gpu",
@@ -60,6 +61,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.9,
         help="fraction of device memory the server may use (default 0.9)",
+    )
+    parser.add_argument(
+        "--memory-reserve",
+        default="1GiB",
+        help="memory per GPU kept outside weights and KV (CUDA context, activations), e.g. "
+        "1GiB (default 1GiB, as the simulator)",
+    )
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=roofline.KV_BLOCK_TOKENS,
+        help=f"tokens per KV block; the KV capacity is whole blocks "
+        f"(default {roofline.KV_BLOCK_TOKENS}, vLLM's)",
     )
     parser.add_argument(
         "--tp",
@@ -103,7 +117,7 @@ def _list_presets() -> str:
         lines.append(
             f"  {key:<14} {g.memory_bandwidth_bytes_s / 1e9:7.0f} GB/s, "
             f"{g.flops.get('fp16', math.nan) / 1e12:7.1f} TFLOP/s fp16, "
-            f"{g.memory_bytes / 1e9:5.0f} GB"
+            f"{g.memory_bytes / roofline.GiB:6.1f} GiB ({g.memory_bytes / 1e9:.1f} GB)"
         )
     return "\n".join(lines)
 
@@ -149,8 +163,9 @@ def format_table(r: roofline.Roofline) -> str:
             "  compute time / weight-read time (ms)",
             f"{ms(r.prefill_compute_time_s)} / {ms(r.prefill_weight_read_time_s)}",
         ),
+        ("memory reserve per GPU (GiB)", f"{r.memory_reserve_bytes / roofline.GiB:.2f}"),
         (
-            "KV budget (GB)",
+            "KV budget after weights and reserve (GB)",
             f"{r.kv_budget_bytes / 1e9:.2f}"
             + ("" if r.fits else f"  (weights do not fit; {r.fit_advice})"),
         ),
@@ -176,6 +191,10 @@ def run(args: argparse.Namespace) -> int:
             batch=args.batch,
             input_tokens=args.input_tokens,
             gpu_memory_utilization=args.gpu_memory_utilization,
+            memory_reserve_bytes=roofline.parse_quantity(
+                args.memory_reserve, "memory", flag="--memory-reserve", allow_zero=True
+            ),
+            block_size=args.block_size,
             tp=args.tp,
             interconnect=args.interconnect,
         ),

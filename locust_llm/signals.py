@@ -29,9 +29,18 @@ signal              unit      GPU   over GPUs  over inst.  meaning
 ``running``         requests  no    -          sum         requests in the server's batch
 ``waiting``         requests  no    -          sum         requests queued in the server
 ``preemptions``     count     no    -          sum         cumulative; windows use its increase
-``prefix_cache_*``  tokens    no    -          sum         ``_queries`` / ``_hits``: cumulative
-                                                           prompt tokens looked up / served
+``prefix_cache_``   tokens    no    -          sum         cumulative prompt tokens looked up in
+``queries``                                                the prefix cache (vLLM); its hits are
+                                                           ``prompt_tokens_cached_total``
 ``host_cpu_util``   ratio     no    -          mean        CPU ratio of the exporter's host
+``generation_``     tokens    no    -          sum         cumulative server counters (issue
+``tokens_total``,                                          16): output tokens, prompt tokens
+``prompt_tokens_*``                                        (``_total`` with cache hits,
+``_total``,                                                ``_computed_total`` without: llama.cpp,
+``decode_calls_``                                          ``_cached_total`` the hits), decode
+``total``                                                  calls (llama.cpp)
+``busy_slots_per_`` slots     no    -          mean        llama.cpp's busy slots per decode call,
+``decode``                                                 average since its start
 ``worker_cpu_util`` ratio     no    -          max         a Locust worker's CPU ratio (source =
                                                            worker id); the busiest one counts
 ``scrape_up``       ratio     no    -          min         1 scraped and parsed, 0 failed
@@ -156,11 +165,26 @@ _builtin(
     "server prompt tokens looked up in the prefix cache, cumulative",
     over_instances="sum", cumulative=True,
 )  # fmt: skip
-_builtin(
-    "prefix_cache_hits", "tokens", "server prompt tokens the prefix cache served, cumulative",
-    over_instances="sum", cumulative=True,
-)  # fmt: skip
 _builtin("host_cpu_util", "ratio", "CPU utilization ratio 0..1 of the exporter's host")
+# servers' token counters (issue 16): prompt tokens with and without cache hits are apart because
+# llama.cpp counts only the ones it computed; busy slots per decode is llama.cpp's since-start mean
+_COUNTER = {"over_instances": "sum", "cumulative": True}
+_builtin("generation_tokens_total", "tokens", "server output tokens generated", **_COUNTER)
+_builtin("prompt_tokens_total", "tokens", "server prompt tokens, cache hits included", **_COUNTER)
+_builtin(
+    "prompt_tokens_computed_total", "tokens", "server prompt tokens computed, cache hits apart",
+    **_COUNTER,
+)  # fmt: skip
+_builtin(
+    "prompt_tokens_cached_total", "tokens", "server prompt tokens served from its prefix cache",
+    **_COUNTER,
+)  # fmt: skip
+_builtin("decode_calls_total", "count", "server decode (forward) calls", **_COUNTER)
+_builtin(
+    "busy_slots_per_decode", "slots",
+    "busy slots per decode call, average since the server started (llama.cpp)",
+    over_instances="mean",
+)  # fmt: skip
 _builtin(
     "sim_lag_s", "seconds",
     "simulated server: summed step lag behind its real-time schedule (locust_llm.sim.lag)",

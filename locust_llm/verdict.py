@@ -8,7 +8,8 @@ document's remedy lists, with vLLM flag names. No I/O, no pandas.
 Per-stage rules, first match wins (thresholds are fields of the shared
 :class:`locust_llm.thresholds.Thresholds`):
 
-1. ``insufficient_data``: fewer than ``min_requests`` requests in the stage.
+1. ``insufficient_data``: fewer than ``min_requests`` requests in the stage, unless every one
+   failed above the error-rate threshold (a dead server): then rule 4 says ``errors``.
 2. ``memory_oom``: any request failed with error kind ``oom``.
 3. ``client_bound``: a Locust worker's CPU peaked at or above ``client_cpu``.
 4. ``errors``: error rate above ``error_rate`` (off when it is ``None``).
@@ -284,7 +285,10 @@ def stage_verdict(
         return Verdict(kind, tuple(evidence), (*ACTIONS[kind], *extra), stage)
 
     requests = _v(row, "requests")
-    if not requests >= thresholds.min_requests:
+    all_failed = _v(row, "completed") == 0 and error_rate_exceeded(
+        _v(row, "error_rate"), thresholds
+    )
+    if not requests >= thresholds.min_requests and not all_failed:
         return verdict(
             "insufficient_data",
             [

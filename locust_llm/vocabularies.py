@@ -239,8 +239,10 @@ register_vocabulary(Vocabulary("vllm", "vLLM (vllm:*)", (
     MetricMap("vllm:kv_cache_usage_perc", "kv_cache_usage"),  # a 0..1 ratio despite "perc"
     MetricMap("vllm:gpu_cache_usage_perc", "kv_cache_usage"),  # before v1
     MetricMap("vllm:num_preemptions_total", "preemptions"),
+    MetricMap("vllm:generation_tokens_total", "generation_tokens_total"),
+    MetricMap("vllm:prompt_tokens_total", "prompt_tokens_total"),
+    MetricMap("vllm:prefix_cache_hits_total", "prompt_tokens_cached_total"),
     MetricMap("vllm:prefix_cache_queries_total", "prefix_cache_queries"),  # tokens
-    MetricMap("vllm:prefix_cache_hits_total", "prefix_cache_hits"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("sglang", "SGLang (sglang:*)", (
@@ -248,18 +250,29 @@ register_vocabulary(Vocabulary("sglang", "SGLang (sglang:*)", (
     MetricMap("sglang:num_queue_reqs", "waiting"),
     MetricMap("sglang:token_usage", "kv_cache_usage"),
     MetricMap("sglang:num_retracted_requests_total", "preemptions"),  # SGLang's preemption
+    MetricMap("sglang:generation_tokens_total", "generation_tokens_total"),
+    MetricMap("sglang:prompt_tokens_total", "prompt_tokens_total"),  # cache hits included
+    MetricMap("sglang:cached_tokens_total", "prompt_tokens_cached_total"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("tgi", "text-generation-inference (tgi_*)", (
     # no KV-usage or preemption metric
     MetricMap("tgi_batch_current_size", "running"),
     MetricMap("tgi_queue_size", "waiting"),
+    # token totals only as histograms: their sums
+    MetricMap("tgi_request_generated_tokens_sum", "generation_tokens_total"),
+    MetricMap("tgi_request_input_length_sum", "prompt_tokens_total"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("llamacpp", "llama.cpp server with --metrics (llamacpp:*)", (
     MetricMap("llamacpp:requests_processing", "running"),
     MetricMap("llamacpp:requests_deferred", "waiting"),
-    MetricMap("llamacpp:kv_cache_usage_ratio", "kv_cache_usage"),
+    MetricMap("llamacpp:kv_cache_usage_ratio", "kv_cache_usage"),  # older servers only
+    MetricMap("llamacpp:tokens_predicted_total", "generation_tokens_total"),
+    MetricMap("llamacpp:prompt_tokens_total", "prompt_tokens_computed_total"),  # hits apart
+    MetricMap("llamacpp:prompt_tokens_cached_total", "prompt_tokens_cached_total"),
+    MetricMap("llamacpp:n_decode_total", "decode_calls_total"),
+    MetricMap("llamacpp:n_busy_slots_per_decode", "busy_slots_per_decode"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("sim", "locust-llm's simulated server (locust_llm_sim_*)", (

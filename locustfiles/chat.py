@@ -3,9 +3,10 @@
     locust -f locustfiles/chat.py --host http://127.0.0.1:8000 --headless -u 10 -r 10 -t 60s
 
 All ``--llm-*`` options (model, max tokens, dataset, stages, telemetry...) are listed by
-``locust -f locustfiles/chat.py --help``. Run alone (``python locustfiles/chat.py``) it goes
-through Locust's single-user debug path: one user sends ``--llm-debug-requests`` (3) requests
-to $LOCUST_HOST (default http://127.0.0.1:8000), prints them and stops.
+``locust-llm options`` (Locust's own ``--help`` prints before this file loads, so it cannot).
+Run alone (``python locustfiles/chat.py``) it goes through Locust's single-user debug path: one
+user sends ``--llm-debug-requests`` (3) requests to $LOCUST_HOST (default
+http://127.0.0.1:8000), prints them and stops.
 """
 
 from __future__ import annotations

@@ -4,14 +4,21 @@ The reduced form of ``bench/fidelity.py`` (closed loop at 1 and 16 streams, Pois
 a few seconds a point), run as a subprocess so Locust never enters this process. Every request
 must be recorded and matched to its trace line; the means of TPOT and E2E must be within 1 % or
 0.2 ms of the truth measured from the client's own send time (the delivery error; the upload of
-the request to the server is reported by the benchmark, not tested). TTFT has a wider bound,
-2 ms or 10 %: on the shared 2-core machine even a raw blocking-socket client measured +0.1 to
-+0.35 ms (1-3 %) at one stream and ours +0.43 to +0.56 ms (see bench/results/fidelity.md).
+the request to the server is reported by the benchmark, not tested).
+
+TTFT is short (10-20 ms here), so a busy machine's scheduling delay is a large share of it: on a
+loaded 2-core box ours measured +2.4 ms (+12 %) at 16/s, and +5.1 ms (+9 %) with one more
+CPU-bound process running, while the code was right. So TTFT is judged within the run against
+that run's own noise: the first token's delivery lag (the TTFT error) and the last token's (the
+E2E error: the same requests under the same machine load) differ by at most three standard
+errors of their difference plus 0.2 ms. A first token stamped a chunk late, or early, shows as
+a difference of a whole decode step (7-8 ms) on a quiet machine.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +27,14 @@ import pytest
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow
+
+
+def _within(e: dict[str, float], ms: float, pct: float) -> bool:
+    return abs(e["mean_err_ms"]) <= ms or abs(e["mean_err_pct"]) <= pct
+
+
+def _sem_ms(e: dict[str, float]) -> float:
+    return e["err_sd_ms"] / math.sqrt(e["n"])
 
 
 def test_our_means_match_the_simulator_trace(tmp_path: Path) -> None:
@@ -37,9 +52,17 @@ def test_our_means_match_the_simulator_trace(tmp_path: Path) -> None:
         assert r["failed"] == 0 and r["records"] > 0, r
         assert r["matched"] == r["records"] == r["trace_ok"], r
         errors = r["errors"]
-        for metric, ms, pct in (("ttft", 2.0, 10.0), ("tpot", 0.2, 1.0), ("e2e", 0.2, 1.0)):
+        for metric in ("tpot", "e2e"):
             e = errors[metric]
-            assert abs(e["mean_err_ms"]) <= ms or abs(e["mean_err_pct"]) <= pct, (
+            assert _within(e, 0.2, 1.0), (
                 f"{r['load']}: {metric} mean error {e['mean_err_ms']:+.3f} ms "
                 f"({e['mean_err_pct']:+.2f} %) of {e['truth_mean_ms']:.2f} ms"
             )
+        ttft, e2e, tpot = errors["ttft"], errors["e2e"], errors["tpot"]
+        noise_ms = 3 * math.hypot(_sem_ms(ttft), _sem_ms(e2e)) + 0.2
+        excess_ms = ttft["mean_err_ms"] - e2e["mean_err_ms"]
+        assert abs(excess_ms) <= noise_ms, (
+            f"{r['load']}: first-token lag {ttft['mean_err_ms']:+.3f} ms and the last token's "
+            f"{e2e['mean_err_ms']:+.3f} ms differ by {excess_ms:+.3f} ms > noise {noise_ms:.3f} ms "
+            f"(decode step {tpot['truth_mean_ms']:.2f} ms)"
+        )

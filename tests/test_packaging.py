@@ -88,6 +88,7 @@ def test_the_test_extra_covers_what_the_benchmarks_and_tests_import() -> None:
         declared |= {_dist_name(r) for r in extras[extra]}
     providers = metadata.packages_distributions()
     local = {p.stem for d in ("bench", "tests") for p in (ROOT / d).rglob("*.py")} | {"bench"}
+    local |= {p.parent.name for d in ("bench", "tests") for p in (ROOT / d).rglob("__init__.py")}
     missing = []
     for root in (ROOT / "bench", ROOT / "tests"):
         for module, files in sorted(_imported_modules(root).items()):

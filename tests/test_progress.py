@@ -104,3 +104,24 @@ def test_snapshot_reads_the_aggregated_row_and_the_stage() -> None:
     )  # fmt: skip
     assert snap.qps == 1.5 and math.isnan(snap.ttft_p50_s)
     assert snapshot_from_payload({"stage": None, "endpoints": []}).stage_index is None
+
+
+def test_failed_requests_are_on_the_line_so_qps_is_not_read_as_success() -> None:
+    """A dead server answers fast: 10 requests a second, all failed, must not read as QPS 10
+    alone. The count is the stage's own (failures of earlier stages left out)."""
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=0.0, stages=2, clock=clock)
+    line.update(Snapshot(0, 2, "c=1", 6, 0, math.nan, math.nan, failures=0))
+    line.update(Snapshot(0, 2, "c=1", 6, 4, 2.0, math.nan, failures=4))
+    line.update(Snapshot(1, 2, "c=4", 30, 10, 10.0, math.nan, failures=6))
+    line.update(Snapshot(1, 2, "c=4", 30, 20, 10.0, math.nan, failures=6))
+    text = out.getvalue().splitlines()
+    assert "stage 1/2 c=1: 4/6 requests, 4 failed (100%)," in text[1]
+    assert "stage 2/2 c=4: 10/30 requests, 0 s" in text[-1]  # its own count: none failed
+    assert "failed" not in text[-1]
+    assert (
+        snapshot_from_payload(
+            {"endpoints": [{"name": "Aggregated", "requests": 5, "failures": 5}]}
+        ).failures
+        == 5
+    )

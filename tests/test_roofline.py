@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,11 +99,105 @@ def test_prefill_floor_is_compute_bound_for_long_prompts() -> None:
 
 
 def test_kv_capacity() -> None:
+    """The KV budget is the memory share less the weights and the 1 GiB reserve; the capacity
+    is whole 16-token blocks of 131,072 bytes a token."""
     r = compute(MISTRAL, RTX4090, Workload(context_tokens=1000, gpu_memory_utilization=0.9))
-    budget = 24 * 2**30 * 0.9 - MISTRAL.weights_bytes
+    budget = 24 * 2**30 * 0.9 - MISTRAL.weights_bytes - 2**30
     assert r.kv_budget_bytes == pytest.approx(budget)
-    assert r.kv_capacity_tokens == pytest.approx(budget / 131_072)
-    assert r.kv_capacity_sequences == pytest.approx(budget / 131_072 / 1024)
+    assert r.memory_reserve_bytes == 2**30
+    assert r.kv_capacity_tokens == budget // (16 * 131_072) * 16
+    assert r.kv_capacity_sequences == pytest.approx(r.kv_capacity_tokens / 1024)
+    bare = compute(MISTRAL, RTX4090, Workload(memory_reserve_bytes=0.0, block_size=1))
+    assert bare.kv_capacity_tokens == (budget + 2**30) // 131_072
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "extra"),
+    [
+        ("mistral-7b", "rtx4090", []),
+        ("qwen2.5-0.5b", "a100-80gb", ["--gpu-memory-utilization", "0.5", "--block-size", "32"]),
+        ("llama-3.1-70b", "h100-sxm", ["--tp", "4"]),
+    ],
+)
+def test_the_simulator_and_the_roofline_report_the_same_kv_capacity(
+    model: str, gpu: str, extra: list[str]
+) -> None:
+    """Both commands, run as a user runs them, for the same setup: the simulator's start line
+    ('N KV blocks (T tokens)') and the roofline's KV capacity agree to the token."""
+    roof = _cli("--model", model, "--gpu", gpu, *extra, "--json")
+    assert roof.returncode == 0, roof.stderr
+    tokens = json.loads(roof.stdout)["kv_capacity_tokens"]
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "locust_llm.cli", "sim", "--model", model, "--gpu", gpu,
+         "--port", "0", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert sim.stdout is not None and sim.stderr is not None
+        assert sim.stdout.readline().startswith("http://127.0.0.1:")
+        line = sim.stderr.readline()
+    finally:
+        sim.terminate()
+        sim.communicate(timeout=30)
+    started = re.search(r"(\d+) KV blocks \((\d+) tokens\)", line)
+    assert started, line
+    assert int(started.group(2)) == tokens > 0
+    block = int(extra[extra.index("--block-size") + 1]) if "--block-size" in extra else 16
+    assert int(started.group(1)) * block == tokens
+
+
+def _hf_cache(root: Path, model_id: str, cfg: dict[str, object], *, ref: bool = True) -> Path:
+    """A Hugging Face hub cache holding one snapshot of ``model_id`` with its config.json."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = root / ("models--" + model_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(cfg))
+    if ref:
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(commit)
+    return snapshot / "config.json"
+
+
+def test_a_hugging_face_id_reads_the_cached_config(tmp_path: Path, monkeypatch) -> None:
+    """`--model org/name` finds config.json where huggingface_hub itself would (its
+    try_to_load_from_cache is the judge) and never downloads: an id not cached is one line."""
+    from huggingface_hub import try_to_load_from_cache
+
+    spec = MODEL_PRESETS["qwen2.5-0.5b"]
+    path = _hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-0.5B", _config_for(spec, "qwen2"))
+    assert try_to_load_from_cache(
+        "Qwen/Qwen2.5-0.5B", "config.json", cache_dir=tmp_path / "hub"
+    ) == str(path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    loaded = get_model("Qwen/Qwen2.5-0.5B")
+    assert loaded.name == "Qwen/Qwen2.5-0.5B"
+    assert loaded.total_params == spec.total_params
+    assert loaded.kv_bytes_per_token == spec.kv_bytes_per_token
+    out = _cli("--model", "Qwen/Qwen2.5-0.5B", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["model"] == "Qwen/Qwen2.5-0.5B"
+    missing = _cli("--model", "Qwen/Qwen2.5-72B")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    assert "not in the Hugging Face cache" in missing.stderr and "never downloads" in missing.stderr
+    assert str(tmp_path / "hub") in missing.stderr
+
+
+def test_hf_home_and_a_cache_without_refs(tmp_path: Path, monkeypatch) -> None:
+    spec = MODEL_PRESETS["mistral-7b"]
+    _hf_cache(tmp_path / "home" / "hub", "mistralai/Mistral-7B-v0.1", _config_for(spec, "mistral"),
+              ref=False)  # fmt: skip
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert get_model("mistralai/Mistral-7B-v0.1").total_params == spec.total_params
+
+
+def test_list_labels_gib_and_gb_right() -> None:
+    """The RTX 4090 preset's 24 GiB is 25.8 GB: both units shown, each labelled right."""
+    listing = _cli("--list").stdout
+    line = next(x for x in listing.splitlines() if x.strip().startswith("rtx4090"))
+    assert "24.0 GiB (25.8 GB)" in line
 
 
 def test_known_preset_sizes() -> None:

@@ -94,6 +94,7 @@ vllm:generation_tokens_total{engine="0",model_name="m"} 1234
         ("waiting", ""): 3.0,
         ("kv_cache_usage", ""): pytest.approx(0.5),  # the current name wins and is averaged
         ("preemptions", ""): 7.0,
+        ("generation_tokens_total", ""): 1234.0,
     }
     legacy = 'vllm:gpu_cache_usage_perc{model_name="m"} 0.25\n'
     assert as_dict(legacy) == {("kv_cache_usage", ""): 0.25}
@@ -131,6 +132,7 @@ llamacpp:tokens_predicted_total 5000
         ("running", ""): 2.0,
         ("waiting", ""): 1.0,
         ("kv_cache_usage", ""): 0.63,
+        ("generation_tokens_total", ""): 5000.0,
     }
     assert spoken_vocabularies(text) == {"llamacpp"}
 

@@ -79,12 +79,27 @@ def test_llm_tab_in_the_browser(tmp_path: Path) -> None:
             wait_for("the TTFT chart", lambda: frame.locator("#c-ttft path").count() >= 2, 10.0)
             wait_for("the tokens/s chart", lambda: frame.locator("#c-tps path").count() >= 1, 5.0)
             assert "GPU" in frame.locator("#gpu").inner_text()
+            wait_for("the GPU chart", lambda: frame.locator("#c-gpu path").count() >= 1, 10.0)
+            # the latency charts show the recent window (the table stays cumulative)
+            assert "last 10 s" in frame.locator("#l-ttft").inner_text()
 
             page.get_by_role("button", name=re.compile("^stop$", re.I)).click()
             wait_for("the run to stop", lambda: get_json(ui + "/llm/stats")["state"] == "stopped",
                      20.0)  # fmt: skip
             wait_for("the UI to show STOPPED", lambda: "STOPPED" in page.inner_text("header"), 10.0)
             time.sleep(0.5)  # the stopping poll's answer is rendered
+            # the GPU panel keeps its last values, says how old they are and that it stopped
+            asof = wait_for(
+                "the GPU panel marked stale",
+                lambda: (t := frame.locator("#gpu-asof").inner_text()) and "last values" in t and t,
+                6.0,
+            )
+            assert re.search(r"as of \d\d:\d\d:\d\d \(\d+ s ago; the test is stopped\)", asof)
+            assert "stale" in (frame.locator("#gpu").get_attribute("class") or "")
+            # one time axis for all four charts, the GPU chart's included
+            ticks = [frame.locator(f"#c-{c} text.tick").all_inner_texts()
+                     for c in ("ttft", "tpot", "tps", "gpu")]  # fmt: skip
+            assert len(ticks[0]) == 3 and all(t == ticks[0] for t in ticks), ticks
             stats = get_json(ui + "/llm/stats")
             for name in (ENDPOINT, "Aggregated"):
                 cells, row = _table_cells(page, name), _row(stats, name)

@@ -94,15 +94,15 @@ def test_sessions_and_prefix_cache_sections_match_the_simulator(tmp_path: Path) 
 def test_the_live_hit_rate_is_each_servers_increase_in_the_window() -> None:
     rows = [
         (100.0, "a", "prefix_cache_queries", "", 1000.0),
-        (100.0, "a", "prefix_cache_hits", "", 900.0),  # before the window: its history
+        (100.0, "a", "prompt_tokens_cached_total", "", 900.0),  # before the window: its history
         (140.0, "a", "prefix_cache_queries", "", 1500.0),
-        (140.0, "a", "prefix_cache_hits", "", 1000.0),
+        (140.0, "a", "prompt_tokens_cached_total", "", 1000.0),
         (160.0, "a", "prefix_cache_queries", "", 2000.0),
-        (160.0, "a", "prefix_cache_hits", "", 1400.0),
+        (160.0, "a", "prompt_tokens_cached_total", "", 1400.0),
         (150.0, "b", "prefix_cache_queries", "", 10.0),
         (160.0, "b", "prefix_cache_queries", "", 510.0),
-        (150.0, "b", "prefix_cache_hits", "", 0.0),
-        (160.0, "b", "prefix_cache_hits", "", 100.0),
+        (150.0, "b", "prompt_tokens_cached_total", "", 0.0),
+        (160.0, "b", "prompt_tokens_cached_total", "", 100.0),
         (160.0, "b", "kv_cache_usage", "", 0.5),
     ]
     # last 30 s: a served 400 of 500, b 100 of 500

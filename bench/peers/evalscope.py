@@ -17,6 +17,7 @@ import json
 import math
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.peers.common import (
@@ -32,14 +33,15 @@ from bench.peers.common import (
 )
 
 
-def command(url: str, load: Load, work: Path) -> list[str]:
+def command(url: str, load: Load, work: Path, *, prompt: Callable[[int], str] = prompt_text,
+            tokenizer: Path = TOKENIZER) -> list[str]:  # fmt: skip
     prompts = work / "prompts.txt"
-    prompts.write_text("".join(prompt_text(i) + "\n" for i in range(512)))
+    prompts.write_text("".join(prompt(i) + "\n" for i in range(512)))
     cmd = [str(PEER_VENVS["evalscope"] / "bin" / "evalscope"), "perf",
            "--url", f"{url}/v1/chat/completions", "--api", "openai", "--model", MODEL,
            "--dataset", "line_by_line", "--dataset-path", str(prompts),
            "--max-tokens", str(MAX_TOKENS), "--stream", "--outputs-dir", str(work / "out"),
-           "--no-timestamp", "--tokenizer-path", str(TOKENIZER), "--warmup-num", "0"]  # fmt: skip
+           "--no-timestamp", "--tokenizer-path", str(tokenizer), "--warmup-num", "0"]  # fmt: skip
     if load.open_loop:
         n = max(1, round(load.rate * load.duration_s))
         cmd += ["--rate", f"{load.rate:g}", "--number", str(n), "--parallel", "1024",
@@ -73,10 +75,12 @@ def read_records(db: Path) -> tuple[list[Timed], int]:
     return recs, failed
 
 
-def run(url: str, load: Load, work: Path, *, cpu: int | None = None,
-        timeout_s: float = 300) -> ClientRun:  # fmt: skip
+def run(url: str, load: Load, work: Path, *, cpu: int | None = None, timeout_s: float = 300,
+        prompt: Callable[[int], str] = prompt_text, tokenizer: Path = TOKENIZER
+        ) -> ClientRun:  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
-    rc, samples, wall = run_measured(command(url, load, work), timeout_s=timeout_s, cwd=work,
+    cmd = command(url, load, work, prompt=prompt, tokenizer=tokenizer)
+    rc, samples, wall = run_measured(cmd, timeout_s=timeout_s, cwd=work,
                                      log=work / "client.log", cpu=cpu)  # fmt: skip
     dbs = sorted((work / "out").rglob("benchmark_data.db"))
     if not dbs:

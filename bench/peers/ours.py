@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -19,19 +20,20 @@ from bench.peers.common import MAX_TOKENS, ClientRun, Load, Timed, prompt_text, 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_prompts(path: Path, n: int = 512) -> Path:
+def write_prompts(path: Path, n: int = 512, prompt: Callable[[int], str] = prompt_text) -> Path:
     with path.open("w") as f:
         for i in range(n):
-            f.write(json.dumps({"prompt": prompt_text(i)}) + "\n")
+            f.write(json.dumps({"prompt": prompt(i)}) + "\n")
     return path
 
 
-def command(url: str, load: Load, work: Path, *, locustfile: str = "locustfiles/sweep.py"
-            ) -> list[str]:  # fmt: skip
+def command(url: str, load: Load, work: Path, *, locustfile: str = "locustfiles/sweep.py",
+            prompt: Callable[[int], str] = prompt_text) -> list[str]:  # fmt: skip
     exe = Path(sys.executable).parent / "locust"
+    prompts = write_prompts(work / "prompts.jsonl", prompt=prompt)
     cmd = [str(exe), "-f", locustfile, "--host", url, "--headless", "--only-summary",
            "--stop-timeout", "6", "--llm-run-dir", str(work / "run"), "--llm-max-tokens",
-           str(MAX_TOKENS), "--llm-dataset", str(write_prompts(work / "prompts.jsonl")),
+           str(MAX_TOKENS), "--llm-dataset", str(prompts),
            "--llm-server-metrics", "none", "--loglevel", "WARNING"]  # fmt: skip
     if load.open_loop:
         cmd += ["--llm-rate", f"{load.rate:g}", "--llm-stage-duration", f"{load.duration_s:g}"]
@@ -61,10 +63,11 @@ def read_records(run_dir: Path) -> tuple[list[Timed], int]:
     return recs, failed
 
 
-def run(url: str, load: Load, work: Path, *, cpu: int | None = None,
-        timeout_s: float = 300) -> ClientRun:  # fmt: skip
+def run(url: str, load: Load, work: Path, *, cpu: int | None = None, timeout_s: float = 300,
+        prompt: Callable[[int], str] = prompt_text) -> ClientRun:  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
-    rc, samples, wall = run_measured(command(url, load, work), timeout_s=timeout_s, cwd=ROOT,
+    cmd = command(url, load, work, prompt=prompt)
+    rc, samples, wall = run_measured(cmd, timeout_s=timeout_s, cwd=ROOT,
                                      log=work / "client.log", cpu=cpu)  # fmt: skip
     if not (work / "run" / "requests.parquet").exists():
         return ClientRun("ours", load, [], note=f"rc={rc}, no records (see {work}/client.log)")

@@ -116,7 +116,8 @@ def _truth_value(rec: Timed, line: TraceLine, metric: str, origin: str) -> float
 
 def error_summary(pairs: Sequence[tuple[Timed, TraceLine]], *,
                   origin: str = "server") -> dict[str, dict[str, float]]:  # fmt: skip
-    """Per metric: truth mean, client mean, mean error (ms, %), p99 of |error| (ms, %), n.
+    """Per metric: truth mean, client mean, mean error (ms, %) and its spread (the standard
+    deviation of the per-request errors, ms), p99 of |error| (ms, %), n.
 
     ``origin`` is where TTFT and E2E truth start: ``server`` (the trace's arrival: the error
     includes the request's upload) or ``client`` (the client's own send time: the error is the
@@ -138,6 +139,7 @@ def error_summary(pairs: Sequence[tuple[Timed, TraceLine]], *,
             "truth_mean_ms": float(t.mean() * 1e3),
             "client_mean_ms": float(c.mean() * 1e3),
             "mean_err_ms": float(err.mean() * 1e3),
+            "err_sd_ms": float(err.std(ddof=1) * 1e3) if len(err) > 1 else math.nan,
             "mean_err_pct": float(err.mean() / t.mean() * 100) if t.mean() else math.nan,
             "p99_abs_err_ms": float(np.percentile(np.abs(err), 99) * 1e3),
             "p99_abs_err_pct": float(np.nanpercentile(rel, 99) * 100),

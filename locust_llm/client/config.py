@@ -36,6 +36,7 @@ class ClientOptions:
     input_len: str = ""
     dataset: str = "random"
     tokenizer: str = ""
+    chat_template: str = ""  # --llm-chat-template (default: the one beside the tokenizer)
     temperature: float = 0.0
     ignore_eos: bool = False
     no_stream: bool = False
@@ -109,6 +110,7 @@ def from_namespace(opts: Any) -> ClientOptions:
         input_len=str(opts.llm_input_len or ""),
         dataset=str(opts.llm_dataset),
         tokenizer=str(opts.llm_tokenizer or ""),
+        chat_template=str(opts.llm_chat_template or ""),
         temperature=float(opts.llm_temperature),
         ignore_eos=bool(opts.llm_ignore_eos),
         no_stream=bool(opts.llm_no_stream),

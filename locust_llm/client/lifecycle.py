@@ -180,8 +180,21 @@ def _cpu_warnings(runner: Any) -> list[str]:
 # ---- event listeners ---------------------------------------------------------------------------
 def _on_parser(parser: Any, **_kw: Any) -> None:
     options.add_arguments(parser)
-    # everything that listens binds loopback unless told otherwise (containers pass 0.0.0.0)
-    parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
+    # everything that listens binds loopback unless told otherwise (containers pass 0.0.0.0);
+    # streams in flight at the stop may finish (Locust's own default cancels them at once)
+    parser.set_defaults(
+        master_bind_host="127.0.0.1",
+        web_host="127.0.0.1",
+        stop_timeout=options.STOP_TIMEOUT_DEFAULT_S,
+    )
+    for action in parser._actions:
+        if action.dest == "stop_timeout":
+            action.help = (
+                "Seconds users may take to finish the request they are streaming when the test "
+                f"stops (locust-llm's default {options.STOP_TIMEOUT_DEFAULT_S:g}, the default "
+                "--llm-read-timeout; 0 cancels them, recorded as 'cancelled'). When running "
+                "distributed, this only needs to be specified on the master."
+            )
 
 
 def _on_init(environment: Any, **_kw: Any) -> None:

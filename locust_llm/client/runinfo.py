@@ -10,11 +10,13 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 from locust_llm import __version__
+from locust_llm.batch_limit import run_info_extra
 from locust_llm.client.config import ClientOptions
 from locust_llm.rundir import RunInfo
 
@@ -27,6 +29,13 @@ CPU_WARNINGS: dict[str, str] = {
     "cpu_high_local": "the load generator's CPU went above 90%: timings may be inflated",
     "cpu_high_worker": "a worker's CPU went above 90%: timings may be inflated",
 }
+
+
+def _probed_host(options: ClientOptions, hosts: Sequence[str]) -> str:
+    """The server asked for its batch limit: none when server telemetry is off (``none``)."""
+    if not hosts or options.server_metrics.strip().lower() == "none":
+        return ""
+    return hosts[0]
 
 
 def warning_text(code: str) -> str:
@@ -101,8 +110,6 @@ def new_run_info(
         server_instances=options.server_instances or max(len(hosts), 1),
         extra={
             "machine": socket.gethostname(),
-            **(
-                {"max_num_seqs": options.server_max_num_seqs} if options.server_max_num_seqs else {}
-            ),
+            **run_info_extra(options.server_max_num_seqs, _probed_host(options, hosts)),
         },
     )

@@ -159,6 +159,7 @@ class Runtime:
                 input_len=settings.input_len or None,
                 seed=self.options.seed,
                 tokenizer_path=self.options.tokenizer or None,
+                chat_template=self.options.chat_template or None,
             )
         return source
 
@@ -197,20 +198,26 @@ class Runtime:
         base_path = host.split("://", 1)[-1].partition("/")[2]
         path = ("/" + base_path.rstrip("/") if base_path else "") + "/v1/models"
         headers = {k: v for k, v in self.options.request_headers().items() if k != "Accept"}
+        name_it = "name the model with --llm-model (locust-llm run: --model)"
         try:
             status, body = transport.get(host, path, headers)
-            if status >= 400:
-                raise InputError(f"GET {host}{path}: HTTP {status}; pass --llm-model")
-            data = json.loads(body).get("data") or []
-            return str(data[0]["id"]) if data else ""
-        except (*READ_ERRORS, ValueError, KeyError, IndexError, AttributeError) as exc:
-            if isinstance(exc, InputError):
-                raise
+        except READ_ERRORS as exc:
             raise InputError(
-                f"cannot list models at {host}/v1/models ({exc}); pass --llm-model"
+                f"cannot reach {host} ({exc}) to list its models (GET {path}): is the server "
+                "up and --host right?"
             ) from None
         finally:
             transport.close()
+        if status >= 400:
+            raise InputError(f"GET {host}{path}: HTTP {status}, no model list; {name_it}")
+        try:
+            data = json.loads(body).get("data") or []
+            return str(data[0]["id"]) if data else ""
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+            raise InputError(
+                f"GET {host}{path}: not an OpenAI model list ({type(exc).__name__}: {exc}); "
+                f"{name_it}"
+            ) from None
 
     def models_in_use(self) -> list[str]:
         """Model ids resolved so far (for run.json)."""

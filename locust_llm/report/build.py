@@ -21,6 +21,7 @@ from locust_llm.report.compare import CompareRow
 from locust_llm.report.knee import Knee, find_knee
 from locust_llm.report.load import RunData
 from locust_llm.report.soak import SoakResult, soak_results
+from locust_llm.report.sources import source_warnings
 from locust_llm.report.tables import (
     Floors,
     Slo,
@@ -227,5 +228,6 @@ def build_report(
                 run.telemetry,
                 [(s.name, s.start_wall_s, e) for s, e in zip(stages, ends, strict=True)],
             ),
+            *source_warnings(run.telemetry),
         ],
     )

@@ -19,6 +19,7 @@ from typing import Any
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.build import Report
 from locust_llm.report.fmt import load_label, ms, num, pct, ratio
+from locust_llm.report.sources import source_lines, source_summaries
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,7 @@ def _detail_sections(report: Report) -> list[Section]:
             line.append(ms(r["dispatch_delay_p99_s"], 1))
         table.append(line)
     out.append(Section("errors", "Errors and goodput", (_table(headers, table),)))
+    out.append(_token_section(report, head))
     resources = [
         [
             _load(r),
@@ -361,6 +363,39 @@ def _detail_sections(report: Report) -> list[Section]:
         )
     )
     return out
+
+
+TOKEN_HEADERS: tuple[str, ...] = (
+    "input tokens avg", "output tokens avg", "input estimated", "output estimated",
+    "output tokens", "server output tokens", "busy slots / decode",
+)  # fmt: skip
+
+
+def _token_section(report: Report, head: str) -> Section:
+    """Token counts per stage: ours (and the share that are estimates) beside the server's own
+    counters, and the batch limit with where it came from."""
+    extra = report.run.info.extra
+    note = "Estimated: share of requests whose counts are ours (the server sent no usage)."
+    limit = extra.get("max_num_seqs")
+    if limit:
+        source = extra.get("max_num_seqs_source", "")
+        note += f" Batch limit: {limit}{f' ({source})' if source else ''}."
+    rows = [
+        [
+            _load(r),
+            num(r["input_tokens_avg"]),
+            num(r["output_tokens_avg"]),
+            pct(r["input_tokens_estimated_ratio"]),
+            pct(r["output_tokens_estimated_ratio"]),
+            num(r["output_tokens_avg"] * r["completed"]),
+            num(r["server_output_tokens"]),
+            num(r["busy_slots_per_decode"]),
+        ]
+        for r in report.rows
+    ]
+    return Section(
+        "tokens", "Token counts", (Paragraph(note), _table([head, *TOKEN_HEADERS], rows))
+    )
 
 
 def _soak(report: Report) -> list[Section]:
@@ -423,5 +458,11 @@ def document(report: Report) -> Document:
     ]
     if report.warnings:
         sections.append(Section("warnings", "Warnings", (Bullets(tuple(report.warnings)),)))
+    sources = source_lines(source_summaries(report.run.telemetry))
+    if sources:
+        lead = "Every GPU and server figure in the tables and charts comes from these sources"
+        sections.append(
+            Section("sources", "Telemetry sources", (Bullets(tuple(sources), lead=lead),))
+        )
     sections.append(Section("definitions", "Definitions", (Bullets(DEFINITIONS),)))
     return Document(f"locust-llm report: {info.run_id}", tuple(sections))

@@ -69,6 +69,8 @@ COLUMNS: tuple[str, ...] = (
     "dispatch_delay_p99_s",
     "input_tokens_avg",
     "output_tokens_avg",
+    "input_tokens_estimated_ratio",
+    "output_tokens_estimated_ratio",
     "ttft_floor_s",
     "tpot_floor_s",
     "model_bw_util",
@@ -84,6 +86,8 @@ COLUMNS: tuple[str, ...] = (
     "waiting",
     "waiting_max",
     "preemptions",
+    "server_output_tokens",
+    "busy_slots_per_decode",
     "power_w",
     "worker_cpu_max",
     "worker_cpu_max_id",
@@ -176,6 +180,9 @@ def _request_stats(req: dict[str, np.ndarray], duration: float, slo: Slo, open_l
         "error_rate": failed / n if n else NAN,
         "input_tokens_avg": float(in_known.mean()) if in_known.size else NAN,
         "output_tokens_avg": float(out_tok.mean()) if out_tok.size else NAN,
+        # share of completed requests whose counts are ours, not the server's usage
+        "input_tokens_estimated_ratio": _mean(req["input_tokens_estimated"][ok]),
+        "output_tokens_estimated_ratio": _mean(req["tokens_estimated"][ok]),
     }
     p50, p90, p95, p99 = _pcts(e2e, (50, 90, 95, 99))
     row.update(latency_p50_s=p50, latency_p90_s=p90, latency_p95_s=p95, latency_p99_s=p99)
@@ -222,11 +229,36 @@ class TelemetryIndex:
 
     def window(self, signal: str, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
         """(values, sources) of ``signal`` sampled in [lo, hi), every source and GPU apart."""
+        _, values, sources = self.window_with_times(signal, lo, hi)
+        return values, sources
+
+    def window_with_times(
+        self, signal: str, lo: float, hi: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(times, values, sources) of ``signal`` sampled in [lo, hi)."""
         if signal not in self.series:
-            return np.empty(0), np.empty(0, dtype=object)
+            return np.empty(0), np.empty(0), np.empty(0, dtype=object)
         t, v, src, _ = self.series[signal]
         a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "left")
-        return v[a:b], src[a:b]
+        return t[a:b], v[a:b], src[a:b]
+
+    def bracketed_increases(self, signal: str, lo: float, hi: float) -> list[float]:
+        """Per source, a counter's increase from its last finite sample at or before ``lo`` (else
+        its first after) to its first at or after ``hi`` (else its last before)."""
+        if signal not in self.series:
+            return []
+        t, v, src, _ = self.series[signal]
+        out = []
+        for source in np.unique(src):
+            keep = (src == source) & np.isfinite(v)
+            ts, vs = t[keep], v[keep]
+            if ts.size < 2:
+                continue
+            a = max(int(np.searchsorted(ts, lo, "right")) - 1, 0)
+            b = min(int(np.searchsorted(ts, hi, "left")), ts.size - 1)
+            if b > a:
+                out.append(float(vs[b] - vs[a]))
+        return out
 
     def timeline(self, signal: str) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of ``signal`` combined over GPUs and sources by its definition, at
@@ -321,6 +353,7 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
         row["preemptions"] = float(_reduce_rows(pd.Series(increases), how))
     else:
         row["preemptions"] = NAN
+    row.update(_counter_stats(tel, lo, hi))
     cpu, cpu_src = samples("worker_cpu_util")  # the busiest worker (over_instances: max)
     row["worker_cpu_max"] = float(cpu.max()) if cpu.size else NAN
     row["worker_cpu_max_id"] = str(cpu_src[int(np.argmax(cpu))]) if cpu.size else ""
@@ -328,6 +361,31 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
         sum(np.isfinite(tel.window(s, lo, hi)[0]).sum() for s in tel.series)
     )
     return row
+
+
+def _counter_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
+    """Increments of the server's cumulative counters inside a stage window.
+
+    ``server_output_tokens``: what the server counted generating from its last scrape at or
+    before the window's start to its first scrape at or after its end (so a stage's edge is off
+    by what finished within one scrape interval of it). ``busy_slots_per_decode``: llama.cpp's
+    average since start, turned into the window's own: the increase of average x decode calls
+    over the increase of decode calls.
+    """
+    out = {"server_output_tokens": NAN, "busy_slots_per_decode": NAN}
+    increases = tel.bracketed_increases("generation_tokens_total", lo, hi)
+    if increases:
+        out["server_output_tokens"] = float(sum(increases))
+    calls_t, calls, calls_src = tel.window_with_times("decode_calls_total", lo, hi)
+    avg_t, avg, avg_src = tel.window_with_times("busy_slots_per_decode", lo, hi)
+    for source in set(calls_src) & set(avg_src):
+        c = dict(zip(calls_t[calls_src == source], calls[calls_src == source], strict=True))
+        a = dict(zip(avg_t[avg_src == source], avg[avg_src == source], strict=True))
+        both = sorted(t for t in c if t in a and np.isfinite(c[t]) and np.isfinite(a[t]))
+        if len(both) >= 2 and c[both[-1]] > c[both[0]]:
+            busy = a[both[-1]] * c[both[-1]] - a[both[0]] * c[both[0]]
+            out["busy_slots_per_decode"] = float(busy / (c[both[-1]] - c[both[0]]))
+    return out
 
 
 def _floor_stats(row: dict, floors: Floors | None, concurrency: float) -> dict:
@@ -361,6 +419,8 @@ REQUEST_ARRAYS: tuple[str, ...] = (
     "itl_p99_s",
     "output_tokens",
     "input_tokens",
+    "tokens_estimated",
+    "input_tokens_estimated",
     "start_wall_s",
     "scheduled_wall_s",
 )

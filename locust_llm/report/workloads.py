@@ -4,8 +4,8 @@ reasoning. Each appears only when the run has that kind of traffic.
 Computed from the run's own records (the columns the main tables do not read:
 ``cached_tokens``, ``session_id``, ``turn``, ``trace_line``, ``batch_inputs``, ``ttfr_s``,
 ``ttfc_s``, ``reasoning_tokens``) and, for the server's own prefix-cache hit rate, from the
-telemetry counters ``prefix_cache_queries`` / ``prefix_cache_hits`` (vLLM's
-``vllm:prefix_cache_{queries,hits}_total``; their increase within each stage window).
+telemetry counters ``prompt_tokens_cached_total`` / ``prefix_cache_queries`` (vLLM's
+``vllm:prefix_cache_{hits,queries}_total``; their increase within each stage window).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def prefix_cache_rows(report: Any, frame: pd.DataFrame) -> list[dict[str, Any]]:
     for stage, ix in _stages(report, frame):
         part = frame[ix & frame.ok.astype(bool)]
         known = part[part.cached_tokens >= 0] if "cached_tokens" in part else part.iloc[:0]
-        hits = _counter_increase(report.telemetry, "prefix_cache_hits", *stage[1:])
+        hits = _counter_increase(report.telemetry, "prompt_tokens_cached_total", *stage[1:])
         queries = _counter_increase(report.telemetry, "prefix_cache_queries", *stage[1:])
         prompt = float(known.input_tokens.clip(lower=0).sum())
         cached = float(known.cached_tokens.sum())

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
+from locust_llm.roofline import KV_BLOCK_TOKENS, MEMORY_RESERVE_BYTES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,16 +41,16 @@ class SimConfig:
     # engine limits (vLLM's names)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
-    block_size: int = 16  # tokens per KV block
+    block_size: int = KV_BLOCK_TOKENS  # tokens per KV block (16)
     max_model_len: int = 32768  # prompt + output tokens a request may ask for
     gpu_memory_utilization: float = 0.9
     num_gpu_blocks_override: int | None = None  # a fixed KV budget in blocks (vLLM's flag)
-    memory_reserve_bytes: float = 1.0 * 1024**3  # CUDA context + activations, outside KV
+    memory_reserve_bytes: float = MEMORY_RESERVE_BYTES  # 1 GiB: CUDA context + activations
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True  # vLLM v1's default; --no-enable-prefix-caching
     # physics
     bandwidth_efficiency: float = 0.85
-    compute_efficiency: float = 0.6
+    compute_efficiency: float = 0.7  # calibrated: bench/results/calibration.md
     step_overhead_s: float = 0.002  # fixed per-step cost (scheduling, kernel launches)
     zero_cost: bool = False  # every step takes step_overhead_s only (benchmarks the front)
     oom: bool = False  # out-of-KV fails requests with a CUDA OOM 500 instead of preempting

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from locust_llm.histogram import LatencyHistogram
-from locust_llm.llmstats import METRICS, TOTAL, LiveStats
+from locust_llm.llmstats import METRICS, RECENT_QUANTILES, RECENT_WINDOW_S, TOTAL, LiveStats
 from locust_llm.signals import combine
 
 #: Runner states in which the live rates are taken up to "now".
@@ -140,7 +140,7 @@ def history_series(history: list[dict[str, Any]], points: int = HISTORY_POINTS) 
                 break
     rows.reverse()
     fields = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-              "itl_p99_s", *RATE_FIELDS)  # fmt: skip
+              "itl_p99_s", *RATE_FIELDS, *(key for key, _, _ in RECENT_QUANTILES))  # fmt: skip
     series: dict[str, list] = {"time_s": [float(r["Timestamp"]) for r in rows]}
     for key in fields:
         series[key] = [_json_number(float(r.get(key, math.nan))) for r in rows]
@@ -196,7 +196,7 @@ def latest_signals(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
 
 #: Seconds of the servers' prefix-cache counters the live hit rate covers.
 HIT_RATE_WINDOW_S = 30.0
-_CACHE_COUNTERS = ("prefix_cache_hits", "prefix_cache_queries")
+_CACHE_COUNTERS = ("prompt_tokens_cached_total", "prefix_cache_queries")
 
 
 def prefix_cache_hit_rate(
@@ -217,7 +217,7 @@ def prefix_cache_hit_rate(
         if recent:
             increase[signal] += recent[-1][1] - recent[0][1]
     queries = increase["prefix_cache_queries"]
-    return increase["prefix_cache_hits"] / queries if queries > 0 else None
+    return increase["prompt_tokens_cached_total"] / queries if queries > 0 else None
 
 
 def signal_series(rows: Sequence[Sequence[Any]], since_s: float) -> dict[str, list]:
@@ -288,6 +288,10 @@ def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[s
         "signals": latest_signals(rows),
         "telemetry": getattr(runtime, "telemetry", None) is not None,
         "history": history_series(stats.history),
+        "recent_window_s": RECENT_WINDOW_S,
+        "scrape_interval_s": _json_number(
+            float(getattr(getattr(runtime, "options", None), "scrape_interval_s", math.nan))
+        ),
         "signal_history": signal_series(rows, now - SIGNAL_WINDOW_S),
         "report": report_info(runtime),
     }

@@ -19,7 +19,22 @@
     var p = Math.pow(10, Math.floor(Math.log10(v))), m = v / p;
     return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
   }
-  function chart(id, times, series) {
+  function clock(t) {
+    var d = new Date(t * 1000);
+    return ("0" + d.getHours()).slice(-2) + ":" + ("0" + d.getMinutes()).slice(-2) + ":" +
+      ("0" + d.getSeconds()).slice(-2);
+  }
+  // one time axis for every chart: from the earliest to the latest sample of any of them
+  function axisOf(lists) {
+    var t0 = null, t1 = null;
+    lists.forEach(function (t) {
+      if (!t.length) return;
+      if (t0 === null || t[0] < t0) t0 = t[0];
+      if (t1 === null || t[t.length - 1] > t1) t1 = t[t.length - 1];
+    });
+    return {t0: t0, t1: t1};
+  }
+  function chart(id, times, series, axis) {
     var svg = document.getElementById("c-" + id), legend = document.getElementById("l-" + id);
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     legend.innerHTML = "";
@@ -35,7 +50,7 @@
       el("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, svg).textContent = "no data yet";
       return;
     }
-    var top = niceMax(max), t0 = times[0], span = Math.max(times[times.length - 1] - t0, 1);
+    var top = niceMax(max), t0 = axis.t0, span = Math.max(axis.t1 - t0, 1);
     function x(t) { return L + (t - t0) / span * (W - L - R); }
     function y(v) { return T + (1 - v / top) * (H - T - B); }
     for (var g = 0; g <= 5; g++) {
@@ -45,10 +60,8 @@
         String(Number(gv.toPrecision(3)));
     }
     [0, 0.5, 1].forEach(function (f) {
-      var s = Math.round(span * f);
-      el("text", {x: L + f * (W - L - R), y: H - 6, "text-anchor": f === 0 ? "start" :
-        f === 1 ? "end" : "middle"}, svg).textContent =
-        Math.floor(s / 60) + ":" + ("0" + (s % 60)).slice(-2);
+      el("text", {x: L + f * (W - L - R), y: H - 6, "class": "tick", "text-anchor": f === 0 ?
+        "start" : f === 1 ? "end" : "middle"}, svg).textContent = clock(t0 + span * f);
     });
     series.forEach(function (s) {
       var d = "", pen = false;
@@ -98,31 +111,39 @@
         num(r.input_tokens_per_s, 1, 1) + "</td></tr>";
     });
     body.innerHTML = html;
-    var s = d.signals;
-    document.getElementById("gpu").innerHTML = !d.telemetry && s.time_s === null ?
+    var s = d.signals, panel = document.getElementById("gpu");
+    // values older than a few scrapes, or kept after the test stopped, are marked as such
+    var age = s.time_s === null ? null : Math.max(0, d.time_s - s.time_s);
+    var running = d.state === "running" || d.state === "spawning";
+    var stale = age !== null && (!running || age > Math.max(3 * (d.scrape_interval_s || 1), 5));
+    panel.classList.toggle("stale", stale);
+    panel.innerHTML = !d.telemetry && s.time_s === null ?
       card("GPU / server telemetry", "no data") :
       card("GPU utilization %", num(s.gpu_util, 100, 0)) +
       card("GPU memory GiB", gib(s.mem_used_bytes) + " / " + gib(s.mem_total_bytes)) +
       card("DRAM bandwidth %", num(s.dram_bw_util, 100, 0)) +
       card("KV cache %", num(s.kv_cache_usage, 100, 0)) +
       card("prefix cache hit % (30 s)", num(s.prefix_cache_hit_rate, 100, 0)) +
-      card("running", num(s.running, 1, 0)) + card("waiting", num(s.waiting, 1, 0));
-    var h = d.history;
+      card("running", num(s.running, 1, 0)) + card("waiting", num(s.waiting, 1, 0)) +
+      (age === null ? "" : '<div class="asof" id="gpu-asof">' + (stale ? "last values, " : "") +
+        "as of " + clock(s.time_s) + " (" + Math.round(age) + " s ago" +
+        (running ? "" : "; the test is " + esc(d.state)) + ")</div>");
+    var h = d.history, g = d.signal_history, axis = axisOf([h.time_s, g.time_s]);
+    var win = "last " + d.recent_window_s + " s";
     chart("ttft", h.time_s, [
-      {label: "p50", color: "var(--c1)", values: scaled(h.ttft_p50_s, 1e3)},
-      {label: "p90", color: "var(--c2)", values: scaled(h.ttft_p90_s, 1e3)},
-      {label: "p99", color: "var(--c3)", values: scaled(h.ttft_p99_s, 1e3)}]);
+      {label: "p50 " + win, color: "var(--c1)", values: scaled(h.ttft_recent_p50_s, 1e3)},
+      {label: "p90", color: "var(--c2)", values: scaled(h.ttft_recent_p90_s, 1e3)},
+      {label: "p99", color: "var(--c3)", values: scaled(h.ttft_recent_p99_s, 1e3)}], axis);
     chart("tpot", h.time_s, [
-      {label: "p50", color: "var(--c1)", values: scaled(h.tpot_p50_s, 1e3)},
-      {label: "p99", color: "var(--c3)", values: scaled(h.tpot_p99_s, 1e3)}]);
+      {label: "p50 " + win, color: "var(--c1)", values: scaled(h.tpot_recent_p50_s, 1e3)},
+      {label: "p99", color: "var(--c3)", values: scaled(h.tpot_recent_p99_s, 1e3)}], axis);
     chart("tps", h.time_s, [
       {label: "output", color: "var(--c1)", values: h.output_tokens_per_s},
-      {label: "input", color: "var(--c4)", values: h.input_tokens_per_s}]);
-    var g = d.signal_history;
+      {label: "input", color: "var(--c4)", values: h.input_tokens_per_s}], axis);
     chart("gpu", g.time_s, [
       {label: "GPU util", color: "var(--c1)", values: scaled(g.gpu_util, 100)},
       {label: "DRAM bw", color: "var(--c2)", values: scaled(g.dram_bw_util, 100)},
-      {label: "KV cache", color: "var(--c3)", values: scaled(g.kv_cache_usage, 100)}]);
+      {label: "KV cache", color: "var(--c3)", values: scaled(g.kv_cache_usage, 100)}], axis);
     document.body.setAttribute("data-updated", String(d.time_s));
   }
   function poll() {

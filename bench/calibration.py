@@ -1,0 +1,726 @@
+"""Calibration: published vLLM sweeps rerun in virtual time, their figures beside ours.
+
+Each case is one public benchmark: the model, the GPU, the prompt and output lengths, the
+concurrency and prompt count of every point, vLLM's own scheduler defaults on that GPU, and the
+figures the source printed (copied as published; a derived figure says how it was derived).
+Every point is replayed with :func:`locust_llm.sim.virtual.simulate` as ``vllm bench serve``
+runs it (``--max-concurrency C --num-prompts N``: C requests at once, the next one the instant
+one ends, N in all; a burst is C = N), with the simulator's default physics (nothing here is
+tuned per case), and scored the way ``vllm bench serve`` scores: output throughput = output
+tokens / (last finish - first send); TPOT = mean over requests of (E2E - TTFT) / (tokens - 1);
+TTFT mean and median.
+
+``GATED`` metrics must land within ``BAND`` (10%) of the source at every point of a case that
+meets them (``tests/test_calibration.py`` asserts it); a case (or ``case@C1,C2``, some
+concurrencies of it) listed in ``UNMATCHED`` states why it cannot, and its errors are printed,
+not hidden.
+
+    .venv/bin/python bench/calibration.py            # table on stdout
+    .venv/bin/python bench/calibration.py --write    # also bench/results/calibration.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import random
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import NormalDist
+
+from locust_llm.roofline import ModelSpec, get_gpu, get_model
+from locust_llm.sim.config import SimConfig
+from locust_llm.sim.virtual import VirtualStage, VirtualWorkload, simulate
+
+BAND = 0.10  # relative error allowed on a gated metric
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "calibration.md"
+DOCS = ROOT / "docs" / "simulator.md"
+DOCS_HEADING = "## Calibration"
+
+#: vLLM V1's scheduler defaults for `vllm serve` (vllm/engine/arg_utils.py, get_batch_defaults):
+#: devices with >= 70 GiB that are not A100s get 8192 batched tokens and 1024 sequences,
+#: everything else 2048 and 256.
+VLLM_SMALL_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+VLLM_LARGE_DEFAULTS = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+
+# Shapes from the models' published config.json (Hugging Face), for models without a preset.
+QWEN3_14B = ModelSpec(  # Qwen/Qwen3-14B config.json
+    name="qwen3-14b",
+    num_layers=40,
+    hidden_size=5120,
+    num_heads=40,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=17408,
+    vocab_size=151936,
+)
+#: mistralai/Mistral-7B-Instruct-v0.3 config.json: Mistral-7B-v0.1's shapes, vocabulary 32768
+MISTRAL_7B_V03 = replace(get_model("mistral-7b"), name="mistral-7b-v0.3", vocab_size=32768)
+QWEN3_8B = ModelSpec(  # Qwen/Qwen3-8B config.json
+    name="qwen3-8b",
+    num_layers=36,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=12288,
+    vocab_size=151936,
+)
+QWEN3_30B_A3B = ModelSpec(  # Qwen/Qwen3-30B-A3B config.json
+    name="qwen3-30b-a3b",
+    num_layers=48,
+    hidden_size=2048,
+    num_heads=32,
+    num_kv_heads=4,
+    head_dim=128,
+    intermediate_size=6144,
+    moe_intermediate_size=768,
+    num_experts=128,
+    experts_per_token=8,
+    vocab_size=151936,
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One published measurement: ``vllm bench serve`` at one concurrency and length."""
+
+    concurrency: int
+    prompts: int
+    input_tokens: int
+    output_tokens: int  # tokens each request generated (fixed lengths, or the published mean)
+    theirs: dict[str, float]  # metric -> published figure
+    max_tokens: int | None = None  # what was asked, when requests stopped at EOS before it
+    spread: tuple[bool, bool] = (False, False)  # (prompt, output) lengths vary around the mean
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    title: str
+    source: str  # URL
+    setup: str  # what the source ran, in a sentence
+    model: str | ModelSpec
+    gpu: str
+    engine: dict[str, int]  # vLLM's scheduler settings on that GPU
+    points: tuple[Point, ...]
+    gated: tuple[str, ...]  # metrics held to BAND
+    notes: str = ""
+    derived: dict[str, str] = field(default_factory=dict)  # metric -> how the figure was derived
+
+
+METRICS = {
+    "output_tps": "output tok/s",
+    "tpot_ms": "TPOT mean (ms)",
+    "ttft_mean_ms": "TTFT mean (ms)",
+    "ttft_median_ms": "TTFT median (ms)",
+    "tps_ratio_c1": "throughput / C=1",
+}
+
+CASES: tuple[Case, ...] = (
+    Case(
+        key="a100-llama8b",
+        title="Llama-3.1-8B-Instruct BF16 on one A100 40GB (vLLM 0.23)",
+        source="https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on",
+        setup="vllm bench serve --dataset-name random --random-input-len 1024 "
+        "--random-output-len 128 --ignore-eos --max-concurrency C --num-prompts 20*C",
+        model="llama-3.1-8b",
+        gpu="a100-40gb",
+        engine=VLLM_SMALL_DEFAULTS,
+        points=(
+            Point(1, 20, 1024, 128, {"tpot_ms": 1000 / 75}),
+            Point(8, 160, 1024, 128, {"tps_ratio_c1": 6.6}),
+        ),
+        gated=("tpot_ms", "tps_ratio_c1"),
+        derived={
+            "tpot_ms": "1000 / 75: 'decode at one request per time runs at about 75 "
+            "tokens/sec, roughly 77% of the GPU's memory-bandwidth ceiling'"
+        },
+        notes="'Batching buys throughput almost for free up to a concurrency of 8, a 6.6x "
+        "gain'; the knee sits at C=8.",
+    ),
+    Case(
+        key="4090-mistral7b",
+        title="Mistral-7B-Instruct-v0.3 BF16 on one RTX 4090 24GB (vLLM, version not given)",
+        source="https://mushfiqrahman.dev/benchmarking-mistral-7b-on-rtx-4090-vllm-concurrency-"
+        "latency-and-capacity-planning/",
+        setup="256 input tokens, 128 max output tokens (ended at EOS: the published tokens / "
+        "requests give 100 per request), 300 prompts at request rate inf, max concurrency C",
+        model=MISTRAL_7B_V03,
+        gpu="rtx4090",
+        engine=VLLM_SMALL_DEFAULTS,
+        points=tuple(
+            Point(
+                c,
+                300,
+                256,
+                100,
+                {"output_tps": tps, "ttft_mean_ms": mean, "ttft_median_ms": med},
+                max_tokens=128,
+                spread=(False, True),
+            )
+            for c, tps, mean, med in (
+                (4, 210, 63, 53),
+                (8, 377, 79, 55),
+                (16, 644, 155, 97),
+                (32, 975, 362, 277),
+                (48, 1190, 667, 840),
+            )
+        ),
+        gated=("output_tps",),
+        notes="The output length distribution is not published, only its mean (100 of at most "
+        "128): replayed with log-normal lengths (sigma 0.5, the simulator's default shape) "
+        "capped at 128 and averaging 100.",
+    ),
+    Case(
+        key="h100-qwen3-8b",
+        title="Qwen3-8B BF16 on one H100 SXM, ShareGPT, C = 1..8 (vLLM 0.11.0)",
+        source="https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
+        "qwen3-8b/h100-latency.md",
+        setup="vllm bench serve --backend openai-chat --dataset-name sharegpt --num-prompts "
+        "100 --max-concurrency C; 'Other Benchmark Cases', baseline `vllm serve Qwen/Qwen3-8B`",
+        model=QWEN3_8B,
+        gpu="h100-sxm",
+        engine=VLLM_LARGE_DEFAULTS,
+        points=tuple(
+            Point(
+                c,
+                100,
+                233,
+                221,
+                {"output_tps": tps, "tpot_ms": tpot, "ttft_mean_ms": ttft},
+                spread=(True, True),
+            )
+            for c, tps, tpot, ttft in (
+                (1, 132.86, 7.28, 59.01),
+                (2, 257.19, 7.37, 63.78),
+                (4, 496.88, 7.38, 64.00),
+                (8, 917.28, 7.71, 74.57),
+            )
+        ),
+        gated=("output_tps", "tpot_ms"),
+        notes="ShareGPT lengths vary per request and are not published: replayed log-normal "
+        "(sigma 0.5) around the published means (23,260 input and 22,061 output tokens over "
+        "100 requests: 233 and 221).",
+    ),
+    Case(
+        key="h100-qwen3-14b-long",
+        title="Qwen3-14B BF16 on one H100 SXM, long prompts, bursts (vLLM 0.11.0)",
+        source="https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
+        "qwen3-14b/h100.md",
+        setup="vllm bench serve --dataset-name random (request rate inf, no max concurrency: "
+        "every prompt at once); 'Other Benchmark Cases', baseline `vllm serve Qwen/Qwen3-14B`",
+        model=QWEN3_14B,
+        gpu="h100-sxm",
+        engine=VLLM_LARGE_DEFAULTS,
+        points=(
+            Point(
+                100,
+                100,
+                32000,
+                99,
+                {"output_tps": 25.48, "tpot_ms": 277.44, "ttft_mean_ms": 191024.43},
+            ),
+            Point(
+                500,
+                500,
+                3996,
+                200,
+                {"output_tps": 438.56, "tpot_ms": 132.45, "ttft_mean_ms": 112716.92},
+            ),
+            Point(
+                500,
+                500,
+                1996,
+                100,
+                {"output_tps": 505.51, "tpot_ms": 206.51, "ttft_mean_ms": 50716.13},
+            ),
+        ),
+        gated=("output_tps", "tpot_ms"),
+        notes="Lengths are the published totals / requests (3,200,000 / 100 input and 9,855 / "
+        "100 output tokens for 32K; 1,997,942 / 500 and 99,803 / 500 for 4K; 998,175 / 500 "
+        "and 50,000 / 500 for 2K).",
+    ),
+    Case(
+        key="a100-qwen3-30b-a3b",
+        title="Qwen3-30B-A3B (MoE, 128 experts, top-8) BF16 on one A100 80GB (vLLM)",
+        source="https://github.com/tenstorrent/tt-inference-server/issues/340",
+        setup="Tenstorrent's GPU reference sweep ('Performance Benchmark Sweeps for "
+        "Qwen3-30B-A3B on A100'), concurrency 1, input length 128..8192",
+        model=QWEN3_30B_A3B,
+        gpu="a100-80gb",
+        engine=VLLM_SMALL_DEFAULTS,
+        points=tuple(
+            Point(1, n, isl, osl, {"tpot_ms": tpot, "ttft_mean_ms": ttft})
+            for isl, osl, n, ttft, tpot in (
+                (128, 128, 8, 35.7, 9.6),
+                (128, 1024, 4, 27.0, 9.7),
+                (1024, 128, 4, 70.3, 9.8),
+                (2048, 128, 4, 81.0, 9.9),
+                (3072, 128, 4, 90.2, 10.1),
+                (4096, 128, 2, 75.2, 10.3),
+                (8192, 128, 2, 227.0, 10.6),
+            )
+        ),
+        gated=("tpot_ms",),
+        notes="Means over the requests of each row, as published (TTFT and TPOT columns).",
+    ),
+)
+
+
+#: Cases the simulator does not match within BAND, and why (the errors are still printed).
+UNMATCHED: dict[str, str] = {
+    "4090-mistral7b@32,48": (
+        "Set by the output-length spread, which the source does not publish: with every "
+        "answer exactly 100 tokens these points come out {e4090_fixed_32} and "
+        "{e4090_fixed_48} (but then the C requests finish in the same step and prefill "
+        "together, and TTFT triples); with log-normal lengths (sigma 0.5) {e4090_spread_32} "
+        "and {e4090_spread_48} (and TTFT at C <= 8 within 20% of the source). What remains "
+        "when lengths vary is consistent with a host-side cost per running sequence and step "
+        "(sampling, detokenizing, streaming 32-48 responses) that grows with the batch, which "
+        "the simulator's one constant per step does not have: an engine physics term, not a "
+        "constant to calibrate (a larger constant breaks C = 4 here and every H100 point)."
+    ),
+    "h100-qwen3-8b@8": (
+        "TPOT lands within 3%, output throughput does not: over 100 ShareGPT prompts at C = 8 "
+        "the span is set by the tail of the length distribution (the longest answers finish "
+        "alone), and ShareGPT's lengths are not published. The figure swings with the assumed "
+        "spread: {h100_fixed_8} with fixed lengths, {h100_spread_8} with log-normal sigma "
+        "0.5, {h100_wide_8} with sigma 1.0; it cannot pin a device constant."
+    ),
+    "h100-qwen3-14b-long": (
+        "Bursts of 100-500 prompts at once, 4-13x what the KV cache holds (253k tokens): the "
+        "result is set by the scheduler's admission and preemption policy, not by the device "
+        "constants. The errors change sign with the length (throughput {e14_4k} and {e14_2k} "
+        "at 4K and 2K, {e14_32k} at 32K), so no compute or bandwidth efficiency fits all "
+        "three: at 2K "
+        "and 4K the real run prefilled ~10,100 and ~8,800 prompt tokens/s, 29% and 26% of the "
+        "H100's BF16 peak, where the simulator's compute efficiency is 0.7; at 32K the "
+        "simulator preempts and recomputes ({preemptions_32k} preemptions for 100 requests) "
+        "far more than vLLM 0.11 evidently did (it prefilled 8,273 tokens/s, 34% of peak). "
+        "Matching it needs vLLM V1's scheduler and its CPU-side cost per step with 500 "
+        "streams, not other constants."
+    ),
+    "a100-qwen3-30b-a3b": (
+        "MoE decode at batch 1 takes 2.7x its bandwidth roofline: one step reads 6.1 GB (3.0B"
+        " parameters per token) that take 3.5 ms at 0.85 of the A100's 2,039 GB/s; with the 2"
+        " ms step overhead and the KV that is 5.5 ms, against 9.6 ms measured. The fused-MoE "
+        "kernels for 8 of 128 small experts (2048 x 768) per token, in 48 layers, run far "
+        "below the bandwidth a dense 4096-wide GEMM reaches; a device constant that fixed "
+        "this would break the dense case on the same GPU class (its TPOT is within 1%). It "
+        "needs a per-expert (per-kernel) cost in the step-time model, which is the engine's "
+        "physics, not a calibration constant. The nearly flat TPOT over input length (9.6 -> "
+        "10.6 ms from 128 to 8,192 tokens) is reproduced in shape (5.5 -> 6.0 ms)."
+    ),
+}
+
+
+#: Spread of lengths where a source publishes only their mean (ShareGPT, EOS-ended answers):
+#: log-normal with sigma 0.5 of the underlying normal, the simulator's own default shape. An
+#: assumption, stated beside each case that uses it.
+LENGTH_SIGMA = 0.5
+
+
+def spread_lengths(
+    n: int, mean: float, cap: int | None = None, sigma: float = LENGTH_SIGMA
+) -> list[int]:
+    """``n`` whole lengths, log-normal (``sigma``) at evenly spaced quantiles, scaled so that
+    (capped at ``cap``) they average ``mean``; in a fixed shuffled order."""
+    shape = [math.exp(sigma * NormalDist().inv_cdf((i + 0.5) / n)) for i in range(n)]
+    ceiling = cap if cap is not None else 1 << 30
+
+    def draw(scale: float) -> list[int]:
+        return [max(1, min(round(scale * x), ceiling)) for x in shape]
+
+    lo, hi = 0.0, 100.0 * mean
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if statistics.fmean(draw(mid)) < mean else (lo, mid)
+    lengths = draw(hi)
+    random.Random(f"lengths:{n}:{mean}").shuffle(lengths)
+    return lengths
+
+
+def engine_config(case: Case, physics: dict[str, float] | None = None) -> SimConfig:
+    """The simulator as the source's vLLM ran: its scheduler defaults, default physics
+    (``physics`` overrides them, for exploring; the committed table uses none)."""
+    return SimConfig(
+        model=case.model if isinstance(case.model, str) else case.model.name,
+        gpu=case.gpu,
+        max_model_len=40960,
+        seed=0,
+        **case.engine,
+        **(physics or {}),
+    )
+
+
+def replay(
+    case: Case,
+    point: Point,
+    physics: dict[str, float] | None = None,
+    sigma: float = LENGTH_SIGMA,
+) -> dict[str, float]:
+    """Our figures for one point (``vllm bench serve``'s definitions); ``sigma`` = 0 replays
+    even a spread point at fixed lengths (to show what the spread assumption does)."""
+    config = engine_config(case, physics)
+    n = point.prompts
+    spread_in, spread_out = point.spread if sigma > 0 else (False, False)
+    prompts = (
+        spread_lengths(n, point.input_tokens, sigma=sigma)
+        if spread_in
+        else [point.input_tokens] * n
+    )
+    outputs = (
+        spread_lengths(n, point.output_tokens, point.max_tokens, sigma=sigma)
+        if spread_out
+        else [point.output_tokens] * n
+    )
+    stage = VirtualStage(concurrency=point.concurrency, requests=n, max_sends=n)
+    workload = VirtualWorkload(
+        stages=(stage,),
+        lengths=tuple(zip(prompts, outputs, strict=True)),
+        ignore_eos=True,  # each request generates exactly its length (EOS included in it)
+        scrape_interval_s=3600.0,
+    )
+    model = case.model if isinstance(case.model, ModelSpec) else get_model(case.model)
+    run = simulate(config, workload, model=model, gpu=get_gpu(case.gpu), start_wall_s=0.0)
+    done = [r for r in run.records if r.ok]
+    if len(done) != point.prompts:
+        raise RuntimeError(f"{case.key}: {len(done)} of {point.prompts} requests completed")
+    first = min(r.start_wall_s for r in done)
+    last = max(r.start_wall_s + r.e2e_s for r in done)
+    tpots = [r.tpot_s for r in done if math.isfinite(r.tpot_s)]
+    ttfts = [r.ttft_s for r in done]
+    return {
+        "output_tps": sum(r.output_tokens for r in done) / (last - first),
+        "tpot_ms": 1000 * statistics.fmean(tpots),
+        "ttft_mean_ms": 1000 * statistics.fmean(ttfts),
+        "ttft_median_ms": 1000 * statistics.median(ttfts),
+        "preemptions": float(run.info.extra["preemptions"]),
+    }
+
+
+@dataclass
+class Row:
+    case: Case
+    point: Point
+    metric: str
+    theirs: float
+    ours: float
+
+    @property
+    def error(self) -> float:
+        return self.ours / self.theirs - 1.0
+
+    @property
+    def gated(self) -> bool:
+        return self.metric in self.case.gated
+
+    @property
+    def unmatched_key(self) -> str | None:
+        """The UNMATCHED entry covering this row (the whole case, or ``case@C1,C2``), if any."""
+        for key in UNMATCHED:
+            name, _, levels = key.partition("@")
+            if name == self.case.key and (
+                not levels or str(self.point.concurrency) in levels.split(",")
+            ):
+                return key
+        return None
+
+    @property
+    def matched(self) -> bool:
+        return self.unmatched_key is None
+
+
+def run_case(case: Case, physics: dict[str, float] | None = None) -> list[Row]:
+    """Replay every point of ``case``; one row per published figure."""
+    ours = [replay(case, p, physics) for p in case.points]
+    base = next((o for p, o in zip(case.points, ours, strict=True) if p.concurrency == 1), None)
+    rows = []
+    for point, figures in zip(case.points, ours, strict=True):
+        if base is not None:
+            figures["tps_ratio_c1"] = figures["output_tps"] / base["output_tps"]
+        for metric, theirs in point.theirs.items():
+            rows.append(Row(case, point, metric, theirs, figures[metric]))
+    return rows
+
+
+def run_all(physics: dict[str, float] | None = None) -> list[Row]:
+    return [row for case in CASES for row in run_case(case, physics)]
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def table(rows: list[Row]) -> str:
+    """Markdown: one line per published figure, theirs beside ours."""
+    out = [
+        "| case | C | prompts | in/out tokens | metric | theirs | ours | error | gated |",
+        "|---|---:|---:|---|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        verdict = "ok" if abs(r.error) <= BAND else "missed"
+        if not r.matched:
+            verdict += " (point not held to the band, see below)"
+        gate = f"yes, {verdict}" if r.gated else "no"
+        out.append(
+            f"| {r.case.key} | {r.point.concurrency} | {r.point.prompts} | "
+            f"{r.point.input_tokens}/{r.point.output_tokens} | {METRICS[r.metric]} | "
+            f"{_fmt(r.theirs)} | {_fmt(r.ours)} | {r.error:+.1%} | {gate} |"
+        )
+    return "\n".join(out)
+
+
+def _machine() -> str:
+    try:
+        cpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        name = next(
+            (ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")),
+            platform.processor(),
+        )
+    except OSError:
+        name = platform.processor()
+    import os
+
+    return f'`nproc` = {os.cpu_count()}, CPU "{name}", Python {platform.python_version()}'
+
+
+def physics() -> str:
+    c = SimConfig()
+    return (
+        f"bandwidth efficiency {c.bandwidth_efficiency}, compute efficiency "
+        f"{c.compute_efficiency}, step overhead {c.step_overhead_s * 1000:g} ms"
+    )
+
+
+#: Shown in docs/simulator.md and run exactly as written by tests/test_calibration.py.
+VIRTUAL_COMMANDS = (
+    "locust-llm virtual --model llama-3.1-8b --gpu a100-40gb --max-num-batched-tokens 2048 "
+    "--concurrency 1,2,4,8,16,32,64 --stage-requests 40 --input-len 1024 --max-tokens 128 "
+    "--ignore-eos --out virtual-run",
+)
+#: Shown inline after the block (it exits 3 when the report's alerts fire, as here).
+VIRTUAL_REPORT = "locust-llm report virtual-run"
+
+SENSITIVITY: tuple[tuple[str, float], ...] = (
+    ("compute_efficiency", 0.5),
+    ("compute_efficiency", 0.6),
+    ("compute_efficiency", 0.615),
+    ("compute_efficiency", 0.63),
+    ("compute_efficiency", 0.78),
+    ("compute_efficiency", 0.8),
+    ("bandwidth_efficiency", 0.8),
+    ("bandwidth_efficiency", 0.9),
+    ("step_overhead_s", 0.001),
+    ("step_overhead_s", 0.003),
+)
+
+
+def matched_rows(rows: list[Row]) -> list[Row]:
+    """The gated rows of the cases held to the band."""
+    return [r for r in rows if r.gated and r.matched]
+
+
+def sensitivity() -> str:
+    """How many matched figures stay in the band when one constant moves."""
+    out = [
+        "| constant | value | matched figures within the band | worst error (case, C) |",
+        "|---|---:|---:|---|",
+    ]
+    for name, value in (("defaults", math.nan), *SENSITIVITY):
+        rows = matched_rows(run_all({} if name == "defaults" else {name: value}))
+        worst = max(rows, key=lambda r: abs(r.error))
+        inside = sum(abs(r.error) <= BAND for r in rows)
+        shown = (
+            "-"
+            if math.isnan(value)
+            else (f"{value * 1000:g} ms" if "overhead" in name else f"{value:g}")
+        )
+        out.append(
+            f"| {name} | {shown} | {inside} of {len(rows)} | {worst.error:+.1%} "
+            f"({worst.case.key}, C={worst.point.concurrency}) |"
+        )
+    return "\n".join(out)
+
+
+def unmatched_figures(rows: list[Row]) -> dict[str, str]:
+    """The figures the not-matched explanations quote, measured now."""
+    cases = {c.key: c for c in CASES}
+
+    def error(key: str, concurrency: int, metric: str, sigma: float | None = None) -> str:
+        case = cases[key]
+        point = next(p for p in case.points if p.concurrency == concurrency)
+        if sigma is None:
+            row = next(
+                r for r in rows if r.case is case and r.point is point and r.metric == metric
+            )
+            return f"{row.error:+.1%}"
+        return f"{replay(case, point, sigma=sigma)[metric] / point.theirs[metric] - 1:+.1%}"
+
+    burst = cases["h100-qwen3-14b-long"]
+    sizes = {32000: "32k", 3996: "4k", 1996: "2k"}
+    out = {
+        "preemptions_32k": f"{replay(burst, burst.points[0])['preemptions']:.0f}",
+        "e4090_fixed_32": error("4090-mistral7b", 32, "output_tps", 0.0),
+        "e4090_fixed_48": error("4090-mistral7b", 48, "output_tps", 0.0),
+        "e4090_spread_32": error("4090-mistral7b", 32, "output_tps"),
+        "e4090_spread_48": error("4090-mistral7b", 48, "output_tps"),
+        "h100_fixed_8": error("h100-qwen3-8b", 8, "output_tps", 0.0),
+        "h100_spread_8": error("h100-qwen3-8b", 8, "output_tps"),
+        "h100_wide_8": error("h100-qwen3-8b", 8, "output_tps", 1.0),
+    }
+    for p in burst.points:
+        row = next(r for r in rows if r.point is p and r.metric == "output_tps")
+        out[f"e14_{sizes[p.input_tokens]}"] = f"{row.error:+.1%}"
+    return out
+
+
+def docs_section(rows: list[Row]) -> str:
+    """The "Calibration" section of docs/simulator.md (its last section)."""
+    parts = [
+        DOCS_HEADING,
+        "",
+        "Virtual time (`locust_llm.sim.virtual`) plays a whole sweep straight into the engine, "
+        "with no HTTP and no sleeping, and writes the run dir a real run writes "
+        "(`requests.parquet`, `telemetry.parquet`, `run.json`), so the report reads it "
+        "unchanged. It takes the simulator's flags plus the sweep's (`--concurrency` or "
+        "`--rate`, `--stage-requests` / `--stage-duration`, `--input-len`, `--max-tokens`, "
+        "`--ignore-eos`, `--burstiness`); a closed-loop user sends its next request 1 ms after "
+        "its stream ends. Speed and its agreement with a real-time run through the real client "
+        "are in `bench/results/virtual.md`.",
+        "",
+        "```",
+        *VIRTUAL_COMMANDS,
+        "```",
+        "",
+        f"then `{VIRTUAL_REPORT}` reads it like any run dir (exit 3: the sweep's alerts fire).",
+        "",
+        "Published vLLM sweeps, replayed in virtual time by `bench/calibration.py` with the "
+        "simulator's default physics (" + physics() + "; the same for every case) and "
+        "vLLM's own scheduler defaults for the GPU. Each point runs as `vllm bench serve` "
+        "runs it (C requests at once, the next the instant one ends, N prompts in all) and "
+        "is scored with its definitions (output throughput = output tokens / span; TPOT = "
+        "mean over requests of (E2E - TTFT) / (tokens - 1)). Figures marked gated are held "
+        f"to {BAND:.0%} by `tests/test_calibration.py`; the cases the simulator does not "
+        "match are listed with the reason.",
+        "",
+        "```",
+        ".venv/bin/python bench/calibration.py --write  # + bench/results/calibration.md",
+        "```",
+        "",
+        "Sources (what each one ran, as published):",
+        "",
+    ]
+    for c in CASES:
+        derived = "".join(f" Derived: {m} = {how}." for m, how in c.derived.items())
+        parts.append(f"- `{c.key}`: {c.title}. <{c.source}>. {c.setup}. {c.notes}{derived}")
+    parts += ["", table(rows), "", "Not matched, and why:", ""]
+    measured = unmatched_figures(rows)
+    parts += [f"- `{key}`: {why.format(**measured)}" for key, why in UNMATCHED.items()]
+    parts += [
+        "",
+        "What the matched cases say: the decode step (weights + KV over bandwidth x 0.85, plus "
+        "2 ms) reproduces one stream's TPOT within 1% on an A100 40GB, an RTX 4090 and an H100 "
+        "SXM, and closed-loop throughput within 10% at C = 8 on the A100, C <= 4 on the H100 "
+        "and C <= 16 on the RTX 4090 (the points above that depend on unpublished length "
+        "spreads, see above). The prefill constant is pinned "
+        "from both sides: the A100's C=8 gain needs a compute efficiency of at least 0.615 "
+        "(at the former default 0.6 it came out at -10.1%, 5.93x; the issue's 5.2x was "
+        "measured in real time through the client on the 2-core host, with Locust's stage "
+        "mechanics and the simulator's own 8192-token budget), the RTX 4090's throughput at "
+        "C = 16 at most ~0.78; the default is now 0.7, where the worst matched errors on the "
+        "two sides are equal (A100 C=8 -7.0%, RTX 4090 C=16 +7.1%; the sensitivity table in "
+        "`bench/results/calibration.md` shows each constant moved). The "
+        "bandwidth efficiency (0.85) and step overhead (2 ms) were confirmed, not moved. One "
+        "set of constants serves every GPU class here: no per-GPU values were needed. TTFT is "
+        "not gated: vLLM's TTFT at low load carries 40-50 ms of API-server time "
+        "(tokenization, the hop to the engine core, detokenization; 59 ms measured for "
+        "233-token prompts on the H100, where the prefill itself takes ~8 ms) that the "
+        "simulator does not model; it is also most of what is left of the H100's +10% at C=8.",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def write_docs(rows: list[Row]) -> None:
+    """Replace the last section of docs/simulator.md (from its heading to the end)."""
+    text = DOCS.read_text()
+    head = text.split("\n" + DOCS_HEADING + "\n")[0].rstrip("\n")
+    DOCS.write_text(head + "\n\n" + docs_section(rows))
+
+
+def write_results(rows: list[Row]) -> None:
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    gated = [r for r in rows if r.gated]
+    met = sum(abs(r.error) <= BAND for r in gated)
+    matched = matched_rows(rows)
+    matched_in = sum(abs(r.error) <= BAND for r in matched)
+    sources = "\n".join(
+        f"- `{c.key}`: {c.title}. Source: {c.source}. Setup: {c.setup}. {c.notes}"
+        + "".join(f" Derived: {m} = {how}." for m, how in c.derived.items())
+        for c in CASES
+    )
+    text = f"""# Calibration against published vLLM sweeps
+
+Machine: {_machine()}. Date: {date}. Physics (the simulator's defaults, the same for every
+case): {physics()}.
+
+```
+.venv/bin/python bench/calibration.py --write
+```
+
+Each published point replayed in virtual time as `vllm bench serve` runs it (C requests at once,
+the next the instant one ends, N prompts in all), scored with `vllm bench serve`'s definitions.
+Gated figures must land within {BAND:.0%}; {met} of {len(gated)} gated figures do, and
+{matched_in} of {len(matched)} in the cases held to the band (the others are explained in
+docs/simulator.md, "Calibration").
+
+{table(rows)}
+
+Sources:
+
+{sources}
+
+## Sensitivity: one constant moved, the others at their defaults
+
+{sensitivity()}
+"""
+    RESULTS.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write " + str(RESULTS))
+    parser.add_argument("--compute-efficiency", type=float, help="explore: override the default")
+    parser.add_argument("--bandwidth-efficiency", type=float, help="explore: override")
+    parser.add_argument("--step-overhead-ms", type=float, help="explore: override")
+    args = parser.parse_args(argv)
+    physics = {
+        k: v
+        for k, v in (
+            ("compute_efficiency", args.compute_efficiency),
+            ("bandwidth_efficiency", args.bandwidth_efficiency),
+            ("step_overhead_s", args.step_overhead_ms and args.step_overhead_ms / 1000),
+        )
+        if v is not None
+    }
+    if physics and args.write:
+        parser.error("--write records the defaults; drop the overrides")
+    rows = run_all(physics)
+    print(table(rows))
+    if args.write:
+        write_results(rows)
+        write_docs(rows)
+        print(f"wrote {RESULTS} and the last section of {DOCS}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,623 @@
+"""Virtual time: a whole load test driven straight into the engine, with no HTTP and no sleeping.
+
+:func:`simulate` plays a workload (closed-loop concurrency stages, or open-loop rate stages
+with Poisson or gamma arrivals) against :class:`~locust_llm.sim.engine.Engine` on the engine's
+own clock, and :func:`write_run_dir` writes the run dir a real run writes (``requests.parquet``,
+``telemetry.parquet``, ``run.json``), so ``locust-llm report DIR`` reads it unchanged.
+
+What it mirrors, and from where:
+
+- lengths: prompt tokens from ``--llm-input-len`` and max tokens from ``--llm-max-tokens``
+  (:mod:`locust_llm.distributions`, as the client draws them), or a dataset's (prompt,
+  max_tokens) pairs replayed in order (``lengths``); the output the server gives is
+  the simulator's rule: ``max_tokens`` with ``ignore_eos``, else the smaller of the drawn
+  EOS length (``SimConfig.output_len``) and ``max_tokens``;
+- a request is sent at its arrival instant and joins the engine's next step; every emitted token
+  is a chunk at the end of the step that produced it (``tokens_per_chunk`` groups them), and the
+  record is summarised by :func:`locust_llm.metrics.summarize_stream`, as the client does it;
+- closed loop: each user sends its next request ``turnaround_s`` (1 ms) after its previous
+  one ends (no wait time; the millisecond is the client's and the HTTP front's, and it is why
+  a new request waits for the step already under way); a stage ends when ``requests`` of its
+  own requests have completed, or after ``duration_s`` (``max_sends`` caps what a stage sends,
+  as ``vllm bench serve --num-prompts`` does); a stage with fewer users than the previous one
+  lets the extra users finish their current request and send no more. After the last stage,
+  requests in flight may finish for ``stop_timeout_s`` (the demo's ``--stop-timeout``); any
+  still running are ``cancelled``;
+- open loop: arrivals of a stage are a renewal process of rate ``rate`` whose gaps are gamma
+  distributed with shape ``burstiness`` (the client's ``--llm-burstiness``: 1 = Poisson, lower
+  is burstier, the gaps' coefficient of variation is 1 / sqrt(shape)), the first at the
+  stage's start (as the client sends it), each request sent on time (dispatch delay 0);
+- telemetry every ``scrape_interval_s`` of virtual time: the server's ``running``, ``waiting``,
+  ``kv_cache_usage`` and ``preemptions`` and the simulated GPU's utilization, DRAM bandwidth,
+  memory and power (:class:`~locust_llm.sim.gpu.SimGpuSource` on the virtual clock).
+
+Differences from a real run, by design: stage switches happen at the exact instant (Locust's
+shape ticks once a second), nothing is lost to the client or the network, and faults are not
+modelled (a config with faults is refused).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from locust_llm import __version__
+from locust_llm.distributions import Distribution, parse_distribution
+from locust_llm.errors import InputError
+from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
+from locust_llm.roofline import GpuSpec, ModelSpec
+from locust_llm.rundir import RunInfo, Stage
+from locust_llm.sim.config import SimConfig
+from locust_llm.sim.engine import Engine, RequestTooLarge, SimRequest, StepResult
+from locust_llm.sim.gpu import SimGpuSource
+from locust_llm.sim.textgen import OutputLengths
+
+CHAT_ENDPOINT = "/v1/chat/completions"
+SOURCE = "virtual-sim"  # telemetry.parquet source of every virtual sample
+#: A closed-loop user whose request was refused outright sends again at least this much later
+#: (it also bounds a loop of refusals in time when the turnaround is 0).
+ERROR_TURNAROUND_S = 0.001
+
+
+@dataclass(frozen=True, kw_only=True)
+class VirtualStage:
+    """One stage: ``concurrency`` users (closed loop) or ``rate`` requests/s (open loop).
+
+    It ends after ``requests`` completed requests of its own, or ``duration_s`` seconds of
+    virtual time, whichever comes first; at least one of the two is required.
+    """
+
+    concurrency: int | None = None
+    rate: float | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    max_sends: int | None = None  # closed loop: send no more than this (vLLM bench's prompts)
+
+    @property
+    def name(self) -> str:
+        return f"rate {self.rate:g}/s" if self.rate is not None else f"c={self.concurrency}"
+
+    def checked(self) -> VirtualStage:
+        if (self.concurrency is None) == (self.rate is None):
+            raise InputError("a virtual stage needs a concurrency or a rate (one of the two)")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InputError(f"stage concurrency must be >= 1, got {self.concurrency}")
+        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
+            raise InputError(f"stage rate must be a positive number, got {self.rate}")
+        if self.requests is None and self.duration_s is None:
+            raise InputError(f"stage {self.name} needs a request count or a duration")
+        if self.requests is not None and self.requests < 1:
+            raise InputError(f"stage {self.name}: requests must be >= 1, got {self.requests}")
+        if self.max_sends is not None and (
+            self.rate is not None or self.max_sends < (self.requests or 1)
+        ):
+            raise InputError(
+                f"stage {self.name}: max sends is for closed loop, at least the request count"
+            )
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise InputError(f"stage {self.name}: duration must be > 0 s, got {self.duration_s}")
+        return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class VirtualWorkload:
+    """What the virtual client sends. Lengths use the client's distribution syntax."""
+
+    stages: tuple[VirtualStage, ...]
+    input_len: str = "256"  # prompt tokens (--llm-input-len)
+    max_tokens: str = "256"  # max_tokens per request (--llm-max-tokens)
+    ignore_eos: bool = False
+    burstiness: float = 1.0  # open loop: gamma shape of the gaps (1 = Poisson; --llm-burstiness)
+    scrape_interval_s: float = 1.0
+    stop_timeout_s: float = 60.0  # in-flight requests may finish this long after the last stage
+    warmup_s: float = 0.0  # per stage, left out of the report's tables (--llm-warmup)
+    #: closed loop: from the end of a stream to the next request reaching the server (a real
+    #: client and the server's HTTP front take about a millisecond; it decides whether the
+    #: request catches the engine's next step or waits one more)
+    turnaround_s: float = 0.001
+    endpoint: str = CHAT_ENDPOINT
+    #: (prompt tokens, max_tokens) of each request in send order, cycled: a dataset's lengths
+    #: replayed as they are; when given, ``input_len`` and ``max_tokens`` are not drawn
+    lengths: tuple[tuple[int, int], ...] = ()
+    seed: int = 0
+    max_virtual_s: float = 7 * 86400.0  # a bound on the simulated span
+
+    def checked(self) -> VirtualWorkload:
+        if not self.stages:
+            raise InputError("a virtual run needs at least one stage")
+        for stage in self.stages:
+            stage.checked()
+        if len({s.rate is None for s in self.stages}) > 1:
+            raise InputError("stages are all closed loop (concurrency) or all open loop (rate)")
+        parse_distribution(self.input_len, what="--input-len")
+        if any(p < 1 or m < 1 for p, m in self.lengths):
+            raise InputError("every (prompt, max_tokens) pair of lengths must be >= 1 token")
+        parse_distribution(self.max_tokens, what="--max-tokens")
+        for name in ("burstiness", "scrape_interval_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise InputError(f"{name} must be a positive number, got {value}")
+        if not (self.stop_timeout_s >= 0 and self.warmup_s >= 0 and self.turnaround_s >= 0):
+            raise InputError("stop timeout, warm-up and turnaround must be >= 0 s")
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.stages[0].rate is not None
+
+
+@dataclass(slots=True)
+class _Request:
+    """Client side of one request in flight."""
+
+    number: int
+    user: int
+    stage: int
+    sent_s: float
+    scheduled_s: float
+    prompt_tokens: int
+    output_tokens: int
+    engine_req: SimRequest | None = None
+    token_times: list[float] = field(default_factory=list)
+
+
+@dataclass
+class VirtualRun:
+    """A finished virtual run: everything the run dir holds, plus how long it took to compute."""
+
+    records: list[RequestRecord]
+    telemetry: list[tuple[float, str, str, str, float]]
+    info: RunInfo
+    virtual_s: float  # simulated span, first send to last record
+    compute_s: float  # wall-clock seconds the simulation took
+    steps: int
+
+    @property
+    def speedup(self) -> float:
+        """Simulated seconds per wall-clock second."""
+        return self.virtual_s / self.compute_s if self.compute_s > 0 else math.inf
+
+
+class _Driver:
+    """The event loop on virtual time (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        workload: VirtualWorkload,
+        base_wall_s: float,
+        engine: Engine,
+    ) -> None:
+        if config.faults:
+            raise InputError("virtual time does not model faults; drop --fault for a virtual run")
+        self.cfg = config.validated()
+        self.wl = workload.checked()
+        self.engine = engine
+        self.now = 0.0
+        self.gpu = SimGpuSource(self.engine, clock=lambda: self.now)
+        self.base = base_wall_s
+        self.rng = random.Random(f"virtual:{workload.seed}")
+        self.input_len: Distribution = parse_distribution(workload.input_len, what="--input-len")
+        self.max_tokens: Distribution = parse_distribution(workload.max_tokens, what="--max-tokens")
+        self.eos_lengths = OutputLengths(self.cfg.output_len, self.cfg.seed)
+        self.records: list[RequestRecord] = []
+        self.telemetry: list[tuple[float, str, str, str, float]] = []
+        self.stages: list[Stage] = []
+        self.live: dict[int, _Request] = {}  # engine request id -> request
+        self.arrivals: deque[tuple[float, int]] = deque()  # open loop: (time, stage) in order
+        self.next_scrape = 0.0
+        self.sent = 0
+        self.stage = -1
+        self.stage_start = 0.0
+        self.stage_completed = 0
+        self.stage_sent = 0
+        self.users = 0  # closed loop: users allowed to send
+        self.busy_users: set[int] = set()
+        self.queued_users: set[int] = set()
+        self.to_send: deque[tuple[float, int]] = deque()  # closed loop: (time, user) to send
+        self.steps = 0
+
+    # ---- sending ------------------------------------------------------------------------
+    def send(self, user: int, at_s: float, scheduled_s: float) -> None:
+        self.sent += 1
+        if self.wl.lengths:
+            prompt, max_tokens = self.wl.lengths[(self.sent - 1) % len(self.wl.lengths)]
+        else:
+            prompt = self.input_len.sample(self.rng)
+            max_tokens = self.max_tokens.sample(self.rng)
+        drawn = self.eos_lengths.draw()
+        output = max_tokens if self.wl.ignore_eos else min(drawn, max_tokens)
+        req = _Request(self.sent, user, self.stage, at_s, scheduled_s, prompt, output)
+        try:
+            req.engine_req = self.engine.add(prompt, output, arrival_s=at_s, max_tokens=max_tokens)
+        except RequestTooLarge as exc:
+            self.finish(req, at_s, error=("http_4xx", 400, str(exc)))
+            return
+        self.live[req.engine_req.id] = req
+        self.busy_users.add(user)
+
+    def finish(
+        self, req: _Request, end_s: float, error: tuple[str, int, str] | None = None
+    ) -> None:
+        """Turn a request into its one record (and let a closed-loop user send again)."""
+        record = RequestRecord(
+            request_id=f"virtual-{req.number}",
+            endpoint=self.wl.endpoint,
+            model=self.cfg.model_name,
+            worker_id="virtual",
+            user_id=req.user,
+            stage=req.stage,
+            start_wall_s=self.base + req.sent_s,
+            scheduled_wall_s=self.base + req.scheduled_s if self.wl.open_loop else math.nan,
+            input_tokens=req.prompt_tokens,
+        )
+        timing = StreamTiming(t0=req.sent_s, end_time=end_s)
+        per_chunk = self.cfg.tokens_per_chunk
+        times = req.token_times
+        if per_chunk > 1:  # a chunk leaves when it is full, or with the last token
+            times = [
+                t for i, t in enumerate(times) if (i + 1) % per_chunk == 0 or i + 1 == len(times)
+            ]
+        timing.chunk_times = list(times)
+        timing.chunk_tokens = [0] * len(times)
+        timing.first_content_time = times[0] if times else math.nan
+        if error is None:
+            record.ok, record.status_code = True, 200
+            summarize_stream(record, timing, req.output_tokens)
+        else:
+            record.error_kind, record.status_code, record.error_message = error
+            summarize_stream(record, timing, len(req.token_times) if req.token_times else None)
+            if error[0] == "cancelled":
+                record.e2e_s = math.nan
+        self.records.append(record)
+        if req.engine_req is not None:
+            self.live.pop(req.engine_req.id, None)
+        self.busy_users.discard(req.user)
+        cancelled = error is not None and error[0] == "cancelled"
+        if req.stage == self.stage and not cancelled:
+            self.stage_completed += 1
+        if req.user >= 0 and not cancelled:  # closed loop: the user goes again
+            turnaround = self.wl.turnaround_s
+            if error is not None and not req.token_times:
+                turnaround = max(turnaround, ERROR_TURNAROUND_S)
+            self.queue_user(req.user, end_s + turnaround)
+
+    def queue_user(self, user: int, at_s: float) -> None:
+        if user not in self.queued_users:
+            self.queued_users.add(user)
+            self.to_send.append((at_s, user))
+
+    # ---- stages -------------------------------------------------------------------------
+    def open_stage(self, index: int, at_s: float) -> None:
+        if self.stages:
+            self.stages[-1].end_wall_s = self.base + at_s
+        self.stage, self.stage_start, self.stage_completed = index, at_s, 0
+        self.stage_sent = 0
+        plan = self.wl.stages[index]
+        self.stages.append(
+            Stage(
+                index=index,
+                name=plan.name,
+                start_wall_s=self.base + at_s,
+                concurrency=plan.concurrency,
+                rate=plan.rate,
+                warmup_s=self.wl.warmup_s,
+                target_requests=plan.requests,
+            )
+        )
+        if plan.rate is not None:
+            self.plan_arrivals(plan, at_s)
+            return
+        self.users = plan.concurrency or 0
+        for user in range(self.users):
+            if user not in self.busy_users:
+                self.queue_user(user, at_s)
+
+    def plan_arrivals(self, plan: VirtualStage, at_s: float) -> None:
+        """This stage's send times: gamma gaps of mean 1/rate and shape ``burstiness``."""
+        assert plan.rate is not None
+        shape = self.wl.burstiness
+        scale = 1.0 / (plan.rate * shape)
+        end = at_s + plan.duration_s if plan.duration_s is not None else math.inf
+        count = plan.requests if plan.requests is not None else math.inf
+        t, n = at_s, 0
+        while n < count and t < end:  # the first one at the stage's start, as the client does
+            self.arrivals.append((t, self.stage))
+            n += 1
+            t += self.rng.gammavariate(shape, scale)
+
+    def stage_over(self) -> float | None:
+        """When the current stage ends (a virtual time), or None while it goes on."""
+        plan = self.wl.stages[self.stage]
+        if plan.requests is not None and self.stage_completed >= plan.requests:
+            return self.now
+        if plan.duration_s is not None and self.now >= self.stage_start + plan.duration_s:
+            return self.stage_start + plan.duration_s
+        return None
+
+    # ---- telemetry ----------------------------------------------------------------------
+    def scrape_until(self, until_s: float) -> None:
+        """Samples at every scrape instant up to ``until_s`` (state as of the last step)."""
+        while self.next_scrape <= until_s:
+            saved, self.now = self.now, self.next_scrape
+            self.sample(self.base + self.next_scrape)
+            self.now = saved
+            self.next_scrape += self.wl.scrape_interval_s
+
+    def sample(self, wall_s: float) -> None:
+        eng = self.engine
+        values: list[tuple[str, str, Any]] = [
+            ("running", "", len(eng.running)),
+            ("waiting", "", len(eng.waiting)),
+            ("kv_cache_usage", "", eng.kv_usage_ratio),
+            ("preemptions", "", eng.stats.preemptions_total),
+            ("scrape_up", "", 1.0),
+        ]
+        for gpu in self.gpu.read().gpus:  # one per tensor-parallel GPU
+            index = str(gpu.index)
+            values += [
+                ("gpu_util", index, gpu.utilization_ratio),
+                ("dram_bw_util", index, gpu.dram_bandwidth_utilization_ratio),
+                ("mem_used_bytes", index, gpu.memory_used_bytes),
+                ("mem_total_bytes", index, gpu.memory_total_bytes),
+                ("power_w", index, gpu.power_watts),
+            ]
+        for signal, label, value in values:
+            if value is not None:
+                self.telemetry.append((wall_s, SOURCE, signal, label, float(value)))
+
+    # ---- the loop -----------------------------------------------------------------------
+    def run(self) -> float:
+        """Play every stage, drain, and return the virtual time of the last event."""
+        self.scrape_until(0.0)
+        self.open_stage(0, 0.0)
+        draining_since: float | None = None
+        while True:
+            if draining_since is None:
+                end = self.stage_over()
+                if end is not None:
+                    if self.stage + 1 < len(self.wl.stages):
+                        self.open_stage(self.stage + 1, end)
+                        continue
+                    self.stages[-1].end_wall_s = self.base + end
+                    self.users, self.arrivals = 0, deque()
+                    self.to_send.clear()
+                    self.queued_users.clear()
+                    draining_since = end
+            if draining_since is not None and (
+                not self.live or self.now >= draining_since + self.wl.stop_timeout_s
+            ):
+                break
+            if self.now > self.wl.max_virtual_s:
+                raise InputError(
+                    f"virtual run passed {self.wl.max_virtual_s:g} s of simulated time; "
+                    "shorten the stages"
+                )
+            if self.to_send and self.to_send[0][0] <= self.now:
+                at, user = self.to_send.popleft()
+                self.queued_users.discard(user)
+                limit = self.wl.stages[self.stage].max_sends
+                if user < self.users and (limit is None or self.stage_sent < limit):
+                    self.stage_sent += 1
+                    self.send(user, at, at)
+                continue
+            if self.arrivals and self.arrivals[0][0] <= self.now:
+                at, stage = self.arrivals.popleft()
+                saved, self.stage = self.stage, stage
+                self.send(-1, at, at)
+                self.stage = saved
+                continue
+            if self.engine.has_work:
+                self.step()
+                continue
+            target = min(
+                self.arrivals[0][0] if self.arrivals else math.inf,
+                self.to_send[0][0] if self.to_send else math.inf,
+                self.stage_deadline(),
+            )
+            if not math.isfinite(target):
+                break  # nothing left that could happen
+            self.scrape_until(target)
+            self.now = max(self.now, target)
+        for req in sorted(self.live.values(), key=lambda r: r.number):
+            if req.engine_req is not None:
+                self.engine.abort(req.engine_req)
+            self.finish(req, self.now, error=("cancelled", 0, "stopped by the load test"))
+        self.scrape_until(self.now)
+        return self.now
+
+    def stage_deadline(self) -> float:
+        plan = self.wl.stages[self.stage]
+        return math.inf if plan.duration_s is None else self.stage_start + plan.duration_s
+
+    def step(self) -> None:
+        result: StepResult = self.engine.step(self.now)
+        self.steps += 1
+        if result.duration_s <= 0 and not result.emitted and not result.failed:
+            raise RuntimeError("the engine could not schedule any request (no progress)")
+        end = result.end_s
+        self.scrape_until(end)
+        self.now = end
+        for sim_req in result.emitted:
+            self.live[sim_req.id].token_times.append(end)
+        for sim_req in result.failed:
+            req = self.live[sim_req.id]
+            self.finish(req, end, error=(sim_req.outcome, 500, "CUDA out of memory"))
+        for sim_req in result.finished:
+            self.finish(self.live[sim_req.id], end)
+
+
+def simulate(
+    config: SimConfig,
+    workload: VirtualWorkload,
+    *,
+    model: ModelSpec | None = None,
+    gpu: GpuSpec | None = None,
+    start_wall_s: float | None = None,
+) -> VirtualRun:
+    """Play ``workload`` on virtual time against an engine built from ``config``.
+
+    ``model`` / ``gpu`` replace the config's presets (as :class:`Engine` takes them).
+    """
+    t0 = time.perf_counter()
+    base = time.time() if start_wall_s is None else start_wall_s
+    driver = _Driver(config, workload, base, Engine(config, model=model, gpu=gpu))
+    end = driver.run()
+    compute_s = time.perf_counter() - t0
+    cfg = driver.cfg
+    info = RunInfo(
+        run_id="",
+        command=["locust-llm", "virtual"],
+        versions={"locust-llm": __version__},
+        host="virtual",
+        hosts=["virtual"],
+        model=cfg.model_name,
+        endpoint=workload.endpoint,
+        start_wall_s=base,
+        end_wall_s=base + end,
+        workers=["virtual"],
+        stages=driver.stages,
+        mode="open" if workload.open_loop else "closed",
+        roofline={"model": cfg.model, "gpu": cfg.gpu} if model is None and gpu is None else {},
+        extra={
+            "virtual": True,
+            "max_num_seqs": cfg.max_num_seqs,
+            "sim": {k: v for k, v in asdict(cfg).items() if k not in ("host", "port")},
+            "workload": asdict(workload),
+            "virtual_s": end,
+            "compute_s": compute_s,
+            "steps": driver.steps,
+            "preemptions": driver.engine.stats.preemptions_total,
+        },
+    )
+    return VirtualRun(
+        records=driver.records,
+        telemetry=driver.telemetry,
+        info=info,
+        virtual_s=end,
+        compute_s=compute_s,
+        steps=driver.steps,
+    )
+
+
+def write_run_dir(run: VirtualRun, run_dir: Path | str) -> Path:
+    """Write ``requests.parquet``, ``telemetry.parquet`` and ``run.json`` into ``run_dir``."""
+    from locust_llm.recorder import Recorder
+    from locust_llm.telemetry import rows_to_frame, write_frame
+
+    path = Path(run_dir)
+    run.info.run_id = path.name
+    recorder = Recorder(is_worker=False)
+    for record in run.records:
+        recorder.add(record)
+    recorder.write(path, run.info)
+    write_frame(rows_to_frame(run.telemetry), path)
+    return path
+
+
+# ---- `locust-llm virtual` -----------------------------------------------------------------
+
+
+def sweep_stages(
+    *, concurrency: str = "", rate: str = "", requests: str = "", duration_s: str = ""
+) -> tuple[VirtualStage, ...]:
+    """Stages from the sweep flags: ``1,2,4`` levels, one count / duration or one per stage."""
+    if bool(concurrency) == bool(rate):
+        raise InputError("give --concurrency (closed loop) or --rate (open loop), one of the two")
+    levels = _numbers(concurrency or rate, "--concurrency" if concurrency else "--rate")
+    counts = _per_stage(requests, len(levels), "--stage-requests")
+    durations = _per_stage(duration_s, len(levels), "--stage-duration")
+    if not counts and not durations:
+        raise InputError("a sweep needs --stage-requests or --stage-duration")
+    return tuple(
+        VirtualStage(
+            concurrency=int(level) if concurrency else None,
+            rate=None if concurrency else level,
+            requests=int(counts[i]) if counts else None,
+            duration_s=durations[i] if durations else None,
+        ).checked()
+        for i, level in enumerate(levels)
+    )
+
+
+def _numbers(text: str, flag: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected comma-separated numbers") from None
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise InputError(f"{flag} {text!r}: expected positive numbers")
+    return values
+
+
+def _per_stage(text: str, stages: int, flag: str) -> list[float]:
+    if not text:
+        return []
+    values = _numbers(text, flag)
+    if len(values) == 1:
+        return values * stages
+    if len(values) != stages:
+        raise InputError(f"{flag}: give one value or one per stage ({stages}), got {len(values)}")
+    return values
+
+
+def configure_parser(parser: Any) -> None:
+    """Flags of ``locust-llm virtual``: the simulator's own flags plus the workload's."""
+    from locust_llm.sim import cli as sim_cli
+
+    sim_cli.configure_parser(parser)
+    add = parser.add_argument
+    add("--concurrency", default="", help="closed-loop users per stage, e.g. 1,2,4,8")
+    add("--rate", default="", help="open-loop requests/s per stage, e.g. 1,2,4")
+    add("--stage-requests", default="", help="completed requests per stage (one or per stage)")
+    add("--stage-duration", default="", help="virtual seconds per stage (one or per stage)")
+    add("--input-len", default="256", help="prompt tokens: N or a distribution")
+    add("--max-tokens", default="256", help="max_tokens per request: N or a distribution")
+    add("--ignore-eos", action="store_true", help="every request generates exactly max_tokens")
+    add("--burstiness", type=float, default=1.0, help="open loop: gamma shape (1 = Poisson)")
+    add("--scrape-interval", type=float, default=1.0, help="telemetry every N virtual seconds")
+    add("--warmup", type=float, default=0.0, help="seconds per stage left out of the tables")
+    add("--stop-timeout", type=float, default=60.0, help="drain time after the last stage (s)")
+    add("--out", default="", help="run dir (default reports/virtual-<UTC time>)")
+
+
+def run_virtual(args: Any) -> int:
+    """``locust-llm virtual``: simulate the sweep, write the run dir, print where it is."""
+    from datetime import datetime, timezone
+
+    from locust_llm.sim import cli as sim_cli
+
+    config = sim_cli.config_from_args(args)
+    workload = VirtualWorkload(
+        stages=sweep_stages(
+            concurrency=args.concurrency,
+            rate=args.rate,
+            requests=args.stage_requests,
+            duration_s=args.stage_duration,
+        ),
+        input_len=args.input_len,
+        max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos,
+        burstiness=args.burstiness,
+        scrape_interval_s=args.scrape_interval,
+        warmup_s=args.warmup,
+        stop_timeout_s=args.stop_timeout,
+        seed=config.seed,
+    )
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(args.out) if args.out else Path("reports") / f"virtual-{stamp}"
+    result = simulate(config, workload)
+    result.info.command = ["locust-llm", *sys.argv[1:]]
+    write_run_dir(result, run_dir)
+    print(
+        f"virtual run: {len(result.records)} requests, {result.virtual_s:.1f} s simulated in "
+        f"{result.compute_s:.2f} s ({result.speedup:.0f}x real time); run dir {run_dir}\n"
+        f"next: locust-llm report {run_dir}"
+    )
+    return 0

@@ -1,0 +1,165 @@
+"""Conformance against a real engine: llama.cpp's llama-server (built from the PyPI sdist's
+sources by ``scripts/build_llama_server.sh``) serving a tiny random-weight GGUF model written here.
+
+One sweep, 1 Locust master + 2 workers at concurrency 1, 2, 4, 8 against a server with 4 slots,
+is judged by what the server itself counted (its ``/metrics`` before and after the run) and by
+what Locust counted: no failed request, one record per Locust request, our token counts equal to
+the server's counters, prompts distinct across users and workers (the server's cached-prompt
+counter stays near the chat template's shared prefix), the server's telemetry mapped, and its slot
+count read from ``/props`` as the batch limit, with all 4 slots busy at concurrency 8.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from cluster_utils import Cluster, locust_counts, read_run
+from llamacpp.model import write_tiny_model
+from llamacpp.server import LlamaServer, start_llama_server
+
+pytestmark = pytest.mark.slow
+
+SLOTS = 4
+CONCURRENCY = (1, 2, 4, 8)
+STAGE_REQUESTS = (4, 8, 16, 32)
+MAX_TOKENS = 48
+INPUT_LEN = 40
+#: Tokens every prompt shares with any other: the ChatML "<|im_start|>user\n" opening (5 tokens
+#: in the tiny vocabulary), which a slot reuses from its previous prompt; two random first words
+#: rarely share a letter or two more (slack below). One prompt sent twice that lands on the slot
+#: that served it is ~58 cached tokens at once. Distinct prompts measured 308 cached tokens over
+#: 64 requests (4.8 a request).
+SHARED_PREFIX_TOKENS = 5
+FIRST_WORD_SLACK_TOKENS = 30
+
+
+class Sweep:
+    """Everything one sweep left behind, for the tests below to judge."""
+
+    def __init__(self, tmp: Path, server: LlamaServer, model_dir: Path) -> None:
+        self.before = server.metrics()
+        with Cluster(tmp) as cluster:
+            args = [
+                "--llm-concurrency", ",".join(map(str, CONCURRENCY)),
+                "--llm-stage-requests", ",".join(map(str, STAGE_REQUESTS)),
+                "--llm-max-tokens", str(MAX_TOKENS), "--llm-ignore-eos",
+                "--llm-input-len", str(INPUT_LEN), "--llm-tokenizer", str(model_dir),
+                "--llm-server-metrics", server.url + "/metrics", "--llm-scrape-interval", "0.2",
+                "--llm-record-batch-s", "0.25",
+            ]  # fmt: skip
+            self.run_dir = tmp / "run"
+            master, port = cluster.master(server.url, [*args, "--llm-run-dir", str(self.run_dir)])
+            self.workers = [cluster.worker(i, "127.0.0.1", port) for i in (1, 2)]
+            # Locust exits 1 when a request failed: the tests below say which and why
+            self.master_code = master.wait(150)
+            assert self.master_code in (0, 1), master.text()[-3000:]
+            for worker in self.workers:
+                worker.wait(20)
+            self.info, self.requests = read_run(self.run_dir)
+            self.locust_counts = locust_counts(*self.workers)
+            report = cluster.report(self.run_dir, "--out", str(tmp / "report"))
+        self.after = server.metrics()
+        self.report_code, self.report_text = report.returncode, report.stdout
+        self.summary: dict[str, Any] = json.loads((tmp / "report" / "summary.json").read_text())
+        self.telemetry = pd.read_parquet(self.run_dir / "telemetry.parquet")
+        self.source = server.url + "/metrics"
+
+    def delta(self, name: str) -> float:
+        return self.after.get(name, math.nan) - self.before.get(name, math.nan)
+
+    def stage_row(self, concurrency: int) -> dict[str, Any]:
+        return next(r for r in self.summary["stages"] if r["concurrency"] == concurrency)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
+    tmp = tmp_path_factory.mktemp("llamacpp")
+    model = write_tiny_model(tmp / "model")
+    with start_llama_server(model.gguf, tmp, slots=SLOTS) as server:
+        return Sweep(tmp, server, model.tokenizer_dir)
+
+
+def test_no_failed_request_and_one_record_per_locust_request(sweep: Sweep) -> None:
+    req = sweep.requests
+    failures = req.loc[~req["ok"], ["error_kind", "error_message"]].value_counts().to_dict()
+    assert failures == {}, f"{len(req)} records, failures by kind: {failures}"
+    assert (req["error_kind"] != "connect").all()
+    assert len(req) == sum(STAGE_REQUESTS)
+    assert req.groupby("worker_id").size().to_dict() == sweep.locust_counts
+    assert req["request_id"].is_unique
+
+
+def test_output_tokens_equal_the_servers_counter(sweep: Sweep) -> None:
+    req = sweep.requests[sweep.requests["ok"]]  # a request that failed to connect never arrived
+    assert not req["tokens_estimated"].any()  # llama-server sends usage in the stream
+    assert (req["output_tokens"] == MAX_TOKENS).all()  # the tiny model never picks EOS
+    assert int(req["output_tokens"].sum()) == sweep.delta("llamacpp:tokens_predicted_total")
+
+
+def test_input_tokens_equal_the_servers_counters(sweep: Sweep) -> None:
+    req = sweep.requests[sweep.requests["ok"]]
+    assert not req["input_tokens_estimated"].any()
+    server = sweep.delta("llamacpp:prompt_tokens_total") + sweep.delta(
+        "llamacpp:prompt_tokens_cached_total"
+    )
+    assert int(req["input_tokens"].sum()) == server
+
+
+def test_prompts_are_distinct_across_users_and_workers(sweep: Sweep) -> None:
+    cached = sweep.delta("llamacpp:prompt_tokens_cached_total")
+    n = len(sweep.requests)
+    assert cached <= n * SHARED_PREFIX_TOKENS + FIRST_WORD_SLACK_TOKENS, (
+        f"the server served {cached:.0f} prompt tokens from its cache over {n} requests "
+        f"(about {SHARED_PREFIX_TOKENS} per request expected from distinct prompts): "
+        "the same prompt was sent more than once"
+    )
+
+
+def test_llamacpp_telemetry_is_mapped(sweep: Sweep) -> None:
+    signals = set(sweep.telemetry.loc[sweep.telemetry["source"] == sweep.source, "signal"])
+    assert {
+        "running", "waiting", "generation_tokens_total", "prompt_tokens_computed_total",
+        "prompt_tokens_cached_total", "decode_calls_total", "busy_slots_per_decode", "scrape_up",
+    } <= signals  # fmt: skip
+    last = sweep.telemetry[sweep.telemetry["source"] == sweep.source].groupby("signal").last()
+    assert (
+        last.loc["generation_tokens_total", "value"]
+        <= sweep.after["llamacpp:tokens_predicted_total"]
+    )
+
+
+def test_slot_count_is_the_batch_limit_and_all_slots_busy_at_concurrency_8(sweep: Sweep) -> None:
+    extra = sweep.info["extra"]
+    assert extra["max_num_seqs"] == SLOTS
+    assert extra["max_num_seqs_source"] == "llama.cpp /props total_slots"
+    top = sweep.stage_row(8)
+    assert top["running_max"] == SLOTS, top
+    assert top["waiting_max"] >= 1, top
+    assert top["busy_slots_per_decode"] > SLOTS - 1, top  # all 4 slots decode together
+    low = sweep.stage_row(1)
+    assert low["busy_slots_per_decode"] < 1.5, low
+    print("verdict at c=8:", json.dumps(sweep.summary["stage_verdicts"][-1], indent=1))
+    print("overall verdict:", json.dumps(sweep.summary["verdict"], indent=1))
+
+
+def test_report_shows_estimated_shares_and_the_servers_counts_beside_ours(sweep: Sweep) -> None:
+    for row in sweep.summary["stages"]:
+        assert row["input_tokens_estimated_ratio"] == 0.0
+        assert row["output_tokens_estimated_ratio"] == 0.0
+        ours = row["output_tokens_avg"] * row["completed"]
+        # the server's increase between the scrapes bracketing the stage: off by at most the
+        # requests that finished within one scrape interval of the stage's edges
+        assert abs(row["server_output_tokens"] - ours) <= 2 * SLOTS * MAX_TOKENS, row
+    # neighbouring stages share the scrape interval between them: the sum may count it twice
+    total = sum(r["server_output_tokens"] for r in sweep.summary["stages"])
+    run = sweep.delta("llamacpp:tokens_predicted_total")
+    assert run <= total <= run + len(STAGE_REQUESTS) * SLOTS * MAX_TOKENS
+    assert (
+        "Batch limit: 4 (llama.cpp /props total_slots)."
+        in (sweep.run_dir.parent / "report" / "report.md").read_text()
+    )
