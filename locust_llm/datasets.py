@@ -436,6 +436,10 @@ def load_dataset(
         )
     if spec == "openqa":
         return ListSource("openqa", read_openqa(), seed=seed, count=count_messages)
+    if spec.startswith("shared-prefix:"):  # docs/workloads.md
+        from locust_llm.workloads.shared_prefix import load_shared_prefix
+
+        return load_shared_prefix(spec, seed=seed, tokenizer=tokenizer)
     fmt, _, rest = spec.partition(":")
     if fmt in ("jsonl", "sharegpt") and rest:
         path = rest

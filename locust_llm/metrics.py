@@ -7,7 +7,8 @@ the run dir, the report) reads the resulting :class:`RequestRecord`.
 Definitions (the docs state them the same way):
 
 - ``t0``: ``perf_counter()`` just before the request is written; ``time.time()`` is kept beside it.
-- **TTFT** = first chunk that carries generated text (content or reasoning) - ``t0``.
+- **TTFT** = first chunk that carries generated text (content or reasoning) - ``t0``;
+  reasoning models also get **TTFR** (first reasoning chunk) and **TTFC** (first answer chunk).
 - **E2E** = end of stream (``[DONE]`` or close) - ``t0``.
 - **output_tokens** = ``usage.completion_tokens``; when the server gives none, the number of
   token-bearing chunks, and the record is flagged ``tokens_estimated``.
@@ -110,6 +111,12 @@ class RequestRecord:
     reasoning_tokens: int = 0
     tokens_estimated: bool = False  # output_tokens counted from chunks, not the server's usage
     input_tokens_estimated: bool = False
+    cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens (-1: not reported)
+    ttfr_s: float = NAN  # first reasoning token (nan: the answer had no reasoning chunk)
+    session_id: str = ""  # multi-turn sessions: the conversation ("" for single requests)
+    turn: int = -1  # the turn's index in its session, from 0 (-1: not a session)
+    trace_line: int = -1  # trace replay: the line's index in the trace (-1: not a replay)
+    batch_inputs: int = 1  # inputs in the request (an embeddings batch; 1 for generation)
 
     @property
     def dispatch_delay_s(self) -> float:
@@ -136,6 +143,7 @@ class StreamTiming:
     chunk_times: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     first_content_time: float = NAN
+    first_reasoning_time: float = NAN
     end_time: float = NAN
     stamped: bool = False  # chunk_times are kernel receive stamps (else user-space reads)
     first_user_time: float = NAN  # when Python read the first / last token's line
@@ -226,6 +234,8 @@ def summarize_stream(
         record.last_token_user_s = user_last - timing.t0
     if not math.isnan(timing.first_content_time):
         record.ttfc_s = timing.first_content_time - timing.t0
+    if not math.isnan(timing.first_reasoning_time):
+        record.ttfr_s = timing.first_reasoning_time - timing.t0
     if record.output_tokens > 1 and len(times) >= 2:
         record.tpot_s = (times[-1] - times[0]) / (record.output_tokens - 1)
     values, weights = itl_samples(times, timing.chunk_tokens, record.output_tokens)

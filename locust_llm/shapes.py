@@ -268,3 +268,54 @@ class StagesShape(LoadTestShape):
             stage=stage, quota=requests, rate=rate, start=start, open_loop=open_loop
         )
         lifecycle.broadcast_stage(rt, message, workers)
+
+
+def replay_pool_users(peak_rate_per_s: float) -> int:
+    """Users a trace replay needs so a free one waits for every line: each user holds the next
+    line it claimed, so the pool covers the lines in flight and due within the next seconds."""
+    return max(32, math.ceil(4 * peak_rate_per_s))
+
+
+class TraceShape(StagesShape):
+    """Replays the locustfile's :class:`~locust_llm.workloads.users.TraceReplayUser` trace:
+    one stage, ``trace replay``, whose origin (trace time 0) is ``lead_s`` after it starts, sent
+    with each worker's partition so every line is sent once, by one worker, on one clock.
+
+    The stage ends when every line has ended (sent and answered), or ``drain_s`` after the last
+    line's time. Lines the run could not send are recorded as ``cancelled``.
+    """
+
+    lead_s: float = 2.0  # users spawn before the trace's time 0
+    drain_s: float = 30.0  # the last answers' time after the last line is sent
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lines = 0
+
+    def _setup(self) -> list[StagePlan]:
+        if self._plans is None:
+            from locust_llm.workloads.users import TraceReplayUser, load_replay
+
+            env = self._environment()
+            classes = [c for c in env.user_classes if issubclass(c, TraceReplayUser)]
+            if not classes:
+                raise InputError("TraceShape needs a TraceReplayUser class in the locustfile")
+            replay = load_replay(classes[0])
+            if not replay.lines:
+                raise InputError(f"trace {classes[0].trace!r}: no line inside trace_window_s")
+            self._lines = len(replay.lines)
+            users = classes[0].replay_users or replay_pool_users(replay.peak_rate_per_s())
+            duration = self.lead_s + replay.span_s + self.drain_s
+            self._plans = [StagePlan(name="trace replay", concurrency=users, duration_s=duration)]
+        return self._plans
+
+    def _stage_done(self, rt: Runtime, plan: StagePlan, now: float) -> bool:
+        ended = rt.recorder.ended_in(rt.stages[-1].index)
+        return ended >= self._lines or super()._stage_done(rt, plan, now)
+
+    def _advance(self, rt: Runtime, plans: list[StagePlan], now: float) -> bool:
+        from locust_llm.workloads.partition import send_partitions
+
+        if self._index == -1:  # the replay starts: one origin for every worker
+            send_partitions(self._environment(), origin_wall_s=now + self.lead_s)
+        return super()._advance(rt, plans, now)

@@ -29,6 +29,9 @@ signal              unit      GPU   over GPUs  over inst.  meaning
 ``running``         requests  no    -          sum         requests in the server's batch
 ``waiting``         requests  no    -          sum         requests queued in the server
 ``preemptions``     count     no    -          sum         cumulative; windows use its increase
+``prefix_cache_``   tokens    no    -          sum         cumulative prompt tokens looked up in
+``queries``                                                the prefix cache (vLLM); its hits are
+                                                           ``prompt_tokens_cached_total``
 ``host_cpu_util``   ratio     no    -          mean        CPU ratio of the exporter's host
 ``generation_``     tokens    no    -          sum         cumulative server counters (issue
 ``tokens_total``,                                          16): output tokens, prompt tokens
@@ -165,6 +168,11 @@ _builtin("running", "requests", "requests running in the server's batch", over_i
 _builtin("waiting", "requests", "requests queued in the server", over_instances="sum")
 _builtin(
     "preemptions", "count", "server preemptions, cumulative count",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin(
+    "prefix_cache_queries", "tokens",
+    "server prompt tokens looked up in the prefix cache, cumulative",
     over_instances="sum", cumulative=True,
 )  # fmt: skip
 _builtin("host_cpu_util", "ratio", "CPU utilization ratio 0..1 of the exporter's host")

@@ -36,6 +36,7 @@ class Chunk:
     completion_tokens: int = -1  # usage.completion_tokens if present (cumulative), else -1
     prompt_tokens: int = -1
     reasoning_tokens: int = -1
+    cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens (prefix-cache hits)
     finish_reason: str | None = None
     error: str | None = None  # an in-stream error message
 
@@ -144,14 +145,22 @@ def parse_chunk_strict(payload: bytes) -> tuple[int, Chunk | None]:
         chunk.content |= _has_text(choice.get("text"))
         if choice.get("finish_reason"):
             chunk.finish_reason = str(choice["finish_reason"])
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        chunk.completion_tokens = _int_or(usage.get("completion_tokens"), -1)
-        chunk.prompt_tokens = _int_or(usage.get("prompt_tokens"), -1)
-        details = usage.get("completion_tokens_details")
-        if isinstance(details, dict):
-            chunk.reasoning_tokens = _int_or(details.get("reasoning_tokens"), -1)
+    read_usage(chunk, obj.get("usage"))
     return KIND_CHUNK, chunk
+
+
+def read_usage(chunk: Chunk, usage: object) -> None:
+    """Fill ``chunk``'s token counts from an OpenAI ``usage`` object (no-op unless a dict)."""
+    if not isinstance(usage, dict):
+        return
+    chunk.completion_tokens = _int_or(usage.get("completion_tokens"), -1)
+    chunk.prompt_tokens = _int_or(usage.get("prompt_tokens"), -1)
+    details = usage.get("completion_tokens_details")
+    if isinstance(details, dict):
+        chunk.reasoning_tokens = _int_or(details.get("reasoning_tokens"), -1)
+    prompt_details = usage.get("prompt_tokens_details")
+    if isinstance(prompt_details, dict):
+        chunk.cached_tokens = _int_or(prompt_details.get("cached_tokens"), -1)
 
 
 def _has_text(value: object) -> bool:
@@ -184,8 +193,5 @@ def parse_response_body(body: bytes) -> Chunk:
             chunk.content |= _has_text(choice.get("text"))
             if choice.get("finish_reason"):
                 chunk.finish_reason = str(choice["finish_reason"])
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        chunk.completion_tokens = _int_or(usage.get("completion_tokens"), -1)
-        chunk.prompt_tokens = _int_or(usage.get("prompt_tokens"), -1)
+    read_usage(chunk, obj.get("usage"))
     return chunk

@@ -87,6 +87,9 @@ class LLMUser(User):
     total_timeout_s: ClassVar[float | None] = None
     #: how requests reach the server (the seam for another transport; None: --llm-transport)
     transport_class: ClassVar[type[Transport] | None] = None
+    #: when a list, the payloads of the answer's content chunks (or its whole body) are
+    #: appended to it: multi-turn sessions read the server's answer from them
+    answer_sink: list[bytes] | None = None
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -228,13 +231,18 @@ class LLMUser(User):
 
     def _prepare(self, record: RequestRecord) -> bytes:
         """Draw the prompt and output cap; fill the record's model and input estimate."""
-        prompt = self.runtime.dataset_for(self.settings).next_request(self.rng)
+        prompt = self.next_prompt(record)
         max_tokens = self.runtime.output_cap(self.settings, prompt, self.rng)
         body_obj = self.build_body(prompt, max_tokens)
         record.model = str(body_obj.get("model", ""))
         record.input_tokens = prompt.input_tokens_estimate
         record.input_tokens_estimated = True
         return json.dumps(body_obj).encode()
+
+    def next_prompt(self, record: RequestRecord) -> Any:
+        """The next request's :class:`~locust_llm.datasets.Prompt` (the class's data set);
+        sessions and trace replay override it and tag ``record`` (session, turn, trace line)."""
+        return self.runtime.dataset_for(self.settings).next_request(self.rng)
 
     def _finish(
         self, record: RequestRecord, timing: StreamTiming, usage_tokens: int | None
@@ -268,7 +276,7 @@ class LLMUser(User):
                 text = self._read_error_body(resp)
                 detail = text[:200].strip() or "(empty body)"  # no cause invented for it
                 raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
-            if self.options.no_stream:
+            if self.options.no_stream or not self.adapter.streams:
                 return self._read_whole(resp, record, timing)
             timing.stamped = hasattr(resp, "arrival_s")
             content_type = str(resp.get("content-type", "") or "")
@@ -302,8 +310,9 @@ class LLMUser(User):
             chunk = self.adapter.parse_body(data)
         except ValueError as exc:
             raise RequestFailed("bad_payload", str(exc)) from None
-        if chunk.prompt_tokens >= 0:
-            record.input_tokens, record.input_tokens_estimated = chunk.prompt_tokens, False
+        _take_usage(record, chunk)
+        if self.answer_sink is not None:
+            self.answer_sink.append(data)
         return chunk.completion_tokens if chunk.completion_tokens >= 0 else None
 
     def _read_stream(self, resp: Any, record: RequestRecord, timing: StreamTiming) -> int | None:
@@ -313,6 +322,7 @@ class LLMUser(User):
         classify = self.adapter.classify
         data_payload = sse.data_payload
         first_token = llm_events.first_token
+        sink = self.answer_sink
         usage_tokens: int | None = None
         prev_usage = 0
         readline = resp.readline
@@ -343,11 +353,7 @@ class LLMUser(User):
                     raise RequestFailed(classify_http_error(500, chunk.error), chunk.error[:200])
                 if chunk.completion_tokens >= 0:
                     usage_tokens = chunk.completion_tokens
-                    if chunk.prompt_tokens >= 0:
-                        record.input_tokens = chunk.prompt_tokens
-                        record.input_tokens_estimated = False
-                    if chunk.reasoning_tokens >= 0:
-                        record.reasoning_tokens = chunk.reasoning_tokens
+                    _take_usage(record, chunk)
                 if chunk.content or chunk.reasoning:
                     if not times:
                         first_token.fire(record=record, ttft_s=now - timing.t0)
@@ -359,9 +365,20 @@ class LLMUser(User):
                         prev_usage = chunk.completion_tokens
                     else:
                         tokens.append(0)
-                    if chunk.content and timing.first_content_time != timing.first_content_time:
-                        timing.first_content_time = now
+                    if chunk.content:
+                        if timing.first_content_time != timing.first_content_time:
+                            timing.first_content_time = now
+                        if sink is not None:
+                            sink.append(payload)
+                    if (
+                        chunk.reasoning
+                        and timing.first_reasoning_time != timing.first_reasoning_time
+                    ):
+                        timing.first_reasoning_time = now
             elif kind == sse.KIND_DONE:
+                if chunk is not None and chunk.completion_tokens >= 0:  # an end event with usage
+                    usage_tokens = chunk.completion_tokens  # (the Responses API's completed)
+                    _take_usage(record, chunk)
                 done = True
                 timing.end_time = now
                 break
@@ -392,6 +409,17 @@ def not_sse_failure(resp: Any, head: bytes) -> RequestFailed:
         if shown
         else f"expected text/event-stream, got {content_type} with an empty body",
     )
+
+
+def _take_usage(record: RequestRecord, chunk: sse.Chunk) -> None:
+    """A usage chunk's prompt, reasoning and cached token counts onto the record."""
+    if chunk.prompt_tokens >= 0:
+        record.input_tokens = chunk.prompt_tokens
+        record.input_tokens_estimated = False
+    if chunk.reasoning_tokens >= 0:
+        record.reasoning_tokens = chunk.reasoning_tokens
+    if chunk.cached_tokens >= 0:
+        record.cached_tokens = chunk.cached_tokens
 
 
 class ChatUser(LLMUser):

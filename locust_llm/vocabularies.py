@@ -247,6 +247,7 @@ register_vocabulary(Vocabulary("vllm", "vLLM (vllm:*)", (
     MetricMap("vllm:request_prefill_time_seconds_sum", "phase_prefill_s"),
     MetricMap("vllm:request_decode_time_seconds_sum", "phase_decode_s"),
     MetricMap("vllm:request_queue_time_seconds_count", "phase_requests"),
+    MetricMap("vllm:prefix_cache_queries_total", "prefix_cache_queries"),  # tokens
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("sglang", "SGLang (sglang:*)", (

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from locust_llm.metrics import RECORD_FIELDS
+from locust_llm.metrics import RECORD_FIELDS, RequestRecord
 from locust_llm.rundir import REQUESTS_FILE, TELEMETRY_FILE, RunInfo, Stage, write_run_info
 
 GIB = 1024**3
@@ -232,6 +232,10 @@ def _records(spec: Stage, s: StageSpec, rng: np.random.Generator, workers: int) 
             "input_tokens_estimated": False,
         }
     )
+    defaults = RequestRecord(request_id="", endpoint="").to_dict()
+    for name in RECORD_FIELDS:  # fields the factory does not vary: the record's defaults
+        if name not in frame:
+            frame[name] = defaults[name]
     return frame[list(RECORD_FIELDS)]
 
 

@@ -34,6 +34,7 @@ from locust_llm.recorder import Recorder
 LOCUST_FACING = (
     "locust_llm.user",
     "locust_llm.shapes",
+    "locust_llm.workloads.users",
     "locust_llm.sweep_locustfile",
     "locust_llm.client.runtime",
     "locust_llm.client.transport",

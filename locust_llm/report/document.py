@@ -551,6 +551,8 @@ def _client_delay(report: Report) -> list[Section]:
 
 def document(report: Report) -> Document:
     """The report as sections, in reading order (the module docstring)."""
+    from locust_llm.report.workloads import sections as workload_sections  # imports this module
+
     info = report.run.info
     sections = [
         _overview(report),
@@ -565,6 +567,7 @@ def document(report: Report) -> Document:
         Section("histograms", "Latency histograms", (Chart("histograms"),)),
         *_detail_sections(report),
         *_client_delay(report),
+        *workload_sections(report),
         *_soak(report),
         *_comparison(report),
     ]

@@ -60,6 +60,8 @@ def _usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
 class ChunkFormatter:
     """Encodes the chunks of one streamed answer; ``chat`` picks the chat or completion shape."""
 
+    done = DONE  # what follows the usage chunk
+
     __slots__ = (
         "_chat",
         "_continuous",
@@ -166,5 +168,133 @@ def full_response(
         "model": model,
         "choices": [choice],
         "usage": _usage(prompt_tokens, completion_tokens, cached_tokens),
+    }
+    return json.dumps(body).encode()
+
+
+# ---- the Responses API (/v1/responses) and embeddings (/v1/embeddings) -----------------------
+
+
+def _event(kind: str, obj: dict[str, Any]) -> bytes:
+    """One typed SSE event of the Responses API: ``event:`` line, ``data:`` JSON with type."""
+    data = json.dumps({"type": kind, **obj}, separators=(",", ":"))
+    return b"event: " + kind.encode() + b"\ndata: " + data.encode() + b"\n\n"
+
+
+class ResponsesFormatter:
+    """Encodes one Responses API answer: the streamed events, or the whole ``response``.
+
+    Stream: ``response.created``, ``response.output_item.added``,
+    ``response.content_part.added``, one ``response.output_text.delta`` per chunk, then
+    ``response.output_text.done`` and ``response.completed`` (``response.incomplete`` when
+    ``max_output_tokens`` cut the answer) whose ``response.usage`` has ``input_tokens``,
+    ``output_tokens`` and ``input_tokens_details.cached_tokens``. No ``[DONE]``.
+    """
+
+    done = b""  # the stream ends with response.completed
+
+    def __init__(
+        self, *, request_id: str, model: str, prompt_tokens: int, created: int | None = None
+    ) -> None:
+        self.id, self.model, self._prompt = request_id, model, prompt_tokens
+        self.created = int(time.time()) if created is None else created
+        self.item_id = "msg_" + request_id
+        self._text: list[str] = []
+        self._seq = 0
+        self._finish = "stop"
+
+    def _next(self, kind: str, obj: dict[str, Any]) -> bytes:
+        self._seq += 1
+        return _event(kind, {"sequence_number": self._seq, **obj})
+
+    def _response(self, status: str, usage: dict[str, Any] | None) -> dict[str, Any]:
+        text = "".join(self._text)
+        output = [
+            {
+                "id": self.item_id,
+                "type": "message",
+                "role": "assistant",
+                "status": "completed" if status != "in_progress" else "in_progress",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]
+                if text
+                else [],
+            }
+        ]
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "model": self.model,
+            "status": status,
+            "output": output if status != "in_progress" else [],
+            "usage": usage,
+        }
+        if status == "incomplete":
+            body["incomplete_details"] = {"reason": "max_output_tokens"}
+        return body
+
+    def role(self) -> bytes:
+        item = {"id": self.item_id, "type": "message", "role": "assistant", "content": []}
+        part = {"type": "output_text", "text": "", "annotations": []}
+        where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        return (
+            self._next("response.created", {"response": self._response("in_progress", None)})
+            + self._next("response.output_item.added", {"output_index": 0, "item": item})
+            + self._next("response.content_part.added", {**where, "part": part})
+        )
+
+    def content(self, text: str, completion_tokens: int, finish_reason: str | None = None) -> bytes:
+        self._text.append(text)
+        if finish_reason is not None:
+            self._finish = finish_reason
+        where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        return self._next("response.output_text.delta", {**where, "delta": text})
+
+    def _usage(self, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+        return {
+            "input_tokens": self._prompt,
+            "input_tokens_details": {"cached_tokens": cached_tokens},
+            "output_tokens": completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": self._prompt + completion_tokens,
+        }
+
+    def usage(self, completion_tokens: int, cached_tokens: int = 0) -> bytes:
+        """The closing events: text done, then completed (or incomplete) with the usage."""
+        where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        status = "incomplete" if self._finish == "length" else "completed"
+        response = self._response(status, self._usage(completion_tokens, cached_tokens))
+        return self._next(
+            "response.output_text.done", {**where, "text": "".join(self._text)}
+        ) + self._next(f"response.{status}", {"response": response})
+
+    def whole(self, text: str, completion_tokens: int, finish: str, cached_tokens: int) -> bytes:
+        """A non-streamed ``response`` object as JSON bytes."""
+        self._text, self._finish = [text], finish
+        status = "incomplete" if finish == "length" else "completed"
+        return json.dumps(
+            self._response(status, self._usage(completion_tokens, cached_tokens))
+        ).encode()
+
+
+#: Dimensions of the simulator's embeddings (deterministic unit vectors, not semantic ones).
+EMBEDDING_DIM = 64
+
+
+def embeddings_body(*, model: str, inputs: list[str], prompt_tokens: int) -> bytes:
+    """A ``/v1/embeddings`` answer: one unit vector per input, fixed by its text, and usage."""
+    import hashlib
+
+    data = []
+    for i, text in enumerate(inputs):
+        raw = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() * 2
+        vec = [b / 127.5 - 1.0 for b in raw[:EMBEDDING_DIM]]
+        norm = sum(v * v for v in vec) ** 0.5 or 1.0
+        data.append({"object": "embedding", "index": i, "embedding": [v / norm for v in vec]})
+    body = {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }
     return json.dumps(body).encode()

@@ -1,6 +1,8 @@
 """The simulator's HTTP front: OpenAI routes over the engine, faults, trace and ``/metrics``.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming and not),
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/responses``
+(the Responses API: typed events, ``response.completed`` with usage; streaming and not),
+``POST /v1/embeddings`` (one prefill of the batch's tokens, then one vector per input),
 ``GET /v1/models``, ``GET /health``, ``GET /metrics``. Bad requests get an OpenAI-style error
 JSON (400 bad body or parameters and requests that cannot fit, 404 unknown model or path, 405
 wrong method); nothing a client sends crashes the server.
@@ -27,7 +29,13 @@ from locust_llm.sim.faults import Fault, FaultPlan
 from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.http import HttpConnection, HttpRequest
 from locust_llm.sim.metrics import SimMetrics, build_registry, render
-from locust_llm.sim.openai_format import DONE, ChunkFormatter, error_body, full_response
+from locust_llm.sim.openai_format import (
+    ChunkFormatter,
+    ResponsesFormatter,
+    embeddings_body,
+    error_body,
+    full_response,
+)
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.scheduler import RealTimeScheduler
 from locust_llm.sim.textgen import (
@@ -97,7 +105,12 @@ class SimApp:
     def _route(self, conn: HttpConnection, req: HttpRequest) -> None:
         path = req.path.rstrip("/") or "/"
         gets = {"/health": self._health, "/v1/models": self._models, "/metrics": self._metrics}
-        posts = {"/v1/chat/completions": True, "/v1/completions": False}
+        posts = {
+            "/v1/chat/completions": "chat",
+            "/v1/completions": "completions",
+            "/v1/responses": "responses",
+            "/v1/embeddings": "embeddings",
+        }
         if path in gets:
             if req.method not in ("GET", "HEAD"):
                 raise BadRequest(405, f"{req.method} is not allowed on {path}; use GET")
@@ -105,7 +118,7 @@ class SimApp:
         elif path in posts:
             if req.method != "POST":
                 raise BadRequest(405, f"{req.method} is not allowed on {path}; use POST")
-            self._completion(conn, req, chat=posts[path])
+            self._completion(conn, req, api=posts[path])
         else:
             raise BadRequest(404, f"no route {path}; routes: {', '.join([*gets, *posts])}")
 
@@ -132,9 +145,10 @@ class SimApp:
         conn.respond(200, render(self.registry), content_type="text/plain; version=0.0.4")
 
     # ---- completions -------------------------------------------------------------------------
-    def _completion(self, conn: HttpConnection, req: HttpRequest, *, chat: bool) -> None:
+    def _completion(self, conn: HttpConnection, req: HttpRequest, *, api: str) -> None:
         arrival_wall, arrival_mono = time.time(), time.monotonic()
-        params = _parse_body(req.body, chat=chat, model_name=self.model_name)
+        chat = api != "completions"
+        params = _parse_api_body(req.body, api=api, model_name=self.model_name)
         prompt_tokens = params["prompt_tokens"]
         max_tokens, ignore_eos = params["max_tokens"], params["ignore_eos"]
         self.request_count += 1
@@ -148,12 +162,15 @@ class SimApp:
             )
         else:
             output, finish = (drawn, "stop") if drawn <= room else (max(room, 1), "length")
+        if api == "embeddings":  # one forward pass over the inputs: the first token ends it
+            output, finish = 1, "stop"
         fault = self.faults.draw()
         stream = Stream(
             self,
             conn,
             number=number,
             chat=chat,
+            api=api,
             params=params,
             output=output,
             finish=finish,
@@ -166,7 +183,7 @@ class SimApp:
             stream.reject_with_fault(fault)
             return
         hashes: tuple[bytes, ...] = ()
-        if self.config.enable_prefix_caching:
+        if self.config.enable_prefix_caching and api != "embeddings":
             # prompt + the answer it will get: a follow-up turn that quotes the answer reuses
             # its blocks too, as in vLLM
             answer = answer_pieces(self.config.seed, number, output, chat=chat)
@@ -216,14 +233,65 @@ def _drop(conn: HttpConnection) -> None:
         hook()
 
 
-def _parse_body(body: bytes, *, chat: bool, model_name: str) -> dict[str, Any]:
-    """Validate a completion request body; BadRequest names the first problem."""
+def _json_object(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise BadRequest(400, "request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise BadRequest(400, "request body must be a JSON object")
+    return data
+
+
+def _parse_api_body(body: bytes, *, api: str, model_name: str) -> dict[str, Any]:
+    """Validate a request body of ``api``; BadRequest names the first problem. Responses and
+    embeddings requests are read as the chat / completion request they amount to."""
+    data = _json_object(body)
+    if api == "responses":
+        return {**_parse_body(_responses_as_chat(data), chat=True, model_name=model_name)}
+    if api == "embeddings":
+        inputs = data.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if (
+            not isinstance(inputs, list)
+            or not inputs
+            or not all(isinstance(x, str) and x for x in inputs)
+        ):
+            raise BadRequest(400, "'input' must be a non-empty string or list of strings", "input")
+        texts = list(inputs)
+        params = _parse_body({**data, "prompt": " ".join(texts)}, chat=False, model_name=model_name)
+        params["prompt_tokens"] = sum(max(estimate_tokens(t), 1) for t in texts)
+        params["inputs"], params["stream"] = texts, False
+        return params
+    return _parse_body(data, chat=api == "chat", model_name=model_name)
+
+
+def _responses_as_chat(data: dict[str, Any]) -> dict[str, Any]:
+    """A Responses API request as the chat request it amounts to."""
+    given = data.get("input")
+    if isinstance(given, str):
+        messages: list[Any] = [{"role": "user", "content": given}]
+    elif isinstance(given, list) and given:
+        messages = list(given)
+    else:
+        raise BadRequest(400, "'input' must be a string or a non-empty list of messages", "input")
+    if isinstance(data.get("instructions"), str) and data["instructions"]:
+        messages.insert(0, {"role": "system", "content": data["instructions"]})
+    chat: dict[str, Any] = {
+        "model": data.get("model"),
+        "messages": messages,
+        "stream": data.get("stream", False),
+        "stream_options": {"include_usage": True},
+        "ignore_eos": data.get("ignore_eos", False),
+    }
+    if "max_output_tokens" in data:
+        chat["max_tokens"] = data["max_output_tokens"]
+    return chat
+
+
+def _parse_body(data: dict[str, Any], *, chat: bool, model_name: str) -> dict[str, Any]:
+    """Validate a chat or completion request; BadRequest names the first problem."""
     model = data.get("model")
     if model is not None and model != model_name:
         raise BadRequest(404, f"The model `{model}` does not exist.", "model")
@@ -291,6 +359,7 @@ class Stream:
         number: int,
         chat: bool,
         params: dict[str, Any],
+        api: str = "",
         output: int,
         finish: str,
         fault: Fault | None,
@@ -299,15 +368,18 @@ class Stream:
         client_request_id: str = "",
     ) -> None:
         self.app, self.conn, self.chat = app, conn, chat
+        self.api = api or ("chat" if chat else "completions")
+        self.inputs: list[str] = params.get("inputs", [])
         self.client_request_id = client_request_id
         self.streaming: bool = params["stream"]
         self.prompt_tokens: int = params["prompt_tokens"]
         self.output, self.finish_reason, self.fault = output, finish, fault
         self.arrival_wall, self.arrival_mono = arrival_wall, arrival_mono
         self.number = number
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-sim{number:08d}"
+        prefix = {"chat": "chatcmpl", "responses": "resp", "embeddings": "embd"}.get(self.api)
+        self.id = f"{prefix or 'cmpl'}-sim{number:08d}"
         self.words = WordStream(app.config.seed, number)
-        self.fmt = ChunkFormatter(
+        self.fmt: ChunkFormatter | ResponsesFormatter = ChunkFormatter(
             chat=chat,
             request_id=self.id,
             model=app.model_name,
@@ -315,6 +387,10 @@ class Stream:
             include_usage=params["include_usage"],
             continuous_usage=params["continuous_usage"],
         )
+        if self.api == "responses":
+            self.fmt = ResponsesFormatter(
+                request_id=self.id, model=app.model_name, prompt_tokens=self.prompt_tokens
+            )
         self.req: SimRequest | None = None
         self.generated = 0
         self.pending: list[str] = []
@@ -371,7 +447,9 @@ class Stream:
         last = self.generated >= self.output
         if not self.streaming:
             self.text.append(word)
-            if last:
+            if last and self.api in ("responses", "embeddings"):
+                self._send(self._whole_other_api(), self.generated, last=True)
+            elif last:
                 body = full_response(
                     chat=self.chat,
                     request_id=self.id,
@@ -401,7 +479,7 @@ class Stream:
         self.pending.clear()
         if last:
             cached = self.req.cached_tokens if self.req is not None else 0
-            data += fmt.usage(self.generated, cached) + DONE
+            data += fmt.usage(self.generated, cached) + fmt.done
         self._send(data, self.generated, last=last)
         if fault is None or self.done:
             return
@@ -412,6 +490,16 @@ class Stream:
             self._complete("fault:disconnect", 200)
         elif fault.kind == "stall" and self.chunks_sent == 1 and not last:
             self._hold(time.monotonic() + fault.arg)
+
+    def _whole_other_api(self) -> bytes:
+        """The non-streamed body of a Responses API or embeddings request."""
+        cached = self.req.cached_tokens if self.req is not None else 0
+        if isinstance(self.fmt, ResponsesFormatter):
+            text = "".join(self.text)
+            return self.fmt.whole(text, self.generated, self.finish_reason, cached)
+        return embeddings_body(
+            model=self.app.model_name, inputs=self.inputs, prompt_tokens=self.prompt_tokens
+        )
 
     def fail(self, kind: str) -> None:
         """The engine failed the request (``oom``)."""
@@ -428,7 +516,7 @@ class Stream:
         else:
             if self.held or self.hold_until:
                 self._flush_held()
-            event = b"data: " + error_body(500, message) + b"\n\n" + DONE
+            event = b"data: " + error_body(500, message) + b"\n\n" + self.fmt.done
             self._send(event, 0, last=True)
         self._complete(kind, 500)
 
@@ -513,7 +601,7 @@ class Stream:
             {
                 "id": self.id,
                 "client_request_id": self.client_request_id,
-                "endpoint": "chat" if self.chat else "completions",
+                "endpoint": self.api,
                 "stream": self.streaming,
                 "arrival": self.arrival_wall,
                 **times,

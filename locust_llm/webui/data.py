@@ -191,7 +191,33 @@ def latest_signals(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
     newest scrape time used.
     """
     values, newest = _newest_combined(rows, PANEL_SIGNALS)
-    return {**values, "time_s": newest}
+    return {**values, "time_s": newest, "prefix_cache_hit_rate": prefix_cache_hit_rate(rows)}
+
+
+#: Seconds of the servers' prefix-cache counters the live hit rate covers.
+HIT_RATE_WINDOW_S = 30.0
+_CACHE_COUNTERS = ("prompt_tokens_cached_total", "prefix_cache_queries")
+
+
+def prefix_cache_hit_rate(
+    rows: Sequence[Sequence[Any]], window_s: float = HIT_RATE_WINDOW_S
+) -> float | None:
+    """Prompt tokens the servers' prefix caches served / looked up over the newest
+    ``window_s`` of their counters (each server's increase, summed); None without lookups."""
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for time_s, source, signal, _gpu, value in rows:
+        if signal in _CACHE_COUNTERS and value == value:
+            spans.setdefault((str(source), str(signal)), []).append((float(time_s), float(value)))
+    if not spans:
+        return None
+    newest = max(t for points in spans.values() for t, _ in points)
+    increase = dict.fromkeys(_CACHE_COUNTERS, 0.0)
+    for (_source, signal), points in spans.items():
+        recent = sorted(p for p in points if p[0] >= newest - window_s)
+        if recent:
+            increase[signal] += recent[-1][1] - recent[0][1]
+    queries = increase["prefix_cache_queries"]
+    return increase["prompt_tokens_cached_total"] / queries if queries > 0 else None
 
 
 def signal_series(rows: Sequence[Sequence[Any]], since_s: float) -> dict[str, list]:

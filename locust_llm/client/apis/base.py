@@ -45,6 +45,8 @@ class ApiAdapter:
 
     name: ClassVar[str] = ""
     path: ClassVar[str] = ""
+    #: False: the API answers with one JSON body (embeddings), read by ``parse_body``
+    streams: ClassVar[bool] = True
 
     def build_body(self, request: BodyRequest) -> dict[str, Any]:
         raise NotImplementedError

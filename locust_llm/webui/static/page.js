@@ -123,6 +123,7 @@
       card("GPU memory GiB", gib(s.mem_used_bytes) + " / " + gib(s.mem_total_bytes)) +
       card("DRAM bandwidth %", num(s.dram_bw_util, 100, 0)) +
       card("KV cache %", num(s.kv_cache_usage, 100, 0)) +
+      card("prefix cache hit % (30 s)", num(s.prefix_cache_hit_rate, 100, 0)) +
       card("running", num(s.running, 1, 0)) + card("waiting", num(s.waiting, 1, 0)) +
       (age === null ? "" : '<div class="asof" id="gpu-asof">' + (stale ? "last values, " : "") +
         "as of " + clock(s.time_s) + " (" + Math.round(age) + " s ago" +

@@ -1,0 +1,138 @@
+"""Which share of a workload this process takes: worker ``index`` of ``count`` (Locust-facing).
+
+Sessions and trace lines are numbered; process ``index`` of ``count`` takes the numbers ``n``
+with ``n % count == index``, so every one is run by exactly one worker. The master decides the
+partition when the test starts (its connected workers, sorted by id) and sends each worker its
+own before Locust's first spawn message; a trace replay sends it again with the schedule's
+origin (the wall-clock instant of the trace's time 0). One process alone is ``0 of 1``.
+
+Locust connects a worker before the worker's ``init`` registers message handlers, so a share
+sent early could be lost: each worker also asks for its share at init, and its users wait until
+they know it. A worker the partition counted gets its share again; a worker that connects while
+a test runs gets an empty share (``count`` 0): it takes nothing, so the running workers' shares
+stay exactly once.
+
+Locust is imported only by the functions that talk to its runner, so :class:`Partition` stays
+pure (the unit tests import it without Locust).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+MSG_PARTITION = "llm_partition"
+MSG_PARTITION_ASK = "llm_partition_ask"
+UNKNOWN = -1  # a worker's count until the master answers
+
+
+@dataclass(slots=True)
+class Partition:
+    """This process's share; ``origin_wall_s`` = a trace's time 0 (nan until a replay starts)."""
+
+    index: int = 0
+    count: int = 1
+    origin_wall_s: float = math.nan
+
+    @property
+    def known(self) -> bool:
+        return self.count != UNKNOWN
+
+    @property
+    def empty(self) -> bool:
+        """A worker that joined after the partition was made: it has no share."""
+        return self.count <= 0
+
+    def owns(self, number: int) -> bool:
+        return not self.empty and number % self.count == self.index
+
+
+_partitions: dict[int, Partition] = {}
+_sent: dict[int, dict[str, dict[str, Any]]] = {}  # master: environment -> worker -> its share
+
+
+def partition(environment: Any) -> Partition:
+    """The partition of ``environment``'s process (``0 of 1`` until the master says otherwise)."""
+    part = _partitions.get(id(environment))
+    if part is None:
+        part = _partitions[id(environment)] = Partition()
+    return part
+
+
+def send_partitions(environment: Any, origin_wall_s: float = math.nan) -> int:
+    """Master (or a lone process): hand out the partition; returns the number of shares."""
+    from locust.runners import MasterRunner
+
+    runner = environment.runner
+    part = partition(environment)
+    part.origin_wall_s = origin_wall_s
+    if not isinstance(runner, MasterRunner):
+        part.index, part.count = 0, 1
+        return 1
+    workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
+    sent = _sent.setdefault(id(environment), {})
+    sent.clear()
+    for index, worker in enumerate(workers):
+        data = {"index": index, "count": len(workers), "origin_wall_s": origin_wall_s}
+        sent[worker] = data
+        runner.send_message(MSG_PARTITION, data, client_id=worker)
+    return max(len(workers), 1)
+
+
+def _receive(environment: Any, msg: Any, **_kw: Any) -> None:
+    part = partition(environment)
+    part.index, part.count = int(msg.data["index"]), int(msg.data["count"])
+    part.origin_wall_s = float(msg.data["origin_wall_s"])
+
+
+def _on_init(environment: Any, **_kw: Any) -> None:
+    from locust.runners import MasterRunner, WorkerRunner
+
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        # Locust connects a worker before its init: ask for the share now that the answer has
+        # a handler, and let no user take a share until it is known
+        partition(environment).count = UNKNOWN
+        runner.register_message(MSG_PARTITION, _receive)
+        runner.send_message(MSG_PARTITION_ASK, None)
+    elif isinstance(runner, MasterRunner):
+        runner.register_message(
+            MSG_PARTITION_ASK, lambda env, msg, **_kw: _answer(env, str(msg.node_id))
+        )
+
+
+def _answer(environment: Any, client_id: str) -> None:
+    """Master: a worker asks for its share (once, at its init). A worker the partition counted
+    gets its share again (the first send may have come before it could read it); a newcomer to
+    a running test gets an empty share, so the others' stay whole; before the test starts,
+    test_start answers every worker."""
+    runner = environment.runner
+    data = _sent.get(id(environment), {}).get(client_id)
+    if data is None and getattr(runner, "state", "") in ("spawning", "running"):
+        data = {"index": -1, "count": 0, "origin_wall_s": math.nan}
+    if data is not None:
+        runner.send_message(MSG_PARTITION, data, client_id=client_id)
+
+
+def _on_test_start(environment: Any, **_kw: Any) -> None:
+    from locust.runners import WorkerRunner
+
+    # a shape's first tick may come before test_start and have set the origin already
+    if not isinstance(environment.runner, WorkerRunner):
+        send_partitions(environment, partition(environment).origin_wall_s)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Register the listeners on Locust's events (once; importing :mod:`.users` does it)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    from locust import events
+
+    events.init.add_listener(_on_init)
+    events.test_start.add_listener(_on_test_start)

@@ -1,0 +1,358 @@
+"""SessionUser and TraceReplayUser: the user classes of multi-turn sessions and trace replay.
+
+``SessionUser`` runs one conversation at a time, one request per turn, carrying the history
+(the server's answers by default), with ``think_time_s`` between turns; every record carries
+``session_id`` and ``turn``. ``TraceReplayUser`` sends the lines of ``trace`` at their trace
+times (divided by ``speedup``) from the replay's origin, open loop: a pool of users, each
+claiming the next line of this process's partition and waiting for its time; its record keeps
+the scheduled time (dispatch delay = start - scheduled) and ``trace_line``. A line the run
+ends before sending is recorded as ``cancelled`` (counted, never silently dropped). Run it
+with :class:`locust_llm.shapes.TraceShape`, which starts the replay on every worker at one
+origin. See docs/workloads.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, ClassVar, NoReturn
+
+import gevent
+from locust.exception import StopUser
+
+from locust_llm.datasets import Prompt
+from locust_llm.metrics import RequestRecord, StreamTiming
+from locust_llm.user import ChatUser, LLMUser
+from locust_llm.workloads import partition as parts
+from locust_llm.workloads.sessions import (
+    HISTORY_MODES,
+    Conversation,
+    SessionBook,
+    ThinkTime,
+    answer_text,
+    flatten,
+    load_sessions,
+    message_tokens,
+)
+from locust_llm.workloads.traces import (
+    MOONCAKE_BLOCK_TOKENS,
+    TraceLine,
+    read_trace,
+    trace_prompt,
+    window,
+)
+
+parts.install()
+
+_POLL_S = 0.05
+_books: dict[tuple[int, type], Any] = {}
+
+
+def _book(user: Any, make: Any) -> Any:
+    """One shared object per (process runtime, user class): the users' common cursor."""
+    key = (id(user.runtime), type(user))
+    book = _books.get(key)
+    if book is None or book[0] is not user.runtime:
+        book = _books[key] = (user.runtime, make())
+    return book[1]
+
+
+def _share(user: Any) -> parts.Partition:
+    """This worker's share, once the master has said it (a new worker waits for the answer)."""
+    part = parts.partition(user.environment)
+    while not part.known:
+        if user._stopping() or user.runtime.gate.stopped:
+            raise StopUser()
+        gevent.sleep(_POLL_S)
+    if part.empty:
+        _idle_until_stopped(user)
+    return part
+
+
+def _idle_until_stopped(user: Any) -> NoReturn:
+    """Send nothing more: wait for the run to stop this user."""
+    while not (user._stopping() or user.runtime.gate.stopped):
+        gevent.sleep(_POLL_S * 4)
+    raise StopUser()
+
+
+class SessionUser(ChatUser):
+    """Multi-turn conversations: one request per turn, the history carried, think time between.
+
+    ``sessions``: ``synthetic`` (``session_turns`` turns of ``turn_input_len`` words, answers
+    capped at ``turn_output_len``), or a ShareGPT JSON / JSONL conversations file.
+    ``history``: ``server`` (carry the server's answers) or ``dataset`` (the file's replies).
+    """
+
+    abstract = True
+    sessions: ClassVar[str] = "synthetic"
+    session_turns: ClassVar[str] = "uniform:2,6"
+    turn_input_len: ClassVar[str] = "fixed:128"
+    turn_output_len: ClassVar[str] = "fixed:64"
+    think_time_s: ClassVar[str | float] = 0.0
+    history: ClassVar[str] = "server"
+
+    def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        if self.history not in HISTORY_MODES:
+            raise ValueError(f"history {self.history!r}: expected one of {HISTORY_MODES}")
+        self._think = ThinkTime(self.think_time_s)
+        self._conversation: Conversation | None = None
+        self._wait_s = 0.0
+
+    def wait_time(self) -> float:  # type: ignore[override]
+        """Locust's wait between tasks: the think time before the next turn (0 between
+        sessions)."""
+        return self._wait_s
+
+    def generate(self) -> None:  # type: ignore[override]
+        """One turn; a worker without a share of the sessions (it joined a running test)
+        sends nothing and idles until the run stops."""
+        _share(self)
+        LLMUser.generate(self)
+
+    def _session_book(self) -> SessionBook:
+        def make() -> SessionBook:
+            return SessionBook(
+                load_sessions(
+                    self.sessions,
+                    turns=self.session_turns,
+                    input_len=self.turn_input_len,
+                    output_len=self.turn_output_len,
+                    seed=self.options.seed,
+                )
+            )
+
+        book: SessionBook = _book(self, make)
+        return book
+
+    def next_prompt(self, record: RequestRecord) -> Prompt:
+        conv = self._conversation
+        if conv is None or conv.done:
+            part = parts.partition(self.environment)
+            session = self._session_book().take(part.index, part.count)
+            conv = self._conversation = Conversation(session, self.history)
+        record.session_id, record.turn = conv.session.session_id, conv.turn
+        messages = conv.messages()
+        return Prompt(messages, flatten(messages), message_tokens(messages), conv.max_tokens())
+
+    def send(self, *, scheduled_wall_s: float = math.nan) -> RequestRecord:
+        self.answer_sink = []
+        try:
+            record = super().send(scheduled_wall_s=scheduled_wall_s)
+        finally:
+            payloads, self.answer_sink = self.answer_sink, None
+        conv = self._conversation
+        if conv is None or conv.session.session_id != record.session_id:
+            return record
+        if record.ok:
+            conv.answered(answer_text(payloads))
+        if not record.ok or conv.done:  # a failed turn ends its session: no answer to carry
+            self._conversation, self._wait_s = None, 0.0
+        else:
+            self._wait_s = self._think.sample_s(self.rng)
+        return record
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A trace ready to replay: its lines (windowed) and how fast."""
+
+    lines: list[TraceLine]
+    speedup: float
+    block_tokens: int
+
+    @property
+    def span_s(self) -> float:
+        """Wall-clock seconds from the first line's send to the last's."""
+        return (self.lines[-1].time_s / self.speedup) if self.lines else 0.0
+
+    def peak_rate_per_s(self) -> float:
+        """Most lines sent in any one wall-clock second."""
+        best, lo = 0, 0
+        times = [x.time_s / self.speedup for x in self.lines]
+        for hi, t in enumerate(times):
+            while times[lo] <= t - 1.0:
+                lo += 1
+            best = max(best, hi - lo + 1)
+        return float(best)
+
+
+_replays: dict[tuple[str, float, float, float, int], Replay] = {}
+
+
+def load_replay(user_class: Any) -> Replay:
+    """The replay a ``TraceReplayUser`` class describes (read once per process)."""
+    speedup = float(user_class.speedup)
+    if not speedup > 0:
+        raise ValueError(f"{user_class.__name__}.speedup must be > 0, got {speedup!r}")
+    start_s, end_s = user_class.trace_window_s
+    key = (str(user_class.trace), speedup, float(start_s), float(end_s), user_class.block_tokens)
+    replay = _replays.get(key)
+    if replay is None:
+        lines = window(read_trace(key[0]), key[2], key[3])
+        replay = _replays[key] = Replay(lines, speedup, user_class.block_tokens)
+    return replay
+
+
+class TraceBook:
+    """This process's lines of a replay (its partition), claimed in time order by its users."""
+
+    def __init__(self, replay: Replay) -> None:
+        self.replay = replay
+        self.owned: list[TraceLine] | None = None
+        self.claimed = 0
+
+    def claim(self, part: parts.Partition) -> TraceLine | None:
+        if self.owned is None:
+            self.owned = [x for x in self.replay.lines if part.owns(x.index)]
+        if self.claimed >= len(self.owned):
+            return None
+        line = self.owned[self.claimed]
+        self.claimed += 1
+        return line
+
+    def unclaimed(self, part: parts.Partition) -> list[TraceLine]:
+        """Lines not claimed yet (all of this partition's before the first claim); claims them."""
+        if self.owned is None:
+            self.owned = [x for x in self.replay.lines if part.owns(x.index)]
+        rest = self.owned[self.claimed :]
+        self.claimed += len(rest)
+        return rest
+
+
+class TraceReplayUser(ChatUser):
+    """Replays ``trace`` open loop on its timestamps (run with ``shapes.TraceShape``).
+
+    ``speedup`` divides the trace's times; ``trace_window_s = (start, end)`` keeps that part of
+    the trace (seconds of trace time); ``block_tokens``: tokens per hash id (Mooncake: 512).
+    ``replay_users``: the pool size (None: from the trace's peak rate).
+    """
+
+    abstract = True
+    trace: ClassVar[str] = ""
+    speedup: ClassVar[float] = 1.0
+    trace_window_s: ClassVar[tuple[float, float]] = (0.0, math.inf)
+    block_tokens: ClassVar[int] = MOONCAKE_BLOCK_TOKENS
+    replay_users: ClassVar[int | None] = None
+
+    def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        self._line: TraceLine | None = None
+        self._prompt: Prompt | None = None
+
+    def wait_time(self) -> float:  # type: ignore[override]
+        return 0.0
+
+    def _trace_book(self) -> TraceBook:
+        book: TraceBook = _book(self, lambda: TraceBook(load_replay(type(self))))
+        return book
+
+    def _origin_wall_s(self) -> float:
+        """The replay's time 0 (the shape sends it); without a shape, this process's first
+        claim (each process on its own clock)."""
+        part = parts.partition(self.environment)
+        while math.isnan(part.origin_wall_s):
+            if self.environment.shape_class is None:
+                part.origin_wall_s = time.time()
+                break
+            if self._stopping() or self.runtime.gate.stopped:
+                raise StopUser()
+            gevent.sleep(_POLL_S)
+        return part.origin_wall_s
+
+    def generate(self) -> None:  # type: ignore[override]
+        """Claim this process's next line, wait for its time, send it (or record it unsent)."""
+        gate = self.runtime.gate
+        _share(self)
+        if not gate.acquire(self._stopping):  # the replay stage has no quota: instant
+            raise StopUser()
+        stage = gate.stage
+        origin = self._origin_wall_s()
+        book = self._trace_book()
+        line = book.claim(parts.partition(self.environment))
+        if line is None:  # this process's lines are all claimed: idle until the run stops
+            gate.release(stage)
+            _idle_until_stopped(self)
+        when = origin + line.time_s / book.replay.speedup
+        # the prompt is built while waiting, so its cost is not part of the dispatch delay
+        self._line = line
+        self._prompt = trace_prompt(line, block_tokens=book.replay.block_tokens)
+        try:
+            if not gate.wait_until(when, stage, self._stopping):
+                gate.release(stage)
+                self.record_not_sent(line, when, "the run ended before its time")
+                raise StopUser()
+            self.send(scheduled_wall_s=when)
+        finally:
+            self._line, self._prompt = None, None
+
+    def next_prompt(self, record: RequestRecord) -> Prompt:
+        line, prompt = self._line, self._prompt
+        if line is None:  # send() called directly (not from the replay's own task)
+            line = self._trace_book().claim(parts.partition(self.environment))
+            if line is None:
+                raise StopUser()
+        record.trace_line = line.index
+        return prompt or trace_prompt(line, block_tokens=self._trace_book().replay.block_tokens)
+
+    def record_not_sent(self, line: TraceLine, scheduled_wall_s: float, why: str) -> None:
+        """One record for a line that was never sent (``cancelled``: the load test's doing)."""
+        record = RequestRecord(
+            request_id=str(uuid.uuid4()),
+            endpoint=self.endpoint,
+            worker_id=self.runtime.worker_id,
+            user_id=self.user_index,
+            stage=self.runtime.gate.stage,
+            scheduled_wall_s=scheduled_wall_s,
+            start_wall_s=time.time(),
+            error_kind="cancelled",
+            error_message=f"trace line {line.index} not sent: {why}",
+            trace_line=line.index,
+        )
+        self.runtime.request_done(self, record, StreamTiming(t0=0.0))
+
+    def on_stop(self) -> None:
+        """The run stops: the lines nobody claimed yet get their 'not sent' records."""
+        book = self._trace_book()
+        part = parts.partition(self.environment)
+        for line in book.unclaimed(part) if not math.isnan(part.origin_wall_s) else ():
+            when = part.origin_wall_s + line.time_s / book.replay.speedup
+            self.record_not_sent(line, when, "the run ended before its time")
+        super().on_stop()
+
+
+class EmbeddingsUser(LLMUser):
+    """``/v1/embeddings``: each request embeds ``batch_size`` prompts of the class's data set
+    (never streamed; the record's ``batch_inputs`` and ``input_tokens`` give inputs/s and
+    tokens/s)."""
+
+    abstract = True
+    api = "embeddings"
+    batch_size: ClassVar[int] = 1
+
+    def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        if self.batch_size < 1:
+            raise ValueError(f"{type(self).__name__}.batch_size must be >= 1")
+        self._batch: list[str] = []
+
+    def next_prompt(self, record: RequestRecord) -> Prompt:
+        source = self.runtime.dataset_for(self.settings)
+        prompts = [source.next_request(self.rng) for _ in range(self.batch_size)]
+        self._batch = [p.prompt for p in prompts]
+        record.batch_inputs = len(prompts)
+        tokens = sum(p.input_tokens_estimate for p in prompts)
+        return Prompt(prompts[0].messages, prompts[0].prompt, tokens, 1)
+
+    def build_body(self, prompt: Any, max_tokens: int) -> dict[str, Any]:
+        body = super().build_body(prompt, max_tokens)
+        body["input"] = list(self._batch) or body["input"]
+        return body
+
+
+# Locust adds a base class's tasks to every subclass's: replace LLMUser's with their own
+SessionUser.tasks = [SessionUser.generate]
+TraceReplayUser.tasks = [TraceReplayUser.generate]
