@@ -98,7 +98,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         runner.send_message(MSG_PARTITION_ASK, None)
     elif isinstance(runner, MasterRunner):
         runner.register_message(
-            MSG_PARTITION_ASK, lambda env, msg, **_kw: _answer(env, str(msg.node_id))
+            MSG_PARTITION_ASK,
+            lambda environment, msg, **_kw: _answer(environment, str(msg.node_id)),
         )
 
 
