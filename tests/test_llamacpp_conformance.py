@@ -143,8 +143,12 @@ def test_slot_count_is_the_batch_limit_and_all_slots_busy_at_concurrency_8(sweep
     assert top["busy_slots_per_decode"] > SLOTS - 1, top  # all 4 slots decode together
     low = sweep.stage_row(1)
     assert low["busy_slots_per_decode"] < 1.5, low
-    print("verdict at c=8:", json.dumps(sweep.summary["stage_verdicts"][-1], indent=1))
+    at_8 = sweep.summary["stage_verdicts"][-1]
+    print("verdict at c=8:", json.dumps(at_8, indent=1))
     print("overall verdict:", json.dumps(sweep.summary["verdict"], indent=1))
+    # the verdict names the slot limit (issue 16): requests wait for one of the 4 slots
+    assert at_8["stage"] == 3 and at_8["cause"] == "batch_limit_admission", at_8
+    assert at_8["resource"] == "batch slots", at_8
 
 
 def test_report_shows_estimated_shares_and_the_servers_counts_beside_ours(sweep: Sweep) -> None:
