@@ -104,6 +104,13 @@ def measure(loads: tuple[Load, ...], rounds: int, work: Path) -> list[dict[str, 
 def render(
     rows: list[dict[str, object]], command: str, rounds: int, load_avg: tuple[float, float]
 ) -> str:
+    busy = max(load_avg) > (os.cpu_count() or 1)
+    load_note = (
+        "above the core count: other processes competed for the cores and the rounds differ by "
+        "more than the clients do."
+        if busy
+        else "at most the core count: nothing else competed for long."
+    )
     lines = [
         "# Ours vs EvalScope on a real engine (llama.cpp's llama-server)",
         "",
@@ -111,8 +118,7 @@ def render(
         "shared with other engineers' processes: compare within a run). "
         f"Date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Python "
         f"{platform.python_version()}. Load average (1 min) at start / end: "
-        f"{load_avg[0]:.1f} / {load_avg[1]:.1f}: above 2, other processes competed for the "
-        "2 cores and the rounds differ by more than the clients do.",
+        f"{load_avg[0]:.1f} / {load_avg[1]:.1f}: {load_note}",
         "",
         "Command:",
         "",
