@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import os
 import platform
 import statistics
 import sys
@@ -153,10 +154,13 @@ def bench_soak(soak_s: float) -> dict:
     early = statistics.median(running[tenth - 1 : tenth + 4])
     late = statistics.median(running[-5:])
     return {"soak_s": soak_s, "records": records, "rate": records / soak_s,
-            "rss_early_mb": early, "rss_late_mb": late, "growth": late / early - 1}  # fmt: skip
+            "rss_early_mb": early, "rss_late_mb": late, "growth": late / early - 1,
+            "tenths": [(i * tenth, running[min(i * tenth, len(running) - 1)])
+                       for i in range(1, 11)],
+            "load_end": os.getloadavg()[0]}  # fmt: skip
 
 
-def write(day: dict, soak: dict | None, argv: list[str]) -> Path:
+def write(day: dict | None, soak: dict | None, argv: list[str]) -> Path:
     lines = [
         "# Master memory over a long run (durable records)",
         "",
@@ -165,6 +169,18 @@ def write(day: dict, soak: dict | None, argv: list[str]) -> Path:
         f"{platform.python_version()}, {platform.platform()}  ",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
         "",
+    ]
+    if day is not None:
+        lines += _day_lines(day)
+    if soak is not None:
+        lines += _soak_lines(soak)
+    path = ROOT / "bench" / "results" / ("memory.md" if day is not None else "memory_soak.md")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _day_lines(day: dict) -> list[str]:
+    lines = [
         f"## {day['hours']:g}-hour equivalent at {day['rate']:g} records/s: {day['records']:,} "
         "records into the master's recorder",
         "",
@@ -191,33 +207,42 @@ def write(day: dict, soak: dict | None, argv: list[str]) -> Path:
         f"{old_gb:.1f} GiB for the same day, all lost on SIGKILL",
         "",
     ]
-    if soak is not None:
-        lines += [
-            f"## Soak: one Locust process, {soak['soak_s']:.0f} s at the highest rate here",
-            "",
-            f"{soak['records']:,} requests ({soak['rate']:.0f} req/s, 16 users, 8-token streams "
-            "from the simulator). Locust process RSS (median of 5 one-second samples):",
-            "",
-            f"- after the first tenth: {soak['rss_early_mb']:.1f} MiB",
-            f"- at the end: {soak['rss_late_mb']:.1f} MiB",
-            f"- growth: {soak['growth'] * 100:+.1f}% (target < 5%)",
-            "",
-        ]
-    path = ROOT / "bench" / "results" / "memory.md"
-    path.write_text("\n".join(lines))
-    return path
+    return lines
+
+
+def _soak_lines(soak: dict) -> list[str]:
+    return [
+        f"## Soak: one Locust process, {soak['soak_s']:.0f} s at the highest rate here",
+        "",
+        f"{soak['records']:,} requests ({soak['rate']:.0f} req/s, 16 users, 8-token streams "
+        "from the simulator). Locust process RSS (median of 5 one-second samples):",
+        "",
+        f"- after the first tenth: {soak['rss_early_mb']:.1f} MiB",
+        f"- at the end: {soak['rss_late_mb']:.1f} MiB",
+        f"- growth: {soak['growth'] * 100:+.1f}% (target < 5%)",
+        f"- load average (1 min) at the end: {soak['load_end']:.2f}",
+        "",
+        "| seconds into the soak | RSS (MiB) |",
+        "|---:|---:|",
+        *(f"| {t} | {mb:.1f} |" for t, mb in soak.get("tenths", [])),
+        "",
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=100.0, help="records per second")
-    parser.add_argument("--hours", type=float, default=24.0, help="run length to replay")
+    parser.add_argument("--hours", type=float, default=24.0,
+                        help="run length to replay (0: no day, the soak alone, written to "
+                        "bench/results/memory_soak.md)")  # fmt: skip
     parser.add_argument("--flush-s", type=float, default=1.0, help="seconds per flush")
     parser.add_argument("--baseline-share", type=float, default=0.02,
                         help="share of the day the old list design is measured on")  # fmt: skip
     parser.add_argument("--soak-s", type=float, default=300.0, help="0: no soak")
     args = parser.parse_args()
-    day = bench_day(args.rate, args.hours, args.flush_s, args.baseline_share)
+    day = (
+        bench_day(args.rate, args.hours, args.flush_s, args.baseline_share) if args.hours else None
+    )
     soak = bench_soak(args.soak_s) if args.soak_s > 0 else None
     print(write(day, soak, sys.argv[1:]).read_text())
 

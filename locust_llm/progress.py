@@ -4,7 +4,8 @@ The figures come from what the master already serves: its web UI's ``/llm/stats`
 tab's JSON), polled once a second on 127.0.0.1. Per stage the line shows requests done (and
 the stage's target when it ends at a count), seconds since the stage began, the current QPS
 (completed requests over the last 10 s) and the TTFT P50 (the master's live histogram, since
-the run began). "Done" counts what the live stats had counted when the poll saw the stage
+the run began), and while the server cannot be reached, how many users are waiting out a
+back-off. "Done" counts what the live stats had counted when the poll saw the stage
 change, so it can be off by the requests of about one poll interval.
 
 On a terminal the line is redrawn in place (carriage return) and kept when the next stage
@@ -45,6 +46,7 @@ class Snapshot:
     qps: float = math.nan
     ttft_p50_s: float = math.nan
     failures: int = 0  # failed so far in the whole run (counted in ``requests`` too)
+    backing_off: int = 0  # users waiting out a back-off after connection errors now
 
 
 def stage_durations(spec: str) -> list[float]:
@@ -81,6 +83,7 @@ def snapshot_from_payload(payload: dict[str, Any]) -> Snapshot:
         qps=_number(total.get("requests_per_s")),
         ttft_p50_s=_number(total.get("ttft_p50_s")),
         failures=int(total.get("failures") or 0),
+        backing_off=int((payload.get("backoff") or {}).get("users_waiting") or 0),
     )
 
 
@@ -134,9 +137,14 @@ class ProgressLine:
         secs = f"{elapsed:.0f}/{duration:.0f} s" if math.isfinite(duration) else f"{elapsed:.0f} s"
         failed = max(snap.failures - self.baseline_failures, 0)
         errors = f", {num(failed)} failed ({failed / done:.0%})" if failed and done else ""
+        unreachable = (
+            f", {num(snap.backing_off)} users backing off (server unreachable)"
+            if snap.backing_off
+            else ""
+        )
         return (
             f"  stage {index + 1}/{stages} {cur.stage_name}: {count}{errors}, {secs}, "
-            f"QPS {qps}, TTFT P50 {ms(snap.ttft_p50_s)} ms"
+            f"QPS {qps}, TTFT P50 {ms(snap.ttft_p50_s)} ms{unreachable}"
         )
 
     def update(self, snap: Snapshot | None) -> None:

@@ -53,6 +53,8 @@ class Recorder:
         self.reconnects = 0  # requests resent on a fresh connection (this process)
         self.backoffs = 0  # waits after a connection error (this process)
         self.backoff_s = 0.0  # seconds users spent in them
+        self.backing_off = 0  # users in a back-off wait now (this process)
+        self.backing_off_by_worker: dict[str, int] = {}  # master: as of each worker's last batch
         self.reconnects_by_worker: dict[str, int] = {}  # master: as of each worker's last batch
         self.backoffs_by_worker: dict[str, int] = {}
         # master: worker id -> (requests sent, records produced) as of its last batch
@@ -90,6 +92,7 @@ class Recorder:
             recorded=self.recorded_total,
             reconnects=self.reconnects,
             backoffs=self.backoffs,
+            backing_off=self.backing_off,
         )
 
     def receive_batch(self, batch: RecordBatch) -> None:
@@ -104,11 +107,21 @@ class Recorder:
             self.received_by_worker_stage[(worker, row[_STAGE])] += 1
         self.reconnects_by_worker[worker] = batch.reconnects
         self.backoffs_by_worker[worker] = batch.backoffs
+        self.backing_off_by_worker[worker] = batch.backing_off
 
     @property
     def backoffs_total(self) -> int:
         """Back-off waits after connection errors in the whole run (here + every worker)."""
         return self.backoffs + sum(self.backoffs_by_worker.values())
+
+    @property
+    def backing_off_total(self) -> int:
+        """Users waiting out a back-off now (here + every worker's last batch)."""
+        return self.backing_off + sum(self.backing_off_by_worker.values())
+
+    def forget_worker_waits(self, worker: str) -> None:
+        """A lost worker's users wait no more (its back-off count leaves the live total)."""
+        self.backing_off_by_worker.pop(worker, None)
 
     @property
     def reconnects_total(self) -> int:

@@ -162,7 +162,11 @@ class LLMUser(User):
         delay_s = self.backoff.after(record.error_kind, self.rng)
         if delay_s > 0:  # the server is unreachable: wait (the stop or a new stage ends it)
             self.runtime.backing_off(delay_s, self.backoff.failures)
-            gate.wait_until(time.time() + delay_s, stage, self._stopping)
+            self.runtime.recorder.backing_off += 1  # live: users waiting now
+            try:
+                gate.wait_until(time.time() + delay_s, stage, self._stopping)
+            finally:
+                self.runtime.recorder.backing_off -= 1
 
     # ---- request building ---------------------------------------------------------------------
     def build_body(self, prompt: Any, max_tokens: int) -> dict[str, Any]:

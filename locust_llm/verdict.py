@@ -300,8 +300,17 @@ def _resources_text(ctx: Context) -> str:
     return (
         f"resource model {ctx.where}: MFU {pct(mfu)}, MBU {pct(mbu)} -> steps "
         f"{ctx.row.get('step_bound')}-bound; prompt tokens {pct(share)} of tokens computed "
-        f"({num(ctx.v('input_tokens_avg'), 0)} in / {num(ctx.v('output_tokens_avg'), 0)} out)"
+        f"({num(ctx.v('input_tokens_avg'), 0)} in / {num(ctx.v('output_tokens_avg'), 0)} out"
+        f"{_cache_text(ctx)})"
     )
+
+
+def _cache_text(ctx: Context) -> str:
+    """What the prefix cache served of the prompts, when it matters (>= 10%), or ""."""
+    n_in, cached = ctx.v("input_tokens_avg"), ctx.v("cached_tokens_avg")
+    if not (n_in > 0 and cached >= 0.1 * n_in):
+        return ""
+    return f"; {num(cached, 0)} of the {num(n_in, 0)} from the prefix cache ({pct(cached / n_in)})"
 
 
 def _step_cause(ctx: Context) -> str:

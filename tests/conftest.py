@@ -48,6 +48,18 @@ def run_locust(args: list[str], *, timeout: float = 120, env: dict[str, str] | N
     )  # fmt: skip
 
 
+def reap(*procs: subprocess.Popen) -> None:
+    """Kill what still runs, wait for it and close its pipes (a test that timed out in
+    ``communicate`` leaves them open, and their finaliser later fails an unrelated test)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     import socket
@@ -87,10 +99,7 @@ def run_distributed(
         for proc in procs[1:]:
             proc.wait(timeout=30)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        reap(*procs)
     return master.returncode, output
 
 

@@ -117,3 +117,23 @@ def test_vllm_phase_histograms_map_onto_the_phase_signals() -> None:
     got = {s: v for s, _, v in extract_signals(text)}
     assert got["phase_queue_s"] == 12.5 and got["phase_requests"] == 10
     assert got["phase_prefill_s"] == 1.5 and got["phase_decode_s"] == 30
+
+
+def test_prompt_tokens_the_prefix_cache_served_are_not_prefilled() -> None:
+    """Two loaded stages alike but for the cache: 90% of a 2,048-token prompt served from it
+    leaves ~205 tokens to compute, so the model's prefill is a fraction of the cold one and the
+    rest of TTFT is queue; the resource model's prompt share counts computed tokens only."""
+    model, gpu = get_model("mistral-7b"), get_gpu("h100-sxm")
+    loaded = {"concurrency": 64.0, "ttft_avg_s": 2.0, "running": 40.0, "waiting": 24.0,
+              "qps": 12.0, "tpot_avg_s": 0.03, "input_tokens_avg": 2048.0}  # fmt: skip
+    cold = [_row(ttft_avg_s=0.09, input_tokens_avg=2048.0), _row(stage=1, **loaded)]
+    warm = [_row(ttft_avg_s=0.09, input_tokens_avg=2048.0),
+            _row(stage=1, cached_tokens_avg=1843.2, **loaded)]  # fmt: skip
+    decompose(cold, {}, model, gpu)
+    decompose(warm, {}, model, gpu)
+    assert 0 < warm[1]["prefill_avg_s"] < 0.3 * cold[1]["prefill_avg_s"]
+    assert warm[1]["queue_avg_s"] > cold[1]["queue_avg_s"]
+    share_cold = resource_row(cold[1], model, gpu)["prefill_token_share"]
+    share_warm = resource_row(warm[1], model, gpu)["prefill_token_share"]
+    assert share_cold == pytest.approx(2048 / (2048 + 64))
+    assert share_warm == pytest.approx(204.8 / (204.8 + 64))

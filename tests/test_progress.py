@@ -125,3 +125,17 @@ def test_failed_requests_are_on_the_line_so_qps_is_not_read_as_success() -> None
         ).failures
         == 5
     )
+
+
+def test_users_backing_off_are_on_the_line() -> None:
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=0.0, stages=1, clock=clock)
+    snap = snapshot_from_payload({
+        "stage": {"index": 0, "name": "c=8", "count": 1},
+        "backoff": {"users_waiting": 8, "waits": 40},
+        "endpoints": [{"name": "Aggregated", "requests": 8, "failures": 8}],
+    })  # fmt: skip
+    line.update(snap)
+    assert "8 users backing off (server unreachable)" in out.getvalue()
+    line.update(Snapshot(0, 1, "c=8", None, 20, 5.0, math.nan, failures=8))
+    assert "backing off" not in out.getvalue().splitlines()[-1]

@@ -4,6 +4,8 @@ The simulator is SIGKILLed mid-stage and restarted on the same port 5 s later. W
 back-off the 8 users made ~46,000 ``connect`` records in such an outage (and a request-count
 stage's quota went in milliseconds); with it each user retries after 0.1, 0.2, 0.4 ... s
 (jittered, capped at ``--llm-backoff-max``), so the outage is a handful of records per user.
+The duration variant runs with Locust's web UI: during the outage its live stats say how many
+users are backing off (``/llm/stats`` and ``/llm/metrics``), and after it, none.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_utils import LOCUST, Cluster, free_port, read_run, wait_until
+from cluster_utils import LOCUST, Cluster, free_port, http_get, metric_value, read_run, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +32,11 @@ def test_an_outage_backs_off_and_does_not_burn_the_stage(stage: str, tmp_path: P
         run_dir = tmp_path / "run"
         length = ["--llm-stage-duration", "14"] if stage == "duration" else [
             "--llm-stage-requests", "600"]  # fmt: skip
+        web = f"http://127.0.0.1:{free_port()}"
+        mode = ["--headless"] if stage == "requests" else [
+            "--autostart", "--autoquit", "1", "--web-port", web.rsplit(":", 1)[1]]  # fmt: skip
         run = cluster.start("run", [
-            LOCUST, "-f", "locustfiles/sweep.py", "--headless", "--host", sim_url,
+            LOCUST, "-f", "locustfiles/sweep.py", *mode, "--host", sim_url,
             "--llm-concurrency", "8", *length, "--llm-max-tokens", "20",
             "--llm-server-metrics", "none", "--stop-timeout", "5", "--llm-run-dir",
             str(run_dir), "--llm-connect-timeout", "2", "--llm-backoff-max", "2",
@@ -41,9 +46,20 @@ def test_an_outage_backs_off_and_does_not_burn_the_stage(stage: str, tmp_path: P
         sim.send(signal.SIGKILL)
         sim.popen.wait(5)
         down_at = time.time()
-        time.sleep(OUTAGE_S)
+        waiting = []  # (users backing off in /llm/stats, the same in /llm/metrics)
+        while time.time() < down_at + OUTAGE_S:
+            if stage == "duration":
+                live = json.loads(http_get(web + "/llm/stats"))["backoff"]["users_waiting"]
+                waiting.append((live, metric_value(http_get(web + "/llm/metrics"),
+                                                   "locust_llm_users_backing_off")))  # fmt: skip
+            time.sleep(0.25)
         cluster.sim(*SIM_ARGS, port=port, name="sim-b")
         up_at = time.time()
+        if stage == "duration":  # the live stats showed the outage, and then its end
+            assert max(w for w, _ in waiting) >= 4, waiting
+            assert max(m for _, m in waiting) >= 4, waiting
+            wait_until(lambda: json.loads(http_get(web + "/llm/stats"))["backoff"][
+                "users_waiting"] == 0, 6, "no user backing off after the outage")  # fmt: skip
         assert run.wait(90) in (0, 1), run.text()[-3000:]
 
         info, requests = read_run(run_dir)

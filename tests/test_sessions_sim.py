@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import free_port, locust_cmd, run_distributed, run_locust
+from conftest import free_port, locust_cmd, reap, run_distributed, run_locust
 
 from locust_llm.sim.testing import running_sim
 
@@ -121,9 +121,30 @@ def test_sessions_spread_over_two_workers_without_duplication(tmp_path: Path) ->
     assert turns.all()
 
 
+# Locust's worker runner handles its master's messages while its constructor still waits for
+# the connection; held there a second, a worker's first spawn comes before it has a runner
+# (the race that once hung a late worker's run for the whole stop timeout), every time
+SLOW_CONNECT = """
+import gevent
+from locust.runners import WorkerRunner
+
+_connect = WorkerRunner.connect_to_master
+
+
+def _slow_connect(self):
+    _connect(self)
+    gevent.sleep(1.0)
+
+
+WorkerRunner.connect_to_master = _slow_connect
+"""
+
+
 def test_a_worker_joining_a_running_test_takes_no_session(tmp_path: Path) -> None:
     locustfile = tmp_path / "talk.py"
-    locustfile.write_text(LOCUSTFILE.format(turns=3, words=32, answer=4, think="'0.05'"))
+    locustfile.write_text(
+        LOCUSTFILE.format(turns=3, words=32, answer=4, think="'0.05'") + SLOW_CONNECT
+    )
     run_dir, port = tmp_path / "run", free_port()
     with running_sim(zero_cost=True, output_len="fixed:4") as url:
         master = subprocess.Popen(
@@ -147,13 +168,10 @@ def test_a_worker_joining_a_running_test_takes_no_session(tmp_path: Path) -> Non
             time.sleep(1.0)
             procs.append(subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))  # fmt: skip
-            rest, _ = master.communicate(timeout=90)
+            rest, _ = master.communicate(timeout=60)
             output = "".join(seen) + rest
         finally:
-            for proc in [master, *procs]:
-                if proc.poll() is None:
-                    proc.kill()
-                proc.wait()
+            reap(master, *procs)
     assert master.returncode == 0, output[-3000:]
     assert "2 workers connected" in output  # the late worker did join (and got users)
     records = pd.read_parquet(run_dir / "requests.parquet")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cluster_utils import metric_value
-from conftest import ROOT, locust_cmd, run_distributed, run_locust
+from conftest import ROOT, locust_cmd, reap, run_distributed, run_locust
 
 from locust_llm.report.build import build_report
 from locust_llm.report.document import document
@@ -100,9 +100,7 @@ def test_lines_the_run_ends_before_are_recorded_not_dropped(tmp_path: Path) -> N
             proc.send_signal(signal.SIGINT)  # Ctrl-C (a headless shape run has no SIGTERM handler)
             output, _ = proc.communicate(timeout=60)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            reap(proc)
     assert (run_dir / "requests.parquet").exists(), output[-3000:]
     records = pd.read_parquet(run_dir / "requests.parquet")
     assert sorted(records.trace_line) == list(range(60))  # every line has its one record

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import free_port, locust_cmd, run_distributed, run_locust
+from conftest import free_port, locust_cmd, reap, run_distributed, run_locust
 from fake_openai import FakeConfig, fake_openai_server
 
 from locust_llm.rundir import read_run_info, stage_of
@@ -125,7 +125,10 @@ def test_a_sweep_started_twice_from_the_web_ui_gives_two_complete_runs(tmp_path:
                 time.sleep(0.5)
         finally:
             proc.terminate()
-            output, _ = proc.communicate(timeout=30)
+            try:
+                output, _ = proc.communicate(timeout=30)
+            finally:
+                reap(proc)
     runs = sorted(p for p in tmp_path.iterdir() if (p / "requests.parquet").exists())
     assert len(runs) == 2, output[-3000:]
     for run in runs:

@@ -165,3 +165,27 @@ def test_extended_stats_carry_the_same_rows_as_the_payload() -> None:
     assert wd.extended_stats(rt, runner) == [
         {"key": "llm", "data": wd.table_rows(payload["endpoints"])}
     ]
+
+
+def test_users_backing_off_are_live_in_the_payload_and_the_metrics() -> None:
+    """The master's recorder: its own users waiting plus each worker's last batch; a lost
+    worker's waiting users leave the total."""
+    from locust_llm.client.messages import RecordBatch
+    from locust_llm.recorder import Recorder
+
+    recorder = Recorder(is_worker=False)
+    recorder.backing_off, recorder.backoffs = 1, 2
+    recorder.receive_batch(RecordBatch(worker="w1", backoffs=9, backing_off=3))
+    rt = _runtime(LiveStats(), recorder=recorder)
+    payload = wd.stats_payload(rt, SimpleNamespace(state="running", user_count=4))
+    assert payload["backoff"] == {"users_waiting": 4, "waits": 11}
+    families = {
+        f.name: f.samples[0].value
+        for f in text_string_to_metric_families(wd.metrics_text(rt, None).decode())
+        if f.samples
+    }
+    assert families["locust_llm_users_backing_off"] == 4.0
+    assert families["locust_llm_backoff_waits"] == 11.0
+    recorder.forget_worker_waits("w1")
+    assert wd.backoff_state(rt) == {"users_waiting": 1, "waits": 11}
+    assert wd.backoff_state(_runtime(LiveStats())) == {"users_waiting": 0, "waits": 0}

@@ -48,7 +48,14 @@ from locust_llm.client.messages import (
     StageMessage,
 )
 from locust_llm.client.runinfo import default_run_dir, new_run_info, warning_text
-from locust_llm.client.runtime import Runtime, all_runtimes, runtime
+from locust_llm.client.runtime import (
+    Runtime,
+    all_runtimes,
+    await_runner,
+    distributed_process,
+    mark_initialised,
+    runtime,
+)
 from locust_llm.errors import InputError
 from locust_llm.recorder import ensure_writable
 from locust_llm.rundir import RunInfo, claim_run_dir, write_run_info, write_run_json
@@ -237,6 +244,7 @@ def _note_lost_workers(rt: Runtime) -> list[str]:
     newly = [c.id for c in clients.all if c.state == "missing" and c.id not in rt.lost_workers]
     for worker in newly:
         rt.lost_workers[worker] = rt.recorder.lost_in_flight(worker)
+        rt.recorder.forget_worker_waits(worker)
         used = rt.recorder.received_by_worker_stage[(worker, rt.gate.stage)]
         back = rt.gate.reclaim(worker, used)
         logger.warning(
@@ -318,6 +326,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
             MSG_PERMIT_GRANT, lambda environment, msg, **kw: _receive_grant(rt, msg.data)
         )
         _install_signal_handlers(rt)
+        mark_initialised(environment)
         return
     if environment.web_ui is not None:
         from locust_llm.webui import routes as webtab
@@ -359,6 +368,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
             "locust-llm: --stop-timeout is 0, so requests still streaming when the test stops "
             "are cancelled (recorded as 'cancelled'); set it above your longest stream"
         )
+    mark_initialised(environment)
 
 
 def check_before_load(rt: Runtime) -> None:
@@ -385,6 +395,8 @@ def check_before_load(rt: Runtime) -> None:
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
+    if environment.runner is None and distributed_process(environment):
+        await_runner(environment)  # a worker's first spawn can come before its runner is set
     rt = runtime(environment)
     try:
         rt.configure()
@@ -463,7 +475,7 @@ def _flush_loop(rt: Runtime) -> None:
 
 def _flush_records(rt: Runtime) -> None:
     runner = rt.environment.runner
-    progress = (rt.recorder.sent_total, rt.recorder.recorded_total)
+    progress = (rt.recorder.sent_total, rt.recorder.recorded_total, rt.recorder.backing_off)
     if rt.recorder.pending or progress != rt.last_progress_sent:
         runner.send_message(MSG_RECORDS, rt.recorder.take_batch(rt.worker_id).to_dict())
         rt.last_progress_sent = progress

@@ -99,6 +99,7 @@ class RecordBatch:
     recorded: int = 0  # records it has produced
     reconnects: int = 0  # requests it resent on a fresh connection
     backoffs: int = 0  # waits its users made after connection errors
+    backing_off: int = 0  # its users in a back-off wait when the batch was taken
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +109,7 @@ class RecordBatch:
             "recorded": self.recorded,
             "reconnects": self.reconnects,
             "backoffs": self.backoffs,
+            "backing_off": self.backing_off,
         }
 
     @classmethod
@@ -119,4 +121,5 @@ class RecordBatch:
             recorded=int(data["recorded"]),
             reconnects=int(data.get("reconnects") or 0),
             backoffs=int(data.get("backoffs") or 0),
+            backing_off=int(data.get("backing_off") or 0),
         )

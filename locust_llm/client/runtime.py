@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 from gevent.event import Event
 from gevent.lock import Semaphore
 from locust.runners import MasterRunner, WorkerRunner
@@ -66,7 +67,9 @@ class Runtime:
         runner = environment.runner
         self.is_worker = isinstance(runner, WorkerRunner)
         self.is_master = isinstance(runner, MasterRunner)
-        self.is_debug = runner is None  # Locust's run_single_user: no runner, no test_stop
+        # Locust's run_single_user: no runner, no test_stop (a worker or master whose runner is
+        # still being built is neither: see await_runner)
+        self.is_debug = runner is None and not distributed_process(environment)
         self.worker_id = runner.client_id if self.is_worker else "local"
         self.stats = llmstats.LiveStats()
         self.recorder = Recorder(is_worker=self.is_worker)
@@ -75,7 +78,7 @@ class Runtime:
         self.run_dir: Path | None = None
         self.run_info: RunInfo | None = None
         self.drained: set[str] = set()
-        self.last_progress_sent = (0, 0)
+        self.last_progress_sent = (0, 0, 0)
         self.run_ended = False
         self.written_records = -1  # records in the run dir as last written
         self.flusher: Any = None
@@ -307,6 +310,35 @@ def install_log_redaction(redactor: Redactor) -> None:
 
 
 _runtimes: dict[int, Runtime] = {}
+
+
+def distributed_process(environment: Any) -> bool:
+    """This process was started as a Locust worker or master (its runner may not exist yet)."""
+    opts = getattr(environment, "parsed_options", None)
+    return bool(getattr(opts, "worker", False) or getattr(opts, "master", False))
+
+
+_RUNNER_WAIT_S = 60.0
+_initialised: set[int] = set()  # environments whose init event locust-llm has handled
+
+
+def mark_initialised(environment: Any) -> None:
+    _initialised.add(id(environment))
+
+
+def await_runner(environment: Any) -> None:
+    """Wait until ``environment`` has its runner and init has run (a worker only).
+
+    Locust's worker runner answers its master while its constructor still waits for the
+    connection, before ``Environment.runner`` is set and ``init`` fires: a worker that joins a
+    running test gets its first spawn there, and ``test_start`` fires with no runner. Its users
+    are spawned after ``test_start`` returns, so waiting here (the constructor then returns and
+    ``init`` runs) gives everything its real runner."""
+    deadline = time.monotonic() + _RUNNER_WAIT_S
+    while environment.runner is None or id(environment) not in _initialised:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"locust-llm: no Locust runner after {_RUNNER_WAIT_S:g} s")
+        gevent.sleep(0.01)
 
 
 def runtime(environment: Any) -> Runtime:

@@ -114,15 +114,27 @@ def predicted_prefill_s(
     output_tokens: float,
     batch: float,
     tp: int = 1,
+    cached_tokens: float = 0.0,
 ) -> float:
     """Roofline time of the step that prefills one prompt of ``input_tokens`` beside
     ``batch - 1`` decoding sequences at the stage's mean context (efficiency 1), on one of
-    ``tp`` tensor-parallel GPUs."""
-    n_in = max(1, round(input_tokens))
+    ``tp`` tensor-parallel GPUs. The first ``cached_tokens`` of the prompt come from the prefix
+    cache: only the rest is computed (attending to the cached part)."""
+    cached = min(max(0.0, cached_tokens), input_tokens - 1) if math.isfinite(cached_tokens) else 0
+    n_new = max(1, round(input_tokens - cached))
     context = round(input_tokens + (output_tokens if math.isfinite(output_tokens) else 0) / 2)
     others = max(0, round(batch) - 1) if math.isfinite(batch) else 0
-    cost = step_cost(model, [max(1, context)] * others, [(n_in, 0)], tp=tp)
+    cost = step_cost(model, [max(1, context)] * others, [(n_new, round(cached))], tp=tp)
     return cost.seconds(gpu, model.weight_bits)
+
+
+def computed_prompt_tokens(row: Mapping[str, Any]) -> float:
+    """Mean prompt tokens the server had to compute: the prompt less what its prefix cache
+    served (``cached_tokens_avg``, when the answers said)."""
+    n_in, cached = _f(row, "input_tokens_avg"), _f(row, "cached_tokens_avg")
+    if math.isfinite(n_in) and math.isfinite(cached) and 0 < cached < n_in:
+        return n_in - cached
+    return n_in
 
 
 def step_wait_s(row: Mapping[str, Any], open_loop: bool) -> float:
@@ -159,10 +171,11 @@ class PrefillModel:
             return NAN
         if self.model is not None and self.gpu is not None and not math.isnan(self.efficiency):
             predicted = predicted_prefill_s(
-                self.model, self.gpu, n_in, _f(row, "output_tokens_avg"), _batch(row), self.tp
-            )
+                self.model, self.gpu, n_in, _f(row, "output_tokens_avg"), _batch(row), self.tp,
+                cached_tokens=_cached(row),
+            )  # fmt: skip
             return predicted / self.efficiency
-        return self.s_per_token * n_in
+        return self.s_per_token * computed_prompt_tokens(row)
 
 
 def calibrate(
@@ -184,11 +197,18 @@ def calibrate(
         return base
     if model is not None and gpu is not None:
         predicted = predicted_prefill_s(
-            model, gpu, n_in, _f(lowest, "output_tokens_avg"), _batch(lowest), tp
-        )
+            model, gpu, n_in, _f(lowest, "output_tokens_avg"), _batch(lowest), tp,
+            cached_tokens=_cached(lowest),
+        )  # fmt: skip
         eff = min(MAX_EFFICIENCY, max(MIN_EFFICIENCY, predicted / observed))
         return PrefillModel(model, gpu, tp, open_loop, efficiency=eff)
-    return PrefillModel(model, gpu, tp, open_loop, s_per_token=observed / n_in)
+    per_token = observed / computed_prompt_tokens(lowest)
+    return PrefillModel(model, gpu, tp, open_loop, s_per_token=per_token)
+
+
+def _cached(row: Mapping[str, Any]) -> float:
+    cached = _f(row, "cached_tokens_avg")
+    return cached if math.isfinite(cached) else 0.0
 
 
 def decompose(

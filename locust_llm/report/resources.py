@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from locust_llm.report.decompose import computed_prompt_tokens
 from locust_llm.report.fmt import column as _f
 from locust_llm.roofline import GpuSpec, ModelSpec, Workload, compute, step_cost
 
@@ -85,8 +86,9 @@ def resource_row(
     out: dict[str, Any] = {c: NAN for c in COLUMNS}
     out["step_bound"] = out["admission_limit"] = ""
     n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
-    if n_in + n_out > 0:
-        out["prefill_token_share"] = n_in / (n_in + n_out)
+    computed_in = computed_prompt_tokens(row)  # the prefix cache's tokens are not computed
+    if computed_in + n_out > 0:
+        out["prefill_token_share"] = computed_in / (computed_in + n_out)
     running = _f(row, "running")
     batch = running if running > 0 else _f(row, "concurrency")
     context = round((n_in if n_in > 0 else 0) + (n_out if n_out > 0 else 0) / 2)

@@ -78,6 +78,7 @@ COLUMNS: tuple[str, ...] = (
     "latency_sched_p50_s",
     "latency_sched_p99_s",
     "input_tokens_avg",
+    "cached_tokens_avg",
     "output_tokens_avg",
     "input_tokens_estimated_ratio",
     "output_tokens_estimated_ratio",
@@ -162,6 +163,12 @@ def _pcts(values: np.ndarray, qs: Sequence[float]) -> list[float]:
     return [float(x) for x in np.percentile(values, qs)]
 
 
+def _mean_known(values: np.ndarray) -> float:
+    """Mean of the values >= 0 (-1 and NaN: unknown); NaN when none is known."""
+    known = values[np.isfinite(values) & (values >= 0)]
+    return float(known.mean()) if known.size else NAN
+
+
 def _mean(values: np.ndarray) -> float:
     values = values[np.isfinite(values)]
     return float(values.mean()) if values.size else NAN
@@ -200,6 +207,9 @@ def _request_stats(
         "tpot_avg_s": _mean(tpot),
         "error_rate": failed / n if n else NAN,
         "input_tokens_avg": float(in_known.mean()) if in_known.size else NAN,
+        # prompt tokens the server's prefix cache served (usage.prompt_tokens_details), where
+        # the answers said; NaN when none did
+        "cached_tokens_avg": _mean_known(req["cached_tokens"][ok]),
         "output_tokens_avg": float(out_tok.mean()) if out_tok.size else NAN,
         # share of completed requests whose counts are ours, not the server's usage
         "input_tokens_estimated_ratio": _mean(req["input_tokens_estimated"][ok]),
@@ -476,6 +486,7 @@ REQUEST_ARRAYS: tuple[str, ...] = (
     "itl_p99_s",
     "output_tokens",
     "input_tokens",
+    "cached_tokens",
     "tokens_estimated",
     "input_tokens_estimated",
     "start_wall_s",

@@ -34,6 +34,12 @@ _FLAGS: dict[str, tuple[str, Any, str]] = {
     "--compute-efficiency": ("compute_efficiency", float, "achieved/peak FLOP/s"),
     "--output-len": ("output_len", str, "EOS-ended output lengths, e.g. lognormal:256:0.5"),
     "--tokens-per-chunk": ("tokens_per_chunk", int, "tokens per streamed chunk"),
+    "--reasoning-tokens": (
+        "reasoning_tokens",
+        int,
+        "chat answers open with N reasoning tokens (delta.reasoning_content, counted in "
+        "usage.completion_tokens_details.reasoning_tokens), as a reasoning model's do",
+    ),
     "--trace": ("trace_path", str, "write one JSON line per request to FILE"),
     "--step-trace": ("step_trace_path", str, "write one JSON line per engine step to FILE"),
     "--listen-backlog": ("listen_backlog", int, "pending connects the kernel may queue"),

@@ -57,6 +57,9 @@ class SimConfig:
     # responses
     output_len: str = "lognormal:256:0.5"  # distribution of EOS-ended output lengths
     tokens_per_chunk: int = 1  # tokens per streamed chunk (stream interval / speculation)
+    reasoning_tokens: int = (
+        0  # chat answers open with this many reasoning tokens (a reasoning model)
+    )
     faults: tuple[str, ...] = ()  # "KIND:RATE[:ARG]" (see locust_llm.sim.faults)
     trace_path: str = ""  # JSON lines, one per request; "" = no trace
     step_trace_path: str = ""  # JSON lines, one per engine step; "" = none (costs nothing)
@@ -83,6 +86,10 @@ class SimConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"{_flag(name)} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.reasoning_tokens, int) or self.reasoning_tokens < 0:
+            raise InputError(
+                f"--reasoning-tokens must be an integer >= 0, got {self.reasoning_tokens!r}"
+            )
         if not 0 <= self.port <= 65535:
             raise InputError(f"--port must be 0..65535, got {self.port}")
         if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 1:

@@ -46,15 +46,19 @@ def error_body(status: int, message: str, param: str | None = None) -> bytes:
     return json.dumps(error_object(status, message, param)).encode()
 
 
-def _usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+def _usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict[str, Any]:
     """OpenAI's usage object; ``prompt_tokens_details.cached_tokens`` = prompt tokens the
-    prefix cache served."""
-    return {
+    prefix cache served; ``completion_tokens_details.reasoning_tokens`` (only when there were
+    any) = completion tokens spent reasoning."""
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "total_tokens": prompt + completion,
         "completion_tokens": completion,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    if reasoning:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return usage
 
 
 class ChunkFormatter:
@@ -67,6 +71,7 @@ class ChunkFormatter:
         "_continuous",
         "_head",
         "_prompt",
+        "_reasoning_key",
         "_tail",
         "_usage_null",
         "created",
@@ -99,6 +104,7 @@ class ChunkFormatter:
         self._usage_null = b',"usage":null' if include_usage and not continuous_usage else b""
         key = b'"delta":{"content":' if chat else b'"text":'
         self._tail = (b',"choices":[{"index":0,' + key, b"}" if chat else b"")
+        self._reasoning_key = b',"choices":[{"index":0,"delta":{"reasoning_content":'  # chat
 
     def _usage_bytes(self, completion: int) -> bytes:
         if self._continuous:
@@ -114,13 +120,22 @@ class ChunkFormatter:
             b'"logprobs":null,"finish_reason":null}]' + self._usage_bytes(0) + b"}\n\n"
         )
 
-    def content(self, text: str, completion_tokens: int, finish_reason: str | None = None) -> bytes:
-        """One content chunk; ``completion_tokens`` = tokens sent so far including this one."""
+    def content(
+        self,
+        text: str,
+        completion_tokens: int,
+        finish_reason: str | None = None,
+        *,
+        reasoning: bool = False,
+    ) -> bytes:
+        """One content chunk (a chat stream's reasoning chunk with ``reasoning``, vLLM's
+        ``delta.reasoning_content``); ``completion_tokens`` = tokens sent so far including
+        this one."""
         finish = b"null" if finish_reason is None else b'"' + finish_reason.encode() + b'"'
         return b"".join(
             (
                 self._head,
-                self._tail[0],
+                self._reasoning_key if reasoning and self._chat else self._tail[0],
                 json.dumps(text).encode(),
                 self._tail[1],
                 b',"logprobs":null,"finish_reason":',
@@ -131,11 +146,14 @@ class ChunkFormatter:
             )
         )
 
-    def usage(self, completion_tokens: int, cached_tokens: int = 0) -> bytes:
+    def usage(
+        self, completion_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0
+    ) -> bytes:
         """The final usage chunk (empty choices); b"" unless usage was asked for."""
         if not self.include_usage:
             return b""
-        body = json.dumps(_usage(self._prompt, completion_tokens, cached_tokens)).encode()
+        usage = _usage(self._prompt, completion_tokens, cached_tokens, reasoning_tokens)
+        body = json.dumps(usage).encode()
         return self._head + b',"choices":[],"usage":' + body + b"}\n\n"
 
 
@@ -150,12 +168,18 @@ def full_response(
     finish_reason: str,
     created: int | None = None,
     cached_tokens: int = 0,
+    reasoning_text: str = "",
+    reasoning_tokens: int = 0,
 ) -> bytes:
-    """A whole non-streamed ``chat.completion`` or ``text_completion`` as JSON bytes."""
+    """A whole non-streamed ``chat.completion`` or ``text_completion`` as JSON bytes (a chat
+    message's reasoning in ``reasoning_content``, as vLLM's reasoning parsers give it)."""
     if chat:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reasoning_tokens:
+            message["reasoning_content"] = reasoning_text
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "logprobs": None,
             "finish_reason": finish_reason,
         }
@@ -167,7 +191,7 @@ def full_response(
         "created": int(time.time()) if created is None else created,
         "model": model,
         "choices": [choice],
-        "usage": _usage(prompt_tokens, completion_tokens, cached_tokens),
+        "usage": _usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens),
     }
     return json.dumps(body).encode()
 
@@ -243,7 +267,14 @@ class ResponsesFormatter:
             + self._next("response.content_part.added", {**where, "part": part})
         )
 
-    def content(self, text: str, completion_tokens: int, finish_reason: str | None = None) -> bytes:
+    def content(
+        self,
+        text: str,
+        completion_tokens: int,
+        finish_reason: str | None = None,
+        *,
+        reasoning: bool = False,  # the simulator reasons in chat answers only
+    ) -> bytes:
         self._text.append(text)
         if finish_reason is not None:
             self._finish = finish_reason
@@ -259,7 +290,7 @@ class ResponsesFormatter:
             "total_tokens": self._prompt + completion_tokens,
         }
 
-    def usage(self, completion_tokens: int, cached_tokens: int = 0) -> bytes:
+    def usage(self, completion_tokens: int, cached_tokens: int = 0, _reasoning: int = 0) -> bytes:
         """The closing events: text done, then completed (or incomplete) with the usage."""
         where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
         status = "incomplete" if self._finish == "length" else "completed"

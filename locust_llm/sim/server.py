@@ -374,6 +374,9 @@ class Stream:
         self.streaming: bool = params["stream"]
         self.prompt_tokens: int = params["prompt_tokens"]
         self.output, self.finish_reason, self.fault = output, finish, fault
+        # a reasoning model's chat answer opens with its reasoning (the rest is the answer)
+        self.reasoning = min(app.config.reasoning_tokens, output) if self.api == "chat" else 0
+        self.reasoning_text: list[str] = []
         self.arrival_wall, self.arrival_mono = arrival_wall, arrival_mono
         self.number = number
         prefix = {"chat": "chatcmpl", "responses": "resp", "embeddings": "embd"}.get(self.api)
@@ -399,6 +402,7 @@ class Stream:
         self.headers_sent = False
         self.done = False
         self.first_token_wall = math.nan
+        self.first_answer_wall = math.nan  # first token after the reasoning
         self.last_token_wall = math.nan
         self.last_mono = math.nan
         self.tokens_sent = 0
@@ -445,8 +449,9 @@ class Stream:
         self.generated += 1
         word = self.words.next_word()
         last = self.generated >= self.output
+        thinking = self.generated <= self.reasoning
         if not self.streaming:
-            self.text.append(word)
+            (self.reasoning_text if thinking else self.text).append(word)
             if last and self.api in ("responses", "embeddings"):
                 self._send(self._whole_other_api(), self.generated, last=True)
             elif last:
@@ -460,11 +465,14 @@ class Stream:
                     finish_reason=self.finish_reason,
                     created=self.fmt.created,
                     cached_tokens=self.req.cached_tokens if self.req is not None else 0,
+                    reasoning_text="".join(self.reasoning_text),
+                    reasoning_tokens=self.reasoning,
                 )
                 self._send(body, self.generated, last=True)
             return
         self.pending.append(word)
-        if len(self.pending) < self.app.config.tokens_per_chunk and not last:
+        ends_reasoning = self.generated == self.reasoning  # a chunk is reasoning or answer
+        if len(self.pending) < self.app.config.tokens_per_chunk and not (last or ends_reasoning):
             return
         fmt = self.fmt
         self.chunks_sent += 1
@@ -474,12 +482,15 @@ class Stream:
             data += b'data: {"id": "' + self.id.encode() + b'", "choices": [{"delta": {"con\n\n'
         else:
             data += fmt.content(
-                "".join(self.pending), self.generated, self.finish_reason if last else None
+                "".join(self.pending),
+                self.generated,
+                self.finish_reason if last else None,
+                reasoning=thinking,
             )
         self.pending.clear()
         if last:
             cached = self.req.cached_tokens if self.req is not None else 0
-            data += fmt.usage(self.generated, cached) + fmt.done
+            data += fmt.usage(self.generated, cached, self.reasoning) + fmt.done
         self._send(data, self.generated, last=last)
         if fault is None or self.done:
             return
@@ -559,6 +570,8 @@ class Stream:
         if tokens:
             if math.isnan(self.first_token_wall):
                 self.first_token_wall = now
+            if tokens > self.reasoning and math.isnan(self.first_answer_wall):
+                self.first_answer_wall = now
             self.last_token_wall = now
             self.tokens_sent = tokens
         if not self.streaming:
@@ -606,10 +619,12 @@ class Stream:
                 "arrival": self.arrival_wall,
                 **times,
                 "first_token": self.first_token_wall,
+                "first_answer_token": self.first_answer_wall,
                 "last_token": self.last_token_wall,
                 "prompt_tokens": self.prompt_tokens,
                 "cached_tokens": req.cached_tokens if req is not None else 0,
                 "tokens_sent": self.tokens_sent,
+                "reasoning_tokens": self.reasoning,
                 "preemptions": req.preemptions if req is not None else 0,
                 "fault": self.fault.kind if self.fault is not None else None,
                 "outcome": outcome,

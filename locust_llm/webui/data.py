@@ -271,6 +271,18 @@ def report_info(runtime: Any) -> dict[str, Any]:
     }
 
 
+def backoff_state(runtime: Any) -> dict[str, int]:
+    """Users waiting out a back-off after connection errors now, and the waits so far (the
+    whole run: this process and every worker's last batch)."""
+    recorder = getattr(runtime, "recorder", None)
+    waiting = getattr(recorder, "backing_off_total", 0)
+    waits = getattr(recorder, "backoffs_total", 0)
+    return {
+        "users_waiting": waiting if isinstance(waiting, int) else 0,
+        "waits": waits if isinstance(waits, int) else 0,
+    }
+
+
 def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[str, Any]:
     """Everything ``/llm/stats`` returns (JSON-safe: missing numbers are ``None``)."""
     now = time.time() if now is None else now
@@ -284,6 +296,7 @@ def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[s
         "user_count": getattr(runner, "user_count", None),
         "worker_count": worker_count if isinstance(worker_count, int) else None,
         "stage": current_stage(runtime),
+        "backoff": backoff_state(runtime),
         "endpoints": endpoint_rows(stats, rates_time(stats, state, now)),
         "signals": latest_signals(rows),
         "telemetry": getattr(runtime, "telemetry", None) is not None,
@@ -370,6 +383,17 @@ class LiveStatsCollector:
             "locust_llm_users", "Locust users running now.",
             value=float(users) if isinstance(users, int) else math.nan,
         )  # fmt: skip
+        backoff = backoff_state(self.runtime)
+        yield GaugeMetricFamily(
+            "locust_llm_users_backing_off",
+            "Users waiting out a back-off after connection errors now.",
+            value=float(backoff["users_waiting"]),
+        )
+        yield CounterMetricFamily(
+            "locust_llm_backoff_waits",
+            "Back-off waits users made after connection errors.",
+            value=float(backoff["waits"]),
+        )
         stage = current_stage(self.runtime)
         yield GaugeMetricFamily(
             "locust_llm_stage", "Index of the current stage (-1: none).",

@@ -119,6 +119,10 @@ def _answer(environment: Any, client_id: str) -> None:
 def _on_test_start(environment: Any, **_kw: Any) -> None:
     from locust.runners import WorkerRunner
 
+    from locust_llm.client.runtime import distributed_process
+
+    if environment.runner is None and distributed_process(environment):
+        return  # a worker whose runner is still being built (never the master at test_start)
     # a shape's first tick may come before test_start and have set the origin already
     if not isinstance(environment.runner, WorkerRunner):
         send_partitions(environment, partition(environment).origin_wall_s)

@@ -94,6 +94,11 @@
     if (st) parts.push("stage <b>" + (st.index + 1) + "/" + st.count + " " + esc(st.name) +
       "</b>" + (st.concurrency !== null ? " (concurrency " + st.concurrency + ")" : "") +
       (st.rate !== null ? " (rate " + st.rate + " req/s)" : ""));
+    var bo = d.backoff;
+    if (bo && bo.users_waiting > 0) parts.push('<span id="backoff" class="warn">backing off <b>' +
+      bo.users_waiting + "</b> users (server unreachable; " + bo.waits + " waits)</span>");
+    else if (bo && bo.waits > 0) parts.push('<span id="backoff">back-off waits <b>' + bo.waits +
+      "</b></span>");
     var rep = d.report;
     if (rep.ready) parts.push('<a id="report-link" href="llm/report">download report</a>');
     else if (rep.run_ended && rep.command) parts.push("report: run <code>" +
