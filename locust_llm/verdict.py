@@ -19,7 +19,8 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
 2. ``oom`` -> ``memory_oom``: a request failed with error kind ``oom``.
 3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU, or its CPU demand (time running
    or waiting for a core, :mod:`locust_llm.cpu_demand`), peaked at ``client_cpu`` or more; or
-   (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``.
+   (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``
+   with at least ``CLIENT_DELAY_MIN_LATE`` requests that late.
 4. ``errors`` -> ``errors``: error rate above ``error_rate``.
 5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
    at least ``queue_share`` of TTFT, or a standing queue (waiting >= 1 and >= half the batch).
@@ -60,7 +61,7 @@ from typing import Any
 
 from locust_llm.metrics import ERROR_KINDS
 from locust_llm.registry import Registry
-from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S
+from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, CLIENT_DELAY_MIN_LATE
 from locust_llm.report.decompose import split_line
 from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
@@ -369,6 +370,7 @@ def _client(ctx: Context) -> Finding | None:
     cpu = ctx.v("worker_cpu_max")
     demand = ctx.v("worker_cpu_demand_max")  # ran or waited for a core: cpu_demand.py
     delay = ctx.v("client_delay_first_p99_s")  # kernel-stamp transport: report/client_delay.py
+    late = ctx.v("client_delay_first_late")  # requests read that late (nan: not counted)
     if not cpu >= ctx.thresholds.client_cpu and demand >= ctx.thresholds.client_cpu:
         return Finding(
             "client_bound",
@@ -379,13 +381,18 @@ def _client(ctx: Context) -> Finding | None:
                 "this stage",
             ),
         )
-    if not cpu >= ctx.thresholds.client_cpu and delay >= CLIENT_DELAY_BOUND_S:
+    if (
+        not cpu >= ctx.thresholds.client_cpu
+        and delay >= CLIENT_DELAY_BOUND_S
+        and not late < CLIENT_DELAY_MIN_LATE
+    ):
+        count = f", {num(late)} requests" if late == late else ""
         return Finding(
             "client_bound",
             (
                 f"the worker read first tokens up to {ms(delay, 1)} ms after the kernel "
-                f"received them (p99 {ctx.where}, >= {ms(CLIENT_DELAY_BOUND_S)} ms): the load "
-                "generator falls behind its streams",
+                f"received them (p99 {ctx.where}, >= {ms(CLIENT_DELAY_BOUND_S)} ms{count}): "
+                "the load generator falls behind its streams",
             ),
         )
     if not cpu >= ctx.thresholds.client_cpu:

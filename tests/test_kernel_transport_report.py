@@ -53,3 +53,18 @@ def test_client_bound_fires_on_client_delay_and_only_above_the_bound() -> None:
     assert "after the kernel received them" in late.evidence[0]
     in_time = stage_verdict({**base, "client_delay_first_p99_s": CLIENT_DELAY_BOUND_S / 4})
     assert in_time.kind != "client_bound"
+
+
+def test_one_late_read_is_a_hiccup_not_a_client_bound_stage() -> None:
+    """Twelve requests, one read 12 ms late (the p99 of 12 is nearly the max): the stage's
+    verdict is not client_bound; two late reads make it so."""
+    from locust_llm.report.client_delay import CLIENT_DELAY_MIN_LATE
+
+    base = {"stage": 0, "concurrency": 4, "requests": 12, "error_rate": 0.0}
+    rows: list[dict] = [{"stage": 0}, {"stage": 1}]
+    add_client_delay(rows, _records([0.001, 0.012, 0.001, 0.001], [1.0] * 4), STAGES, 20)
+    assert rows[0]["client_delay_first_late"] == 1 < CLIENT_DELAY_MIN_LATE
+    one = stage_verdict({**base, "client_delay_first_p99_s": 0.012, "client_delay_first_late": 1})
+    assert one.kind != "client_bound"
+    two = stage_verdict({**base, "client_delay_first_p99_s": 0.012, "client_delay_first_late": 2})
+    assert two.kind == "client_bound" and "2 requests" in two.evidence[0]

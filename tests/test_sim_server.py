@@ -154,7 +154,8 @@ def test_bad_requests_get_openai_errors(path: str, body: object, status: int, ne
         code, _, data = post(url, path, body, raw)
         err = json.loads(data)["error"]
         assert code == status and needle in err["message"] and err["code"] == status
-        assert urllib.request.urlopen(url + "/health", timeout=5).status == 200  # still alive
+        with urllib.request.urlopen(url + "/health", timeout=5) as health:
+            assert health.status == 200  # still alive
 
 
 def test_oom_mode_answers_cuda_out_of_memory() -> None:

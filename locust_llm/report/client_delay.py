@@ -8,7 +8,8 @@ tells that the worker is falling behind its streams (a closed loop sends its nex
 much later). :func:`add_client_delay` puts its per-stage distribution into the stage rows
 (``client_delay_first_p50_s``, ``..._p99_s``, ``..._max_s``, the same for ``last``, and
 ``client_delay_stamped``, the records with both stamps); the verdict's ``client_bound`` rule
-reads ``client_delay_first_p99_s`` against :data:`CLIENT_DELAY_BOUND_S`.
+reads ``client_delay_first_p99_s`` against :data:`CLIENT_DELAY_BOUND_S`, with at least
+:data:`CLIENT_DELAY_MIN_LATE` requests that late (``client_delay_first_late``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from locust_llm.rundir import Stage
 #: tokens this late (the stamps stay exact, but the load it offers is the worker's, not the
 #: configured one).
 CLIENT_DELAY_BOUND_S = 0.010
+#: ... and at least this many of its requests were read that late: one late read (a GC pause,
+#: a neighbour's burst on a shared host) is a hiccup, not a load generator falling behind.
+CLIENT_DELAY_MIN_LATE = 2
 
 #: The requests.parquet columns read for it (``report/load.py`` loads them when present).
 REQUEST_COLUMNS: tuple[str, ...] = (
@@ -84,6 +88,7 @@ def add_client_delay(
     for row, stage in zip(rows, stages, strict=True):
         pick = (stage_ix == stage.index) & ok
         row["client_delay_stamped"] = int(np.isfinite(first[pick]).sum())
+        row["client_delay_first_late"] = int((first[pick] >= CLIENT_DELAY_BOUND_S).sum())
         for which, delays in (("first", first), ("last", last)):
             for stat, value in stage_delay_stats(delays[pick]).items():
                 row[f"client_delay_{which}_{stat}_s"] = value
