@@ -47,6 +47,8 @@ class Snapshot:
     ttft_p50_s: float = math.nan
     failures: int = 0  # failed so far in the whole run (counted in ``requests`` too)
     backing_off: int = 0  # users waiting out a back-off after connection errors now
+    #: every stage begun so far: (name, target requests or None), by index
+    begun: tuple[tuple[str, int | None], ...] = ()
 
 
 def stage_durations(spec: str) -> list[float]:
@@ -84,6 +86,13 @@ def snapshot_from_payload(payload: dict[str, Any]) -> Snapshot:
         ttft_p50_s=_number(total.get("ttft_p50_s")),
         failures=int(total.get("failures") or 0),
         backing_off=int((payload.get("backoff") or {}).get("users_waiting") or 0),
+        begun=tuple(
+            (
+                str(s.get("name") or ""),
+                s["target_requests"] if isinstance(s.get("target_requests"), int) else None,
+            )
+            for s in payload.get("stages_begun") or ()
+        ),
     )
 
 
@@ -118,6 +127,7 @@ class ProgressLine:
         self.baseline = 0  # run's requests when it was first seen
         self.baseline_failures = 0  # and its failures
         self.shown = ""  # text of the live line on screen
+        self.next_index = 0  # the first stage no line has been shown for
         self.last_plain = -math.inf
 
     def line(self, snap: Snapshot, now: float) -> str:
@@ -157,13 +167,33 @@ class ProgressLine:
             if cur is not None and snap.stage_index != cur.stage_index:
                 self._show(self.line(snap, now), final=True)  # the stage just ended
                 self.current = None
-            if snap.stage_index is None:
+            if snap.stage_index is None:  # between stages, or after the last one
+                self._between_polls(snap, len(snap.begun) if snap.begun else 0)
                 return
+            self._between_polls(snap, snap.stage_index)
             if self.current is None:
                 self.current, self.started, self.baseline = snap, now, snap.requests
                 self.baseline_failures = snap.failures
                 self.last_plain = now  # plain output: the stage's start is announced elsewhere
             self._show(self.line(snap, now), final=False)
+
+    def _between_polls(self, snap: Snapshot, index: int) -> None:
+        """Lines for the stages before ``index`` that began and ended between two polls (no
+        line showed them); ``index`` is the stage on screen now, or the number begun."""
+        stages = self.stages or snap.stage_count or len(snap.begun)
+        if self.current is not None and self.current.stage_index == index:
+            return
+        for i in range(self.next_index, index):
+            if self.current is not None and i == self.current.stage_index:
+                continue
+            name, target = snap.begun[i] if i < len(snap.begun) else ("", None)
+            count = f"{num(target)}/{num(target)} requests, " if target else ""
+            self._show(
+                f"  stage {i + 1}/{stages} {name}: {count}ended between two polls of the live "
+                "stats",
+                final=True,
+            )
+        self.next_index = max(self.next_index, index + (snap.stage_index is not None))
 
     def _show(self, text: str, *, final: bool) -> None:
         if self.live:

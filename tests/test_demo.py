@@ -46,8 +46,11 @@ def test_demo_scaled_down(tmp_path: Path) -> None:
     for line in ("stage 1/3: c=1", "stage 3/3: c=8", "Verdict:", "Report:"):
         assert line in out.stdout
     # not a terminal: plain progress lines, one at each stage's end, from the master's live stats
-    done = re.findall(r"^  stage (\d)/3 c=\d+: (\d+)/(\d+) requests, \d+ s, QPS [\d.]+, "
-                      r"TTFT P50 [\d,]+ ms \(stage done\)$", out.stdout, re.M)  # fmt: skip
+    # (a stage shorter than a poll of the live stats, as c=1's 3 requests can be on a busy
+    # host, still gets its line)
+    done = re.findall(r"^  stage (\d)/3 c=\d+: (\d+)/(\d+) requests, (?:\d+ s, QPS [\d.]+, "
+                      r"TTFT P50 [\d,]+ ms|ended between two polls of the live stats) "
+                      r"\(stage done\)$", out.stdout, re.M)  # fmt: skip
     assert [d[0] for d in done] == ["1", "2", "3"] and [d[2] for d in done] == ["3", "8", "16"]
     assert "\r" not in out.stdout
     # the field's summary table: one row per stage, then the verdict

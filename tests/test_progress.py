@@ -139,3 +139,23 @@ def test_users_backing_off_are_on_the_line() -> None:
     assert "8 users backing off (server unreachable)" in out.getvalue()
     line.update(Snapshot(0, 1, "c=8", None, 20, 5.0, math.nan, failures=8))
     assert "backing off" not in out.getvalue().splitlines()[-1]
+
+
+def test_a_stage_shorter_than_a_poll_still_gets_its_line() -> None:
+    """The first poll already sees stage 2 (stage 1's 3 requests took less than a poll), and
+    the sweep's last stage ends before any poll sees it: every stage has one line."""
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=60.0, stages=3, clock=clock)
+    begun = (("c=1", 3), ("c=4", 8))
+    line.update(Snapshot(1, 3, "c=4", 8, 5, 2.0, 0.05, begun=begun))
+    line.update(Snapshot(1, 3, "c=4", 8, 11, 2.0, 0.05, begun=begun))
+    line.update(Snapshot(None, 3, "", None, 27, 2.0, 0.05, begun=(*begun, ("c=8", 16))))
+    line.close()
+    text = out.getvalue().splitlines()
+    assert (
+        text[0]
+        == "  stage 1/3 c=1: 3/3 requests, ended between two polls of the live stats (stage done)"
+    )
+    assert text[1].startswith("  stage 2/3 c=4: ") and text[1].endswith("(stage done)")
+    assert text[2].startswith("  stage 3/3 c=8: 16/16 requests, ended between two polls")
+    assert len(text) == 3

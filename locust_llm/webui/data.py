@@ -258,6 +258,15 @@ def current_stage(runtime: Any) -> dict[str, Any] | None:
     }
 
 
+def stages_begun(runtime: Any) -> list[dict[str, Any]]:
+    """Every stage begun so far (index, name, target requests), in order: a stage shorter than
+    a poll of ``/llm/stats`` is then still seen to have run."""
+    return [
+        {"index": s.index, "name": s.name, "target_requests": s.target_requests}
+        for s in list(getattr(runtime, "stages", None) or [])
+    ]
+
+
 def report_info(runtime: Any) -> dict[str, Any]:
     """Where the run dir and its report.html are, and whether the report can be downloaded."""
     run_dir = getattr(runtime, "run_dir", None)
@@ -296,6 +305,7 @@ def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[s
         "user_count": getattr(runner, "user_count", None),
         "worker_count": worker_count if isinstance(worker_count, int) else None,
         "stage": current_stage(runtime),
+        "stages_begun": stages_begun(runtime),
         "backoff": backoff_state(runtime),
         "endpoints": endpoint_rows(stats, rates_time(stats, state, now)),
         "signals": latest_signals(rows),
