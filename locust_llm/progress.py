@@ -1,12 +1,15 @@
 """Live progress of a sweep on the console: one line per stage, for ``run`` and ``demo``.
 
 The figures come from what the master already serves: its web UI's ``/llm/stats`` (the LLM
-tab's JSON), polled once a second on 127.0.0.1. Per stage the line shows requests done (and
-the stage's target when it ends at a count), seconds since the stage began, the current QPS
+tab's JSON), polled once a second on 127.0.0.1. Per stage the line shows requests done (the
+stage's own, from the records the master has received, and the stage's target when it ends at
+a count), seconds since the stage began, the current QPS
 (completed requests over the last 10 s) and the TTFT P50 (the master's live histogram, since
-the run began), and while the server cannot be reached, how many users are waiting out a
-back-off. "Done" counts what the live stats had counted when the poll saw the stage
-change, so it can be off by the requests of about one poll interval.
+the run began; both come with Locust's worker reports, every 3 s, so a short stage may end
+before they are known), and while the server cannot be reached, how many users are waiting out
+a back-off. "Done" is the stage's requests that had ended (cancelled ones left out) in the
+records the master had received when the poll saw the stage change: workers send theirs every
+second, and a request-count stage ends only once they have all arrived.
 
 On a terminal the line is redrawn in place (carriage return) and kept when the next stage
 begins; elsewhere (CI logs, a pipe) a plain line is printed every ``every_s`` seconds and once
@@ -47,8 +50,8 @@ class Snapshot:
     ttft_p50_s: float = math.nan
     failures: int = 0  # failed so far in the whole run (counted in ``requests`` too)
     backing_off: int = 0  # users waiting out a back-off after connection errors now
-    #: every stage begun so far: (name, target requests or None), by index
-    begun: tuple[tuple[str, int | None], ...] = ()
+    #: every stage begun so far: (name, target requests or None, requests ended in it or None)
+    begun: tuple[tuple[str, int | None, int | None], ...] = ()
 
 
 def stage_durations(spec: str) -> list[float]:
@@ -90,6 +93,7 @@ def snapshot_from_payload(payload: dict[str, Any]) -> Snapshot:
             (
                 str(s.get("name") or ""),
                 s["target_requests"] if isinstance(s.get("target_requests"), int) else None,
+                s["done"] if isinstance(s.get("done"), int) else None,
             )
             for s in payload.get("stages_begun") or ()
         ),
@@ -136,7 +140,8 @@ class ProgressLine:
         index = cur.stage_index or 0
         stages = self.stages or cur.stage_count
         durations = self.durations * stages if len(self.durations) == 1 else self.durations
-        done = max(snap.requests - self.baseline, 0)
+        own = snap.begun[index][2] if index < len(snap.begun) else None
+        done = own if own is not None else max(snap.requests - self.baseline, 0)
         if cur.target_requests:
             count = f"{num(done)}/{num(cur.target_requests)} requests"
         else:
@@ -145,7 +150,7 @@ class ProgressLine:
         qps = f"{snap.qps:.1f}" if is_num(snap.qps) else NO_DATA
         duration = durations[index] if index < len(durations) else math.nan
         secs = f"{elapsed:.0f}/{duration:.0f} s" if math.isfinite(duration) else f"{elapsed:.0f} s"
-        failed = max(snap.failures - self.baseline_failures, 0)
+        failed = min(max(snap.failures - self.baseline_failures, 0), done)
         errors = f", {num(failed)} failed ({failed / done:.0%})" if failed and done else ""
         unreachable = (
             f", {num(snap.backing_off)} users backing off (server unreachable)"
@@ -186,8 +191,14 @@ class ProgressLine:
         for i in range(self.next_index, index):
             if self.current is not None and i == self.current.stage_index:
                 continue
-            name, target = snap.begun[i] if i < len(snap.begun) else ("", None)
-            count = f"{num(target)}/{num(target)} requests, " if target else ""
+            name, target, ended = snap.begun[i] if i < len(snap.begun) else ("", None, None)
+            done = ended if ended is not None else target
+            if done is None:
+                count = ""
+            else:
+                count = (
+                    f"{num(done)}/{num(target)} requests, " if target else f"{num(done)} requests, "
+                )
             self._show(
                 f"  stage {i + 1}/{stages} {name}: {count}ended between two polls of the live "
                 "stats",

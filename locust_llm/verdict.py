@@ -20,7 +20,8 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
 3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU, or its CPU demand (time running
    or waiting for a core, :mod:`locust_llm.cpu_demand`), peaked at ``client_cpu`` or more; or
    (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``
-   with at least ``CLIENT_DELAY_MIN_LATE`` requests that late.
+   with at least ``CLIENT_DELAY_MIN_LATE`` requests that late and no standing queue on the
+   server (with one, the server is offered more than it takes: the stage is the server's).
 4. ``errors`` -> ``errors``: error rate above ``error_rate``.
 5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
    at least ``queue_share`` of TTFT, or a standing queue (waiting >= 1 and >= half the batch).
@@ -385,6 +386,9 @@ def _client(ctx: Context) -> Finding | None:
         not cpu >= ctx.thresholds.client_cpu
         and delay >= CLIENT_DELAY_BOUND_S
         and not late < CLIENT_DELAY_MIN_LATE
+        # a standing queue on the server: it is offered more than it takes, so late reads
+        # blur the timings (the report's client delay table) but do not limit the stage
+        and not _standing_queue(ctx)
     ):
         count = f", {num(late)} requests" if late == late else ""
         return Finding(

@@ -68,3 +68,13 @@ def test_one_late_read_is_a_hiccup_not_a_client_bound_stage() -> None:
     assert one.kind != "client_bound"
     two = stage_verdict({**base, "client_delay_first_p99_s": 0.012, "client_delay_first_late": 2})
     assert two.kind == "client_bound" and "2 requests" in two.evidence[0]
+
+
+def test_late_reads_beside_a_standing_server_queue_leave_the_stage_to_the_server() -> None:
+    """8 users on 4 slots: 4 run, 4 wait. Reads 30 ms late blur the timings, but the server is
+    offered more than it takes: the stage is not client-bound."""
+    base = {"stage": 0, "concurrency": 8, "requests": 32, "error_rate": 0.0,
+            "client_delay_first_p99_s": 0.030, "client_delay_first_late": 2}  # fmt: skip
+    queued = stage_verdict({**base, "running": 4.0, "waiting": 4.0})
+    assert queued.kind != "client_bound"
+    assert stage_verdict({**base, "running": 4.0, "waiting": 0.0}).kind == "client_bound"

@@ -259,10 +259,18 @@ def current_stage(runtime: Any) -> dict[str, Any] | None:
 
 
 def stages_begun(runtime: Any) -> list[dict[str, Any]]:
-    """Every stage begun so far (index, name, target requests), in order: a stage shorter than
-    a poll of ``/llm/stats`` is then still seen to have run."""
+    """Every stage begun so far (index, name, target requests, and ``done``: its requests that
+    ended, cancelled ones left out, as the records received so far say; None without a
+    recorder), in order: a stage shorter than a poll of ``/llm/stats`` is still seen to have
+    run, and each stage's count is its own (the records carry the stage they were sent in)."""
+    ended = getattr(getattr(runtime, "recorder", None), "ended_in", None)
     return [
-        {"index": s.index, "name": s.name, "target_requests": s.target_requests}
+        {
+            "index": s.index,
+            "name": s.name,
+            "target_requests": s.target_requests,
+            "done": ended(s.index) if callable(ended) else None,
+        }
         for s in list(getattr(runtime, "stages", None) or [])
     ]
 
