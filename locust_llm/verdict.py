@@ -543,6 +543,7 @@ def _under(ctx: Context) -> Finding | None:
         f"{num(_v(prev, 'qps'))} -> {num(ctx.v('qps'))} ({ratio(gain)}) for load "
         f"{ratio(load_ratio)}",
         _resources_text(ctx),
+        _split_text(ctx),  # where the time goes, as the step-bound finding says it
     ]
     return Finding(
         "low_concurrency",
