@@ -36,11 +36,11 @@ def test_report_flags_every_stage_in_which_the_simulator_lagged(tmp_path: Path) 
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
     )  # fmt: skip
     stop = threading.Event()
+    freezer = threading.Thread(target=_freeze_repeatedly, args=(sim.pid, stop))
     try:
         assert sim.stdout is not None
         url = sim.stdout.readline().strip()
         assert url.startswith("http://")
-        freezer = threading.Thread(target=_freeze_repeatedly, args=(sim.pid, stop))
         freezer.start()
         run_dir, out = tmp_path / "run", tmp_path / "report"
         cmd = [
@@ -54,6 +54,8 @@ def test_report_flags_every_stage_in_which_the_simulator_lagged(tmp_path: Path) 
         assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
     finally:
         stop.set()
+        if freezer.is_alive():  # let it end its freeze (and resume the simulator) first
+            freezer.join(timeout=5)
         os.kill(sim.pid, signal.SIGCONT)
         os.killpg(sim.pid, signal.SIGTERM)
         sim.wait(timeout=10)
