@@ -43,7 +43,7 @@ def test_the_official_client_reads_the_reasoning_then_the_answer() -> None:
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     thinking = [(d.model_extra or {}).get("reasoning_content") for d in deltas]
     kinds = ["r" if t else "c" if d.content else "" for d, t in zip(deltas, thinking, strict=True)]
-    assert "".join(kinds).strip("") == "r" * REASONING + "c" * (OUTPUT - REASONING)
+    assert "".join(kinds) == "r" * REASONING + "c" * (OUTPUT - REASONING)
     usage = chunks[-1].usage
     assert usage.completion_tokens == OUTPUT
     assert usage.completion_tokens_details.reasoning_tokens == REASONING
