@@ -593,7 +593,10 @@ class Stream:
                 self.app.metrics.e2e.observe(time.monotonic() - self.arrival_mono)
                 self.app.metrics.phases(self.req)
                 self.app.metrics.finished(self.finish_reason)
-                self._complete("ok", 200)
+                fault = self.fault  # a malformed chunk went out: the client reads a bad payload
+                fired = fault is not None and fault.kind == "malformed"
+                fired = fired and fault is not None and self.chunks_sent >= int(fault.arg)
+                self._complete("fault:malformed" if fired else "ok", 200)
 
     def _complete(self, outcome: str, status: int) -> None:
         if self.done:
