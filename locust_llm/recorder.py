@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 _as_row = attrgetter(*RECORD_FIELDS)  # a record as a tuple in column order (40x astuple's speed)
 _STAGE = RECORD_FIELDS.index("stage")
 _KIND = RECORD_FIELDS.index("error_kind")
+_TRACE_LINE = RECORD_FIELDS.index("trace_line")
 #: record fields whose distinct values the master keeps (run.json's model and endpoint)
 TRACKED_FIELDS: tuple[str, ...] = ("model", "endpoint")
 _TRACKED = tuple((name, RECORD_FIELDS.index(name)) for name in TRACKED_FIELDS)
@@ -61,6 +62,8 @@ class Recorder:
         self.worker_progress: dict[str, tuple[int, int]] = {}
         self.received_by_worker: dict[str, int] = {}
         self.received_by_worker_stage: Counter[tuple[str, int]] = Counter()
+        # master: worker id -> the trace lines its records carried (trace replay only)
+        self.trace_lines_by_worker: dict[str, set[int]] = {}
         # master/local: per stage, requests that ended (success or failure), not counting those
         # the load test cancelled itself
         self._ended_by_stage: Counter[int] = Counter()
@@ -105,6 +108,8 @@ class Recorder:
         self.worker_progress[worker] = (batch.sent, batch.recorded)
         for row in batch.records:
             self.received_by_worker_stage[(worker, row[_STAGE])] += 1
+            if row[_TRACE_LINE] >= 0:
+                self.trace_lines_by_worker.setdefault(worker, set()).add(row[_TRACE_LINE])
         self.reconnects_by_worker[worker] = batch.reconnects
         self.backoffs_by_worker[worker] = batch.backoffs
         self.backing_off_by_worker[worker] = batch.backing_off
@@ -153,6 +158,7 @@ class Recorder:
         self.unflushed.clear()
         self.count = 0
         self._ended_by_stage.clear()
+        self.trace_lines_by_worker.clear()
         for values in self._values.values():
             values.clear()
 

@@ -310,8 +310,11 @@ class TraceShape(StagesShape):
         return self._plans
 
     def _stage_done(self, rt: Runtime, plan: StagePlan, now: float) -> bool:
+        from locust_llm.workloads.users import lost_lines_recorded
+
         ended = rt.recorder.ended_in(rt.stages[-1].index)
-        return ended >= self._lines or super()._stage_done(rt, plan, now)
+        lost = lost_lines_recorded(self._environment())  # with a lost worker: never to end
+        return ended + lost >= self._lines or super()._stage_done(rt, plan, now)
 
     def _advance(self, rt: Runtime, plans: list[StagePlan], now: float) -> bool:
         from locust_llm.workloads.partition import send_partitions

@@ -38,7 +38,8 @@ signal              unit      GPU   over GPUs  over inst.  meaning
 ``prompt_tokens_*``                                        (``_total`` with cache hits,
 ``_total``,                                                ``_computed_total`` without: llama.cpp,
 ``decode_calls_``                                          ``_cached_total`` the hits), decode
-``total``                                                  calls (llama.cpp)
+``total``                                                  calls and ``prompt_seconds_total``
+                                                           (llama.cpp: its prefill seconds)
 ``busy_slots_per_`` slots     no    -          mean        llama.cpp's busy slots per decode call,
 ``decode``                                                 average since its start
 ``worker_cpu_util`` ratio     no    -          max         a Locust worker's CPU ratio (source =
@@ -190,6 +191,10 @@ _builtin(
     **_COUNTER,
 )  # fmt: skip
 _builtin("decode_calls_total", "count", "server decode (forward) calls", **_COUNTER)
+_builtin(
+    "prompt_seconds_total", "s", "server seconds spent computing prompts (llama.cpp's prefill)",
+    **_COUNTER,
+)  # fmt: skip
 _builtin(
     "busy_slots_per_decode", "slots",
     "busy slots per decode call, average since the server started (llama.cpp)",

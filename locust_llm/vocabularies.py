@@ -280,6 +280,7 @@ register_vocabulary(Vocabulary("llamacpp", "llama.cpp server with --metrics (lla
     MetricMap("llamacpp:prompt_tokens_total", "prompt_tokens_computed_total"),  # hits apart
     MetricMap("llamacpp:prompt_tokens_cached_total", "prompt_tokens_cached_total"),
     MetricMap("llamacpp:n_decode_total", "decode_calls_total"),
+    MetricMap("llamacpp:prompt_seconds_total", "prompt_seconds_total"),
     MetricMap("llamacpp:n_busy_slots_per_decode", "busy_slots_per_decode"),
 )))  # fmt: skip
 

@@ -6,7 +6,10 @@
   the run recovers;
 * the GPU exporter stopped: telemetry records the gap as a gap (scrape_up 0, NaN values) and the
   report says where data is missing;
-* the master's run dir unwritable at start: a clear error, a non-zero exit, no request sent.
+* the master's run dir unwritable at start: a clear error, a non-zero exit, no request sent;
+* a worker killed with SIGKILL mid trace replay: its lines not yet due are sent by the survivor
+  on the same schedule, and every line it left unreported has one record: no line lost, none
+  sent twice (the simulator's request trace is the judge).
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from cluster_utils import (
     read_trace,
     wait_until,
 )
+
+from locust_llm.report.build import build_report
+from locust_llm.report.document import document
+from locust_llm.report.load import load_run
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +80,68 @@ def test_worker_sigkill_mid_stage_is_named_with_its_in_flight_requests(tmp_path:
         assert (mine["error_kind"] != "cancelled").sum() == survivor_count > 0
         assert mine["ok"].sum() == outcomes.count("ok")
         assert set(requests["worker_id"]) == {survivor_id}
+
+
+def test_worker_sigkill_mid_replay_leaves_its_lines_to_the_survivor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from locust_llm.workloads.traces import synthetic_mooncake, write_jsonl
+
+    lines = 320  # 16 s of trace at 20 lines/s: the survivor still has lines to adopt
+    trace_file = write_jsonl(
+        synthetic_mooncake(lines, rate_per_s=20.0, seed=3), tmp_path / "t.jsonl"
+    )
+    monkeypatch.setenv("LOCUST_LLM_TRACE", str(trace_file))  # the workers inherit it
+    with Cluster(tmp_path) as cluster:
+        sim_trace = tmp_path / "sim.jsonl"
+        _, sim_url = cluster.sim("--zero-cost", "--step-overhead-ms", "2", "--output-len",
+                                 "fixed:4", "--trace", str(sim_trace))  # fmt: skip
+        run_dir = tmp_path / "run"
+        master, port = cluster.master(sim_url, [
+            "--llm-record-batch-s", "0.2", "--stop-timeout", "5", "--llm-run-dir", str(run_dir),
+            "--llm-server-metrics", "none",
+        ], locustfile="locustfiles/trace_replay.py")  # fmt: skip
+        victim, survivor = (cluster.worker(i, "127.0.0.1", port) for i in (1, 2))
+        done = lambda: metric_value(http_get(sim_url + "/metrics", 2), "vllm:request_success_total")  # noqa: E731
+        wait_until(lambda: done() >= 60, 40, "3 s of the replay answered")
+        killed_wall_s = time.time()
+        victim.send(signal.SIGKILL)
+        victim.popen.wait(5)
+        assert master.wait(90) == 0, master.text()[-3000:]
+        survivor.wait(20)
+
+        info, requests = read_run(run_dir)
+        (lost_id,) = info["lost_workers"]
+        survivor_id = next(w for w in info["workers"] if w != lost_id)
+        # every line has exactly one record
+        assert sorted(requests.trace_line) == list(range(lines)), master.text()[-3000:]
+        lost = requests[requests.error_message.str.contains("lost with worker", na=False)]
+        assert len(lost) > 0 and (lost.error_kind == "cancelled").all()
+        assert (lost.worker_id == lost_id).all()
+        assert lost.error_message.str.contains(lost_id, regex=False).all()
+        # the lost worker's share: what it reported before dying, what it left unreported (due
+        # before the master knew), and what the survivor sent for it afterwards
+        share = requests.trace_line % 2 == (
+            requests[requests.worker_id == lost_id].trace_line.iloc[0] % 2
+        )
+        adopted = requests[share & (requests.worker_id == survivor_id)]
+        assert len(adopted) > 0 and adopted.ok.all(), adopted.error_message.unique()
+        assert (adopted.scheduled_wall_s > killed_wall_s).all()
+        assert (lost.scheduled_wall_s < adopted.scheduled_wall_s.min()).all()
+        sent_on_time = adopted.start_wall_s - adopted.scheduled_wall_s
+        assert sent_on_time.median() < 0.05, sent_on_time.describe()
+        # no line sent twice: the server received each answered record's request once, and at
+        # most the lost lines besides (those the victim had in flight)
+        received = [r["client_request_id"] for r in read_trace(sim_trace)]
+        assert len(received) == len(set(received))
+        answered = set(requests[requests.ok].request_id)
+        assert answered <= set(received)
+        assert len(answered) <= len(received) <= len(answered) + len(lost)
+        # the report counts them apart
+        doc = document(build_report(load_run(run_dir)))
+        rows = dict(doc.section("trace_replay").blocks[0].rows)  # type: ignore[union-attr]
+        assert rows["lost with a worker (sent and never reported, or never sent)"] == str(len(lost))
+        assert rows["trace lines recorded"] == str(lines)
 
 
 def test_target_restart_mid_stage_is_classified_and_recovers(tmp_path: Path) -> None:

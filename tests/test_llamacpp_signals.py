@@ -23,6 +23,7 @@ def test_a_real_llamacpp_page_maps_to_canonical_signals() -> None:
         "prompt_tokens_computed_total": 104.0,
         "prompt_tokens_cached_total": 20.0,
         "decode_calls_total": 21.0,
+        "prompt_seconds_total": 0.001418,
         "busy_slots_per_decode": pytest.approx(1.33333),
     }
     assert spoken_vocabularies(SAMPLE.read_text()) == {"llamacpp"}

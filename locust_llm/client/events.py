@@ -31,6 +31,14 @@ class LLMEvents:
     :param record: the finished ``RequestRecord``
     """
 
+    worker_lost: EventHook
+    """Fired on the master once per worker given up for lost (its permits already reclaimed).
+
+    :param environment: the master's Locust environment
+    :param worker: the lost worker's id
+    :param runtime: the master's locust-llm runtime (its recorder has every record received)
+    """
+
     def __init__(self) -> None:
         for name in type(self).__annotations__:
             setattr(self, name, EventHook())

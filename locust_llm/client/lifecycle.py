@@ -35,6 +35,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm import llmstats, options
 from locust_llm.client.apis.base import get_api
+from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
     MSG_DRAINED,
     MSG_PERMIT_ASK,
@@ -255,6 +256,7 @@ def _note_lost_workers(rt: Runtime) -> list[str]:
             back,
             rt.gate.stage,
         )
+        llm_events.worker_lost.fire(environment=rt.environment, worker=worker, runtime=rt)
     if newly:
         _push_permits(rt)
         if getattr(runner, "state", "") == "running" and runner.worker_count > 0:

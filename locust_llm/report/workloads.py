@@ -162,8 +162,10 @@ def replay_summary(frame: pd.DataFrame) -> dict[str, float]:
     part = frame[frame.trace_line >= 0]
     if part.empty:
         return {}
-    unsent = part.error_kind.eq("cancelled") & part.error_message.str.contains("not sent")
-    sent = part[~unsent]
+    cancelled = part.error_kind.eq("cancelled")
+    unsent = cancelled & part.error_message.str.contains("not sent")
+    lost = cancelled & part.error_message.str.contains("lost with worker")
+    sent = part[~unsent & ~lost]
     delay = sent.start_wall_s - sent.scheduled_wall_s
     from_schedule = delay + sent.e2e_s
     return {
@@ -172,6 +174,7 @@ def replay_summary(frame: pd.DataFrame) -> dict[str, float]:
         "sent": float(len(sent)),
         "answered": float(sent.ok.astype(bool).sum()),
         "not_sent": float(unsent.sum()),
+        "lost": float(lost.sum()),
         "delay_p50_s": _q(delay, 0.5),
         "delay_p99_s": _q(delay, 0.99),
         "delay_max_s": float(delay.max()) if len(delay) else math.nan,
@@ -333,6 +336,7 @@ def sections(report: Any) -> list[Any]:
             ["trace lines recorded", num(r["lines"])],
             ["sent / answered", f"{num(r['sent'])} / {num(r['answered'])}"],
             ["not sent (the run ended first)", num(r["not_sent"])],
+            ["lost with a worker (sent and never reported, or never sent)", num(r["lost"])],
             [
                 "dispatch delay P50 / P99 / max (ms)",
                 " / ".join(

@@ -12,6 +12,11 @@ they know it. A worker the partition counted gets its share again; a worker that
 a test runs gets an empty share (``count`` 0): it takes nothing, so the running workers' shares
 stay exactly once.
 
+A worker lost while a trace replays leaves its share to the others: the master hands the lines
+of its share not yet due (``hand_over``) to the live workers, which add them to theirs
+(``Partition.adopted``); the lost worker's lines that were due and never reported are recorded
+by the master (see :mod:`locust_llm.workloads.users`).
+
 Locust is imported only by the functions that talk to its runner, so :class:`Partition` stays
 pure (the unit tests import it without Locust).
 """
@@ -19,11 +24,12 @@ pure (the unit tests import it without Locust).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MSG_PARTITION = "llm_partition"
 MSG_PARTITION_ASK = "llm_partition_ask"
+MSG_ADOPT = "llm_partition_adopt"
 UNKNOWN = -1  # a worker's count until the master answers
 
 
@@ -34,6 +40,8 @@ class Partition:
     index: int = 0
     count: int = 1
     origin_wall_s: float = math.nan
+    #: numbers a lost worker's share left to this process (its own share is ``index of count``)
+    adopted: list[int] = field(default_factory=list)
 
     @property
     def known(self) -> bool:
@@ -45,6 +53,7 @@ class Partition:
         return self.count <= 0
 
     def owns(self, number: int) -> bool:
+        """``number`` is in this process's own share (adopted numbers aside)."""
         return not self.empty and number % self.count == self.index
 
 
@@ -80,10 +89,41 @@ def send_partitions(environment: Any, origin_wall_s: float = math.nan) -> int:
     return max(len(workers), 1)
 
 
+def share_of(environment: Any, worker: str) -> tuple[Partition, list[str]] | None:
+    """Master: ``worker``'s share as the master handed it out (adopted numbers included), and
+    the other workers of the partition; None if the partition did not count it."""
+    sent = _sent.get(id(environment), {})
+    data = sent.get(worker)
+    if data is None:
+        return None
+    share = Partition(int(data["index"]), int(data["count"]), float(data["origin_wall_s"]))
+    share.adopted = list(data.get("adopted", ()))
+    return share, [w for w in sent if w != worker]
+
+
+def hand_over(environment: Any, numbers: list[int], workers: list[str]) -> dict[str, list[int]]:
+    """Master: deal ``numbers`` (in the order given) round robin to ``workers``, each told with
+    one message; returns what each got."""
+    dealt: dict[str, list[int]] = {w: numbers[i :: len(workers)] for i, w in enumerate(workers)}
+    sent = _sent.setdefault(id(environment), {})
+    for worker, mine in dealt.items():
+        if not mine:
+            continue
+        sent.setdefault(worker, {"index": -1, "count": 0, "origin_wall_s": math.nan})
+        sent[worker]["adopted"] = [*sent[worker].get("adopted", ()), *mine]
+        environment.runner.send_message(MSG_ADOPT, {"numbers": mine}, client_id=worker)
+    return dealt
+
+
+def _receive_adopted(environment: Any, msg: Any, **_kw: Any) -> None:
+    partition(environment).adopted.extend(int(n) for n in msg.data["numbers"])
+
+
 def _receive(environment: Any, msg: Any, **_kw: Any) -> None:
     part = partition(environment)
     part.index, part.count = int(msg.data["index"]), int(msg.data["count"])
     part.origin_wall_s = float(msg.data["origin_wall_s"])
+    part.adopted = [int(n) for n in msg.data.get("adopted", ())]
 
 
 def _on_init(environment: Any, **_kw: Any) -> None:
@@ -95,6 +135,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         # a handler, and let no user take a share until it is known
         partition(environment).count = UNKNOWN
         runner.register_message(MSG_PARTITION, _receive)
+        runner.register_message(MSG_ADOPT, _receive_adopted)
         runner.send_message(MSG_PARTITION_ASK, None)
     elif isinstance(runner, MasterRunner):
         runner.register_message(

@@ -8,7 +8,9 @@ claiming the next line of this process's partition and waiting for its time; its
 the scheduled time (dispatch delay = start - scheduled) and ``trace_line``. A line the run
 ends before sending is recorded as ``cancelled`` (counted, never silently dropped). Run it
 with :class:`locust_llm.shapes.TraceShape`, which starts the replay on every worker at one
-origin. See docs/workloads.md.
+origin. A worker lost mid-replay leaves its lines not yet due to the live workers (they send
+them on the same schedule); its lines that were due and never reported get one ``cancelled``
+record each from the master ("lost with worker ..."). See docs/workloads.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, ClassVar, NoReturn
 import gevent
 from locust.exception import StopUser
 
+from locust_llm.client.apis.base import get_api
 from locust_llm.datasets import Prompt
 from locust_llm.metrics import RequestRecord, StreamTiming
 from locust_llm.user import ChatUser, LLMUser
@@ -47,7 +50,11 @@ from locust_llm.workloads.traces import (
 parts.install()
 
 _POLL_S = 0.05
+#: a lost worker's lines due later than this from now go to the live workers (time for the
+#: hand-over message to reach them); earlier ones are recorded as lost
+HAND_OVER_LEAD_S = 0.5
 _books: dict[tuple[int, type], Any] = {}
+_lost_lines: dict[int, int] = {}  # master: environment -> lines recorded as lost with a worker
 
 
 def _book(user: Any, make: Any) -> Any:
@@ -198,27 +205,38 @@ def load_replay(user_class: Any) -> Replay:
 
 
 class TraceBook:
-    """This process's lines of a replay (its partition), claimed in time order by its users."""
+    """This process's lines of a replay (its partition and the lines it adopted from a lost
+    worker), claimed in time order by its users."""
 
     def __init__(self, replay: Replay) -> None:
         self.replay = replay
         self.owned: list[TraceLine] | None = None
         self.claimed = 0
+        self.adopted_seen = 0  # how many of the partition's adopted numbers are in ``owned``
 
-    def claim(self, part: parts.Partition) -> TraceLine | None:
+    def _refresh(self, part: parts.Partition) -> list[TraceLine]:
         if self.owned is None:
             self.owned = [x for x in self.replay.lines if part.owns(x.index)]
-        if self.claimed >= len(self.owned):
+        if len(part.adopted) > self.adopted_seen:  # lines a lost worker left: in time order
+            new = set(part.adopted[self.adopted_seen :])
+            self.adopted_seen = len(part.adopted)
+            added = [x for x in self.replay.lines if x.index in new]
+            rest = sorted([*self.owned[self.claimed :], *added], key=lambda x: x.time_s)
+            self.owned[self.claimed :] = rest
+        return self.owned
+
+    def claim(self, part: parts.Partition) -> TraceLine | None:
+        owned = self._refresh(part)
+        if self.claimed >= len(owned):
             return None
-        line = self.owned[self.claimed]
+        line = owned[self.claimed]
         self.claimed += 1
         return line
 
     def unclaimed(self, part: parts.Partition) -> list[TraceLine]:
         """Lines not claimed yet (all of this partition's before the first claim); claims them."""
-        if self.owned is None:
-            self.owned = [x for x in self.replay.lines if part.owns(x.index)]
-        rest = self.owned[self.claimed :]
+        owned = self._refresh(part)
+        rest = owned[self.claimed :]
         self.claimed += len(rest)
         return rest
 
@@ -272,7 +290,7 @@ class TraceReplayUser(ChatUser):
         stage = gate.stage
         origin = self._origin_wall_s()
         book = self._trace_book()
-        line = book.claim(parts.partition(self.environment))
+        line = self._claim_or_idle(book)
         if line is None:  # this process's lines are all claimed: idle until the run stops
             gate.release(stage)
             _idle_until_stopped(self)
@@ -288,6 +306,16 @@ class TraceReplayUser(ChatUser):
             self.send(scheduled_wall_s=when)
         finally:
             self._line, self._prompt = None, None
+
+    def _claim_or_idle(self, book: TraceBook) -> TraceLine | None:
+        """The next line; when this process has none left, wait for lines a lost worker may
+        leave it (None once the run stops)."""
+        part = parts.partition(self.environment)
+        line = book.claim(part)
+        while line is None and not (self._stopping() or self.runtime.gate.stopped):
+            gevent.sleep(_POLL_S)
+            line = book.claim(part)
+        return line
 
     def next_prompt(self, record: RequestRecord) -> Prompt:
         line, prompt = self._line, self._prompt
@@ -322,6 +350,69 @@ class TraceReplayUser(ChatUser):
             when = part.origin_wall_s + line.time_s / book.replay.speedup
             self.record_not_sent(line, when, "the run ended before its time")
         super().on_stop()
+
+
+def lost_lines_recorded(environment: Any) -> int:
+    """Master: the trace lines recorded as lost with their worker in this run."""
+    return _lost_lines.get(id(environment), 0)
+
+
+def _on_worker_lost(environment: Any, worker: str, runtime: Any, **_kw: Any) -> None:
+    """Master: a worker is lost mid-replay. Its lines not due yet go to the live workers; its
+    lines that were due and that no record reported get one ``cancelled`` record each (sent
+    and never reported, or never sent: the master cannot tell which)."""
+    classes = [c for c in environment.user_classes if issubclass(c, TraceReplayUser)]
+    part = parts.partition(environment)
+    found = parts.share_of(environment, worker)
+    if not classes or math.isnan(part.origin_wall_s) or found is None:
+        return
+    share, others = found
+    replay = load_replay(classes[0])
+    recorded = runtime.recorder.trace_lines_by_worker.get(worker, set())
+    adopted = set(share.adopted)
+    mine = [
+        x
+        for x in replay.lines
+        if (share.owns(x.index) or x.index in adopted) and x.index not in recorded
+    ]
+    live = {c.id for c in environment.runner.clients.all if c.state != "missing"}
+    heirs = [w for w in others if w in live]
+    cutoff = time.time() + HAND_OVER_LEAD_S
+
+    def due(x: TraceLine) -> float:
+        return part.origin_wall_s + x.time_s / replay.speedup
+
+    later = [x.index for x in mine if heirs and due(x) >= cutoff]
+    if later:
+        parts.hand_over(environment, later, heirs)
+    handed = set(later)
+    for x in mine:
+        if x.index in handed:
+            continue
+        record = RequestRecord(
+            request_id=str(uuid.uuid4()),
+            endpoint=get_api(runtime.settings_for(classes[0]).api).path,
+            worker_id=worker,
+            stage=runtime.gate.stage,
+            scheduled_wall_s=due(x),
+            start_wall_s=time.time(),
+            error_kind="cancelled",
+            error_message=f"trace line {x.index} lost with worker {worker}: sent and never "
+            "reported, or never sent",
+            trace_line=x.index,
+        )
+        runtime.request_done(None, record, StreamTiming(t0=0.0))
+        _lost_lines[id(environment)] = _lost_lines.get(id(environment), 0) + 1
+
+
+def _install_hand_over() -> None:
+    from locust_llm.client.events import llm_events
+
+    if _on_worker_lost not in llm_events.worker_lost._handlers:
+        llm_events.worker_lost.add_listener(_on_worker_lost)
+
+
+_install_hand_over()
 
 
 class EmbeddingsUser(LLMUser):
