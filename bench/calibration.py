@@ -387,6 +387,7 @@ def replay(
         lengths=tuple(zip(prompts, outputs, strict=True)),
         ignore_eos=True,  # each request generates exactly its length (EOS included in it)
         scrape_interval_s=3600.0,
+        read_timeout_s=math.inf,  # vllm bench serve waits for as long as it takes
     )
     model = case.model if isinstance(case.model, ModelSpec) else get_model(case.model)
     run = simulate(config, workload, model=model, gpu=get_gpu(case.gpu), start_wall_s=0.0)
