@@ -462,9 +462,10 @@ class Engine:
 
     def _run(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> None:
         cfg = self.config
-        result.overhead_s = cfg.step_overhead_s
+        overhead = cfg.step_overhead_s + cfg.step_overhead_per_seq_s * len(scheduled)
+        result.overhead_s = overhead
         if cfg.zero_cost:
-            duration = cfg.step_overhead_s
+            duration = overhead
         else:
             decode = [req.computed for req, n in scheduled if n == 1]
             chunks = [(n, req.computed) for req, n in scheduled if n > 1]
@@ -477,7 +478,7 @@ class Engine:
                 bw_eff=cfg.bandwidth_efficiency,
             )
             result.allreduce_s = cost.comm_s
-            duration = cfg.step_overhead_s + max(result.compute_s, result.memory_s) + cost.comm_s
+            duration = overhead + max(result.compute_s, result.memory_s) + cost.comm_s
         result.duration_s = duration
         self.clock_s += duration
         end = self.clock_s
