@@ -66,6 +66,7 @@ class VirtualStream:
         "last_byte_s",
         "output_tokens",
         "pending",
+        "plain",
         "read_timeout_s",
         "sent_s",
         "tokens_per_chunk",
@@ -95,6 +96,7 @@ class VirtualStream:
         self.hold_until_s = sent_s + fault.arg if slow and fault is not None else -math.inf
         self.last_byte_s = sent_s  # the client's read timeout counts from here
         self.doomed = False  # a chunk would arrive after the deadline: the client times out
+        self.plain = fault is None and tokens_per_chunk == 1  # every token is a chunk, on time
 
     def rejection(self) -> StreamEnd | None:
         """The error answer of an HTTP-status fault (the request never reaches the engine)."""
@@ -123,6 +125,12 @@ class VirtualStream:
     def token(self, at_s: float) -> StreamEnd | None:
         """The engine produced the stream's next token at ``at_s``; a chunk may leave."""
         self.generated += 1
+        if self.plain and at_s <= self.last_byte_s + self.read_timeout_s:  # the common case
+            self.chunks_sent += 1
+            self.chunk_times.append(at_s)
+            self.tokens_received += 1
+            self.last_byte_s = at_s
+            return None
         self.pending += 1
         last = self.generated >= self.output_tokens
         if self.pending < self.tokens_per_chunk and not last:
