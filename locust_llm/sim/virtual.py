@@ -41,7 +41,8 @@ What it mirrors, and from where:
 - faults: the config's ``--fault`` specs drawn per request in arrival order with the same
   seeded :class:`~locust_llm.sim.faults.FaultPlan` the real-time server uses, applied and
   classified as the front and the client do (:mod:`locust_llm.sim.virtual_stream`), with the
-  client's read timeout ``read_timeout_s`` (120 s, ``--llm-read-timeout``'s default).
+  client's read timeout ``read_timeout_s`` (``locust-llm virtual``: 120 s, the default of the
+  client's ``--llm-read-timeout``; none when the workload is built in code).
 
 Differences from a real run, by design: stage switches happen at the exact instant (Locust's
 shape ticks once a second), nothing is lost to the client or the network, and the simulator
@@ -152,8 +153,9 @@ class VirtualWorkload:
     #: cache); "" = lengths only (``input_len`` or ``lengths``), prompts that share no block
     dataset: str = ""
     #: the client's read timeout (``--llm-read-timeout``): the longest wait for the next byte
-    #: before a request is a ``timeout`` record (math.inf: never, as ``vllm bench serve``)
-    read_timeout_s: float = 120.0
+    #: before a request is a ``timeout`` record; math.inf (the default here): never, as
+    #: ``vllm bench serve``; ``locust-llm virtual --read-timeout`` defaults to the client's 120 s
+    read_timeout_s: float = math.inf
     seed: int = 0
     max_virtual_s: float = 7 * 86400.0  # a bound on the simulated span
 
