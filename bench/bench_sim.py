@@ -134,6 +134,7 @@ def cmd_tp(args: argparse.Namespace) -> None:
                 bandwidth_efficiency=1.0,
                 compute_efficiency=1.0,
                 step_overhead_s=0.0,
+                step_overhead_per_seq_s=0.0,
             )
             try:
                 engine = Engine(config)

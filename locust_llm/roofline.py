@@ -19,7 +19,9 @@ Accounting (stated once, used everywhere):
   ``E * (1 - (1 - k/E) ** b)`` distinct experts in expectation, at most ``E``;
 - KV bytes per token of context = layers x 2 (K and V) x kv_heads x head_dim x kv_bits / 8;
 - FLOPs = 2 x active parameters x tokens + attention (QK^T and AV: 4 x heads x head_dim per
-  token per layer per context token attended; causal prefill attends to half the chunk).
+  token per layer per context token attended; causal prefill attends to half the chunk); the LM
+  head's 2 x vocab x hidden only at the one position per sequence whose logits are sampled (a
+  prefill chunk's other positions never reach it, as in vLLM's ``logits_indices``).
 """
 
 from __future__ import annotations
@@ -732,7 +734,8 @@ def step_cost(
     generates one token. ``prefill_chunks``: (chunk tokens, tokens already in KV before the
     chunk) per prefilling sequence. Bytes = weights read (the experts the step's tokens touch,
     embedding rows only) + KV read for every context + KV written for every new token.
-    FLOPs = 2 x params per token x tokens + attention (causal inside a prefill chunk). With
+    FLOPs = 2 x params per token x tokens + attention (causal inside a prefill chunk), the LM
+    head counted once per sequence (the sampled position), not per prefill token. With
     ``tp`` > 1 both are one GPU's shard's (:meth:`ModelSpec.sharded`) and ``comm_s`` is
     :func:`allreduce_seconds` over ``link`` (default NVLink).
     """
@@ -750,7 +753,9 @@ def step_cost(
         model.params_read(tokens) * model.weight_bytes_per_param
         + (kv_read_tokens + tokens) * model.kv_bytes_per_token
     )
-    flops = 2.0 * model.params_per_token() * tokens
+    sampled = n_decode + len(chunks)  # positions whose logits are computed
+    head = model.vocab_size * model.hidden_size  # the LM head's matmul, tied or not
+    flops = 2.0 * (model.params_per_token() - head) * tokens + 2.0 * head * sampled
     for ctx in decode_contexts:
         flops += attention_flops(model, 1, ctx + 1)
     for chunk, prior in chunks:

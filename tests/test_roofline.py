@@ -434,3 +434,27 @@ def test_fit_advice_never_suggests_what_cannot_work() -> None:
     assert roofline.fit_advice(llama, l4, gpu_memory_utilization=0.9, tp=4) == (
         "smallest change that fits: --tp 8, or 8-bit weights at --tp 4"
     )
+
+
+def test_prefill_counts_the_lm_head_once_per_sequence() -> None:
+    """The LM head (vocab x hidden) runs only at each sequence's sampled position: a prefill
+    chunk of n tokens costs 2 (P - V H) n + 2 V H + attention, a decode token 2 P + attention."""
+    for model in (MISTRAL, get_model("llama-3.1-8b"), get_model("qwen2.5-0.5b")):  # tied last
+        head = model.vocab_size * model.hidden_size
+        body = model.params_per_token() - head
+        n = 512
+        chunk = roofline.step_cost(model, prefill_chunks=[(n, 0)])
+        attention = roofline.attention_flops(model, n, (n + 1) / 2.0)
+        assert chunk.flops == pytest.approx(2 * body * n + 2 * head + attention)
+        two = roofline.step_cost(model, [100, 200], [(n, 0), (n, 64)])
+        expected = (
+            2 * body * (2 + 2 * n)
+            + 2 * head * 4  # two decoding sequences + two prefill chunks: four sampled positions
+            + roofline.attention_flops(model, 1, 101)
+            + roofline.attention_flops(model, 1, 201)
+            + attention
+            + roofline.attention_flops(model, n, 64 + (n + 1) / 2.0)
+        )
+        assert two.flops == pytest.approx(expected)
+        # the weights are still read whole (the LM head included) once per step
+        assert chunk.bytes >= model.params_per_token() * model.weight_bytes_per_param

@@ -215,3 +215,23 @@ def test_chunk_formatter_shapes() -> None:
     assert obj["object"] == "text_completion" and obj["choices"][0]["text"] == "x"
     assert obj["choices"][0]["finish_reason"] == "stop" and obj["usage"]["completion_tokens"] == 2
     assert comp.role() == b"" and comp.usage(2) == b""
+
+
+def test_step_time_adds_the_host_time_of_each_sequence() -> None:
+    """duration = fixed overhead + per-sequence host time x sequences + max(compute, memory);
+    zero-cost steps pay the fixed overhead only."""
+    eng = make(step_overhead_s=0.002, step_overhead_per_seq_s=80e-6, max_num_seqs=8)
+    for _ in range(5):
+        eng.add(32, 4)
+    first = eng.step()  # the five prefills
+    assert len(first.admitted) == 5
+    for result in (first, eng.step()):  # prefill, then five decodes
+        assert result.overhead_s == pytest.approx(0.002 + 5 * 80e-6)
+        physics = max(result.compute_s, result.memory_s) + result.allreduce_s
+        assert result.duration_s == pytest.approx(result.overhead_s + physics)
+    free = make(step_overhead_s=0.002, step_overhead_per_seq_s=80e-6, zero_cost=True)
+    for _ in range(5):
+        free.add(32, 4)
+    assert free.step().duration_s == pytest.approx(0.002)
+    with pytest.raises(InputError, match="--step-overhead-per-seq-s"):
+        make(step_overhead_per_seq_s=-1.0)

@@ -17,7 +17,12 @@ from locust_llm.sim.testing import running_sim
 from locust_llm.sim.trace import read_trace
 
 MISTRAL, RTX4090 = MODEL_PRESETS["mistral-7b"], GPU_PRESETS["rtx4090"]
-IDEAL = {"bandwidth_efficiency": 1.0, "compute_efficiency": 1.0, "step_overhead_s": 0.0}
+IDEAL = {
+    "bandwidth_efficiency": 1.0,
+    "compute_efficiency": 1.0,
+    "step_overhead_s": 0.0,
+    "step_overhead_per_seq_s": 0.0,
+}
 
 
 def engine(**kw: object) -> Engine:

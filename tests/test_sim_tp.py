@@ -20,7 +20,12 @@ from locust_llm.sim.metrics import SimMetrics, build_registry, render
 
 LLAMA8B, LLAMA70B = MODEL_PRESETS["llama-3.1-8b"], MODEL_PRESETS["llama-3.1-70b"]
 H100 = GPU_PRESETS["h100-sxm"]
-IDEAL = {"bandwidth_efficiency": 1.0, "compute_efficiency": 1.0, "step_overhead_s": 0.0}
+IDEAL = {
+    "bandwidth_efficiency": 1.0,
+    "compute_efficiency": 1.0,
+    "step_overhead_s": 0.0,
+    "step_overhead_per_seq_s": 0.0,
+}
 
 
 def engine(**kw: object) -> Engine:

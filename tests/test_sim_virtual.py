@@ -173,9 +173,6 @@ def test_telemetry_has_every_signal_at_every_scrape() -> None:
 
 
 def test_bad_input_is_one_clear_line() -> None:
-    faulty = SimConfig(faults=("http500:0.1",))
-    with pytest.raises(InputError, match="does not model faults"):
-        simulate(faulty, closed((1,), 1))
     with pytest.raises(InputError, match="request count or a duration"):
         simulate(SMALL, VirtualWorkload(stages=(VirtualStage(concurrency=1),)))
     with pytest.raises(InputError, match="--input-len"):

@@ -59,6 +59,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--step-overhead-ms", type=float, default=None, help="fixed cost per step in ms (default 2)"
     )
     parser.add_argument(
+        "--step-overhead-per-seq-us",
+        type=float,
+        default=None,
+        help="host time per sequence in a step, in µs (default 80)",
+    )
+    parser.add_argument(
         "--no-chunked-prefill", action="store_true", default=None, help="prefill whole prompts only"
     )
     parser.add_argument(
@@ -98,6 +104,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             values[name] = getattr(args, name)
     if getattr(args, "step_overhead_ms", None) is not None:
         values["step_overhead_s"] = args.step_overhead_ms / 1000.0
+    if getattr(args, "step_overhead_per_seq_us", None) is not None:
+        values["step_overhead_per_seq_s"] = args.step_overhead_per_seq_us / 1e6
     if getattr(args, "no_chunked_prefill", None):
         values["enable_chunked_prefill"] = False
     if getattr(args, "enable_prefix_caching", None) is not None:

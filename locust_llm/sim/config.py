@@ -52,6 +52,9 @@ class SimConfig:
     bandwidth_efficiency: float = 0.85
     compute_efficiency: float = 0.7  # calibrated: bench/results/calibration.md
     step_overhead_s: float = 0.002  # fixed per-step cost (scheduling, kernel launches)
+    #: host time per sequence in the step (scheduling it, preparing its inputs, sampling and
+    #: emitting its token), on the GPU's critical path between steps
+    step_overhead_per_seq_s: float = 80e-6
     zero_cost: bool = False  # every step takes step_overhead_s only (benchmarks the front)
     oom: bool = False  # out-of-KV fails requests with a CUDA OOM 500 instead of preempting
     # responses
@@ -100,7 +103,7 @@ class SimConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise InputError(f"{_flag(name)} must be in (0, 1], got {value!r}")
-        for name in ("step_overhead_s", "memory_reserve_bytes"):
+        for name in ("step_overhead_s", "step_overhead_per_seq_s", "memory_reserve_bytes"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InputError(f"{_flag(name)} must be a number >= 0, got {value!r}")

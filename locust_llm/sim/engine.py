@@ -16,7 +16,8 @@ One step, the way vLLM's scheduler does it:
 2. if nothing was preempted, waiting requests are admitted in arrival order while the token
    budget, ``max_num_seqs`` and free blocks for their first chunk allow.
 3. step time = max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x bandwidth
-   efficiency)) + the tensor-parallel all-reduces + the fixed per-step overhead, with FLOPs,
+   efficiency)) + the tensor-parallel all-reduces + the fixed per-step overhead + the host
+   time per sequence in the step (``step_overhead_per_seq_s``), with FLOPs,
    bytes and the all-reduce time from :func:`locust_llm.roofline.step_cost` for the actual
    decode contexts and prefill chunks, on one of the ``tp`` GPUs (each holds its shard of the
    weights and of the KV cache).
@@ -462,9 +463,13 @@ class Engine:
 
     def _run(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> None:
         cfg = self.config
-        result.overhead_s = cfg.step_overhead_s
+        if cfg.zero_cost:  # a step costs exactly the fixed overhead (it benchmarks the front)
+            overhead = cfg.step_overhead_s
+        else:
+            overhead = cfg.step_overhead_s + cfg.step_overhead_per_seq_s * len(scheduled)
+        result.overhead_s = overhead
         if cfg.zero_cost:
-            duration = cfg.step_overhead_s
+            duration = overhead
         else:
             decode = [req.computed for req, n in scheduled if n == 1]
             chunks = [(n, req.computed) for req, n in scheduled if n > 1]
@@ -477,7 +482,7 @@ class Engine:
                 bw_eff=cfg.bandwidth_efficiency,
             )
             result.allreduce_s = cost.comm_s
-            duration = cfg.step_overhead_s + max(result.compute_s, result.memory_s) + cost.comm_s
+            duration = overhead + max(result.compute_s, result.memory_s) + cost.comm_s
         result.duration_s = duration
         self.clock_s += duration
         end = self.clock_s

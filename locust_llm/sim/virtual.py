@@ -31,19 +31,33 @@ What it mirrors, and from where:
   ``kv_cache_usage`` and ``preemptions`` and the simulated GPU's utilization, DRAM bandwidth,
   memory and power (:class:`~locust_llm.sim.gpu.SimGpuSource` on the virtual clock).
 
+- prompts: with ``dataset`` (a ``--llm-dataset`` value: ``random``, ``openqa``,
+  ``shared-prefix:...``, a JSONL or ShareGPT file) each user draws its prompts from
+  :func:`locust_llm.datasets.load_dataset` with its own seeded generator, as the client does,
+  and the engine gets the prompt's block hashes (and the answer's) the way the real-time front
+  computes them, so the prefix cache hits what it would hit in a real run and each record
+  carries ``cached_tokens`` (``usage.prompt_tokens_details.cached_tokens``); without one only
+  lengths are drawn and no prompt shares a block (as the client's ``random`` prompts);
+- faults: the config's ``--fault`` specs drawn per request in arrival order with the same
+  seeded :class:`~locust_llm.sim.faults.FaultPlan` the real-time server uses, applied and
+  classified as the front and the client do (:mod:`locust_llm.sim.virtual_stream`), with the
+  client's read timeout ``read_timeout_s`` (``locust-llm virtual``: 120 s, the default of the
+  client's ``--llm-read-timeout``; none when the workload is built in code).
+
 Differences from a real run, by design: stage switches happen at the exact instant (Locust's
-shape ticks once a second), nothing is lost to the client or the network, and faults are not
-modelled (a config with faults is refused).
+shape ticks once a second), nothing is lost to the client or the network, and the simulator
+never lags behind its schedule (there is no schedule: lag is zero by construction).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +69,18 @@ from locust_llm.roofline import GpuSpec, ModelSpec
 from locust_llm.rundir import RunInfo, Stage
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.engine import Engine, RequestTooLarge, SimRequest, StepResult
+from locust_llm.sim.faults import FaultPlan
 from locust_llm.sim.gpu import SimGpuSource
-from locust_llm.sim.textgen import OutputLengths
+from locust_llm.sim.prefix_cache import block_hashes
+from locust_llm.sim.textgen import (
+    OutputLengths,
+    answer_pieces,
+    estimate_message_tokens,
+    estimate_tokens,
+    message_pieces,
+    prompt_pieces,
+)
+from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 SOURCE = "virtual-sim"  # telemetry.parquet source of every virtual sample
@@ -125,6 +149,13 @@ class VirtualWorkload:
     #: (prompt tokens, max_tokens) of each request in send order, cycled: a dataset's lengths
     #: replayed as they are; when given, ``input_len`` and ``max_tokens`` are not drawn
     lengths: tuple[tuple[int, int], ...] = ()
+    #: a ``--llm-dataset`` value whose prompts the users send (their text feeds the prefix
+    #: cache); "" = lengths only (``input_len`` or ``lengths``), prompts that share no block
+    dataset: str = ""
+    #: the client's read timeout (``--llm-read-timeout``): the longest wait for the next byte
+    #: before a request is a ``timeout`` record; math.inf (the default here): never, as
+    #: ``vllm bench serve``; ``locust-llm virtual --read-timeout`` defaults to the client's 120 s
+    read_timeout_s: float = math.inf
     seed: int = 0
     max_virtual_s: float = 7 * 86400.0  # a bound on the simulated span
 
@@ -145,6 +176,10 @@ class VirtualWorkload:
                 raise InputError(f"{name} must be a positive number, got {value}")
         if not (self.stop_timeout_s >= 0 and self.warmup_s >= 0 and self.turnaround_s >= 0):
             raise InputError("stop timeout, warm-up and turnaround must be >= 0 s")
+        if not self.read_timeout_s > 0:
+            raise InputError(f"read timeout must be > 0 s, got {self.read_timeout_s}")
+        if self.dataset and self.lengths:
+            raise InputError("give a dataset or a list of lengths, not both")
         return self
 
     @property
@@ -163,8 +198,8 @@ class _Request:
     scheduled_s: float
     prompt_tokens: int
     output_tokens: int
+    stream: VirtualStream
     engine_req: SimRequest | None = None
-    token_times: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -194,8 +229,6 @@ class _Driver:
         base_wall_s: float,
         engine: Engine,
     ) -> None:
-        if config.faults:
-            raise InputError("virtual time does not model faults; drop --fault for a virtual run")
         self.cfg = config.validated()
         self.wl = workload.checked()
         self.engine = engine
@@ -206,6 +239,20 @@ class _Driver:
         self.input_len: Distribution = parse_distribution(workload.input_len, what="--input-len")
         self.max_tokens: Distribution = parse_distribution(workload.max_tokens, what="--max-tokens")
         self.eos_lengths = OutputLengths(self.cfg.output_len, self.cfg.seed)
+        self.faults = FaultPlan(self.cfg.faults, self.cfg.seed)  # drawn as the server draws
+        self.prompts = None
+        if self.wl.dataset:
+            from locust_llm.datasets import load_dataset
+
+            random_set = self.wl.dataset == "random"
+            self.prompts = load_dataset(
+                self.wl.dataset,
+                input_len=self.wl.input_len if random_set else None,
+                seed=self.wl.seed,
+            )
+        self.user_rngs: dict[int, random.Random] = {}  # each user's prompt generator
+        self.deadlines: list[tuple[float, int, int]] = []  # (read deadline, seq, request id)
+        self._seq = 0
         self.records: list[RequestRecord] = []
         self.telemetry: list[tuple[float, str, str, str, float]] = []
         self.stages: list[Stage] = []
@@ -220,31 +267,88 @@ class _Driver:
         self.users = 0  # closed loop: users allowed to send
         self.busy_users: set[int] = set()
         self.queued_users: set[int] = set()
-        self.to_send: deque[tuple[float, int]] = deque()  # closed loop: (time, user) to send
+        #: closed loop: (time, order, user) to send, a heap (a held stream ends in the future)
+        self.to_send: list[tuple[float, int, int]] = []
         self.steps = 0
 
     # ---- sending ------------------------------------------------------------------------
     def send(self, user: int, at_s: float, scheduled_s: float) -> None:
         self.sent += 1
-        if self.wl.lengths:
+        pieces: list[str | int] = []
+        if self.prompts is not None:
+            rng = self.user_rngs.get(user)
+            if rng is None:
+                rng = self.user_rngs[user] = random.Random(f"{self.wl.seed}:virtual:{user}")
+            drawn_prompt = self.prompts.next_request(rng)
+            chat = self.wl.endpoint == CHAT_ENDPOINT
+            if chat:
+                prompt = estimate_message_tokens(drawn_prompt.messages)
+                pieces = list(message_pieces(drawn_prompt.messages))
+            else:
+                prompt = estimate_tokens(drawn_prompt.prompt)
+                pieces = list(prompt_pieces(drawn_prompt.prompt))
+            prompt = max(prompt, 1)
+            max_tokens = drawn_prompt.max_tokens or self.max_tokens.sample(rng)
+        elif self.wl.lengths:
             prompt, max_tokens = self.wl.lengths[(self.sent - 1) % len(self.wl.lengths)]
         else:
             prompt = self.input_len.sample(self.rng)
             max_tokens = self.max_tokens.sample(self.rng)
         drawn = self.eos_lengths.draw()
         output = max_tokens if self.wl.ignore_eos else min(drawn, max_tokens)
-        req = _Request(self.sent, user, self.stage, at_s, scheduled_s, prompt, output)
+        stream = VirtualStream(
+            at_s,
+            self.faults.draw(),
+            output_tokens=output,
+            tokens_per_chunk=self.cfg.tokens_per_chunk,
+            read_timeout_s=self.wl.read_timeout_s,
+        )
+        req = _Request(self.sent, user, self.stage, at_s, scheduled_s, prompt, output, stream)
+        rejected = stream.rejection()
+        if rejected is not None:
+            self.finish(req, at_s, error=rejected)
+            return
+        hashes: tuple[bytes, ...] = ()
+        if pieces and self.cfg.enable_prefix_caching:  # as the real-time front hashes them
+            chat = self.wl.endpoint == CHAT_ENDPOINT
+            answer = answer_pieces(self.cfg.seed, self.sent, output, chat=chat)
+            hashes = block_hashes([*pieces, *answer], self.cfg.block_size)
         try:
-            req.engine_req = self.engine.add(prompt, output, arrival_s=at_s, max_tokens=max_tokens)
+            req.engine_req = self.engine.add(
+                prompt, output, arrival_s=at_s, max_tokens=max_tokens, block_hashes=hashes
+            )
         except RequestTooLarge as exc:
-            self.finish(req, at_s, error=("http_4xx", 400, str(exc)))
+            self.finish(req, at_s, error=StreamEnd(at_s, "http_4xx", 400, str(exc)))
             return
         self.live[req.engine_req.id] = req
         self.busy_users.add(user)
+        if math.isfinite(self.wl.read_timeout_s):
+            self.watch(req)
 
-    def finish(
-        self, req: _Request, end_s: float, error: tuple[str, int, str] | None = None
-    ) -> None:
+    def watch(self, req: _Request) -> None:
+        """Look at ``req`` again at its read deadline."""
+        assert req.engine_req is not None
+        self._seq += 1
+        heapq.heappush(self.deadlines, (req.stream.deadline_s, self._seq, req.engine_req.id))
+
+    def expire(self) -> bool:
+        """Fire the first read timeout that is due (True when one was looked at)."""
+        if not self.deadlines or self.deadlines[0][0] > self.now:
+            return False
+        _, _, rid = heapq.heappop(self.deadlines)
+        req = self.live.get(rid)
+        if req is None:
+            return True  # finished already
+        ended = req.stream.timed_out(self.now)
+        if ended is None:
+            self.watch(req)  # a byte came since: the deadline moved on
+            return True
+        if req.engine_req is not None:
+            self.engine.abort(req.engine_req)
+        self.finish(req, ended.at_s, error=ended)
+        return True
+
+    def finish(self, req: _Request, end_s: float, error: StreamEnd | None = None) -> None:
         """Turn a request into its one record (and let a closed-loop user send again)."""
         record = RequestRecord(
             request_id=f"virtual-{req.number}",
@@ -258,40 +362,40 @@ class _Driver:
             input_tokens=req.prompt_tokens,
         )
         timing = StreamTiming(t0=req.sent_s, end_time=end_s)
-        per_chunk = self.cfg.tokens_per_chunk
-        times = req.token_times
-        if per_chunk > 1:  # a chunk leaves when it is full, or with the last token
-            times = [
-                t for i, t in enumerate(times) if (i + 1) % per_chunk == 0 or i + 1 == len(times)
-            ]
+        times = req.stream.chunk_times
         timing.chunk_times = list(times)
         timing.chunk_tokens = [0] * len(times)
         timing.first_content_time = times[0] if times else math.nan
+        received = req.stream.tokens_received
         if error is None:
             record.ok, record.status_code = True, 200
             summarize_stream(record, timing, req.output_tokens)
+            if req.engine_req is not None:  # the usage chunk's prompt_tokens_details
+                record.cached_tokens = req.engine_req.cached_tokens
         else:
-            record.error_kind, record.status_code, record.error_message = error
-            summarize_stream(record, timing, len(req.token_times) if req.token_times else None)
-            if error[0] == "cancelled":
+            record.error_kind, record.status_code = error.kind, error.status
+            record.error_message = error.message
+            summarize_stream(record, timing, received if received else None)
+            if error.kind == "cancelled":
                 record.e2e_s = math.nan
         self.records.append(record)
         if req.engine_req is not None:
             self.live.pop(req.engine_req.id, None)
         self.busy_users.discard(req.user)
-        cancelled = error is not None and error[0] == "cancelled"
+        cancelled = error is not None and error.kind == "cancelled"
         if req.stage == self.stage and not cancelled:
             self.stage_completed += 1
         if req.user >= 0 and not cancelled:  # closed loop: the user goes again
             turnaround = self.wl.turnaround_s
-            if error is not None and not req.token_times:
+            if error is not None and not times:
                 turnaround = max(turnaround, ERROR_TURNAROUND_S)
             self.queue_user(req.user, end_s + turnaround)
 
     def queue_user(self, user: int, at_s: float) -> None:
         if user not in self.queued_users:
             self.queued_users.add(user)
-            self.to_send.append((at_s, user))
+            self._seq += 1
+            heapq.heappush(self.to_send, (at_s, self._seq, user))
 
     # ---- stages -------------------------------------------------------------------------
     def open_stage(self, index: int, at_s: float) -> None:
@@ -381,13 +485,16 @@ class _Driver:
         while True:
             if draining_since is None:
                 end = self.stage_over()
+                if end is not None and self.to_send and self.to_send[0][0] < end:
+                    self.send_next_user()  # sent before the stage ended: the stage's own
+                    continue
                 if end is not None:
                     if self.stage + 1 < len(self.wl.stages):
                         self.open_stage(self.stage + 1, end)
                         continue
                     self.stages[-1].end_wall_s = self.base + end
                     self.users, self.arrivals = 0, deque()
-                    self.to_send.clear()
+                    self.to_send = []
                     self.queued_users.clear()
                     draining_since = end
             if draining_since is not None and (
@@ -399,13 +506,10 @@ class _Driver:
                     f"virtual run passed {self.wl.max_virtual_s:g} s of simulated time; "
                     "shorten the stages"
                 )
+            if self.expire():
+                continue
             if self.to_send and self.to_send[0][0] <= self.now:
-                at, user = self.to_send.popleft()
-                self.queued_users.discard(user)
-                limit = self.wl.stages[self.stage].max_sends
-                if user < self.users and (limit is None or self.stage_sent < limit):
-                    self.stage_sent += 1
-                    self.send(user, at, at)
+                self.send_next_user()
                 continue
             if self.arrivals and self.arrivals[0][0] <= self.now:
                 at, stage = self.arrivals.popleft()
@@ -419,6 +523,7 @@ class _Driver:
             target = min(
                 self.arrivals[0][0] if self.arrivals else math.inf,
                 self.to_send[0][0] if self.to_send else math.inf,
+                self.deadlines[0][0] if self.deadlines else math.inf,
                 self.stage_deadline(),
             )
             if not math.isfinite(target):
@@ -428,9 +533,19 @@ class _Driver:
         for req in sorted(self.live.values(), key=lambda r: r.number):
             if req.engine_req is not None:
                 self.engine.abort(req.engine_req)
-            self.finish(req, self.now, error=("cancelled", 0, "stopped by the load test"))
+            ended = StreamEnd(self.now, "cancelled", 0, "stopped by the load test")
+            self.finish(req, self.now, error=ended)
         self.scrape_until(self.now)
         return self.now
+
+    def send_next_user(self) -> None:
+        """The first closed-loop user due sends its request (if the stage still wants one)."""
+        at, _, user = heapq.heappop(self.to_send)
+        self.queued_users.discard(user)
+        limit = self.wl.stages[self.stage].max_sends
+        if user < self.users and (limit is None or self.stage_sent < limit):
+            self.stage_sent += 1
+            self.send(user, at, at)
 
     def stage_deadline(self) -> float:
         plan = self.wl.stages[self.stage]
@@ -445,12 +560,20 @@ class _Driver:
         self.scrape_until(end)
         self.now = end
         for sim_req in result.emitted:
-            self.live[sim_req.id].token_times.append(end)
+            req = self.live.get(sim_req.id)
+            if req is None:
+                continue
+            broke = req.stream.token(end)
+            if broke is not None:  # a disconnect or a malformed chunk: the stream ends here
+                self.engine.abort(sim_req)
+                self.finish(req, broke.at_s, error=broke)
         for sim_req in result.failed:
             req = self.live[sim_req.id]
-            self.finish(req, end, error=(sim_req.outcome, 500, "CUDA out of memory"))
+            self.finish(req, end, error=StreamEnd(end, sim_req.outcome, 500, "CUDA out of memory"))
         for sim_req in result.finished:
-            self.finish(self.live[sim_req.id], end)
+            req = self.live.get(sim_req.id)
+            if req is not None and not req.stream.doomed:  # doomed: its timeout will fire
+                self.finish(req, req.stream.end_s)
 
 
 def simulate(
@@ -484,9 +607,13 @@ def simulate(
         workers=["virtual"],
         stages=driver.stages,
         mode="open" if workload.open_loop else "closed",
-        roofline={"model": cfg.model, "gpu": cfg.gpu} if model is None and gpu is None else {},
+        # the tensor-parallel degree travels with the floors (the report's --tp default)
+        roofline={"model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp}
+        if model is None and gpu is None
+        else {"tp": cfg.tp},
         extra={
             "virtual": True,
+            "tp": cfg.tp,
             "max_num_seqs": cfg.max_num_seqs,
             "sim": {k: v for k, v in asdict(cfg).items() if k not in ("host", "port")},
             "workload": asdict(workload),
@@ -580,6 +707,13 @@ def configure_parser(parser: Any) -> None:
     add("--input-len", default="256", help="prompt tokens: N or a distribution")
     add("--max-tokens", default="256", help="max_tokens per request: N or a distribution")
     add("--ignore-eos", action="store_true", help="every request generates exactly max_tokens")
+    add(
+        "--dataset",
+        default="",
+        help="prompts as --llm-dataset takes them (random, openqa, shared-prefix:..., a file);"
+        " their text feeds the prefix cache (default: lengths only)",
+    )
+    add("--read-timeout", type=float, default=120.0, help="client read timeout (s)")
     add("--burstiness", type=float, default=1.0, help="open loop: gamma shape (1 = Poisson)")
     add("--scrape-interval", type=float, default=1.0, help="telemetry every N virtual seconds")
     add("--warmup", type=float, default=0.0, help="seconds per stage left out of the tables")
@@ -604,6 +738,8 @@ def run_virtual(args: Any) -> int:
         input_len=args.input_len,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
+        dataset=args.dataset,
+        read_timeout_s=args.read_timeout,
         burstiness=args.burstiness,
         scrape_interval_s=args.scrape_interval,
         warmup_s=args.warmup,
