@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.client.runinfo import is_cpu_warning
+from locust_llm.devices import PLUGIN_FLAGS, DeviceArgs
 from locust_llm.errors import InputError
 from locust_llm.report.alerts import Alert, check
 from locust_llm.report.client_delay import add_client_delay
@@ -65,20 +66,35 @@ class Report:
         return self.table.to_dict("records")
 
 
+def recorded_device(roofline: dict[str, Any]) -> GpuSpec | None:
+    """The device run.json's roofline entry names (``run``'s device flags): a preset, ``cpu``
+    (measured now, on this host) or one given by hand; None when it names none."""
+    try:
+        return DeviceArgs.from_entry(roofline).resolve(PLUGIN_FLAGS)
+    except InputError as exc:
+        raise InputError(f"run.json's roofline entry: {exc}") from None
+
+
 def resolve_floors(
-    roofline: dict[str, Any], model: str | None, gpu: str | GpuSpec | None, tp: int | None = None
+    roofline: dict[str, Any],
+    model: str | None,
+    gpu: str | GpuSpec | None,
+    tp: int | None = None,
+    *,
+    server_tp: int | None = None,
 ) -> tuple[Floors | None, list[str]]:
-    """Model and GPU from the flags, else from run.json's roofline entry; both are needed.
-    The tensor-parallel degree: ``tp``, else the roofline entry's, else 1."""
+    """Model and device from the report's flags, else from run.json's roofline entry (what
+    ``run`` was told); both are needed. The tensor-parallel degree: ``tp`` (the report's
+    flag), else the roofline entry's, else ``server_tp`` (what a simulator records), else 1."""
     model = model or roofline.get("model") or None
-    gpu = gpu or roofline.get("gpu") or None
-    degree = tp or roofline.get("tp") or 1
-    if model and gpu:
-        device = gpu if isinstance(gpu, GpuSpec) else get_gpu(str(gpu))
-        return Floors(get_model(str(model)), device, int(degree)), []
-    if model or gpu:
-        missing = "--gpu" if model else "--model"
-        return None, [f"roofline floors need both a model and a GPU: give {missing}"]
+    device = gpu if gpu else recorded_device(roofline)
+    degree = tp or roofline.get("tp") or server_tp or 1
+    if model and device:
+        spec = device if isinstance(device, GpuSpec) else get_gpu(str(device))
+        return Floors(get_model(str(model)), spec, int(degree)), []
+    if model or device:
+        missing = "--gpu (or --bandwidth/--flops/--memory)" if model else "--model"
+        return None, [f"roofline floors need both a model and a device: give {missing}"]
     return None, []
 
 
@@ -190,8 +206,8 @@ def build_report(
     slo = slo or Slo()
     thresholds = thresholds or Thresholds()
     sim = run.info.extra.get("sim")
-    tp = tp or (sim.get("tp") if isinstance(sim, dict) else None)  # a simulator records it
-    floors, warnings = resolve_floors(run.info.roofline, model, gpu, tp)
+    sim_tp = sim.get("tp") if isinstance(sim, dict) else None  # a simulator records it
+    floors, warnings = resolve_floors(run.info.roofline, model, gpu, tp, server_tp=sim_tp)
     stages, stage_warnings = effective_stages(run)
     warnings += stage_warnings
     table = stage_table(
