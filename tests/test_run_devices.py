@@ -4,7 +4,13 @@ values refused in one line naming the flag; the wording of a report without a GP
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
 import pytest
+from cluster_utils import LOCUST_LLM, Cluster
 
 from locust_llm.cli import main
 from locust_llm.devices import DeviceArgs, device_noun, is_gpu
@@ -52,3 +58,79 @@ def test_which_devices_are_gpus() -> None:
     custom = DeviceArgs(bandwidth="40GB/s", flops="1.2TFLOPS", memory="64GiB").resolve()
     assert custom is not None and not is_gpu(custom) and device_noun(custom) == "device"
     assert DeviceArgs().resolve() is None and is_gpu(None)  # nothing given: the GPU field's words
+
+
+CUSTOM = ["--bandwidth", "1TB/s", "--flops", "150TFLOPS", "--memory", "24GiB", "--tp", "2"]
+
+
+def _gpu_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "GPU" in line]
+
+
+def _only_the_device_warning(text: str) -> None:
+    """The one line that may say "GPU": the warning that GPU telemetry was left out."""
+    lines = _gpu_lines(text)
+    assert (
+        len(lines) == 1 and "not a GPU: the GPU telemetry in the run dir (gpu_util" in lines[0]
+    ), lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("device", "noun", "entry"),
+    [
+        (
+            CUSTOM,
+            "device",
+            {"bandwidth": "1TB/s", "flops": "150TFLOPS", "memory": "24GiB", "tp": 2},
+        ),
+        (["--roofline-gpu", "cpu"], "CPU", {"gpu": "cpu"}),
+    ],
+    ids=["custom", "cpu"],
+)
+def test_a_run_without_a_gpu_makes_no_gpu_claims(tmp_path: Path, device, noun, entry) -> None:
+    # the simulator exports a simulated GPU's NVML figures: telemetry a CPU report must not use
+    run_dir = tmp_path / "run"
+    with Cluster(tmp_path) as cluster:
+        _, url = cluster.sim("--tp", "2", "--output-len", "fixed:16", "--seed", "3")
+        done = subprocess.run(
+            [LOCUST_LLM, "run", "--host", url, "--concurrency", "1,4", "--stage-requests", "4,12",
+             "--max-tokens", "16", "--input-len", "64", "--workers", "1", "--out", str(run_dir),
+             "--quiet", "--roofline-model", "mistral-7b", *device],
+            capture_output=True, text=True, timeout=240, check=False,
+        )  # fmt: skip
+    assert done.returncode in (0, 3), done.stdout + done.stderr
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["roofline"] == {"model": "mistral-7b", **entry}
+    telemetry = pd.read_parquet(run_dir / "telemetry.parquet")
+    assert telemetry.query("signal == 'gpu_util'")["value"].notna().any()  # GPU figures came
+    _only_the_device_warning(done.stdout)  # the console `run` printed
+    for name in ("report.md", "report.html"):
+        _only_the_device_warning((run_dir / name).read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["roofline"]["device"] == noun and summary["roofline"]["tp"] == entry.get("tp", 1)
+    verdicts = [summary["verdict"], *summary["stage_verdicts"]]
+    assert not _gpu_lines(json.dumps(verdicts, indent=1))  # evidence and actions included
+    assert not any("tensor cores" in a for v in verdicts for a in v["actions"])
+    assert not [a for a in summary["alerts"] if a["name"] == "gpu_util"]
+    assert all("KV cache" in a["message"] for a in summary["alerts"] if a["name"] == "gpu_mem")
+    assert all(s["gpu_util"] is None for s in summary["stages"])
+    # a later report uses the device run.json names without being told again ...
+    again = subprocess.run([LOCUST_LLM, "report", str(run_dir), "--out", str(tmp_path / "again")],
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert again.returncode in (0, 3), again.stderr
+    assert json.loads((tmp_path / "again" / "summary.json").read_text())["roofline"] == {
+        **summary["roofline"],
+        "gpu": summary["roofline"]["gpu"],
+    }
+    _only_the_device_warning(again.stdout)
+    # ... and the report's own flags win: a GPU preset brings the GPU figures back
+    gpu = subprocess.run(
+        [LOCUST_LLM, "report", str(run_dir), "--out", str(tmp_path / "l4"), "--gpu", "l4"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert gpu.returncode in (0, 3), gpu.stderr
+    on_l4 = json.loads((tmp_path / "l4" / "summary.json").read_text())
+    assert on_l4["roofline"]["gpu"] == get_gpu("l4").name and on_l4["roofline"]["device"] == "GPU"
+    assert "GPU util" in (tmp_path / "l4" / "report.md").read_text()
+    assert any(s["gpu_util"] is not None for s in on_l4["stages"])

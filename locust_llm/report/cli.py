@@ -133,7 +133,12 @@ def summary(report: Report) -> dict[str, Any]:
             },
             "thresholds": report.thresholds.alert_values(),
             "roofline": (
-                {"model": report.floors.model.name, "gpu": report.floors.gpu.name}
+                {
+                    "model": report.floors.model.name,
+                    "gpu": report.floors.gpu.name,
+                    "tp": report.floors.tp,
+                    "device": report.words.noun,
+                }
                 if report.floors
                 else None
             ),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,6 +24,7 @@ from locust_llm.report.client_delay import client_delay_rows
 from locust_llm.report.decompose import split_line
 from locust_llm.report.fmt import load_label, ms, num, pct, ratio
 from locust_llm.report.sources import source_lines, source_summaries
+from locust_llm.report.wording import DeviceWords
 
 
 @dataclass(frozen=True)
@@ -580,4 +581,33 @@ def document(report: Report) -> Document:
             Section("sources", "Telemetry sources", (Bullets(tuple(sources), lead=lead),))
         )
     sections.append(Section("definitions", "Definitions", (Bullets(DEFINITIONS),)))
+    words = report.words  # the warnings are in the device's words already
+    sections = [s if s.key == "warnings" else _in_words(s, words) for s in sections]
     return Document(f"locust-llm report: {info.run_id}", tuple(sections))
+
+
+def _in_words(section: Section, words: DeviceWords) -> Section:
+    """A section in the device's words: no GPU claims, GPU columns and definitions left out,
+    when the device is no GPU (:mod:`locust_llm.report.wording`)."""
+    if words.is_gpu:
+        return section
+    blocks: list[Block] = []
+    for block in section.blocks:
+        if isinstance(block, Paragraph):
+            blocks.append(Paragraph(words.say(block.text), words.say(block.lead)))
+        elif isinstance(block, Bullets):
+            blocks.append(
+                replace(block, items=words.say_all(block.items), lead=words.say(block.lead))
+            )
+        elif isinstance(block, Table):
+            keep = [i for i, h in enumerate(block.headers) if words.keeps_header(h)]
+            blocks.append(
+                Table(
+                    tuple(words.say(block.headers[i]) for i in keep),
+                    tuple(tuple(words.say(row[i]) for i in keep) for row in block.rows),
+                    frozenset(keep.index(i) for i in block.text_columns if i in keep),
+                )
+            )
+        else:
+            blocks.append(block)
+    return replace(section, title=words.say(section.title), blocks=tuple(blocks))
