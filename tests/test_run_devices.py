@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cluster_utils import LOCUST_LLM, Cluster
+from cluster_utils import LOCUST_LLM, ROOT, Cluster
 
 from locust_llm.cli import main
 from locust_llm.devices import DeviceArgs, device_noun, is_gpu
@@ -134,3 +134,17 @@ def test_a_run_without_a_gpu_makes_no_gpu_claims(tmp_path: Path, device, noun, e
     assert on_l4["roofline"]["gpu"] == get_gpu("l4").name and on_l4["roofline"]["device"] == "GPU"
     assert "GPU util" in (tmp_path / "l4" / "report.md").read_text()
     assert any(s["gpu_util"] is not None for s in on_l4["stages"])
+
+
+def test_docs_device_report_command_runs_as_written() -> None:
+    doc = (ROOT / "docs" / "report.md").read_text()
+    command = doc.split("described as a CPU-class device by hand:", 1)[1].split("```\n")[1]
+    command = command.strip()
+    assert command.startswith(".venv/bin/locust-llm report reports/example --out /tmp/")
+    done = subprocess.run(
+        command.split(),  # exactly as written, from the repository root
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr  # the KV cache's memory pressure still fails
+    _only_the_device_warning(done.stdout)
+    assert "memory pressure (KV cache, peak)" in done.stdout
