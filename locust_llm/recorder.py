@@ -173,6 +173,7 @@ class Recorder:
         self.unflushed.clear()
         self.count = 0
         self._ended_by_stage.clear()
+        self.arrivals_by_worker.clear()
         for values in self._values.values():
             values.clear()
 

@@ -144,8 +144,9 @@ class StageGate:
         self.granted = {}
 
     def start(self) -> None:
-        """A test starts (again): clear the stop flag."""
+        """A test starts (again): clear the stop flag and the last run's arrival counts."""
         self.stopped = False
+        self.schedule.counts.clear()
 
     def stop(self) -> None:
         """The test stops: every waiter wakes and gets 'stop'; arrivals due but unclaimed are
