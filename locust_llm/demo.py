@@ -212,16 +212,19 @@ def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
 def device_llm_args(args: argparse.Namespace) -> list[str]:
     """The device flags as ``--llm-roofline-*`` options, checked first (one line naming the
     flag, exit 2, before any process starts)."""
-    from locust_llm.devices import RUN_FLAGS, DeviceArgs, check_tp
+    from locust_llm.devices import RUN_FLAGS, DeviceArgs, check_tp, measured_cpu
 
-    DeviceArgs(args.roofline_gpu, args.bandwidth, args.flops, args.memory).check(RUN_FLAGS)
+    device = DeviceArgs(args.roofline_gpu, args.bandwidth, args.flops, args.memory)
+    device.check(RUN_FLAGS)
+    device = measured_cpu(device)  # cpu: this host's figures now, recorded in run.json
     tp = str(args.tp).strip()
     if tp and not tp.isdigit():
         raise InputError(f"--tp {tp!r}: expected a whole number >= 1")
     check_tp(int(tp) if tp else None, flags=RUN_FLAGS)
+    values = {"bandwidth": device.bandwidth, "flops": device.flops, "memory": device.memory}
     out: list[str] = []
     for dest, (option, _help) in DEVICE_FLAGS.items():
-        value = str(getattr(args, dest)).strip()
+        value = str(values.get(dest, getattr(args, dest))).strip()
         if value:
             out += [f"--llm-{option}", value]
     return out
@@ -672,4 +675,4 @@ def run_run(args: argparse.Namespace) -> int:
         stage_durations_s=stage_durations(args.stage_duration),
         stages=len((args.rate or args.concurrency).split(",")),
     )
-    return _finish(code, run_dir, args.slo, args.roofline_model, args.roofline_gpu)
+    return _finish(code, run_dir, args.slo)  # the model and device: run.json's roofline entry

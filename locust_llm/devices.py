@@ -5,8 +5,9 @@ One resolution for ``locust-llm roofline``, ``run`` and ``report`` and for run.j
 device without being told again). A device is
 
 - a GPU preset (``--gpu rtx4090``: :data:`locust_llm.roofline.GPU_PRESETS`),
-- ``cpu``: this host, measured by a short probe when the report runs
-  (:mod:`locust_llm.report.cpu_device`),
+- ``cpu``: this host, measured by a short probe (:mod:`locust_llm.report.cpu_device`) when
+  the report runs, or as ``run`` measured it when the run started (``cpu`` with the figures:
+  :func:`measured_cpu`), so every report of that run dir uses the same figures,
 - or a custom device: all three of bandwidth, FLOP/s and memory (``40GB/s``, ``1.2TFLOPS``,
   ``64GiB``), never together with a preset.
 
@@ -20,7 +21,7 @@ runs the probe.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from locust_llm.errors import InputError
@@ -74,7 +75,7 @@ class DeviceArgs:
             flags.memory: self.memory,
         }
         given = [flag for flag, value in custom.items() if value]
-        if given and self.gpu:
+        if given and self.gpu and self.gpu.lower() != CPU:  # cpu + figures: a CPU as measured
             raise InputError(
                 f"give either {flags.gpu} or {flags.bandwidth}/{flags.flops}/{flags.memory}, "
                 f"not both ({flags.gpu} {self.gpu} and {given[0]})"
@@ -98,6 +99,9 @@ class DeviceArgs:
     def resolve(self, flags: DeviceFlags = REPORT_FLAGS) -> GpuSpec | None:
         """The device (``cpu`` is measured now), or None when none is given."""
         self.check(flags)
+        if self.bandwidth and self.gpu.lower() == CPU:
+            spec = custom_gpu(self.bandwidth, self.flops, self.memory, name=CPU)
+            return replace(spec, source=f"a CPU: {self.bandwidth}, {self.flops}, {self.memory}")
         if self.bandwidth:
             return custom_gpu(self.bandwidth, self.flops, self.memory)
         if not self.gpu:
@@ -113,6 +117,22 @@ class DeviceArgs:
         as written; tp when given."""
         keys = {**asdict(self), "tp": tp}
         return {k: v for k, v in keys.items() if v}
+
+
+def measured_cpu(args: DeviceArgs) -> DeviceArgs:
+    """``cpu`` with this host's figures measured now (what ``run`` records); other devices, and
+    a CPU whose figures were given, as they are."""
+    if args.gpu.lower() != CPU or args.bandwidth:
+        return args
+    from locust_llm.report.cpu_device import cpu_device
+
+    spec = cpu_device()
+    return DeviceArgs(
+        CPU,
+        f"{spec.memory_bandwidth_bytes_s / 1e9:.2f}GB/s",
+        f"{spec.peak_flops() / 1e9:.1f}GFLOPS",
+        f"{spec.memory_bytes / 2**30:.1f}GiB",
+    )
 
 
 def check_tp(
