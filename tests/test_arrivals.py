@@ -126,3 +126,21 @@ def test_the_master_sums_every_worker_s_last_counts() -> None:
     master.receive_batch(RecordBatch.from_dict(later))  # a worker's newer counts replace its last
     total = master.arrivals_total({})
     assert total[0].drawn == 12 + 7 and total[0].unsent[POOL_RAN_DRY] == 1
+
+
+def test_the_live_stats_list_each_stage_s_unsent_arrivals() -> None:
+    from types import SimpleNamespace
+
+    from locust_llm.rundir import Stage
+    from locust_llm.webui.data import stages_begun
+
+    master = Recorder(is_worker=False)
+    counts = {0: ArrivalCounts(9, {POOL_RAN_DRY: 4, STAGE_ENDED: 1, RUN_STOPPED: 0})}
+    master.receive_batch(
+        RecordBatch.from_dict(Recorder(is_worker=True).take_batch("w", counts).to_dict())
+    )
+    gate = StageGate(waiter=Waiter(Clock()))
+    stages = [Stage(index=0, name="rate 8/s", start_wall_s=0.0), Stage(1, "c=4", 1.0)]
+    begun = stages_begun(SimpleNamespace(recorder=master, gate=gate, stages=stages))
+    assert begun[0]["unsent"] == {POOL_RAN_DRY: 4, STAGE_ENDED: 1, RUN_STOPPED: 0}
+    assert begun[1]["unsent"] is None  # no arrivals counted: closed loop
