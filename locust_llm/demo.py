@@ -70,6 +70,10 @@ SWEEP_FLAG_FOR: dict[str, str] = {
     "server-metrics": "server_metrics",
     "roofline-model": "roofline_model",
     "roofline-gpu": "roofline_gpu",
+    "roofline-bandwidth": "bandwidth",
+    "roofline-flops": "flops",
+    "roofline-memory": "memory",
+    "roofline-tp": "tp",
 }
 
 RUN_EPILOG = """
@@ -177,12 +181,53 @@ def configure_run_parser(parser: argparse.ArgumentParser) -> None:
         ("model", "", "model id (default: first of /v1/models)"),
         ("server-metrics", "", "server /metrics URL (default <host>/metrics if it answers)"),
         ("roofline-model", "", "model preset for the floors"),
-        ("roofline-gpu", "", "GPU preset for the floors"),
+        ("roofline-gpu", "", "GPU preset for the floors, or cpu (this host, measured)"),
     ]
     _add_llm_backed(parser, server, use_env=True)
+    _add_device_arguments(parser)
     parser.add_argument("--api-key", default="", help="API key (default $OPENAI_API_KEY)")
     _add_sweep_arguments(parser, demo=False)
     _add_plugin_options(parser)
+
+
+#: run's device flags (dest) -> (the --llm-* option each stands for, help)
+DEVICE_FLAGS: dict[str, tuple[str, str]] = {
+    "bandwidth": ("roofline-bandwidth", "a device without a preset: memory bandwidth, e.g. 40GB/s"),
+    "flops": ("roofline-flops", "that device's dense peak, e.g. 1.2TFLOPS"),
+    "memory": ("roofline-memory", "that device's memory capacity, e.g. 64GiB"),
+    "tp": ("roofline-tp", "tensor-parallel degree of the server (default 1)"),
+}
+
+
+def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--bandwidth/--flops/--memory`` (a device by hand, instead of --roofline-gpu) and
+    ``--tp``: recorded in run.json's roofline entry, so a later report uses the same device;
+    each defaults to its ``LOCUST_LLM_ROOFLINE_*`` variable."""
+    for dest, (option, help_text) in DEVICE_FLAGS.items():
+        parser.add_argument(
+            f"--{dest}", default=os.environ.get(env_var(option), ""), help=help_text
+        )
+
+
+def device_llm_args(args: argparse.Namespace) -> list[str]:
+    """The device flags as ``--llm-roofline-*`` options, checked first (one line naming the
+    flag, exit 2, before any process starts)."""
+    from locust_llm.devices import RUN_FLAGS, DeviceArgs, check_tp, measured_cpu
+
+    device = DeviceArgs(args.roofline_gpu, args.bandwidth, args.flops, args.memory)
+    device.check(RUN_FLAGS)
+    device = measured_cpu(device)  # cpu: this host's figures now, recorded in run.json
+    tp = str(args.tp).strip()
+    if tp and not tp.isdigit():
+        raise InputError(f"--tp {tp!r}: expected a whole number >= 1")
+    check_tp(int(tp) if tp else None, flags=RUN_FLAGS)
+    values = {"bandwidth": device.bandwidth, "flops": device.flops, "memory": device.memory}
+    out: list[str] = []
+    for dest, (option, _help) in DEVICE_FLAGS.items():
+        value = str(values.get(dest, getattr(args, dest))).strip()
+        if value:
+            out += [f"--llm-{option}", value]
+    return out
 
 
 def _add_plugin_options(parser: argparse.ArgumentParser) -> None:
@@ -607,6 +652,7 @@ def run_llm_args(args: argparse.Namespace) -> list[str]:
     ):
         if value:
             llm_args += [flag, value]
+    llm_args += device_llm_args(args)
     return [*llm_args, *plugin_option_args(args), *getattr(args, "passthrough", [])]
 
 
@@ -629,4 +675,4 @@ def run_run(args: argparse.Namespace) -> int:
         stage_durations_s=stage_durations(args.stage_duration),
         stages=len((args.rate or args.concurrency).split(",")),
     )
-    return _finish(code, run_dir, args.slo, args.roofline_model, args.roofline_gpu)
+    return _finish(code, run_dir, args.slo)  # the model and device: run.json's roofline entry

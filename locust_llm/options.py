@@ -217,7 +217,22 @@ OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
     ("scrape-interval", 1.0, "seconds between telemetry scrapes", {"type": float}),
     # roofline context for the report
     ("roofline-model", "", "model preset / config.json for the report's floors", {}),
-    ("roofline-gpu", "", "GPU preset for the report's floors", {}),
+    ("roofline-gpu", "", "GPU preset for the report's floors, or cpu (the host, measured)", {}),
+    (
+        "roofline-bandwidth",
+        "",
+        "a device without a preset, for the report's floors: its memory bandwidth, e.g. 40GB/s "
+        "(with --llm-roofline-flops and --llm-roofline-memory, instead of --llm-roofline-gpu)",
+        {},
+    ),
+    ("roofline-flops", "", "that device's dense peak, e.g. 1.2TFLOPS", {}),
+    ("roofline-memory", "", "that device's memory capacity, e.g. 64GiB", {}),
+    (
+        "roofline-tp",
+        0,
+        "tensor-parallel degree of the server: devices the model is split over (default 1)",
+        {"type": int},
+    ),
 ]
 
 

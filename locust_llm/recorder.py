@@ -23,6 +23,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+from locust_llm.client.arrivals import ArrivalCounts
 from locust_llm.client.messages import RecordBatch
 from locust_llm.journal import JOURNAL_FILE, RecordJournal, journal_to_parquet
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord
@@ -58,6 +59,8 @@ class Recorder:
         self.backing_off_by_worker: dict[str, int] = {}  # master: as of each worker's last batch
         self.reconnects_by_worker: dict[str, int] = {}  # master: as of each worker's last batch
         self.backoffs_by_worker: dict[str, int] = {}
+        #: master: each worker's open-loop arrival counts per stage, as of its last batch
+        self.arrivals_by_worker: dict[str, dict[int, ArrivalCounts]] = {}
         # master: worker id -> (requests sent, records produced) as of its last batch
         self.worker_progress: dict[str, tuple[int, int]] = {}
         self.received_by_worker: dict[str, int] = {}
@@ -85,8 +88,11 @@ class Recorder:
         return self.sent_total - self.recorded_total
 
     # ---- worker -> master -------------------------------------------------------------------
-    def take_batch(self, worker_id: str) -> RecordBatch:
-        """The next batch to send (and forget the records it carries)."""
+    def take_batch(
+        self, worker_id: str, arrivals: dict[int, ArrivalCounts] | None = None
+    ) -> RecordBatch:
+        """The next batch to send (and forget the records it carries), with this process's
+        open-loop ``arrivals`` counts per stage so far."""
         batch, self.pending = self.pending, []
         return RecordBatch(
             worker=worker_id,
@@ -96,6 +102,7 @@ class Recorder:
             reconnects=self.reconnects,
             backoffs=self.backoffs,
             backing_off=self.backing_off,
+            arrivals=[[stage, *c.to_list()] for stage, c in sorted((arrivals or {}).items())],
         )
 
     def receive_batch(self, batch: RecordBatch) -> None:
@@ -113,6 +120,19 @@ class Recorder:
         self.reconnects_by_worker[worker] = batch.reconnects
         self.backoffs_by_worker[worker] = batch.backoffs
         self.backing_off_by_worker[worker] = batch.backing_off
+        if batch.arrivals:
+            self.arrivals_by_worker[worker] = {
+                row[0]: ArrivalCounts.from_list(row[1:]) for row in batch.arrivals
+            }
+
+    def arrivals_total(self, local: dict[int, ArrivalCounts]) -> dict[int, ArrivalCounts]:
+        """Open-loop arrival counts per stage in the whole run: this process's ``local``
+        counts plus every worker's last."""
+        total: dict[int, ArrivalCounts] = {}
+        for counts in (local, *self.arrivals_by_worker.values()):
+            for stage, c in counts.items():
+                total.setdefault(stage, ArrivalCounts(0, dict.fromkeys(c.unsent, 0))).add(c)
+        return total
 
     @property
     def backoffs_total(self) -> int:
@@ -159,6 +179,7 @@ class Recorder:
         self.count = 0
         self._ended_by_stage.clear()
         self.trace_lines_by_worker.clear()
+        self.arrivals_by_worker.clear()
         for values in self._values.values():
             values.clear()
 

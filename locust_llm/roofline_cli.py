@@ -96,14 +96,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _gpu_from_args(args: argparse.Namespace) -> roofline.GpuSpec:
-    custom = [args.bandwidth, args.flops, args.memory]
-    if any(custom):
-        if not all(custom):
-            raise InputError("a custom device needs all of --bandwidth, --flops and --memory")
-        if args.gpu:
-            raise InputError("give either --gpu or --bandwidth/--flops/--memory, not both")
-        return roofline.custom_gpu(args.bandwidth, args.flops, args.memory)
-    return roofline.get_gpu(args.gpu or "rtx4090")
+    from locust_llm.devices import DeviceArgs
+
+    custom = [value or "" for value in (args.bandwidth, args.flops, args.memory)]
+    gpu = args.gpu or ("" if any(custom) else "rtx4090")
+    device = DeviceArgs(gpu, *custom).resolve()
+    assert device is not None  # a preset or a custom device is always given here
+    return device
 
 
 def _list_presets() -> str:

@@ -53,6 +53,11 @@ class Stage:
     #: the fewest users running at once once the stage had spawned (sampled each second; a
     #: lost worker's users show here until they are re-dispatched); None: not sampled
     users_min: int | None = None
+    #: open loop: arrivals the schedule drew in the stage (all processes), None: not counted;
+    #: each was sent (a record) or is in ``arrivals_unsent`` by reason (pool_ran_dry: every
+    #: user busy until the stage ended; stage_ended: due after the stage's end; run_stopped)
+    arrivals_drawn: int | None = None
+    arrivals_unsent: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

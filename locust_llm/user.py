@@ -152,7 +152,7 @@ class LLMUser(User):
         stage = gate.stage
         scheduled = gate.claim_arrival(self._stopping)
         if scheduled is not None and not (
-            scheduled == scheduled and gate.wait_until(scheduled, stage, self._stopping)
+            scheduled == scheduled and gate.wait_for_arrival(scheduled, stage, self._stopping)
         ):
             gate.release(stage)
             if self._stopping():

@@ -31,7 +31,7 @@ def test_seed_sweep_reading_and_conclusion(seed_run: Path, tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert "Conclusion: best concurrency 50-100; cap concurrency at 100." in out
     md = (tmp_path / "report.md").read_text()
-    assert "1-50 scales linearly" in md
+    assert "1-50 scales x40 for x50 the load (QPS 10 -> 400, 80% efficiency)" in md
     assert "50-100 throughput flattens" in md and "near the limit" in md
     assert "100-200 throughput falls" in md and "latency explodes" in md
     summary = json.loads((tmp_path / "summary.json").read_text())

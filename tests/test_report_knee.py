@@ -51,3 +51,22 @@ def test_moe_expert_activation_is_not_near_the_limit() -> None:
     assert "not the limit" in moe.reading and "near the limit" not in moe.reading
     assert any("the knee lies above it" in n for n in moe.notes)
     assert find_knee(rows, model=get_model("mistral-7b")).reading == plain.reading
+
+
+def test_the_reading_says_how_much_a_sublinear_run_scales() -> None:
+    # the demo's numbers: QPS 0.8 -> 4.7 -> 14.2 at concurrency 1, 10, 50 (each step at least
+    # half of proportional, so both steps still scale) is x17.8 for x50 the load, not "linear"
+    rows = [_row(0, 1, 0.8, 1.2), _row(1, 10, 4.7, 1.5), _row(2, 50, 14.2, 2.9)]
+    knee = find_knee(rows)
+    assert knee.reading.startswith(
+        "1-50 scales x17.8 for x50 the load (QPS 0.8 -> 14.2, 36% efficiency)"
+    ), knee.reading
+    assert "linearly" not in knee.reading
+    assert any("the knee lies above it" in n for n in knee.notes)  # issue 15 item 7 holds
+
+
+def test_the_reading_says_linearly_only_near_x1_per_x1() -> None:
+    near = find_knee([_row(0, 1, 1.0, 1.0), _row(1, 10, 9.6, 1.05)])
+    assert near.reading == "1-10 scales linearly (QPS 1 -> 9.6, x9.6 for x10 the load)"
+    below = find_knee([_row(0, 1, 1.0, 1.0), _row(1, 10, 8.5, 1.05)])
+    assert below.reading.startswith("1-10 scales x8.5 for x10 the load (QPS 1 -> 8.5, 85%")

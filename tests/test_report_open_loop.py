@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from locust_llm.demo import simulator
@@ -18,18 +19,24 @@ pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "locust_llm.cli"]
 
 
-def test_run_rate_counts_completions_inside_the_window(tmp_path: Path) -> None:
-    run_dir = tmp_path / "open"
-    # 2 sequences of 64-token answers (~4 ms steps) serve about 8 req/s: 16 is past capacity
-    sim = ["--model", "qwen2.5-0.5b", "--gpu", "a10", "--max-num-seqs", "2"]
+def _run_open_loop(tmp_path: Path, run_dir: Path, sim_args: list[str], run_args: list[str]) -> None:
+    """`locust-llm run` (64-token answers to 32-token prompts) against a simulated
+    qwen2.5-0.5b on an A10 started with ``sim_args``; the run must finish (exit 0 or 3)."""
+    sim = ["--model", "qwen2.5-0.5b", "--gpu", "a10", *sim_args]
     with simulator(sim, tmp_path / "sim.log") as url:
         out = subprocess.run(
-            [*CLI, "run", "--host", url, "--rate", "2,16", "--stage-duration", "4",
-             "--max-tokens", "64", "--input-len", "32", "--ignore-eos", "--workers", "0",
-             "--out", str(run_dir), "--quiet"],
+            [*CLI, "run", "--host", url, "--max-tokens", "64", "--input-len", "32",
+             "--ignore-eos", "--out", str(run_dir), "--quiet", *run_args],
             capture_output=True, text=True, timeout=180, check=False,
         )  # fmt: skip
     assert out.returncode in (0, 3), out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_run_rate_counts_completions_inside_the_window(tmp_path: Path) -> None:
+    run_dir = tmp_path / "open"
+    # 2 sequences of 64-token answers (~4 ms steps) serve about 8 req/s: 16 is past capacity
+    _run_open_loop(tmp_path, run_dir, ["--max-num-seqs", "2"],
+                   ["--rate", "2,16", "--stage-duration", "4", "--workers", "0"])  # fmt: skip
     summary = json.loads((run_dir / "summary.json").read_text())
     low, high = summary["stages"]
     assert (low["rate"], high["rate"]) == (2.0, 16.0)
@@ -51,3 +58,31 @@ def test_run_rate_needs_a_stage_duration(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 2
     assert "--rate: open-loop stages need --stage-duration" in out.stderr
+
+
+def test_arrivals_a_too_small_pool_could_not_send_are_counted_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    # 2 users (one per worker) for 12 and 24 req/s of ~0.2 s requests: many arrivals find every
+    # user busy; each must be a record or counted unsent, per stage, across both workers
+    run_dir = tmp_path / "dry"
+    _run_open_loop(tmp_path, run_dir, ["--seed", "5"],
+                   ["--rate", "12,24", "--stage-duration", "3", "--workers", "2",
+                    "--llm-max-users", "2"])  # fmt: skip
+    stages = json.loads((run_dir / "run.json").read_text())["stages"]
+    records = pd.read_parquet(run_dir / "requests.parquet")
+    scheduled = records[records["scheduled_wall_s"].notna()]
+    table = pd.read_csv(run_dir / "stages.csv")
+    for stage, row in zip(stages, table.to_dict("records"), strict=True):
+        sent = int((scheduled["stage"] == stage["index"]).sum())
+        unsent = stage["arrivals_unsent"]
+        assert stage["arrivals_drawn"] == sent + sum(unsent.values()), (stage, sent)
+        assert unsent["pool_ran_dry"] > 0  # the pool was too small
+        # about rate x duration arrivals drawn (Poisson): the schedule was kept, not thinned
+        assert stage["arrivals_drawn"] == pytest.approx(stage["rate"] * 3, rel=0.5)
+        assert row["arrivals_drawn"] == stage["arrivals_drawn"] and row["arrivals_sent"] == sent
+        assert row["unsent_pool_ran_dry"] == unsent["pool_ran_dry"]
+        assert row["arrivals_unsent"] == sum(unsent.values())
+    md = (run_dir / "report.md").read_text()
+    assert "| stage | arrivals drawn | sent | never sent | pool ran dry |" in md
+    assert "arrivals never sent because every user was busy until the stage ended" in md

@@ -19,6 +19,15 @@ from locust_llm.options import OPTIONS, env_var
 CLI = [str(Path(sys.executable).parent / "locust-llm")]
 #: A value each plugin option accepts (strings for the rest).
 SAMPLE = {"store_true": None, "append": "X-A: b"}
+#: the device options are checked by `run` before it starts anything: real values
+DEVICE_SAMPLE = {
+    "roofline-gpu": "l4",
+    "roofline-bandwidth": "40GB/s",
+    "roofline-flops": "1.2TFLOPS",
+    "roofline-memory": "64GiB",
+    "roofline-tp": "2",
+}
+CUSTOM = ("roofline-bandwidth", "roofline-flops", "roofline-memory")
 
 
 def _parse(argv: list[str]) -> list[str]:
@@ -37,13 +46,16 @@ def _parse(argv: list[str]) -> list[str]:
 def test_every_llm_option_reaches_locust(flag: str) -> None:
     extra = next(e for f, _, _, e in OPTIONS if f == flag)
     value = SAMPLE.get(extra.get("action", ""), "7")
+    value = DEVICE_SAMPLE.get(flag, value)
     if flag in SWEEP_FLAG_FOR:  # run's own flag stands for it
-        own = "--" + {"run-dir": "out"}.get(flag, flag)
+        own = "--" + SWEEP_FLAG_FOR[flag].replace("_", "-")
         if flag in ("api-key", "run-dir"):
             return  # the API key goes by environment (never on a command line); --out is run's
         argv = [own] if value is None else [own, value]
         if flag == "rate":
             argv += ["--stage-duration", "5"]  # open-loop stages are timed
+        if flag in CUSTOM:  # a custom device needs all three
+            argv = [a for f in CUSTOM for a in (f"--{SWEEP_FLAG_FOR[f]}", DEVICE_SAMPLE[f])]
     else:
         argv = [f"--llm-{flag}"] if value is None else [f"--llm-{flag}", value]
     out = _parse(argv)

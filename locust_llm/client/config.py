@@ -74,6 +74,10 @@ class ClientOptions:
     scrape_interval_s: float = 1.0
     roofline_model: str = ""
     roofline_gpu: str = ""
+    roofline_bandwidth: str = ""  # a device by hand (with flops and memory), instead of gpu
+    roofline_flops: str = ""
+    roofline_memory: str = ""
+    roofline_tp: int = 0  # tensor-parallel degree; 0: not given
     # Locust's own options the client reads
     headless: bool = False
     csv_prefix: str = ""
@@ -150,6 +154,10 @@ def from_namespace(opts: Any) -> ClientOptions:
         scrape_interval_s=float(opts.llm_scrape_interval),
         roofline_model=str(opts.llm_roofline_model or ""),
         roofline_gpu=str(opts.llm_roofline_gpu or ""),
+        roofline_bandwidth=str(getattr(opts, "llm_roofline_bandwidth", "") or ""),
+        roofline_flops=str(getattr(opts, "llm_roofline_flops", "") or ""),
+        roofline_memory=str(getattr(opts, "llm_roofline_memory", "") or ""),
+        roofline_tp=int(getattr(opts, "llm_roofline_tp", 0) or 0),
         headless=bool(getattr(opts, "headless", False)),
         csv_prefix=str(getattr(opts, "csv_prefix", None) or ""),
         locustfile=str(getattr(opts, "locustfile", None) or ""),

@@ -9,6 +9,8 @@ whichever workers have users free and no more than the stage's number start in a
 Open loop (``--llm-rate``): each process draws its own send times from an arrival process
 (:mod:`locust_llm.client.arrivals`) at its share of the rate; a user claims the next slot and
 waits for it. A slot whose stage ended before it came due is dropped, not sent in the next.
+Every slot drawn is accounted (:attr:`StageGate.schedule`'s counts per stage): sent, or never
+sent because the user pool ran dry, the stage ended before its time, or the run stopped.
 
 The clock, the random generator and the way to wait are injected (Locust's runtime passes
 gevent's event, tests a thread event or a fake), so this module imports neither gevent nor
@@ -25,7 +27,13 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from locust_llm.client.arrivals import ArrivalProcess, Poisson
+from locust_llm.client.arrivals import (
+    RUN_STOPPED,
+    STAGE_ENDED,
+    ArrivalProcess,
+    ArrivalSchedule,
+    Poisson,
+)
 
 #: ``stopping()`` says whether the waiting user has been asked to stop.
 Stopping = Callable[[], bool]
@@ -68,8 +76,7 @@ class StageGate:
     ) -> None:
         self.waiter = waiter
         self.clock = clock
-        self.rng = rng or random.Random(0)
-        self.arrivals: ArrivalProcess = arrivals or Poisson()
+        self.schedule = ArrivalSchedule(arrivals or Poisson(), rng or random.Random(0))
         self.ask_permits = ask_permits  # worker: ask the master for permits of this stage
         self.poll_s = poll_s
         self.stage = -1
@@ -79,10 +86,27 @@ class StageGate:
         self.rate_per_s = 0.0
         self.stopped = False
         self.final = False  # no more permits will come once the quota is used
-        self._next_arrival_s = math.nan
         self._asked = False
         self._exhausted = False
         self.granted: dict[str, int] = {}  # master: worker -> permits granted in this stage
+
+    @property
+    def rng(self) -> random.Random:
+        """The open-loop schedule's random generator."""
+        return self.schedule.rng
+
+    @rng.setter
+    def rng(self, rng: random.Random) -> None:
+        self.schedule.rng = rng
+
+    @property
+    def arrivals(self) -> ArrivalProcess:
+        """The open-loop arrival process."""
+        return self.schedule.process
+
+    @arrivals.setter
+    def arrivals(self, process: ArrivalProcess) -> None:
+        self.schedule.process = process
 
     # ---- stages ---------------------------------------------------------------------------
     def enter_stage(
@@ -105,7 +129,10 @@ class StageGate:
         self.final = final
         self.open_loop = open_loop
         self.rate_per_s = rate_per_s
-        self._next_arrival_s = self.clock() if start_wall_s is None else start_wall_s
+        start = self.clock() if start_wall_s is None else start_wall_s
+        self.schedule.close(start)  # the last stage's unclaimed arrivals: the pool ran dry
+        if open_loop and rate_per_s > 0:
+            self.schedule.open(stage, rate_per_s, start)
         self._asked = False
         self._exhausted = False
         self.waiter.notify_all()
@@ -117,12 +144,15 @@ class StageGate:
         self.granted = {}
 
     def start(self) -> None:
-        """A test starts (again): clear the stop flag."""
+        """A test starts (again): clear the stop flag and the last run's arrival counts."""
         self.stopped = False
+        self.schedule.counts.clear()
 
     def stop(self) -> None:
-        """The test stops: every waiter wakes and gets 'stop'."""
+        """The test stops: every waiter wakes and gets 'stop'; arrivals due but unclaimed are
+        counted as unsent because the run stopped."""
         self.stopped = True
+        self.schedule.close(self.clock(), RUN_STOPPED)
         self.waiter.notify_all()
 
     # ---- permits --------------------------------------------------------------------------
@@ -189,9 +219,19 @@ class StageGate:
             self.waiter.wait(self.poll_s)
         if not self.open_loop:
             return None
-        when = self._next_arrival_s if not math.isnan(self._next_arrival_s) else self.clock()
-        self._next_arrival_s = when + self.arrivals.gap_s(self.rate_per_s, self.rng)
-        return when
+        return self.schedule.claim(self.clock())
+
+    def wait_for_arrival(self, when_wall_s: float, stage: int, stopping: Stopping) -> bool:
+        """:meth:`wait_until` for a claimed arrival of ``stage``: False (and the arrival counted
+        unsent, with its reason) when it will not be sent."""
+        sent = False
+        try:
+            sent = self.wait_until(when_wall_s, stage, stopping)
+        finally:  # an exception here (the user killed at a stop) leaves it unsent too
+            if not sent:
+                ended = self.stage != stage and not self.stopped  # else the run stopped
+                self.schedule.drop(stage, STAGE_ENDED if ended else RUN_STOPPED)
+        return sent
 
     def wait_until(self, when_wall_s: float, stage: int, stopping: Stopping) -> bool:
         """Sleep until ``when_wall_s`` for a slot of ``stage``; False if the stage changed or

@@ -206,6 +206,11 @@ def fill_run_info(rt: Runtime) -> RunInfo:
         info.extra["reconnects"] = rt.recorder.reconnects_total
     if rt.recorder.backoffs_total:
         info.extra["backoffs"] = rt.recorder.backoffs_total
+    arrivals = rt.recorder.arrivals_total(rt.gate.schedule.counts)
+    for stage in info.stages:  # open loop: every arrival drawn, sent or unsent with its reason
+        counts = arrivals.get(stage.index)
+        if counts is not None:
+            stage.arrivals_drawn, stage.arrivals_unsent = counts.drawn, dict(counts.unsent)
     runner = rt.environment.runner
     scraper_warnings = rt.telemetry.warnings if rt.telemetry is not None else []
     info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)) | set(scraper_warnings))
@@ -477,9 +482,16 @@ def _flush_loop(rt: Runtime) -> None:
 
 def _flush_records(rt: Runtime) -> None:
     runner = rt.environment.runner
-    progress = (rt.recorder.sent_total, rt.recorder.recorded_total, rt.recorder.backing_off)
+    schedule = rt.gate.schedule  # open-loop arrivals drawn and unsent, per stage
+    progress = (
+        rt.recorder.sent_total,
+        rt.recorder.recorded_total,
+        rt.recorder.backing_off,
+        schedule.tally(),
+    )
     if rt.recorder.pending or progress != rt.last_progress_sent:
-        runner.send_message(MSG_RECORDS, rt.recorder.take_batch(rt.worker_id).to_dict())
+        batch = rt.recorder.take_batch(rt.worker_id, schedule.counts)
+        runner.send_message(MSG_RECORDS, batch.to_dict())
         rt.last_progress_sent = progress
 
 

@@ -100,6 +100,8 @@ class RecordBatch:
     reconnects: int = 0  # requests it resent on a fresh connection
     backoffs: int = 0  # waits its users made after connection errors
     backing_off: int = 0  # its users in a back-off wait when the batch was taken
+    #: open loop, per stage so far: [stage, drawn, pool_ran_dry, stage_ended, run_stopped]
+    arrivals: list[list[int]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +112,7 @@ class RecordBatch:
             "reconnects": self.reconnects,
             "backoffs": self.backoffs,
             "backing_off": self.backing_off,
+            "arrivals": self.arrivals,
         }
 
     @classmethod
@@ -122,4 +125,5 @@ class RecordBatch:
             reconnects=int(data.get("reconnects") or 0),
             backoffs=int(data.get("backoffs") or 0),
             backing_off=int(data.get("backing_off") or 0),
+            arrivals=[[int(v) for v in row] for row in data.get("arrivals") or []],
         )

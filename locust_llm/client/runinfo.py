@@ -20,6 +20,7 @@ from locust_llm import __version__
 from locust_llm.batch_limit import run_info_extra
 from locust_llm.client.config import ClientOptions
 from locust_llm.client.redact import Redactor, secrets_of
+from locust_llm.client.validate import roofline_device
 from locust_llm.rundir import RunInfo
 
 _SECRET_FLAGS = ("--llm-api-key",)
@@ -104,7 +105,10 @@ def new_run_info(
     options: ClientOptions, run_dir: Path, hosts: list[str], argv: list[str]
 ) -> RunInfo:
     """run.json as a run starts (stages, workers and the end come later)."""
-    roofline = {"model": options.roofline_model, "gpu": options.roofline_gpu}
+    roofline = {
+        "model": options.roofline_model,
+        **roofline_device(options).entry(options.roofline_tp),
+    }
     return RunInfo(
         run_id=run_dir.name,
         command=masked_command_line(list(argv), secrets_of(options)),

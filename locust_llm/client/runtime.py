@@ -78,7 +78,7 @@ class Runtime:
         self.run_dir: Path | None = None
         self.run_info: RunInfo | None = None
         self.drained: set[str] = set()
-        self.last_progress_sent = (0, 0, 0)
+        self.last_progress_sent = (0, 0, 0, 0)
         self.run_ended = False
         self.written_records = -1  # records in the run dir as last written
         self.flusher: Any = None

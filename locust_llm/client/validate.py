@@ -13,6 +13,7 @@ import math
 import os
 from typing import TYPE_CHECKING
 
+from locust_llm.devices import PLUGIN_FLAGS, DeviceArgs, check_tp
 from locust_llm.distributions import parse_distribution
 from locust_llm.errors import InputError
 
@@ -28,6 +29,13 @@ def _positive_seconds(flag: str, value: float) -> None:
 def _at_least(flag: str, value: float, low: float, hint: str = "") -> None:
     if not (math.isfinite(value) and value >= low):
         raise InputError(f"{flag} {value:g}: expected >= {low:g}{hint}")
+
+
+def roofline_device(opts: ClientOptions) -> DeviceArgs:
+    """The device the ``--llm-roofline-*`` options describe (run.json's roofline entry)."""
+    return DeviceArgs(
+        opts.roofline_gpu, opts.roofline_bandwidth, opts.roofline_flops, opts.roofline_memory
+    )
 
 
 def check_options(opts: ClientOptions) -> None:
@@ -53,6 +61,8 @@ def check_options(opts: ClientOptions) -> None:
         _at_least(flag, count, 0)
     if opts.ca_bundle and not os.path.isfile(opts.ca_bundle):
         raise InputError(f"--llm-ca-bundle {opts.ca_bundle}: no such file (a PEM of CA certs)")
+    roofline_device(opts).check(PLUGIN_FLAGS)
+    check_tp(opts.roofline_tp, flags=PLUGIN_FLAGS, unset=0)
     if opts.max_tokens:
         parse_distribution(opts.max_tokens, what="--llm-max-tokens")
     if opts.input_len:

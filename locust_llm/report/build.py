@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.client.runinfo import is_cpu_warning
+from locust_llm.devices import PLUGIN_FLAGS, DeviceArgs
 from locust_llm.errors import InputError
 from locust_llm.report.alerts import Alert, check
 from locust_llm.report.client_delay import add_client_delay
@@ -33,6 +34,7 @@ from locust_llm.report.tables import (
     stage_ends,
     stage_table,
 )
+from locust_llm.report.wording import DeviceWords, without_gpu_telemetry
 from locust_llm.roofline import GpuSpec, get_gpu, get_model
 from locust_llm.rundir import Stage
 from locust_llm.sim.lag import lag_warnings
@@ -59,26 +61,48 @@ class Report:
     telemetry: TelemetryIndex
     warnings: list[str] = field(default_factory=list)
     comparison: list[CompareRow] = field(default_factory=list)
+    words: DeviceWords = field(default_factory=DeviceWords)  # "GPU", or "CPU" / "device"
 
     @property
     def rows(self) -> list[dict[str, Any]]:
         return self.table.to_dict("records")
 
 
+def recorded_device(roofline: dict[str, Any]) -> GpuSpec | None:
+    """The device run.json's roofline entry names (``run``'s device flags): a preset, ``cpu``
+    (measured now, on this host) or one given by hand; None when it names none."""
+    try:
+        return DeviceArgs.from_entry(roofline).resolve(PLUGIN_FLAGS)
+    except InputError as exc:
+        raise InputError(f"run.json's roofline entry: {exc}") from None
+
+
+def the_device(roofline: dict[str, Any], gpu: str | GpuSpec | None) -> GpuSpec | None:
+    """The report's device (a spec, or a preset name) if given, else run.json's."""
+    if isinstance(gpu, GpuSpec):
+        return gpu
+    return get_gpu(gpu) if gpu else recorded_device(roofline)
+
+
 def resolve_floors(
-    roofline: dict[str, Any], model: str | None, gpu: str | GpuSpec | None, tp: int | None = None
+    roofline: dict[str, Any],
+    model: str | None,
+    gpu: str | GpuSpec | None,
+    tp: int | None = None,
+    *,
+    server_tp: int | None = None,
 ) -> tuple[Floors | None, list[str]]:
-    """Model and GPU from the flags, else from run.json's roofline entry; both are needed.
-    The tensor-parallel degree: ``tp``, else the roofline entry's, else 1."""
+    """Model and device from the report's flags, else from run.json's roofline entry (what
+    ``run`` was told); both are needed. The tensor-parallel degree: ``tp`` (the report's
+    flag), else the roofline entry's, else ``server_tp`` (what a simulator records), else 1."""
     model = model or roofline.get("model") or None
-    gpu = gpu or roofline.get("gpu") or None
-    degree = tp or roofline.get("tp") or 1
-    if model and gpu:
-        device = gpu if isinstance(gpu, GpuSpec) else get_gpu(str(gpu))
+    device = the_device(roofline, gpu)
+    degree = tp or roofline.get("tp") or server_tp or 1
+    if model and device:
         return Floors(get_model(str(model)), device, int(degree)), []
-    if model or gpu:
-        missing = "--gpu" if model else "--model"
-        return None, [f"roofline floors need both a model and a GPU: give {missing}"]
+    if model or device:
+        missing = "--gpu (or --bandwidth/--flops/--memory)" if model else "--model"
+        return None, [f"roofline floors need both a model and a device: give {missing}"]
     return None, []
 
 
@@ -190,8 +214,10 @@ def build_report(
     slo = slo or Slo()
     thresholds = thresholds or Thresholds()
     sim = run.info.extra.get("sim")
-    tp = tp or (sim.get("tp") if isinstance(sim, dict) else None)  # a simulator records it
-    floors, warnings = resolve_floors(run.info.roofline, model, gpu, tp)
+    sim_tp = sim.get("tp") if isinstance(sim, dict) else None  # a simulator records it
+    device = the_device(run.info.roofline, gpu)  # resolved once (``cpu`` is measured)
+    words = DeviceWords.of(device)
+    floors, warnings = resolve_floors(run.info.roofline, model, device, tp, server_tp=sim_tp)
     stages, stage_warnings = effective_stages(run)
     warnings += stage_warnings
     table = stage_table(
@@ -204,9 +230,11 @@ def build_report(
         floors=floors,
         limits=server_limits(run.info.extra),
     )
+    device_warnings = without_gpu_telemetry(table, words)  # report/wording.py
     rows = table.to_dict("records")
     add_client_delay(rows, run.requests, stages, run.info.end_wall_s)  # report/client_delay.py
     verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(run.info.extra))
+    verdicts = [words.verdict(v) for v in verdicts]
     over = [int(r["stage"]) for r, v in zip(rows, verdicts, strict=True) if v.kind == "overloaded"]
     knee = find_knee(
         rows,
@@ -216,7 +244,7 @@ def build_report(
         model=floors.model if floors else None,
     )
     overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
-    overall = _client_warning_verdict(overall, rows, run.warnings)
+    overall = words.verdict(_client_warning_verdict(overall, rows, run.warnings))
     arrays = request_arrays(run.requests)
     ends = stage_ends(stages, run.info.end_wall_s)
     ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows, strict=True)]
@@ -240,12 +268,18 @@ def build_report(
         stage_ix=stage_ix,
         telemetry=TelemetryIndex(run.telemetry, floors.gpu if floors else None),
         warnings=[
-            *run.warnings,
-            *warnings,
-            *lag_warnings(
-                run.telemetry,
-                [(s.name, s.start_wall_s, e) for s, e in zip(stages, ends, strict=True)],
+            *words.say_all(
+                [
+                    *run.warnings,
+                    *warnings,
+                    *lag_warnings(
+                        run.telemetry,
+                        [(s.name, s.start_wall_s, e) for s, e in zip(stages, ends, strict=True)],
+                    ),
+                    *source_warnings(run.telemetry),
+                ]
             ),
-            *source_warnings(run.telemetry),
+            *device_warnings,
         ],
+        words=words,
     )

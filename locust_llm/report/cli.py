@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from locust_llm.devices import DeviceArgs, check_tp
 from locust_llm.errors import InputError
 from locust_llm.report.alerts import failing, parse_thresholds
 from locust_llm.report.build import Report, build_report
@@ -19,7 +20,7 @@ from locust_llm.report.render_console import render_console
 from locust_llm.report.render_html import render_html
 from locust_llm.report.render_md import render_markdown
 from locust_llm.report.tables import Slo
-from locust_llm.roofline import GpuSpec, custom_gpu
+from locust_llm.roofline import GpuSpec
 from locust_llm.thresholds import Thresholds
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALERTS = 0, 2, 3
@@ -65,13 +66,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", help="served model (preset or config.json) for roofline floors")
     parser.add_argument(
-        "--gpu", help="GPU preset for roofline floors, or cpu (this host, measured by a probe)"
+        "--gpu",
+        help="GPU preset for roofline floors, or cpu (this host, measured by a probe); default: "
+        "run.json's device (what `run` was told)",
     )
     parser.add_argument("--bandwidth", help="custom device: memory bandwidth, e.g. 40GB/s")
     parser.add_argument("--flops", help="custom device: dense peak, e.g. 1.2TFLOPS")
     parser.add_argument("--memory", help="custom device: memory capacity, e.g. 64GiB")
     parser.add_argument(
-        "--tp", type=int, help="tensor-parallel degree of the server (default: run.json's, or 1)"
+        "--tp",
+        type=int,
+        help="tensor-parallel degree of the server (default: run.json's, or 1)",
     )
     parser.add_argument(
         "--prometheus",
@@ -128,7 +133,12 @@ def summary(report: Report) -> dict[str, Any]:
             },
             "thresholds": report.thresholds.alert_values(),
             "roofline": (
-                {"model": report.floors.model.name, "gpu": report.floors.gpu.name}
+                {
+                    "model": report.floors.model.name,
+                    "gpu": report.floors.gpu.name,
+                    "tp": report.floors.tp,
+                    "device": report.words.noun,
+                }
                 if report.floors
                 else None
             ),
@@ -154,20 +164,12 @@ def write_outputs(report: Report, out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-def device_from_args(args: argparse.Namespace) -> str | GpuSpec | None:
-    """``--gpu`` (a preset name), or a custom device from ``--bandwidth/--flops/--memory``."""
-    custom = [args.bandwidth, args.flops, args.memory]
-    if not any(custom):
-        if args.gpu == "cpu":  # this host, measured
-            from locust_llm.report.cpu_device import cpu_device
-
-            return cpu_device()
-        return args.gpu
-    if not all(custom):
-        raise InputError("a custom device needs all of --bandwidth, --flops and --memory")
-    if args.gpu:
-        raise InputError("give either --gpu or --bandwidth/--flops/--memory, not both")
-    return custom_gpu(args.bandwidth, args.flops, args.memory)
+def device_from_args(args: argparse.Namespace) -> GpuSpec | None:
+    """``--gpu`` (a preset, or ``cpu``: this host, measured), or a custom device from
+    ``--bandwidth/--flops/--memory``; None: run.json's device (what ``run`` was told)."""
+    check_tp(args.tp)
+    given = (args.gpu, args.bandwidth, args.flops, args.memory)
+    return DeviceArgs(*(value or "" for value in given)).resolve()
 
 
 def make_report(args: argparse.Namespace) -> Report:
@@ -175,8 +177,8 @@ def make_report(args: argparse.Namespace) -> Report:
     slo = parse_slo(args.slo)
     base = Thresholds(ttft=slo.ttft_s, tpot=slo.tpot_s, e2e=slo.e2e_s)
     thresholds = parse_thresholds(args.alert, base)
+    device = device_from_args(args)  # bad device flags fail before the run dir is read
     run = load_run(args.run_dir, prometheus=args.prometheus, prometheus_step_s=args.prometheus_step)
-    device = device_from_args(args)
     report = build_report(
         run, slo=slo, thresholds=thresholds, model=args.model, gpu=device, tp=args.tp
     )
@@ -190,7 +192,7 @@ def make_report(args: argparse.Namespace) -> Report:
             )
         ]
         for other_dir in args.compare:
-            other = build_report(load_run(other_dir), slo=slo, model=args.model, gpu=args.gpu)
+            other = build_report(load_run(other_dir), slo=slo, model=args.model, gpu=device)
             entries.append(
                 (
                     other.run.info.run_id or str(other_dir),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,8 +22,9 @@ from locust_llm.report.client_delay import COLUMNS as CLIENT_DELAY_COLUMNS
 from locust_llm.report.client_delay import TABLE_HEADERS as CLIENT_DELAY_HEADERS
 from locust_llm.report.client_delay import client_delay_rows
 from locust_llm.report.decompose import split_line
-from locust_llm.report.fmt import load_label, ms, num, pct, ratio
+from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 from locust_llm.report.sources import source_lines, source_summaries
+from locust_llm.report.wording import DeviceWords
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,41 @@ def _open_loop(report: Report) -> list[Section]:
         "stage", "offered req/s", "achieved req/s (in window)", "achieved / offered",
         "completed after the window", "E2E P99 from send (ms)", "E2E P99 from schedule (ms)",
     ]  # fmt: skip
-    return [Section("open-loop", "Open loop: offered and achieved", (_table(headers, rows),))]
+    blocks: list[Block] = [_table(headers, rows)]
+    counted = [r for r in report.rows if is_num(r["arrivals_drawn"])]
+    if counted:
+        blocks += [_table(ARRIVAL_HEADERS, [_arrival_cells(r) for r in counted]),
+                   Bullets(tuple(_arrival_notes(counted)), lead="Arrivals")]  # fmt: skip
+    return [Section("open-loop", "Open loop: offered and achieved", tuple(blocks))]
+
+
+ARRIVAL_HEADERS = ("stage", "arrivals drawn", "sent", "never sent", "pool ran dry",
+                   "stage ended first", "run stopped")  # fmt: skip
+
+
+def _arrival_cells(row: dict[str, Any]) -> list[str]:
+    keys = ("arrivals_drawn", "arrivals_sent", "arrivals_unsent", "unsent_pool_ran_dry",
+            "unsent_stage_ended", "unsent_run_stopped")  # fmt: skip
+    return [str(row["stage"]), *(num(row[k]) for k in keys)]
+
+
+def _arrival_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What the arrival counts say, per stage that lost any (and any count that disagrees)."""
+    notes = []
+    for r in rows:
+        where = f"stage {r['stage']} (load {_load(r)})"
+        if r["arrivals_drawn"] != r["arrivals_sent"] + r["arrivals_unsent"]:
+            notes.append(
+                f"{where}: {num(r['arrivals_drawn'])} drawn but {num(r['arrivals_sent'])} sent "
+                f"+ {num(r['arrivals_unsent'])} unsent: records missing from the run dir"
+            )
+        if r["unsent_pool_ran_dry"] > 0:
+            notes.append(
+                f"{where}: {num(r['unsent_pool_ran_dry'])} of {num(r['arrivals_drawn'])} "
+                "arrivals never sent because every user was busy until the stage ended: the "
+                "offered rate was not offered; raise --llm-max-users"
+            )
+    return notes or ["no arrival was left unsent for want of a free user"]
 
 
 def _resources(report: Report) -> Section:
@@ -580,4 +615,33 @@ def document(report: Report) -> Document:
             Section("sources", "Telemetry sources", (Bullets(tuple(sources), lead=lead),))
         )
     sections.append(Section("definitions", "Definitions", (Bullets(DEFINITIONS),)))
+    words = report.words  # the warnings are in the device's words already
+    sections = [s if s.key == "warnings" else _in_words(s, words) for s in sections]
     return Document(f"locust-llm report: {info.run_id}", tuple(sections))
+
+
+def _in_words(section: Section, words: DeviceWords) -> Section:
+    """A section in the device's words: no GPU claims, GPU columns and definitions left out,
+    when the device is no GPU (:mod:`locust_llm.report.wording`)."""
+    if words.is_gpu:
+        return section
+    blocks: list[Block] = []
+    for block in section.blocks:
+        if isinstance(block, Paragraph):
+            blocks.append(Paragraph(words.say(block.text), words.say(block.lead)))
+        elif isinstance(block, Bullets):
+            blocks.append(
+                replace(block, items=words.say_all(block.items), lead=words.say(block.lead))
+            )
+        elif isinstance(block, Table):
+            keep = [i for i, h in enumerate(block.headers) if words.keeps_header(h)]
+            blocks.append(
+                Table(
+                    tuple(words.say(block.headers[i]) for i in keep),
+                    tuple(tuple(words.say(row[i]) for i in keep) for row in block.rows),
+                    frozenset(keep.index(i) for i in block.text_columns if i in keep),
+                )
+            )
+        else:
+            blocks.append(block)
+    return replace(section, title=words.say(section.title), blocks=tuple(blocks))

@@ -6,7 +6,7 @@ open loop). Each step from one load to the next is classified (the thresholds ar
 
 - gain = QPS ratio, load ratio = load ratio, efficiency = (gain - 1) / (load ratio - 1),
   latency cost = P99 latency ratio;
-- ``linear`` when efficiency >= 0.5 (at least half of proportional scaling),
+- ``linear`` (still scaling) when efficiency >= 0.5 (at least half of proportional scaling),
 - ``flat`` when gain is within 2% of 1, ``falling`` when it is lower, ``flattening`` otherwise.
 
 Recommended cap: walk up the loads; a stage is accepted when it meets the SLOs (error rate at most
@@ -15,10 +15,16 @@ loop it achieved at least ``open_loop_achieved`` (95%) of the offered rate, and 
 gain over the cap so far is worth its latency cost: gain - 1 >= max(5%, 10% of (P99 ratio - 1)).
 At a stage that is not accepted, the walk goes on from the first higher stage that is (stages
 are not always monotonic: a higher load can beat a worse middle one); it ends when none is.
-A single stage gives no cap. When the last step still scales linearly, "the knee lies above
-the sweep". Best range: from the last stage of the unbroken run of
-``linear`` steps from the lowest load (the knee) to the cap. On the seed's table this gives
-"1-50 scales linearly; 50-100 flattens; 100-200 falls; best 50-100; cap 100".
+A single stage gives no cap. When the last step still scales (``linear``), "the knee lies
+above the sweep". Best range: from the last stage of the unbroken run of
+``linear`` steps from the lowest load (the knee) to the cap.
+
+The reading reads consecutive steps of one class together. A run of ``linear`` steps says
+"scales linearly" only when throughput grew by at least :data:`LINEAR_WORDING` (90%) of the load
+ratio over the run; otherwise it says by how much: "1-50 scales x17.5 for x50 the load (QPS
+0.8 -> 14.2, 35% efficiency)", efficiency = throughput ratio / load ratio. On the seed's
+table this gives "1-50 scales x40 for x50 the load; 50-100 flattens; 100-200 falls; best
+50-100; cap 100".
 """
 
 from __future__ import annotations
@@ -151,6 +157,30 @@ def _latency_words(r: float) -> str:
     return f"latency holds (P99 {ratio(r)})"
 
 
+#: the reading says "linearly" only when the throughput grew at least this share of the load
+#: (x9 or more for x10 the load); otherwise it says by how much it grew
+LINEAR_WORDING = 0.9
+
+
+def _times(value: float) -> str:
+    """A multiplier to three figures: x17.8, x50, x1.13."""
+    return f"x{value:.3g}" if math.isfinite(value) else "x?"
+
+
+def scaling_words(group: Sequence[Step]) -> str:
+    """How a run of scaling steps grew: "scales linearly (QPS 1 -> 9.6, x9.6 for x10 the
+    load)" near x1 per x1, else "scales x17.8 for x50 the load (QPS 0.8 -> 14.2, 36%
+    efficiency)"; efficiency = throughput ratio / load ratio over the run (1 = proportional)."""
+    gain = math.prod(s.gain for s in group)
+    load_ratio = math.prod(s.load_ratio for s in group)
+    share = gain / load_ratio if load_ratio > 0 else math.nan
+    for_load = f"{_times(gain)} for {_times(load_ratio)} the load"
+    qps = f"QPS {num(group[0].lo_qps)} -> {num(group[-1].hi_qps)}"
+    if share >= LINEAR_WORDING:
+        return f"scales linearly ({qps}, {for_load})"
+    return f"scales {for_load} ({qps}, {share:.0%} efficiency)"
+
+
 def _phrase(group: list[Step]) -> str:
     first, last = group[0], group[-1]
     span = f"{first.lo_load}-{last.hi_load}"
@@ -159,7 +189,7 @@ def _phrase(group: list[Step]) -> str:
     lat = last.hi_p99_s / first.lo_p99_s if first.lo_p99_s > 0 else math.nan
     cls = first.cls
     if cls == "linear":
-        return f"{span} scales linearly ({qps})"
+        return f"{span} {scaling_words(group)}"
     if cls == "moe":
         return (
             f"{span} throughput grows sublinearly ({qps}, {ratio(gain)}) as an MoE model's "

@@ -210,18 +210,20 @@ def _timeline_charts(report: Report) -> list[str]:
         t, v = downsample(*with_gaps(t - t0, v * scale))
         return Series(label, t, v)
 
-    ratios = [
-        series("GPU util", "gpu_util", scale=100),
-        series("GPU mem used", "gpu_mem_util", scale=100),
-        series("KV cache", "kv_cache_usage", scale=100),
-        series("worker CPU max", "worker_cpu_util", scale=100),
+    shown = [
+        ("GPU util", "gpu_util"),
+        ("GPU mem used", "gpu_mem_util"),
+        ("KV cache", "kv_cache_usage"),
+        ("worker CPU max", "worker_cpu_util"),
     ]
+    words = report.words  # no GPU series for a device that is no GPU
+    ratios = [series(label, sig, scale=100) for label, sig in shown if words.keeps_header(label)]
     queue = [series("running", "running"), series("waiting", "waiting")]
     x_label = "seconds since the first stage"
     return [
         line_chart(
             ratios,
-            title="GPU, KV cache and worker CPU over time",
+            title=("GPU, " if words.is_gpu else "") + "KV cache and worker CPU over time",
             y_label="%",
             x_label=x_label,
             bands=bands,

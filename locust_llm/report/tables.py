@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from locust_llm.client.arrivals import UNSENT_REASONS
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report import decompose, resources
 from locust_llm.roofline import GpuSpec, ModelSpec, decode_step_seconds, step_cost
@@ -35,6 +36,15 @@ from locust_llm.rundir import Stage
 from locust_llm.signals import Signal, get_signal
 
 NAN = math.nan
+
+#: Open loop: the stage's arrivals drawn, sent (records) and never sent (total, then by
+#: reason: :data:`locust_llm.client.arrivals.UNSENT_REASONS`); drawn = sent + unsent.
+ARRIVAL_COLUMNS: tuple[str, ...] = (
+    "arrivals_drawn",
+    "arrivals_sent",
+    "arrivals_unsent",
+    *(f"unsent_{reason}" for reason in UNSENT_REASONS),
+)
 
 #: The columns of stages.csv, in order (units in the names; ratios are 0..1).
 COLUMNS: tuple[str, ...] = (
@@ -75,6 +85,7 @@ COLUMNS: tuple[str, ...] = (
     "completed_after_window",
     "offered_rps",
     "achieved_ratio",
+    *ARRIVAL_COLUMNS,
     "latency_sched_p50_s",
     "latency_sched_p99_s",
     "input_tokens_avg",
@@ -491,6 +502,7 @@ REQUEST_ARRAYS: tuple[str, ...] = (
     "input_tokens_estimated",
     "start_wall_s",
     "scheduled_wall_s",
+    "stage",  # the stage the record was sent in (its worker's view): open-loop sends counted
 )
 
 
@@ -532,6 +544,7 @@ def stage_table(
     tel = TelemetryIndex(
         telemetry if telemetry is not None else pd.DataFrame(), floors.gpu if floors else None
     )
+    sent_by_stage = scheduled_sends(requests)
     rows = []
     for stage, end in zip(stages, ends, strict=True):
         a, b = (
@@ -568,11 +581,36 @@ def stage_table(
             row["offered_rps"] = row["achieved_ratio"] = NAN
         row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
         row.update(_floor_stats(row, floors, row["concurrency"]))
+        row.update(arrival_stats(stage, sent_by_stage))
         rows.append(row)
     model, gpu, tp = (floors.model, floors.gpu, floors.tp) if floors else (None, None, 1)
     decompose.decompose(rows, tel.series, model, gpu, tp=tp, open_loop=mode == "open")
     resources.add_resources(rows, model, gpu, limits or resources.ServerLimits(), tp=tp)
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def scheduled_sends(requests: pd.DataFrame) -> dict[int, int]:
+    """Open loop: records with a scheduled send time, per the stage they were sent in (the
+    record's own ``stage``, as the arrival counts are kept)."""
+    if "stage" not in requests or "scheduled_wall_s" not in requests:
+        return {}
+    sent = requests[requests["scheduled_wall_s"].notna()]
+    return {int(k): int(v) for k, v in sent.groupby("stage").size().items()}
+
+
+def arrival_stats(stage: Stage, sent_by_stage: dict[int, int]) -> dict[str, float]:
+    """Open loop: the stage's arrivals (run.json: drawn, and unsent by reason) beside the ones
+    sent (records); NaN when run.json did not count them (closed loop, older run dirs)."""
+    if stage.arrivals_drawn is None:
+        return dict.fromkeys(ARRIVAL_COLUMNS, NAN)
+    out = {
+        "arrivals_drawn": float(stage.arrivals_drawn),
+        "arrivals_sent": float(sent_by_stage.get(stage.index, 0)),
+    }
+    for reason in UNSENT_REASONS:
+        out[f"unsent_{reason}"] = float(stage.arrivals_unsent.get(reason, 0))
+    out["arrivals_unsent"] = sum(out[f"unsent_{r}"] for r in UNSENT_REASONS)
+    return out
 
 
 def stage_requests(

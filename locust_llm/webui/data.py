@@ -259,20 +259,34 @@ def current_stage(runtime: Any) -> dict[str, Any] | None:
 
 
 def stages_begun(runtime: Any) -> list[dict[str, Any]]:
-    """Every stage begun so far (index, name, target requests, and ``done``: its requests that
-    ended, cancelled ones left out, as the records received so far say; None without a
-    recorder), in order: a stage shorter than a poll of ``/llm/stats`` is still seen to have
-    run, and each stage's count is its own (the records carry the stage they were sent in)."""
-    ended = getattr(getattr(runtime, "recorder", None), "ended_in", None)
+    """Every stage begun so far (index, name, target requests, ``done``: its requests that
+    ended, cancelled ones left out, as the records received so far say, None without a
+    recorder; ``unsent``: open loop, its arrivals never sent by reason, else None), in order:
+    a stage shorter than a poll of ``/llm/stats`` is still seen to have run, and each stage's
+    count is its own (the records carry the stage they were sent in)."""
+    recorder = getattr(runtime, "recorder", None)
+    ended = getattr(recorder, "ended_in", None)
+    arrivals = _arrival_counts(runtime, recorder)
     return [
         {
             "index": s.index,
             "name": s.name,
             "target_requests": s.target_requests,
             "done": ended(s.index) if callable(ended) else None,
+            "unsent": dict(arrivals[s.index].unsent) if s.index in arrivals else None,
         }
         for s in list(getattr(runtime, "stages", None) or [])
     ]
+
+
+def _arrival_counts(runtime: Any, recorder: Any) -> dict[int, Any]:
+    """Open loop: arrivals never sent per stage and reason, as this process and the workers'
+    last batches say (a stage's pool_ran_dry count arrives with the batch after it ends)."""
+    total = getattr(recorder, "arrivals_total", None)
+    schedule = getattr(getattr(runtime, "gate", None), "schedule", None)
+    if not callable(total) or schedule is None:
+        return {}
+    return dict(total(schedule.counts))
 
 
 def report_info(runtime: Any) -> dict[str, Any]:
