@@ -9,6 +9,15 @@ side by side right after the read: ``arrival = perf_counter() - (time_ns() - sta
 is stamped with the read that completed it, so a token's time no longer includes how long the
 worker took to get to it; the user-space time is kept beside it as the client delay.
 
+Two things keep it cheap and its first tokens exact. ``TCP_INQ`` makes each read also say how
+many bytes it left queued: after a read that emptied the queue (one token per read, the steady
+state) the next one first waits for the socket to become readable, instead of a ``recvmsg``
+that could only fail with EAGAIN (a syscall and an exception per token). And the first
+:data:`HURRIED_READS` reads of a response (the head, the first token), when they find the
+worker :data:`LATE_S` late, hand it back to the hub before their bytes are parsed: the other
+sockets already readable are read, and so stamped, before the next token of their stream
+arrives and the kernel merges the two (``bench/results/kernel_timestamps.md``).
+
 :class:`KernelTransport` is :class:`~locust_llm.client.transport.Transport` with its own
 HTTP/1.1 reader (:mod:`locust_llm.client.http11`) for ``http://`` servers; ``https://`` servers
 stay on geventhttpclient (TLS records are decrypted in user space, after the kernel stamp, and
@@ -18,6 +27,7 @@ Python's ``SSLSocket`` has no ``recvmsg``), as does everything off Linux.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -29,18 +39,36 @@ from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
 
+import gevent
+
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
 from locust_llm.client.transport import Transport
 from locust_llm.errors import InputError
 
 #: Linux's ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``); Python's socket module does not name it.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+#: Linux's ``TCP_INQ`` (= ``TCP_CM_INQ``, Linux >= 4.18): each read also says how many bytes it
+#: left in the receive queue.
+TCP_INQ = getattr(socket, "TCP_INQ", 36)
 _TIMESPEC = struct.Struct("@qq")  # struct timespec: two 64-bit longs
 _TIMESPEC_BYTES = _TIMESPEC.size
-_ANC_BYTES = socket.CMSG_SPACE(_TIMESPEC_BYTES) if hasattr(socket, "CMSG_SPACE") else 0
+_INQ = struct.Struct("@i")
+_ANC_BYTES = (
+    socket.CMSG_SPACE(_TIMESPEC_BYTES) + socket.CMSG_SPACE(_INQ.size)
+    if hasattr(socket, "CMSG_SPACE")
+    else 0
+)
+_SOL_SOCKET, _SOL_TCP = socket.SOL_SOCKET, socket.IPPROTO_TCP
 
 #: The ``--llm-transport`` choices.
 TRANSPORT_CHOICES = ("auto", "kernel", "ghc")
+
+#: A read whose bytes waited longer than this in the kernel finds the worker busy: other
+#: streams' first bytes are likely waiting too (see :meth:`StampedConnection._recv`).
+LATE_S = 0.001
+#: The reads of a response that hand the worker back to the hub when late (the head's, the
+#: first token's): a first token read before the stream's next one arrives keeps its own stamp.
+HURRIED_READS = 2
 
 
 class StampedConnection(Http11Connection):
@@ -49,22 +77,46 @@ class StampedConnection(Http11Connection):
     def __init__(self, sock: Any) -> None:
         super().__init__(sock)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        with contextlib.suppress(OSError):  # an older kernel: no queue length with each read
+            sock.setsockopt(_SOL_TCP, TCP_INQ, 1)
         self.user_s = math.nan  # perf_counter when the latest read returned
         self.unstamped_reads = 0  # reads that came back without a stamp
+        #: the latest read emptied the receive queue: wait for bytes before the next read
+        #: (no recvmsg that can only say EAGAIN)
+        self.drained = False
+        self.hurried_reads = 0  # reads left that yield when late (set per request)
+        # gevent's own wait for readability, used before a read of a drained queue
+        self._wait_readable = getattr(sock, "_wait", None)
+        self._read_event = getattr(sock, "_read_event", None)
+
+    def begin_response(self) -> None:
+        self.hurried_reads = HURRIED_READS
+        self.drained = False  # the head may already be queued: read before waiting
 
     def _recv(self) -> bytes:
-        data, ancdata, _flags, _addr = self.sock.recvmsg(RECV_BYTES, _ANC_BYTES)
+        sock = self.sock
+        if self.drained and self._wait_readable is not None:
+            self._wait_readable(self._read_event)  # raises the socket's timeout
+        data, ancdata, _flags, _addr = sock.recvmsg(RECV_BYTES, _ANC_BYTES)
         now_ns = time.time_ns()
         now = perf_counter()
         self.user_s = now
+        arrival = math.nan
+        self.drained = False
         for level, kind, cdata in ancdata:
-            stamp = level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS
-            if stamp and len(cdata) >= _TIMESPEC_BYTES:
+            if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(cdata) >= _TIMESPEC_BYTES:
                 sec, nsec = _TIMESPEC.unpack_from(cdata)
-                self.arrival_s = now - (now_ns - (sec * 1_000_000_000 + nsec)) * 1e-9
-                return data
-        self.unstamped_reads += 1
-        self.arrival_s = now
+                arrival = now - (now_ns - (sec * 1_000_000_000 + nsec)) * 1e-9
+            elif kind == TCP_INQ and level == _SOL_TCP and len(cdata) >= _INQ.size:
+                self.drained = _INQ.unpack_from(cdata)[0] == 0 and bool(data)
+        if arrival != arrival:
+            self.unstamped_reads += 1
+            arrival = now
+        self.arrival_s = arrival
+        if self.hurried_reads > 0:
+            self.hurried_reads -= 1
+            if now - arrival > LATE_S:  # busy: let the hub read the other ready sockets first
+                gevent.sleep(0)
         return data
 
 
