@@ -13,8 +13,14 @@ Columns per transport and load (streams on the one worker core): first-token lag
 first-token time - simulator send time, wall clock), last-token lag p99, TTFT error p99
 (|client TTFT - trace TTFT|), ITL error p99 (|client TPOT - trace TPOT|: the trace has each
 request's first and last token, so the per-request mean ITL is what can be checked), CPU us per
-token (process tree, user + system, first arrival .. last token), and the client delay the
-kernel transport measured itself: p99 of (user-space read - kernel stamp) of the first token.
+token (process tree, user + system, first arrival .. last token), the client delay the kernel
+transport measured itself: p99 of (user-space read - kernel stamp) of the first token, the
+first tokens it flagged as merged with the next one (their stamp is an upper bound), and how
+long the client process waited for its core (run-queue wait from ``/proc/PID/schedstat``,
+over its whole life; on a shared host other jobs on that core delay every read).
+
+``--results bench/results/kernel_timestamps.md`` writes the run there as a new section (command,
+machine, load average, the table) above the earlier runs, which stay as history.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,20 +57,59 @@ def extra_columns(work: Path) -> dict[str, Any]:
     last_true = np.array([trace[i]["last_token"] for i in df.request_id])
     last_lag = df.start_wall_s.to_numpy() + df.last_token_s.to_numpy() - last_true
     delay = (df.first_token_user_s - df.first_token_kernel_s).dropna().to_numpy()
+    stamped = df.first_token_kernel_s.notna()
     return {
         "last_lag_p99_ms": float(np.percentile(last_lag, 99) * 1e3) if len(last_lag) else None,
         "client_delay_p50_ms": float(np.percentile(delay, 50) * 1e3) if len(delay) else None,
         "client_delay_p99_ms": float(np.percentile(delay, 99) * 1e3) if len(delay) else None,
+        "first_merged": int(df.first_token_merged[stamped].sum()) if stamped.any() else None,
     }
+
+
+class RunQueueWait:
+    """Samples ``/proc/PID/schedstat`` of the processes whose command line holds ``marker``
+    (the client's run dir) every 0.1 s; :meth:`stop` returns their run-queue wait in seconds
+    (the latest sample of each: a process's total while it lived)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker.encode()
+        self.wait_s: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> RunQueueWait:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                try:
+                    if self.marker not in (proc / "cmdline").read_bytes():
+                        continue
+                    wait_ns = int((proc / "schedstat").read_text().split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                self.wait_s[int(proc.name)] = wait_ns * 1e-9
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return sum(self.wait_s.values())
 
 
 def measure(transport: str, streams: int, rounds: int, work: Path) -> dict[str, Any]:
     os.environ["LOCUST_LLM_TRANSPORT"] = transport  # the Locust child reads --llm-transport
+    waits = RunQueueWait(str(work / "run")).start()
     try:
         row = client_choice.measure("ours", streams, rounds, work)
     finally:
         os.environ.pop("LOCUST_LLM_TRANSPORT", None)
+        row_wait_s = waits.stop()
     row["transport"] = transport
+    row["client_runq_wait_s"] = row_wait_s
     if row.get("matched"):
         row.update(extra_columns(work))
     return row
@@ -75,23 +122,63 @@ def _f(v: Any, fmt: str) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| transport | streams | ok/sent | client CPU | CPU us/token | first-token lag p99 ms "
             "| last-token lag p99 ms | TTFT err p99 ms | ITL err p99 ms "
-            "| client delay p50 / p99 ms |")  # fmt: skip
+            "| client delay p50 / p99 ms | first tokens merged | client waited for its core s |"
+            )  # fmt: skip
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "events_s" not in r:
             why = f"failed (rc={r.get('rc')}; {r.get('first_error', '')[:60]})"
             cells = f"| {r['transport']} | {r['streams']} | 0/{r['records']} | {why} |"
-            out.append(cells + " |" * 6)
+            out.append(cells + " |" * 8)
             continue
+        merged = r.get("first_merged")
+        merged_cell = "n/a" if merged is None else f"{merged}/{r['matched']}"
         out.append(
             f"| {r['transport']} | {r['streams']} | {r['matched']}/{r['records']} "
             f"| {r['cpu_util']:.0%} | {_f(r['cpu_us_per_token'], '.1f')} "
             f"| {r['first_lag_p99_ms']:.2f} | {_f(r.get('last_lag_p99_ms'), '.2f')} "
             f"| {r['ttft_err_p99_ms']:.2f} | {r['tpot_err_p99_ms']:.3f} "
             f"| {_f(r.get('client_delay_p50_ms'), '.2f')} / "
-            f"{_f(r.get('client_delay_p99_ms'), '.2f')} |"
+            f"{_f(r.get('client_delay_p99_ms'), '.2f')} | {merged_cell} "
+            f"| {_f(r.get('client_runq_wait_s'), '.1f')} of {r['wall_s']:.0f} |"
         )  # fmt: skip
     return "\n".join(out)
+
+
+def machine_line() -> str:
+    """The machine, as the results file names it."""
+    import gevent
+    import geventhttpclient
+    import locust
+
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    models = [
+        ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")
+    ]
+    return (f"`nproc` = {os.cpu_count()} ({models[0] if models else platform.machine()}, kernel "
+            f"{platform.release()}); Python {platform.python_version()}, locust "
+            f"{locust.__version__}, gevent {gevent.__version__}, geventhttpclient "
+            f"{geventhttpclient.__version__}")  # fmt: skip
+
+
+def write_results(path: Path, command: str, started: str, load_start: tuple[float, ...],
+                  rows: list[dict[str, Any]]) -> None:  # fmt: skip
+    """This run as a new section of ``path``, above the earlier runs (kept as history)."""
+    load_end = os.getloadavg()
+    section = (
+        f"## Run of {started}\n\n"
+        f"Machine: {machine_line()}. Load average (1/5/15 min) {load_start[0]:.2f} / "
+        f"{load_start[1]:.2f} / {load_start[2]:.2f} at the start, {load_end[0]:.2f} / "
+        f"{load_end[1]:.2f} / {load_end[2]:.2f} at the end. Command:\n\n    {command}\n\n"
+        f"{table(rows)}\n"
+    )
+    title = (
+        "# Kernel receive stamps vs geventhttpclient: timing error against the simulator's trace"
+    )
+    old = path.read_text() if path.exists() else f"{title}\n"
+    head, sep, rest = old.partition("\n## ")
+    path.write_text(f"{head.rstrip()}\n\n{section}\n{sep.lstrip()}{rest}" if sep else
+                    f"{head.rstrip()}\n\n{section}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,11 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="requests per stream")
     p.add_argument("--work", type=Path)
     p.add_argument("--json", type=Path)
+    p.add_argument("--results", type=Path, help="add this run to a results file (markdown)")
     args = p.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="kernel-ts-"))
+    load_start = os.getloadavg()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"work dir {work}; {platform.node()} nproc={os.cpu_count()} "
-          f"load average {os.getloadavg()} {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-          flush=True)  # fmt: skip
+          f"load average {load_start} {started}", flush=True)  # fmt: skip
     rows = []
     for streams in (int(s) for s in args.streams.split(",")):
         for transport in args.transports.split(","):
@@ -116,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 args.json.write_text(json.dumps(rows, indent=1))
     print(table(rows))
+    if args.results:
+        shown = argv if argv is not None else sys.argv[1:]
+        command = shlex.join([".venv/bin/python", "bench/kernel_timestamps.py", *shown])
+        write_results(args.results, command, started, load_start, rows)
     return 0
 
 
