@@ -154,20 +154,18 @@ def test_records_match_the_simulators_send_times(tmp_path: Path) -> None:
 
 
 SLOW_READER = """
-import time
+from gevent import monkey
 
 from locust_llm import llm_events
 from locust_llm.sweep_locustfile import Chat, Stages
 
 __all__ = ["Chat", "Stages"]
-_seen = [0]
+_blocking_sleep = monkey.get_original("time", "sleep")  # Locust made time.sleep cooperative
 
 
 @llm_events.first_token.add_listener
 def _hold_the_worker(**_kw):
-    _seen[0] += 1
-    if _seen[0] % 3 == 0:  # every third first token: the whole worker stops for 3 token gaps
-        time.sleep(0.03)
+    _blocking_sleep(0.025)  # each first token stops the whole worker for 2.5 token gaps
 """
 
 
@@ -176,10 +174,11 @@ def _hold_the_worker(**_kw):
 def test_a_first_token_read_with_the_next_one_is_flagged_and_only_those_are_late(
     tmp_path: Path,
 ) -> None:
-    """A worker that stalls (a blocking listener, standing in for a busy core) reads some first
-    tokens only after the next token arrived; the kernel merged the two and kept the later
-    stamp. Judged by the simulator's trace: every first token not flagged ``merged`` is stamped
-    within a millisecond of its send, and the report counts the flagged ones per stage."""
+    """A worker that stalls on each first token (a blocking listener, standing in for a busy
+    core) reads the other streams' first tokens that came meanwhile only after their next token
+    arrived; the kernel merged the two and kept the later stamp. Judged by the simulator's
+    trace: every first token not flagged ``merged`` is stamped within a millisecond of its
+    send, and the report counts the flagged ones per stage."""
     trace = tmp_path / "trace.jsonl"
     run_dir = tmp_path / "run"
     locustfile = tmp_path / "slow_reader.py"

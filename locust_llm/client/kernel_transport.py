@@ -53,6 +53,7 @@ TCP_INQ = getattr(socket, "TCP_INQ", 36)
 _TIMESPEC = struct.Struct("@qq")  # struct timespec: two 64-bit longs
 _TIMESPEC_BYTES = _TIMESPEC.size
 _INQ = struct.Struct("@i")
+_NOTHING_QUEUED = _INQ.pack(0)
 _ANC_BYTES = (
     socket.CMSG_SPACE(_TIMESPEC_BYTES) + socket.CMSG_SPACE(_INQ.size)
     if hasattr(socket, "CMSG_SPACE")
@@ -85,19 +86,29 @@ class StampedConnection(Http11Connection):
         #: (no recvmsg that can only say EAGAIN)
         self.drained = False
         self.hurried_reads = 0  # reads left that yield when late (set per request)
-        # gevent's own wait for readability, used before a read of a drained queue
-        self._wait_readable = getattr(sock, "_wait", None)
+        # a gevent socket's non-blocking socket and its wait for readability (gevent's own
+        # recvmsg is this loop, but always reads first)
+        self._wait_readable: Any = getattr(sock, "_wait", None)
         self._read_event = getattr(sock, "_read_event", None)
+        self._raw = getattr(sock, "_sock", None) if self._wait_readable is not None else None
 
     def begin_response(self) -> None:
         self.hurried_reads = HURRIED_READS
         self.drained = False  # the head may already be queued: read before waiting
 
     def _recv(self) -> bytes:
-        sock = self.sock
-        if self.drained and self._wait_readable is not None:
-            self._wait_readable(self._read_event)  # raises the socket's timeout
-        data, ancdata, _flags, _addr = sock.recvmsg(RECV_BYTES, _ANC_BYTES)
+        raw = self._raw
+        if raw is None:  # not a gevent socket: its own blocking read
+            data, ancdata, _flags, _addr = self.sock.recvmsg(RECV_BYTES, _ANC_BYTES)
+        else:  # gevent's read loop, without a recvmsg that can only say EAGAIN
+            if self.drained:
+                self._wait_readable(self._read_event)  # raises the socket's timeout
+            while True:
+                try:
+                    data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
+                    break
+                except BlockingIOError:
+                    self._wait_readable(self._read_event)
         now_ns = time.time_ns()
         now = perf_counter()
         self.user_s = now
@@ -107,8 +118,8 @@ class StampedConnection(Http11Connection):
             if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(cdata) >= _TIMESPEC_BYTES:
                 sec, nsec = _TIMESPEC.unpack_from(cdata)
                 arrival = now - (now_ns - (sec * 1_000_000_000 + nsec)) * 1e-9
-            elif kind == TCP_INQ and level == _SOL_TCP and len(cdata) >= _INQ.size:
-                self.drained = _INQ.unpack_from(cdata)[0] == 0 and bool(data)
+            elif kind == TCP_INQ and level == _SOL_TCP:
+                self.drained = cdata == _NOTHING_QUEUED and bool(data)
         if arrival != arrival:
             self.unstamped_reads += 1
             arrival = now
