@@ -48,9 +48,6 @@ class Http11Connection:
         """One read from the socket (the hook for a stamped read)."""
         return self.sock.recv(RECV_BYTES)
 
-    def begin_response(self) -> None:
-        """A request was written: its response's reads come next (a hook for subclasses)."""
-
     def fill(self) -> bool:
         """Read more bytes into the buffer; False at the end of the stream."""
         if self.eof:
@@ -380,7 +377,6 @@ class Http11Client:
             lines.append(f"Content-Length: {len(body)}")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         try:
-            conn.begin_response()
             try:
                 conn.sock.sendall(head + body)
             except (BrokenPipeError, ConnectionResetError):  # a kept connection the server closed

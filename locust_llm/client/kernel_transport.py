@@ -12,11 +12,12 @@ worker took to get to it; the user-space time is kept beside it as the client de
 Two things keep it cheap and its first tokens exact. ``TCP_INQ`` makes each read also say how
 many bytes it left queued: after a read that emptied the queue (one token per read, the steady
 state) the next one first waits for the socket to become readable, instead of a ``recvmsg``
-that could only fail with EAGAIN (a syscall and an exception per token). And the first
-:data:`HURRIED_READS` reads of a response (the head, the first token), when they find the
-worker :data:`LATE_S` late, hand it back to the hub before their bytes are parsed: the other
-sockets already readable are read, and so stamped, before the next token of their stream
-arrives and the kernel merges the two (``bench/results/kernel_timestamps.md``).
+that could only fail with EAGAIN (a syscall and an exception per token). And a read that finds
+the worker more than :data:`LATE_S` late hands it back to gevent's hub before its bytes are
+parsed: the hub then reads, and so stamps, the other sockets already readable before it
+returns to parse any of them, so a busy worker reads each stream's next bytes before the token
+after them arrives and the kernel merges the two (``bench/results/kernel_timestamps.md``). An
+idle worker is never late and pays nothing for it.
 
 :class:`KernelTransport` is :class:`~locust_llm.client.transport.Transport` with its own
 HTTP/1.1 reader (:mod:`locust_llm.client.http11`) for ``http://`` servers; ``https://`` servers
@@ -65,11 +66,8 @@ _SOL_SOCKET, _SOL_TCP = socket.SOL_SOCKET, socket.IPPROTO_TCP
 TRANSPORT_CHOICES = ("auto", "kernel", "ghc")
 
 #: A read whose bytes waited longer than this in the kernel finds the worker busy: other
-#: streams' first bytes are likely waiting too (see :meth:`StampedConnection._recv`).
+#: streams' bytes are likely waiting too, and are read before this read is parsed.
 LATE_S = 0.001
-#: The reads of a response that hand the worker back to the hub when late (the head's, the
-#: first token's): a first token read before the stream's next one arrives keeps its own stamp.
-HURRIED_READS = 2
 
 
 class StampedConnection(Http11Connection):
@@ -85,16 +83,11 @@ class StampedConnection(Http11Connection):
         #: the latest read emptied the receive queue: wait for bytes before the next read
         #: (no recvmsg that can only say EAGAIN)
         self.drained = False
-        self.hurried_reads = 0  # reads left that yield when late (set per request)
         # a gevent socket's non-blocking socket and its wait for readability (gevent's own
         # recvmsg is this loop, but always reads first)
         self._wait_readable: Any = getattr(sock, "_wait", None)
         self._read_event = getattr(sock, "_read_event", None)
         self._raw = getattr(sock, "_sock", None) if self._wait_readable is not None else None
-
-    def begin_response(self) -> None:
-        self.hurried_reads = HURRIED_READS
-        self.drained = False  # the head may already be queued: read before waiting
 
     def _recv(self) -> bytes:
         raw = self._raw
@@ -124,10 +117,8 @@ class StampedConnection(Http11Connection):
             self.unstamped_reads += 1
             arrival = now
         self.arrival_s = arrival
-        if self.hurried_reads > 0:
-            self.hurried_reads -= 1
-            if now - arrival > LATE_S:  # busy: let the hub read the other ready sockets first
-                gevent.sleep(0)
+        if now - arrival > LATE_S:  # busy: the hub reads the other ready sockets first
+            gevent.sleep(0)
         return data
 
 
