@@ -15,7 +15,8 @@ first-token time - simulator send time, wall clock), last-token lag p99, TTFT er
 request's first and last token, so the per-request mean ITL is what can be checked), CPU us per
 token (process tree, user + system, first arrival .. last token), the client delay the kernel
 transport measured itself: p99 of (user-space read - kernel stamp) of the first token, the
-first tokens it flagged as merged with the next one (their stamp is an upper bound), and how
+first tokens it flagged as merged with the next one (their stamp is an upper bound) and the
+first-token lag p99 of the unflagged and the flagged ones apart, and how
 long the client process waited for its core (run-queue wait from ``/proc/PID/schedstat``,
 over its whole life; on a shared host other jobs on that core delay every read).
 
@@ -48,6 +49,10 @@ from bench import client_choice
 TRANSPORTS = ("ghc", "kernel")
 
 
+def _p99_ms(values: np.ndarray) -> float | None:
+    return float(np.percentile(values, 99) * 1e3) if len(values) else None
+
+
 def extra_columns(work: Path) -> dict[str, Any]:
     """Last-token lag and the client delay from the run's records and the trace."""
     df = pd.read_parquet(work / "run" / "requests.parquet")
@@ -58,7 +63,13 @@ def extra_columns(work: Path) -> dict[str, Any]:
     last_lag = df.start_wall_s.to_numpy() + df.last_token_s.to_numpy() - last_true
     delay = (df.first_token_user_s - df.first_token_kernel_s).dropna().to_numpy()
     stamped = df.first_token_kernel_s.notna()
+    first_true = np.array([trace[i]["first_token"] for i in df.request_id])
+    first_lag = df.start_wall_s.to_numpy() + df.first_token_kernel_s.to_numpy() - first_true
+    merged = df.first_token_merged.to_numpy(bool) & stamped.to_numpy()
+    clean = ~merged & stamped.to_numpy()
     return {
+        "first_lag_unmerged_p99_ms": _p99_ms(first_lag[clean]),
+        "first_lag_merged_p99_ms": _p99_ms(first_lag[merged]),
         "last_lag_p99_ms": float(np.percentile(last_lag, 99) * 1e3) if len(last_lag) else None,
         "client_delay_p50_ms": float(np.percentile(delay, 50) * 1e3) if len(delay) else None,
         "client_delay_p99_ms": float(np.percentile(delay, 99) * 1e3) if len(delay) else None,
@@ -122,14 +133,15 @@ def _f(v: Any, fmt: str) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| transport | streams | ok/sent | client CPU | CPU us/token | first-token lag p99 ms "
             "| last-token lag p99 ms | TTFT err p99 ms | ITL err p99 ms "
-            "| client delay p50 / p99 ms | first tokens merged | client waited for its core s |"
+            "| client delay p50 / p99 ms | first tokens merged "
+            "| first-token lag p99 ms unmerged / merged | client waited for its core s |"
             )  # fmt: skip
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "events_s" not in r:
             why = f"failed (rc={r.get('rc')}; {r.get('first_error', '')[:60]})"
             cells = f"| {r['transport']} | {r['streams']} | 0/{r['records']} | {why} |"
-            out.append(cells + " |" * 8)
+            out.append(cells + " |" * 9)
             continue
         merged = r.get("first_merged")
         merged_cell = "n/a" if merged is None else f"{merged}/{r['matched']}"
@@ -140,6 +152,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['ttft_err_p99_ms']:.2f} | {r['tpot_err_p99_ms']:.3f} "
             f"| {_f(r.get('client_delay_p50_ms'), '.2f')} / "
             f"{_f(r.get('client_delay_p99_ms'), '.2f')} | {merged_cell} "
+            f"| {_f(r.get('first_lag_unmerged_p99_ms'), '.2f')} / "
+            f"{_f(r.get('first_lag_merged_p99_ms'), '.2f')} "
             f"| {_f(r.get('client_runq_wait_s'), '.1f')} of {r['wall_s']:.0f} |"
         )  # fmt: skip
     return "\n".join(out)
