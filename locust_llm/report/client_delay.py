@@ -88,16 +88,19 @@ def add_client_delay(
         else np.ones(len(requests), bool)
     )
     first, last = client_delays(requests, "first"), client_delays(requests, "last")
+    # records from before the flag existed carry no column: their count is unknown (nan)
     merged = (
         requests["first_token_merged"].fillna(False).to_numpy(bool)
         if "first_token_merged" in requests
-        else np.zeros(len(requests), bool)
+        else None
     )
     for row, stage in zip(rows, stages, strict=True):
         pick = (stage_ix == stage.index) & ok
         row["client_delay_stamped"] = int(np.isfinite(first[pick]).sum())
         row["client_delay_first_late"] = int((first[pick] >= CLIENT_DELAY_BOUND_S).sum())
-        row["client_delay_first_merged"] = int((merged[pick] & np.isfinite(first[pick])).sum())
+        row["client_delay_first_merged"] = (
+            np.nan if merged is None else int((merged[pick] & np.isfinite(first[pick])).sum())
+        )
         for which, delays in (("first", first), ("last", last)):
             for stat, value in stage_delay_stats(delays[pick]).items():
                 row[f"client_delay_{which}_{stat}_s"] = value
