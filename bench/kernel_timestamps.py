@@ -31,6 +31,8 @@ import json
 import os
 import platform
 import shlex
+import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -176,7 +178,7 @@ def machine_line() -> str:
 
 
 def write_results(path: Path, command: str, started: str, load_start: tuple[float, ...],
-                  rows: list[dict[str, Any]]) -> None:  # fmt: skip
+                  text: str) -> None:  # fmt: skip
     """This run as a new section of ``path``, above the earlier runs (kept as history)."""
     load_end = os.getloadavg()
     section = (
@@ -184,7 +186,7 @@ def write_results(path: Path, command: str, started: str, load_start: tuple[floa
         f"Machine: {machine_line()}. Load average (1/5/15 min) {load_start[0]:.2f} / "
         f"{load_start[1]:.2f} / {load_start[2]:.2f} at the start, {load_end[0]:.2f} / "
         f"{load_end[1]:.2f} / {load_end[2]:.2f} at the end. Command:\n\n    {command}\n\n"
-        f"{table(rows)}\n"
+        f"{text}\n"
     )
     title = (
         "# Kernel receive stamps vs geventhttpclient: timing error against the simulator's trace"
@@ -195,6 +197,104 @@ def write_results(path: Path, command: str, started: str, load_start: tuple[floa
                     f"{head.rstrip()}\n\n{section}")  # fmt: skip
 
 
+class ScriptedSocket:
+    """A socket double whose reads return the given pieces in turn (the parse-only bench):
+    ``recv`` for geventhttpclient and our plain reader, ``recvmsg`` for the stamped one, with
+    the ancillary data a real read brings (a receive stamp taken when the double is made, an
+    empty receive queue)."""
+
+    def __init__(self, pieces: list[bytes], ancdata: list[tuple[int, int, bytes]]) -> None:
+        self.pieces = iter(pieces)
+        self.ancdata = ancdata
+
+    def recv(self, _size: int) -> bytes:
+        return next(self.pieces, b"")
+
+    def recvmsg(
+        self, _size: int, _anc: int
+    ) -> tuple[bytes, list[tuple[int, int, bytes]], int, None]:
+        return next(self.pieces, b""), self.ancdata, 0, None
+
+    def setsockopt(self, *_args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def sse_pieces(tokens: int) -> list[bytes]:
+    """What the simulator writes for one streamed answer, one write per piece: the head with
+    the role and first token, one chunk per token, the last with ``[DONE]`` and the end."""
+
+    def event(content: str, finish: str | None = None) -> bytes:
+        delta = json.dumps({"id": "chatcmpl-sim00000001", "object": "chat.completion.chunk",
+                            "created": 1796134356, "model": "bench-model", "choices": [
+                                {"index": 0, "delta": {"content": content}, "logprobs": None,
+                                 "finish_reason": finish}]}, separators=(",", ":"))  # fmt: skip
+        return b"data: " + delta.encode() + b"\n\n"
+
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%b\r\n" % (len(data), data)
+
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+    pieces = [head + chunk(event("") + event(" the"))]
+    pieces += [chunk(event(f" w{i}")) for i in range(tokens - 2)]
+    pieces.append(chunk(event(" end", "length") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    return pieces
+
+
+def parse_cost_us(reader: str, answers: int, tokens: int) -> float:
+    """CPU us per token to read ``answers`` scripted answers line by line, as the user does."""
+    from geventhttpclient.response import HTTPSocketResponse
+
+    from locust_llm.client.http11 import Http11Connection, read_head
+    from locust_llm.client.kernel_transport import SO_TIMESTAMPNS, TCP_INQ, StampedConnection
+    from locust_llm.sse import data_payload
+
+    pieces = sse_pieces(tokens)
+    started = time.process_time()
+    for _ in range(answers):
+        now_ns = time.time_ns()  # the stamp: this answer's bytes "arrive" now
+        stamp = struct.pack("@qq", now_ns // 1_000_000_000, now_ns % 1_000_000_000)
+        ancdata = [
+            (socket.SOL_SOCKET, SO_TIMESTAMPNS, stamp),
+            (socket.IPPROTO_TCP, TCP_INQ, bytes(4)),
+        ]
+        sock: Any = ScriptedSocket(pieces, ancdata)
+        if reader == "ghc":
+            resp: Any = HTTPSocketResponse(sock, block_size=65536, method="POST")
+        else:
+            conn = (StampedConnection if reader == "kernel" else Http11Connection)(sock)
+            resp = read_head(conn)
+        stamped = reader == "kernel"
+        readline = resp.readline
+        times: list[float] = []
+        while line := readline(b"\n"):
+            times.append(resp.arrival_s if stamped else time.perf_counter())
+            data_payload(line)
+    return (time.process_time() - started) / (answers * tokens) * 1e6
+
+
+def parse_table(answers: int, tokens: int, reps: int) -> str:
+    """Median over ``reps`` interleaved repetitions of each reader's parse cost."""
+    readers = ("ghc", "ours", "kernel")
+    costs: dict[str, list[float]] = {r: [] for r in readers}
+    for _ in range(reps):
+        for reader in readers:
+            costs[reader].append(parse_cost_us(reader, answers, tokens))
+    ghc = float(np.median(costs["ghc"]))
+    out = ["| reader | parse CPU us/token (median) | / geventhttpclient | all repetitions |",
+           "|---|---|---|---|"]  # fmt: skip
+    names = {"ghc": "geventhttpclient (C parser)", "ours": "http11.py, plain recv",
+             "kernel": "http11.py + kernel stamps (recvmsg)"}  # fmt: skip
+    for reader in readers:
+        med = float(np.median(costs[reader]))
+        reps_s = ", ".join(f"{c:.2f}" for c in costs[reader])
+        out.append(f"| {names[reader]} | {med:.2f} | {med / ghc:.2f} | {reps_s} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--transports", default=",".join(TRANSPORTS))
@@ -203,12 +303,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path)
     p.add_argument("--json", type=Path)
     p.add_argument("--results", type=Path, help="add this run to a results file (markdown)")
+    p.add_argument(
+        "--parse-only",
+        action="store_true",
+        help="only the readers' parse cost on scripted bytes (no sockets, no Locust)",
+    )
     args = p.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="kernel-ts-"))
     load_start = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"work dir {work}; {platform.node()} nproc={os.cpu_count()} "
           f"load average {load_start} {started}", flush=True)  # fmt: skip
+    if args.parse_only:
+        text = parse_table(answers=200, tokens=200, reps=7)
+        print(text)
+        if args.results:
+            write_results(args.results, _command(argv), started, load_start, text)
+        return 0
     rows = []
     for streams in (int(s) for s in args.streams.split(",")):
         for transport in args.transports.split(","):
@@ -220,10 +331,13 @@ def main(argv: list[str] | None = None) -> int:
                 args.json.write_text(json.dumps(rows, indent=1))
     print(table(rows))
     if args.results:
-        shown = argv if argv is not None else sys.argv[1:]
-        command = shlex.join([".venv/bin/python", "bench/kernel_timestamps.py", *shown])
-        write_results(args.results, command, started, load_start, rows)
+        write_results(args.results, _command(argv), started, load_start, table(rows))
     return 0
+
+
+def _command(argv: list[str] | None) -> str:
+    shown = argv if argv is not None else sys.argv[1:]
+    return shlex.join([".venv/bin/python", "bench/kernel_timestamps.py", *shown])
 
 
 if __name__ == "__main__":
