@@ -206,3 +206,23 @@ def test_a_first_token_read_with_the_next_one_is_flagged_and_only_those_are_late
     assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) in (0, 3)
     md = (tmp_path / "report" / "report.md").read_text()
     assert "| first token merged |" in md and f"| 60 | {int(merged.sum())} |" in md
+
+
+def test_the_parse_only_bench_in_docs_runs_as_written() -> None:
+    """docs/timing.md's `--parse-only` command, exactly as written: each reader's parse cost."""
+    import shlex
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "timing.md").read_text()
+    command = next(
+        line.strip() for line in doc.splitlines() if line.strip().endswith("--parse-only")
+    )
+    out = subprocess.run(shlex.split(command), cwd=root, capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ")][1:]
+    costs = {row.split("|")[1].strip(): float(row.split("|")[2]) for row in rows}
+    assert set(costs) == {"geventhttpclient (C parser)", "http11.py, plain recv",
+                          "http11.py + kernel stamps (recvmsg)"}  # fmt: skip
+    assert all(0 < us < 1000 for us in costs.values()), costs
