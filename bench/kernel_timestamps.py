@@ -13,8 +13,15 @@ Columns per transport and load (streams on the one worker core): first-token lag
 first-token time - simulator send time, wall clock), last-token lag p99, TTFT error p99
 (|client TTFT - trace TTFT|), ITL error p99 (|client TPOT - trace TPOT|: the trace has each
 request's first and last token, so the per-request mean ITL is what can be checked), CPU us per
-token (process tree, user + system, first arrival .. last token), and the client delay the
-kernel transport measured itself: p99 of (user-space read - kernel stamp) of the first token.
+token (process tree, user + system, first arrival .. last token), the client delay the kernel
+transport measured itself: p99 of (user-space read - kernel stamp) of the first token, the
+first tokens it flagged as merged with the next one (their stamp is an upper bound) and the
+first-token lag p99 of the unflagged and the flagged ones apart, and how
+long the client process waited for its core (run-queue wait from ``/proc/PID/schedstat``,
+over its whole life; on a shared host other jobs on that core delay every read).
+
+``--results bench/results/kernel_timestamps.md`` writes the run there as a new section (command,
+machine, load average, the table) above the earlier runs, which stay as history.
 """
 
 from __future__ import annotations
@@ -23,8 +30,12 @@ import argparse
 import json
 import os
 import platform
+import shlex
+import socket
+import struct
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +51,10 @@ from bench import client_choice
 TRANSPORTS = ("ghc", "kernel")
 
 
+def _p99_ms(values: np.ndarray) -> float | None:
+    return float(np.percentile(values, 99) * 1e3) if len(values) else None
+
+
 def extra_columns(work: Path) -> dict[str, Any]:
     """Last-token lag and the client delay from the run's records and the trace."""
     df = pd.read_parquet(work / "run" / "requests.parquet")
@@ -49,20 +64,65 @@ def extra_columns(work: Path) -> dict[str, Any]:
     last_true = np.array([trace[i]["last_token"] for i in df.request_id])
     last_lag = df.start_wall_s.to_numpy() + df.last_token_s.to_numpy() - last_true
     delay = (df.first_token_user_s - df.first_token_kernel_s).dropna().to_numpy()
+    stamped = df.first_token_kernel_s.notna()
+    first_true = np.array([trace[i]["first_token"] for i in df.request_id])
+    first_lag = df.start_wall_s.to_numpy() + df.first_token_kernel_s.to_numpy() - first_true
+    merged = df.first_token_merged.to_numpy(bool) & stamped.to_numpy()
+    clean = ~merged & stamped.to_numpy()
     return {
+        "first_lag_unmerged_p99_ms": _p99_ms(first_lag[clean]),
+        "first_lag_merged_p99_ms": _p99_ms(first_lag[merged]),
         "last_lag_p99_ms": float(np.percentile(last_lag, 99) * 1e3) if len(last_lag) else None,
         "client_delay_p50_ms": float(np.percentile(delay, 50) * 1e3) if len(delay) else None,
         "client_delay_p99_ms": float(np.percentile(delay, 99) * 1e3) if len(delay) else None,
+        "first_merged": int(df.first_token_merged[stamped].sum()) if stamped.any() else None,
     }
+
+
+class RunQueueWait:
+    """Samples ``/proc/PID/schedstat`` of the processes whose command line holds ``marker``
+    (the client's run dir) every 0.1 s; :meth:`stop` returns their run-queue wait in seconds
+    (the latest sample of each: a process's total while it lived)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker.encode()
+        self.wait_s: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> RunQueueWait:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                try:
+                    if self.marker not in (proc / "cmdline").read_bytes():
+                        continue
+                    wait_ns = int((proc / "schedstat").read_text().split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                self.wait_s[int(proc.name)] = wait_ns * 1e-9
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return sum(self.wait_s.values())
 
 
 def measure(transport: str, streams: int, rounds: int, work: Path) -> dict[str, Any]:
     os.environ["LOCUST_LLM_TRANSPORT"] = transport  # the Locust child reads --llm-transport
+    waits = RunQueueWait(str(work / "run")).start()
     try:
         row = client_choice.measure("ours", streams, rounds, work)
     finally:
         os.environ.pop("LOCUST_LLM_TRANSPORT", None)
+        row_wait_s = waits.stop()
     row["transport"] = transport
+    row["client_runq_wait_s"] = row_wait_s
     if row.get("matched"):
         row.update(extra_columns(work))
     return row
@@ -75,22 +135,163 @@ def _f(v: Any, fmt: str) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| transport | streams | ok/sent | client CPU | CPU us/token | first-token lag p99 ms "
             "| last-token lag p99 ms | TTFT err p99 ms | ITL err p99 ms "
-            "| client delay p50 / p99 ms |")  # fmt: skip
+            "| client delay p50 / p99 ms | first tokens merged "
+            "| first-token lag p99 ms unmerged / merged | client waited for its core s |"
+            )  # fmt: skip
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "events_s" not in r:
             why = f"failed (rc={r.get('rc')}; {r.get('first_error', '')[:60]})"
             cells = f"| {r['transport']} | {r['streams']} | 0/{r['records']} | {why} |"
-            out.append(cells + " |" * 6)
+            out.append(cells + " |" * 9)
             continue
+        merged = r.get("first_merged")
+        merged_cell = "n/a" if merged is None else f"{merged}/{r['matched']}"
         out.append(
             f"| {r['transport']} | {r['streams']} | {r['matched']}/{r['records']} "
             f"| {r['cpu_util']:.0%} | {_f(r['cpu_us_per_token'], '.1f')} "
             f"| {r['first_lag_p99_ms']:.2f} | {_f(r.get('last_lag_p99_ms'), '.2f')} "
             f"| {r['ttft_err_p99_ms']:.2f} | {r['tpot_err_p99_ms']:.3f} "
             f"| {_f(r.get('client_delay_p50_ms'), '.2f')} / "
-            f"{_f(r.get('client_delay_p99_ms'), '.2f')} |"
+            f"{_f(r.get('client_delay_p99_ms'), '.2f')} | {merged_cell} "
+            f"| {_f(r.get('first_lag_unmerged_p99_ms'), '.2f')} / "
+            f"{_f(r.get('first_lag_merged_p99_ms'), '.2f')} "
+            f"| {_f(r.get('client_runq_wait_s'), '.1f')} of {r['wall_s']:.0f} |"
         )  # fmt: skip
+    return "\n".join(out)
+
+
+def machine_line() -> str:
+    """The machine, as the results file names it."""
+    import gevent
+    import geventhttpclient
+    import locust
+
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    models = [
+        ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")
+    ]
+    return (f"`nproc` = {os.cpu_count()} ({models[0] if models else platform.machine()}, kernel "
+            f"{platform.release()}); Python {platform.python_version()}, locust "
+            f"{locust.__version__}, gevent {gevent.__version__}, geventhttpclient "
+            f"{geventhttpclient.__version__}")  # fmt: skip
+
+
+def write_results(path: Path, command: str, started: str, load_start: tuple[float, ...],
+                  text: str) -> None:  # fmt: skip
+    """This run as a new section of ``path``, above the earlier runs (kept as history)."""
+    load_end = os.getloadavg()
+    section = (
+        f"## Run of {started}\n\n"
+        f"Machine: {machine_line()}. Load average (1/5/15 min) {load_start[0]:.2f} / "
+        f"{load_start[1]:.2f} / {load_start[2]:.2f} at the start, {load_end[0]:.2f} / "
+        f"{load_end[1]:.2f} / {load_end[2]:.2f} at the end. Command:\n\n    {command}\n\n"
+        f"{text}\n"
+    )
+    title = (
+        "# Kernel receive stamps vs geventhttpclient: timing error against the simulator's trace"
+    )
+    old = path.read_text() if path.exists() else f"{title}\n"
+    head, sep, rest = old.partition("\n## ")
+    path.write_text(f"{head.rstrip()}\n\n{section}\n{sep.lstrip()}{rest}" if sep else
+                    f"{head.rstrip()}\n\n{section}")  # fmt: skip
+
+
+class ScriptedSocket:
+    """A socket double whose reads return the given pieces in turn (the parse-only bench):
+    ``recv`` for geventhttpclient and our plain reader, ``recvmsg`` for the stamped one, with
+    the ancillary data a real read brings (a receive stamp taken when the double is made, an
+    empty receive queue)."""
+
+    def __init__(self, pieces: list[bytes], ancdata: list[tuple[int, int, bytes]]) -> None:
+        self.pieces = iter(pieces)
+        self.ancdata = ancdata
+
+    def recv(self, _size: int) -> bytes:
+        return next(self.pieces, b"")
+
+    def recvmsg(
+        self, _size: int, _anc: int
+    ) -> tuple[bytes, list[tuple[int, int, bytes]], int, None]:
+        return next(self.pieces, b""), self.ancdata, 0, None
+
+    def setsockopt(self, *_args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def sse_pieces(tokens: int) -> list[bytes]:
+    """What the simulator writes for one streamed answer, one write per piece: the head with
+    the role and first token, one chunk per token, the last with ``[DONE]`` and the end."""
+
+    def event(content: str, finish: str | None = None) -> bytes:
+        delta = json.dumps({"id": "chatcmpl-sim00000001", "object": "chat.completion.chunk",
+                            "created": 1796134356, "model": "bench-model", "choices": [
+                                {"index": 0, "delta": {"content": content}, "logprobs": None,
+                                 "finish_reason": finish}]}, separators=(",", ":"))  # fmt: skip
+        return b"data: " + delta.encode() + b"\n\n"
+
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%b\r\n" % (len(data), data)
+
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+    pieces = [head + chunk(event("") + event(" the"))]
+    pieces += [chunk(event(f" w{i}")) for i in range(tokens - 2)]
+    pieces.append(chunk(event(" end", "length") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    return pieces
+
+
+def parse_cost_us(reader: str, answers: int, tokens: int) -> float:
+    """CPU us per token to read ``answers`` scripted answers line by line, as the user does."""
+    from geventhttpclient.response import HTTPSocketResponse
+
+    from locust_llm.client.http11 import Http11Connection, read_head
+    from locust_llm.client.kernel_transport import SO_TIMESTAMPNS, TCP_INQ, StampedConnection
+    from locust_llm.sse import data_payload
+
+    pieces = sse_pieces(tokens)
+    started = time.process_time()
+    for _ in range(answers):
+        now_ns = time.time_ns()  # the stamp: this answer's bytes "arrive" now
+        stamp = struct.pack("@qq", now_ns // 1_000_000_000, now_ns % 1_000_000_000)
+        ancdata = [
+            (socket.SOL_SOCKET, SO_TIMESTAMPNS, stamp),
+            (socket.IPPROTO_TCP, TCP_INQ, bytes(4)),
+        ]
+        sock: Any = ScriptedSocket(pieces, ancdata)
+        if reader == "ghc":
+            resp: Any = HTTPSocketResponse(sock, block_size=65536, method="POST")
+        else:
+            conn = (StampedConnection if reader == "kernel" else Http11Connection)(sock)
+            resp = read_head(conn)
+        stamped = reader == "kernel"
+        readline = resp.readline
+        times: list[float] = []
+        while line := readline(b"\n"):
+            times.append(resp.arrival_s if stamped else time.perf_counter())
+            data_payload(line)
+    return (time.process_time() - started) / (answers * tokens) * 1e6
+
+
+def parse_table(answers: int, tokens: int, reps: int) -> str:
+    """Median over ``reps`` interleaved repetitions of each reader's parse cost."""
+    readers = ("ghc", "ours", "kernel")
+    costs: dict[str, list[float]] = {r: [] for r in readers}
+    for _ in range(reps):
+        for reader in readers:
+            costs[reader].append(parse_cost_us(reader, answers, tokens))
+    ghc = float(np.median(costs["ghc"]))
+    out = ["| reader | parse CPU us/token (median) | / geventhttpclient | all repetitions |",
+           "|---|---|---|---|"]  # fmt: skip
+    names = {"ghc": "geventhttpclient (C parser)", "ours": "http11.py, plain recv",
+             "kernel": "http11.py + kernel stamps (recvmsg)"}  # fmt: skip
+    for reader in readers:
+        med = float(np.median(costs[reader]))
+        reps_s = ", ".join(f"{c:.2f}" for c in costs[reader])
+        out.append(f"| {names[reader]} | {med:.2f} | {med / ghc:.2f} | {reps_s} |")
     return "\n".join(out)
 
 
@@ -101,11 +302,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="requests per stream")
     p.add_argument("--work", type=Path)
     p.add_argument("--json", type=Path)
+    p.add_argument("--results", type=Path, help="add this run to a results file (markdown)")
+    p.add_argument(
+        "--parse-only",
+        action="store_true",
+        help="only the readers' parse cost on scripted bytes (no sockets, no Locust)",
+    )
     args = p.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="kernel-ts-"))
+    load_start = os.getloadavg()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"work dir {work}; {platform.node()} nproc={os.cpu_count()} "
-          f"load average {os.getloadavg()} {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-          flush=True)  # fmt: skip
+          f"load average {load_start} {started}", flush=True)  # fmt: skip
+    if args.parse_only:
+        text = parse_table(answers=200, tokens=200, reps=7)
+        print(text)
+        if args.results:
+            write_results(args.results, _command(argv), started, load_start, text)
+        return 0
     rows = []
     for streams in (int(s) for s in args.streams.split(",")):
         for transport in args.transports.split(","):
@@ -116,7 +330,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 args.json.write_text(json.dumps(rows, indent=1))
     print(table(rows))
+    if args.results:
+        write_results(args.results, _command(argv), started, load_start, table(rows))
     return 0
+
+
+def _command(argv: list[str] | None) -> str:
+    shown = argv if argv is not None else sys.argv[1:]
+    return shlex.join([".venv/bin/python", "bench/kernel_timestamps.py", *shown])
 
 
 if __name__ == "__main__":

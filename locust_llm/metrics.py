@@ -100,6 +100,10 @@ class RequestRecord:
     last_token_kernel_s: float = NAN
     first_token_user_s: float = NAN
     last_token_user_s: float = NAN
+    # the first token's read also carried the next token (kernel stamps only): the reader came
+    # after the next token's bytes arrived and the stamp is theirs (the kernel keeps the latest
+    # segment's), so first_token_kernel_s is an upper bound (docs/timing.md)
+    first_token_merged: bool = False
     tpot_s: float = NAN
     itl_mean_s: float = NAN
     itl_p50_s: float = NAN
@@ -227,6 +231,8 @@ def summarize_stream(
         if timing.stamped:
             record.first_token_kernel_s = record.first_token_s
             record.last_token_kernel_s = record.last_token_s
+            # one read's lines share its stamp exactly; two reads never do
+            record.first_token_merged = len(times) >= 2 and times[1] == times[0]
         user_first, user_last = timing.first_user_time, timing.last_user_time
         if user_first != user_first:  # nan: no separate user stamps, the chunk times are them
             user_first, user_last = times[0], times[-1]

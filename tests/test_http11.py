@@ -20,6 +20,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from locust_llm.client.http11 import Http11Client
+from locust_llm.client.kernel_transport import StampedClient
 
 SSE_LINES = [b'data: {"choices":[{"delta":{"content":"tok%d"}}]}\n' % i for i in range(5)]
 
@@ -96,6 +97,11 @@ def ours(port: int) -> Http11Client:
     return Http11Client("127.0.0.1", port, connection_timeout=2, network_timeout=2)
 
 
+def stamped(port: int) -> StampedClient:
+    """Ours with kernel stamps: its own read path (recvmsg, the wait on a drained queue)."""
+    return StampedClient("127.0.0.1", port, connection_timeout=2, network_timeout=2)
+
+
 def theirs(port: int) -> HTTPClient:
     return HTTPClient("127.0.0.1", port, connection_timeout=2, network_timeout=2, concurrency=1)
 
@@ -132,7 +138,7 @@ BODIES: dict[str, list[bytes]] = {
 def test_lines_match_geventhttpclient_and_the_connection_is_reused(name: str) -> None:
     pieces = BODIES[name]
     results = {}
-    for label, make in (("ours", ours), ("theirs", theirs)):
+    for label, make in (("ours", ours), ("stamped", stamped), ("theirs", theirs)):
         with scripted([pieces, pieces]) as (port, seen):
             client = make(port)
             got = []
@@ -142,7 +148,7 @@ def test_lines_match_geventhttpclient_and_the_connection_is_reused(name: str) ->
                 resp.release()
             client.close()
             results[label] = (got, len(seen))
-    assert results["ours"] == results["theirs"]
+    assert results["ours"] == results["theirs"] == results["stamped"]
     (status, lines, close), _ = results["ours"][0][0], None
     assert status == 200 and b"".join(lines) == b"".join(SSE_LINES) and not close
     assert results["ours"][1] == 1  # both requests on one connection
@@ -184,7 +190,7 @@ FAILURES: dict[str, tuple[list[bytes], type[BaseException], str]] = {
 @pytest.mark.parametrize("name", list(FAILURES))
 def test_failures_raise_what_geventhttpclient_raises(name: str) -> None:
     pieces, expected, where = FAILURES[name]
-    for make in (ours, theirs):
+    for make in (ours, stamped, theirs):
         with scripted([pieces], close_after=True) as (port, _):
             client: Callable = make(port)  # type: ignore[assignment]
             with pytest.raises(expected):
@@ -200,5 +206,21 @@ def test_a_silent_server_times_out() -> None:
         start = time.perf_counter()
         with pytest.raises(TimeoutError):
             client.request("POST", "/", body=b"{}")
+        assert 0.15 < time.perf_counter() - start < 2
+        client.close()
+
+
+@pytest.mark.parametrize("client_class", [Http11Client, StampedClient])
+def test_a_server_silent_after_a_line_times_out_the_next_read(client_class: type) -> None:
+    """The stamped reader waits for a drained socket before reading it: the wait keeps the
+    socket's own timeout."""
+    with scripted([[HEAD_CHUNKED + chunked(SSE_LINES[0])[:-5]]]) as (port, _):
+        client = client_class("127.0.0.1", port, connection_timeout=2, network_timeout=0.2)
+        resp = client.request("POST", "/", body=b"{}")
+        assert resp.readline(b"\n") == SSE_LINES[0]
+        start = time.perf_counter()
+        with pytest.raises(TimeoutError):
+            while resp.readline(b"\n"):
+                pass
         assert 0.15 < time.perf_counter() - start < 2
         client.close()

@@ -149,4 +149,80 @@ def test_records_match_the_simulators_send_times(tmp_path: Path) -> None:
     md = (tmp_path / "report" / "report.md").read_text()
     assert "Client delay (kernel stamp to user-space read)" in md
     delay_ms = (records.first_token_user_s - records.first_token_kernel_s) * 1e3
-    assert f"| 48 | {np.percentile(delay_ms, 50):.2f} |" in md
+    merged = int(records.first_token_merged.sum())
+    assert f"| 48 | {merged} | {np.percentile(delay_ms, 50):.2f} |" in md
+
+
+SLOW_READER = """
+from gevent import monkey
+
+from locust_llm import llm_events
+from locust_llm.sweep_locustfile import Chat, Stages
+
+__all__ = ["Chat", "Stages"]
+_blocking_sleep = monkey.get_original("time", "sleep")  # Locust made time.sleep cooperative
+
+
+@llm_events.first_token.add_listener
+def _hold_the_worker(**_kw):
+    _blocking_sleep(0.025)  # each first token stops the whole worker for 2.5 token gaps
+"""
+
+
+@linux_only
+@pytest.mark.slow
+def test_a_first_token_read_with_the_next_one_is_flagged_and_only_those_are_late(
+    tmp_path: Path,
+) -> None:
+    """A worker that stalls on each first token (a blocking listener, standing in for a busy
+    core) reads the other streams' first tokens that came meanwhile only after their next token
+    arrived; the kernel merged the two and kept the later stamp. Judged by the simulator's
+    trace: every first token not flagged ``merged`` is stamped within a millisecond of its
+    send, and the report counts the flagged ones per stage."""
+    trace = tmp_path / "trace.jsonl"
+    run_dir = tmp_path / "run"
+    locustfile = tmp_path / "slow_reader.py"
+    locustfile.write_text(SLOW_READER)
+    sim_args = ["--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--zero-cost", "--step-overhead-ms",
+                "10", "--output-len", "fixed:20", "--trace", str(trace)]  # fmt: skip
+    with simulator(sim_args, tmp_path / "sim.log") as url:
+        out = run_locust([
+            "-f", str(locustfile), "--host", url, "--headless", "--only-summary",
+            "--stop-timeout", "10s", "--llm-run-dir", str(run_dir), "--llm-concurrency", "6",
+            "--llm-stage-requests", "60", "--llm-max-tokens", "20", "--llm-input-len", "32",
+            "--llm-server-metrics", "none", "--llm-transport", "kernel",
+        ], timeout=120, env={"PYTHONPATH": "."})  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:]
+    records = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(records) == 60 and records.ok.all()
+    sent = {d["client_request_id"]: d for d in map(json.loads, trace.read_text().splitlines())}
+    first_true = np.array([sent[i]["first_token"] for i in records.request_id])
+    lag = (records.start_wall_s + records.first_token_kernel_s - first_true).to_numpy()
+    merged = records.first_token_merged.to_numpy(bool)
+    assert 0 < merged.sum() < len(records), merged.sum()  # both kinds happened
+    assert (np.abs(lag[~merged]) < 0.001).all(), np.sort(lag[~merged])[-5:]
+    assert (lag > -0.001).all()  # a merged stamp is late, never early
+    assert lag[merged].max() > 0.005  # and the flagged ones include really late stamps
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) in (0, 3)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "| first token merged |" in md and f"| 60 | {int(merged.sum())} |" in md
+
+
+def test_the_parse_only_bench_in_docs_runs_as_written() -> None:
+    """docs/timing.md's `--parse-only` command, exactly as written: each reader's parse cost."""
+    import shlex
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "timing.md").read_text()
+    command = next(
+        line.strip() for line in doc.splitlines() if line.strip().endswith("--parse-only")
+    )
+    out = subprocess.run(shlex.split(command), cwd=root, capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ")][1:]
+    costs = {row.split("|")[1].strip(): float(row.split("|")[2]) for row in rows}
+    assert set(costs) == {"geventhttpclient (C parser)", "http11.py, plain recv",
+                          "http11.py + kernel stamps (recvmsg)"}  # fmt: skip
+    assert all(0 < us < 1000 for us in costs.values()), costs

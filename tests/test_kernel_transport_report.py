@@ -78,3 +78,14 @@ def test_late_reads_beside_a_standing_server_queue_leave_the_stage_to_the_server
     queued = stage_verdict({**base, "running": 4.0, "waiting": 4.0})
     assert queued.kind != "client_bound"
     assert stage_verdict({**base, "running": 4.0, "waiting": 0.0}).kind == "client_bound"
+
+
+def test_merged_first_tokens_are_counted_per_stage_and_unknown_without_the_column() -> None:
+    starts = [1.0] * 4 + [11.0] * 4
+    records = _records([0.001] * 8, starts)
+    rows: list[dict] = [{"stage": 0}, {"stage": 1}]
+    add_client_delay(rows, records, STAGES, 20.0)  # a run from before the flag: not known
+    assert math.isnan(rows[0]["client_delay_first_merged"])
+    records["first_token_merged"] = [True, False, False, False, True, True, False, False]
+    add_client_delay(rows, records, STAGES, 20.0)
+    assert [r["client_delay_first_merged"] for r in rows] == [1, 2]

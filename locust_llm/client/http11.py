@@ -77,7 +77,7 @@ class Http11Response:
         self._released = False
         self._chunk_left = 0  # chunked: bytes left in the current chunk
         self._length_left = 0  # content-length: body bytes left
-        self._chunk_started = False  # chunked: a chunk was read (its CRLF comes before the next)
+        self._crlf_due = False  # chunked: the current chunk's closing CRLF is still unread
         encoding = headers.get("transfer-encoding", "").lower()
         if status < 200 or status in (204, 304):
             self._mode = _BODY_NONE
@@ -160,22 +160,12 @@ class Http11Response:
         """Start the next chunk (after the CRLF of the previous); False at the last chunk."""
         if self.message_complete:
             return False
-        conn = self.conn
-        if self._chunk_started:  # fast path: CRLF, a plain size, CRLF all in the buffer
-            buf, pos = conn.buf, conn.pos
-            end = buf.find(b"\r\n", pos + 2)
-            if buf.startswith(b"\r\n", pos) and 0 < end - pos - 2 <= 8:
-                try:
-                    size = int(buf[pos + 2 : end], 16)
-                except ValueError:
-                    size = -1
-                if size > 0:
-                    conn.pos = end + 2
-                    self._chunk_left = size
-                    return True
-        if self._chunk_started and self._line_of_framing() != b"":
-            raise HTTPParseError("chunk not followed by CRLF")
-        self._chunk_started = True
+        if self._open_chunk():
+            return True
+        if self._crlf_due:
+            if self._line_of_framing() != b"":
+                raise HTTPParseError("chunk not followed by CRLF")
+            self._crlf_due = False
         size_line = self._line_of_framing().split(b";", 1)[0].strip()
         try:
             size = int(size_line, 16)
@@ -189,7 +179,38 @@ class Http11Response:
             self.message_complete = True
             return False
         self._chunk_left = size
+        self._crlf_due = True
         return True
+
+    def _open_chunk(self) -> int:
+        """The fast path of :meth:`_next_chunk`: the previous chunk's CRLF and a plain size line
+        (reading once when the buffer is empty, the usual case of one event per read). Returns
+        the new chunk's size, or 0 where :meth:`_next_chunk`'s careful path must take over (an
+        extension, the last chunk, a size line split across reads, the end of the stream)."""
+        conn = self.conn
+        buf, pos = conn.buf, conn.pos
+        if self._crlf_due:
+            if not buf.startswith(b"\r\n", pos):
+                return 0
+            pos = conn.pos = pos + 2
+            self._crlf_due = False
+        if pos == len(buf):
+            if not conn.fill():
+                return 0
+            buf, pos = conn.buf, conn.pos
+        end = buf.find(b"\r\n", pos, pos + 18)
+        if end < 0:
+            return 0
+        try:
+            size = int(buf[pos:end], 16)
+        except ValueError:
+            return 0
+        if size <= 0:
+            return 0
+        conn.pos = end + 2
+        self._chunk_left = size
+        self._crlf_due = True
+        return size
 
     def _take(self, n: int) -> bytes:
         conn = self.conn
@@ -208,14 +229,21 @@ class Http11Response:
         """The body up to and including the next ``sep`` (one byte); the rest at the end of the
         body; b"" once the body is read."""
         conn = self.conn
-        left = self._chunk_left
-        if left > 0 and self._mode == _BODY_CHUNKED:  # fast path: the line is in this chunk
-            buf, pos = conn.buf, conn.pos
-            end = buf.find(sep, pos, pos + left)
-            if end >= 0:
-                conn.pos = end + 1
-                self._chunk_left = left - (end + 1 - pos)
-                return buf[pos : end + 1]
+        if self._mode == _BODY_CHUNKED:  # fast path: the line is in this (or the next) chunk
+            left = self._chunk_left or (not self.message_complete and self._open_chunk())
+            if left > 0:
+                buf, pos = conn.buf, conn.pos
+                end = buf.find(sep, pos, pos + left)
+                if end >= 0:
+                    end += 1
+                    left -= end - pos
+                    if left == 0 and buf.startswith(b"\r\n", end):  # the chunk's own CRLF
+                        conn.pos = end + 2
+                        self._crlf_due = False
+                    else:
+                        conn.pos = end
+                    self._chunk_left = left
+                    return buf[pos:end]
         parts: list[bytes] = []
         while True:
             n = self._available()

@@ -9,6 +9,16 @@ side by side right after the read: ``arrival = perf_counter() - (time_ns() - sta
 is stamped with the read that completed it, so a token's time no longer includes how long the
 worker took to get to it; the user-space time is kept beside it as the client delay.
 
+Two things keep it cheap and its first tokens exact. ``TCP_INQ`` makes each read also say how
+many bytes it left queued: after a read that emptied the queue (one token per read, the steady
+state) the next one first waits for the socket to become readable, instead of a ``recvmsg``
+that could only fail with EAGAIN (a syscall and an exception per token). And a read that finds
+the worker more than :data:`LATE_S` late hands it back to gevent's hub before its bytes are
+parsed: the hub then reads, and so stamps, the other sockets already readable before it
+returns to parse any of them, so a busy worker reads each stream's next bytes before the token
+after them arrives and the kernel merges the two (``bench/results/kernel_timestamps.md``). An
+idle worker is never late and pays nothing for it.
+
 :class:`KernelTransport` is :class:`~locust_llm.client.transport.Transport` with its own
 HTTP/1.1 reader (:mod:`locust_llm.client.http11`) for ``http://`` servers; ``https://`` servers
 stay on geventhttpclient (TLS records are decrypted in user space, after the kernel stamp, and
@@ -18,6 +28,7 @@ Python's ``SSLSocket`` has no ``recvmsg``), as does everything off Linux.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -29,18 +40,38 @@ from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
 
+import gevent
+
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
 from locust_llm.client.transport import Transport
 from locust_llm.errors import InputError
 
 #: Linux's ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``); Python's socket module does not name it.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+#: Linux's ``TCP_INQ`` (= ``TCP_CM_INQ``, Linux >= 4.18): each read also says how many bytes it
+#: left in the receive queue.
+TCP_INQ = getattr(socket, "TCP_INQ", 36)
 _TIMESPEC = struct.Struct("@qq")  # struct timespec: two 64-bit longs
 _TIMESPEC_BYTES = _TIMESPEC.size
-_ANC_BYTES = socket.CMSG_SPACE(_TIMESPEC_BYTES) if hasattr(socket, "CMSG_SPACE") else 0
+_INQ = struct.Struct("@i")
+_NOTHING_QUEUED = _INQ.pack(0)
+_ANC_BYTES = (
+    socket.CMSG_SPACE(_TIMESPEC_BYTES) + socket.CMSG_SPACE(_INQ.size)
+    if hasattr(socket, "CMSG_SPACE")
+    else 0
+)
+_SOL_SOCKET, _SOL_TCP = socket.SOL_SOCKET, socket.IPPROTO_TCP
 
 #: The ``--llm-transport`` choices.
 TRANSPORT_CHOICES = ("auto", "kernel", "ghc")
+
+#: A read whose bytes waited longer than this in the kernel finds the worker busy: other
+#: streams' bytes are likely waiting too, and are read before this read is parsed.
+LATE_S = 0.001
+#: ... unless the read holds more SSE events than this (a response's first read holds two: the
+#: role and the first token): the worker is already a token gap behind this stream, and so
+#: behind the others that became readable with it; the yield would save no stamp.
+MERGED_EVENTS = 2
 
 
 class StampedConnection(Http11Connection):
@@ -49,22 +80,49 @@ class StampedConnection(Http11Connection):
     def __init__(self, sock: Any) -> None:
         super().__init__(sock)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        with contextlib.suppress(OSError):  # an older kernel: no queue length with each read
+            sock.setsockopt(_SOL_TCP, TCP_INQ, 1)
         self.user_s = math.nan  # perf_counter when the latest read returned
         self.unstamped_reads = 0  # reads that came back without a stamp
+        #: the latest read emptied the receive queue: wait for bytes before the next read
+        #: (no recvmsg that can only say EAGAIN)
+        self.drained = False
+        # a gevent socket's non-blocking socket and its wait for readability (gevent's own
+        # recvmsg is this loop, but always reads first)
+        self._wait_readable: Any = getattr(sock, "_wait", None)
+        self._read_event = getattr(sock, "_read_event", None)
+        self._raw = getattr(sock, "_sock", None) if self._wait_readable is not None else None
 
     def _recv(self) -> bytes:
-        data, ancdata, _flags, _addr = self.sock.recvmsg(RECV_BYTES, _ANC_BYTES)
+        raw = self._raw
+        if raw is None:  # not a gevent socket: its own blocking read
+            data, ancdata, _flags, _addr = self.sock.recvmsg(RECV_BYTES, _ANC_BYTES)
+        else:  # gevent's read loop, without a recvmsg that can only say EAGAIN
+            if self.drained:
+                self._wait_readable(self._read_event)  # raises the socket's timeout
+            while True:
+                try:
+                    data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
+                    break
+                except BlockingIOError:
+                    self._wait_readable(self._read_event)
         now_ns = time.time_ns()
         now = perf_counter()
         self.user_s = now
+        arrival = math.nan
+        self.drained = False
         for level, kind, cdata in ancdata:
-            stamp = level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS
-            if stamp and len(cdata) >= _TIMESPEC_BYTES:
+            if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(cdata) >= _TIMESPEC_BYTES:
                 sec, nsec = _TIMESPEC.unpack_from(cdata)
-                self.arrival_s = now - (now_ns - (sec * 1_000_000_000 + nsec)) * 1e-9
-                return data
-        self.unstamped_reads += 1
-        self.arrival_s = now
+                arrival = now - (now_ns - (sec * 1_000_000_000 + nsec)) * 1e-9
+            elif kind == TCP_INQ and level == _SOL_TCP:
+                self.drained = cdata == _NOTHING_QUEUED and bool(data)
+        if arrival != arrival:
+            self.unstamped_reads += 1
+            arrival = now
+        self.arrival_s = arrival
+        if now - arrival > LATE_S and data.count(b"\n\n") <= MERGED_EVENTS:
+            gevent.sleep(0)  # busy, but in time for this stream: read the other ready ones first
         return data
 
 

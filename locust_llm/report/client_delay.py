@@ -6,8 +6,10 @@ their first and last token: ``*_kernel_s`` (the kernel's receive stamp of the by
 time the load generator added, which the kernel-stamped TTFT/TPOT/ITL leave out but which still
 tells that the worker is falling behind its streams (a closed loop sends its next request that
 much later). :func:`add_client_delay` puts its per-stage distribution into the stage rows
-(``client_delay_first_p50_s``, ``..._p99_s``, ``..._max_s``, the same for ``last``, and
-``client_delay_stamped``, the records with both stamps); the verdict's ``client_bound`` rule
+(``client_delay_first_p50_s``, ``..._p99_s``, ``..._max_s``, the same for ``last``,
+``client_delay_stamped``, the records with both stamps, and ``client_delay_first_merged``, those
+whose first token was read together with the next one, so that its stamp is an upper bound:
+the worker came later than the gap between the two tokens); the verdict's ``client_bound`` rule
 reads ``client_delay_first_p99_s`` against :data:`CLIENT_DELAY_BOUND_S`, with at least
 :data:`CLIENT_DELAY_MIN_LATE` requests that late (``client_delay_first_late``).
 """
@@ -37,6 +39,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "last_token_kernel_s",
     "first_token_user_s",
     "last_token_user_s",
+    "first_token_merged",
 )
 
 #: The stage-row columns :func:`add_client_delay` fills (nan where no record has both stamps).
@@ -85,10 +88,19 @@ def add_client_delay(
         else np.ones(len(requests), bool)
     )
     first, last = client_delays(requests, "first"), client_delays(requests, "last")
+    # records from before the flag existed carry no column: their count is unknown (nan)
+    merged = (
+        requests["first_token_merged"].fillna(False).to_numpy(bool)
+        if "first_token_merged" in requests
+        else None
+    )
     for row, stage in zip(rows, stages, strict=True):
         pick = (stage_ix == stage.index) & ok
         row["client_delay_stamped"] = int(np.isfinite(first[pick]).sum())
         row["client_delay_first_late"] = int((first[pick] >= CLIENT_DELAY_BOUND_S).sum())
+        row["client_delay_first_merged"] = (
+            np.nan if merged is None else int((merged[pick] & np.isfinite(first[pick])).sum())
+        )
         for which, delays in (("first", first), ("last", last)):
             for stat, value in stage_delay_stats(delays[pick]).items():
                 row[f"client_delay_{which}_{stat}_s"] = value
@@ -97,6 +109,7 @@ def add_client_delay(
 #: The report table's columns after the load column.
 TABLE_HEADERS: tuple[str, ...] = (
     "stamped records",
+    "first token merged",
     "first token p50 ms",
     "first token p99 ms",
     "first token max ms",

@@ -576,7 +576,7 @@ def _client_delay(report: Report) -> list[Section]:
     if not rows:
         return []
     cells = [
-        [_load(stage_row), num(r["client_delay_stamped"])]
+        [_load(stage_row), num(r["client_delay_stamped"]), num(r["client_delay_first_merged"])]
         + [ms(r[c], 2) for c in CLIENT_DELAY_COLUMNS]
         for stage_row, r in zip(report.rows, rows, strict=True)
     ]
