@@ -63,7 +63,7 @@ from typing import Any
 from locust_llm.metrics import ERROR_KINDS
 from locust_llm.registry import Registry
 from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, CLIENT_DELAY_MIN_LATE
-from locust_llm.report.decompose import split_line
+from locust_llm.report.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 from locust_llm.sim.labels import VERDICT_KINDS as CAUSE_KINDS
@@ -300,7 +300,8 @@ def _resources_text(ctx: Context) -> str:
         return ""
     share = ctx.v("prefill_token_share")
     return (
-        f"resource model {ctx.where}: MFU {pct(mfu)}, MBU {pct(mbu)} -> steps "
+        f"resource model {ctx.where}: MFU {pct(mfu)}, MBU {pct(mbu)}; compute sets "
+        f"~{pct(ctx.v('compute_time_share'))} of the busy time -> steps "
         f"{ctx.row.get('step_bound')}-bound; prompt tokens {pct(share)} of tokens computed "
         f"({num(ctx.v('input_tokens_avg'), 0)} in / {num(ctx.v('output_tokens_avg'), 0)} out"
         f"{_cache_text(ctx)})"
@@ -437,10 +438,16 @@ def _kv_full(ctx: Context) -> bool:
 
 
 def _slots_bind(ctx: Context, limit: float) -> bool:
-    """The batch limit holds requests back: the batch reached it while more were asked for
-    (closed loop: more users than slots; else running + waiting beyond it)."""
+    """The batch limit holds requests back: more were asked for than it allows (closed loop:
+    more users than slots; else running + waiting beyond it) and the batch reached it or
+    requests wait (the caller has ruled the token budget and the KV cache out, and a
+    scheduler admits by nothing else; the gauge is read after a step's finished sequences
+    left, so it sits below the limit by those). Without a running gauge (client-side): more
+    users than slots and the TTFT mostly queue."""
     running_max = ctx.server_v("running_max")
     demand = ctx.v("concurrency")
+    if math.isnan(running_max):
+        return demand > limit and _queue_share(ctx) >= ctx.thresholds.queue_share
     if math.isnan(demand):
         demand = running_max + ctx.server_v("waiting_max")
     return demand > limit and (
@@ -449,16 +456,32 @@ def _slots_bind(ctx: Context, limit: float) -> bool:
 
 
 def _admission_blocker(ctx: Context) -> tuple[str, str]:
-    """(cause, evidence) of what holds the queued requests back; ("", "") when unknown."""
+    """(cause, evidence) of what holds the queued requests back; ("", "") when unknown.
+
+    In order: prompts queue for the step's token budget (prefill compute); the batch limit,
+    unless the KV cache preempted (only a full KV cache preempts); the KV cache; a batch that
+    stays at one plateau while load grows."""
     th = ctx.thresholds
     kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
     running_max = ctx.server_v("running_max")
+    budget = _token_budget_text(ctx)
+    if budget:
+        return _step_cause(ctx), budget
+    preempted = pre > 0 and _kv_full(ctx)
     for limit, label in ((ctx.max_num_seqs(), "max-num-seqs"), (ctx.slots(), "server slots")):
-        if not limit >= ctx.v("kv_capacity_seqs") and _slots_bind(ctx, limit):
+        if preempted or limit >= ctx.v("kv_capacity_seqs") or not _slots_bind(ctx, limit):
+            continue
+        source = ctx.server.get("max_num_seqs_source") if label == "max-num-seqs" else ""
+        said = f" ({source})" if source else ""
+        if math.isnan(running_max):
             return "batch_limit_admission", (
-                f"batch peaked at {num(running_max)} running of {label} {num(limit)} with the KV "
-                f"cache at {pct(kv_max)}: requests wait for a batch slot"
+                f"{num(ctx.v('concurrency'))} users for {label} {num(limit)}{said} and TTFT "
+                f"{pct(_queue_share(ctx))} queue: requests wait for a batch slot (client-side)"
             )
+        return "batch_limit_admission", (
+            f"batch peaked at {num(running_max)} running of {label} {num(limit)}{said} with the "
+            f"KV cache at {pct(kv_max)}: requests wait for a batch slot"
+        )
     if _kv_full(ctx):
         return "kv_capacity_admission", (
             f"KV cache peaked at {pct(kv_max)} ({num(pre, 0)} preemptions): sequences wait for "
@@ -479,17 +502,22 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
 
 
 def _token_budget_text(ctx: Context) -> str:
-    """Evidence that prompts queue for the step's token budget (prefill compute), or ""."""
+    """Evidence that prompts queue for the step's token budget (prefill compute), or "": the
+    steps are compute-bound and the tokens of one step (the prompt tokens arriving per step
+    plus one per decoding sequence) fill ``budget_fill`` of ``--max-num-batched-tokens``."""
     budget = ctx.server.get("max_num_batched_tokens")
-    if not is_num(budget) or _step_cause(ctx) != "compute_bound_prefill":
+    cause = _step_cause(ctx)
+    if not is_num(budget) or cause not in ("compute_bound_prefill", "prefill_interference"):
         return ""
-    per_step = ctx.v("qps") * ctx.v("input_tokens_avg") * ctx.v("tpot_avg_s")
+    prompts = ctx.v("qps") * computed_prompt_tokens(ctx.row) * ctx.v("tpot_avg_s")
+    running = ctx.server_v("running")
+    per_step = prompts + (running if running > 0 else 0.0)
     if not per_step >= ctx.thresholds.budget_fill * budget:
         return ""
     return (
-        f"{_resources_text(ctx)}; ~{num(per_step, 0)} prompt tokens per step of a "
-        f"{num(budget)}-token budget (--max-num-batched-tokens): prompts queue for prefill "
-        "compute"
+        f"{_resources_text(ctx)}; ~{num(per_step, 0)} tokens per step ({num(prompts, 0)} of "
+        f"them prompt tokens) of a {num(budget)}-token budget (--max-num-batched-tokens): "
+        "prompts queue for prefill compute"
     )
 
 
@@ -499,9 +527,6 @@ def _admission(ctx: Context) -> Finding | None:
     if not _queued(ctx):
         return None
     cause, blocker = _admission_blocker(ctx)
-    budget = _token_budget_text(ctx)
-    if cause != "batch_limit_admission" and budget:
-        cause, blocker = "compute_bound_prefill", budget
     if not cause:
         return None  # a queue without a binding admission limit: the steps are the limit
     evidence = [
@@ -510,7 +535,9 @@ def _admission(ctx: Context) -> Finding | None:
         f"{num(ctx.server_v('running'))} running on average",
         blocker,
     ]
-    return Finding("overloaded", tuple(e for e in evidence if e), cause)
+    return Finding(
+        "overloaded", tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok
+    )
 
 
 @rule("under_loaded", "no admission queue and the device busy less than busy_share")

@@ -137,3 +137,42 @@ def test_prompt_tokens_the_prefix_cache_served_are_not_prefilled() -> None:
     share_warm = resource_row(warm[1], model, gpu)["prefill_token_share"]
     assert share_cold == pytest.approx(2048 / (2048 + 64))
     assert share_warm == pytest.approx(204.8 / (204.8 + 64))
+
+
+def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_ridge() -> None:
+    """Equal MFU, two token mixes: prompts (compute-bound prefill steps) set the steps' time in
+    proportion to their share of the FLOPs; a small decode batch's FLOPs do not (its steps are
+    memory-bound); a decode batch past the ridge is compute-bound as a whole."""
+    model, gpu = get_model("llama-3.1-8b"), get_gpu("a100-80gb")
+    tps = 0.4 * gpu.peak_flops(model.weight_bits) / (2 * model.params_per_token())  # MFU 40%
+    prompts = _row(total_tps=tps, input_tokens_avg=1024.0, output_tokens_avg=32.0,
+                   running=16.0, gpu_util=1.0)  # fmt: skip
+    decodes = _row(total_tps=tps, input_tokens_avg=128.0, output_tokens_avg=256.0,
+                   running=64.0, gpu_util=1.0)  # fmt: skip
+    big = _row(total_tps=tps, input_tokens_avg=128.0, output_tokens_avg=256.0,
+               running=512.0, gpu_util=1.0)  # fmt: skip
+    p, d, b = (resource_row(r, model, gpu) for r in (prompts, decodes, big))
+    assert p["mfu"] == pytest.approx(0.4) and d["mfu"] == pytest.approx(0.4)
+    share = 1024 / (1024 + 32)
+    assert p["compute_time_share"] == pytest.approx(0.4 * share / 0.7)
+    assert p["step_bound"] == "compute"
+    assert d["compute_time_share"] == pytest.approx(0.4 * (128 / 384) / 0.7)
+    assert d["step_bound"] == "memory"  # its MFU is two thirds decode FLOPs, in memory steps
+    assert b["compute_time_share"] == pytest.approx(0.4 / 0.7) and b["step_bound"] == "compute"
+    idle = resource_row({**prompts, "gpu_util": 0.5}, model, gpu)
+    assert idle["compute_time_share"] == pytest.approx(min(1.0, 2 * p["compute_time_share"]))
+
+
+def test_a_queue_at_the_lowest_load_is_taken_off_before_calibrating() -> None:
+    """A KV budget that binds at the lowest load: TTFT there is mostly queue (1 waiting at 1.4
+    completions/s: ~0.7 s by Little's law); calibrating on the whole TTFT would call the
+    queue prefill, at a far too low efficiency."""
+    model, gpu = get_model("mistral-7b"), get_gpu("l4")
+    low = _row(concurrency=4.0, ttft_avg_s=0.88, waiting=1.0, qps=1.4, running=2.4,
+               input_tokens_avg=322.0, tpot_avg_s=0.063)  # fmt: skip
+    decompose([low], {}, model, gpu)
+    assert low["queue_avg_s"] == pytest.approx(1.0 / 1.4, rel=0.01)
+    assert low["queue_avg_s"] + low["prefill_avg_s"] == pytest.approx(0.88)
+    ignoring = _row(**{**low, "waiting": 0.0})
+    decompose([ignoring], {}, model, gpu)
+    assert ignoring["prefill_efficiency"] < low["prefill_efficiency"]

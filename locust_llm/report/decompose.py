@@ -13,7 +13,8 @@ Pure (numpy in, dicts out). Two sources, best first:
 2. ``model``: prefill predicted by the roofline for one prompt of the stage's mean length in a
    step shared with the stage's observed decode batch (``step_cost(decode_contexts=[context] *
    (batch - 1), prefill_chunks=[(input, 0)])``), divided by an efficiency calibrated on the
-   lowest-load stage (predicted / observed mean TTFT there, where nothing queues; clamped to
+   lowest-load stage (predicted / observed mean TTFT there less the wait for the step under
+   way, or less Little's law's queue when the waiting gauge shows one there; clamped to
    0.05..1). Without a roofline (no model/GPU given) the lowest-load stage's mean TTFT per
    input token is the prefill rate. Queue = mean TTFT - prefill (>= 0).
 
@@ -192,7 +193,7 @@ def calibrate(
     if lowest is None:
         return base
     n_in = _f(lowest, "input_tokens_avg")
-    observed = _f(lowest, "ttft_avg_s") - step_wait_s(lowest, open_loop)
+    observed = _f(lowest, "ttft_avg_s") - calibration_queue_s(lowest, open_loop)
     if not (n_in >= 1 and observed > 0):
         return base
     if model is not None and gpu is not None:
@@ -204,6 +205,18 @@ def calibrate(
         return PrefillModel(model, gpu, tp, open_loop, efficiency=eff)
     per_token = observed / computed_prompt_tokens(lowest)
     return PrefillModel(model, gpu, tp, open_loop, s_per_token=per_token)
+
+
+def calibration_queue_s(row: Mapping[str, Any], open_loop: bool) -> float:
+    """The part of the calibration stage's TTFT that is not prefill: the wait for the step
+    under way, or, when the waiting gauge says requests queue there too (a KV budget or batch
+    limit that binds even at the lowest load), Little's law on that gauge (mean waiting /
+    completions per second), whichever is longer."""
+    wait = step_wait_s(row, open_loop)
+    waiting, qps = _f(row, "waiting"), _f(row, "qps")
+    if waiting >= NO_QUEUE_WAITING and qps > 0:
+        return max(wait, waiting / qps)
+    return wait
 
 
 def _cached(row: Mapping[str, Any]) -> float:

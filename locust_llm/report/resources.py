@@ -8,9 +8,16 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
 - ``mbu`` (model bandwidth utilization) = bytes one decode step of the observed batch moves
   (weights + KV at the mean context) x steps per second (1 / mean TPOT) / the device's
   bandwidth;
-- ``step_bound``: ``compute`` when ``mfu`` >= :data:`COMPUTE_OVER_BANDWIDTH_EFFICIENCY` x
-  ``mbu`` (at the achievable efficiencies the step's compute time is the longer one), else
-  ``memory``;
+- ``compute_time_share``: the share of the device's busy time that compute set. A step that
+  carries a prompt chunk is compute-bound and lasts its FLOPs' time; a decode-only step is
+  memory-bound (unless its batch is past the roofline's ridge) and its few FLOPs do not set
+  its length. So: the prompt tokens' FLOPs at the achievable compute efficiency
+  (:data:`COMPUTE_EFFICIENCY`), i.e. ``mfu x prompt share / 0.7`` of the wall time (all of
+  ``mfu`` when a decode step of the observed batch is compute-bound at the achievable
+  efficiencies), over the busy share (``gpu_util``, 1 when unknown). Comparing the stage's
+  mean MFU with its mean MBU cannot tell this: mixed steps average out;
+- ``step_bound``: ``compute`` when ``compute_time_share`` >= :data:`COMPUTE_BOUND_SHARE`
+  (compute set most of the step time), else ``memory``;
 - ``prefill_token_share``: input tokens / all tokens computed;
 - the admission limits in sequences: ``kv_capacity_seqs`` (observed: running / KV-cache usage;
   else the roofline's KV budget at 90% memory over the mean context), ``max_num_seqs`` and
@@ -28,14 +35,19 @@ from typing import Any
 
 from locust_llm.report.decompose import computed_prompt_tokens
 from locust_llm.report.fmt import column as _f
-from locust_llm.roofline import GpuSpec, ModelSpec, Workload, compute, step_cost
+from locust_llm.roofline import GpuSpec, ModelSpec, StepCost, Workload, compute, step_cost
 
 NAN = math.nan
 
-#: Achievable compute efficiency / achievable bandwidth efficiency of serving kernels (0.7 /
-#: 0.85, the simulator's calibrated defaults: bench/results/calibration.md): a step is
-#: compute-bound when MFU / 0.7 >= MBU / 0.85, i.e. MFU >= this x MBU.
-COMPUTE_OVER_BANDWIDTH_EFFICIENCY = 0.7 / 0.85
+#: Achievable compute efficiency of serving kernels (the simulator's calibrated default,
+#: bench/results/calibration.md): FLOPs take FLOPs / (peak x this) seconds.
+COMPUTE_EFFICIENCY = 0.7
+
+#: Achievable bandwidth efficiency (the same source): bytes take bytes / (bandwidth x this).
+BANDWIDTH_EFFICIENCY = 0.85
+
+#: Share of the busy time set by compute from which the steps are called compute-bound.
+COMPUTE_BOUND_SHARE = 0.5
 
 #: KV usage from which running / usage is trusted as the capacity (below: the roofline's).
 OBSERVED_KV_MIN = 0.05
@@ -43,6 +55,7 @@ OBSERVED_KV_MIN = 0.05
 COLUMNS: tuple[str, ...] = (
     "mfu",
     "mbu",
+    "compute_time_share",
     "step_bound",
     "prefill_token_share",
     "kv_capacity_seqs",
@@ -97,12 +110,16 @@ def resource_row(
         peak = gpu.peak_flops(model.weight_bits) * tp  # the work is spread over tp GPUs
         out["mfu"] = tokens_per_s * 2.0 * model.params_per_token() / peak
         tpot = _f(row, "tpot_avg_s")
+        share = NAN
         if batch > 0 and tpot > 0:
             step = step_cost(model, [max(1, context)] * max(1, round(batch)), tp=tp)
             out["mbu"] = step.bytes / tpot / gpu.memory_bandwidth_bytes_s
-        if not math.isnan(out["mfu"] + out["mbu"]):
-            compute_bound = out["mfu"] >= COMPUTE_OVER_BANDWIDTH_EFFICIENCY * out["mbu"]
-            out["step_bound"] = "compute" if compute_bound else "memory"
+            share = compute_time_share(
+                out["mfu"], out["prefill_token_share"], row, step, gpu, model
+            )
+        if not math.isnan(share + out["mbu"]):
+            out["compute_time_share"] = share
+            out["step_bound"] = "compute" if share >= COMPUTE_BOUND_SHARE else "memory"
     kv_usage = _f(row, "kv_cache_usage_max")
     running_max = _f(row, "running_max")
     if running_max > 0 and kv_usage >= OBSERVED_KV_MIN:
@@ -130,6 +147,27 @@ def resource_row(
         if running_max > 0:
             out["batch_fill"] = running_max / seqs
     return out
+
+
+def compute_time_share(
+    mfu: float,
+    prompt_share: float,
+    row: Mapping[str, Any],
+    decode_step: StepCost,
+    gpu: GpuSpec,
+    model: ModelSpec,
+) -> float:
+    """Share of the busy time that compute set (see the module docstring): the prompt tokens'
+    FLOP time, plus the decode tokens' when a decode step of the observed batch is itself
+    compute-bound (past the ridge), at the achievable efficiencies, over the busy share."""
+    prompt_share = prompt_share if 0 <= prompt_share <= 1 else 0.0
+    compute_s, memory_s = decode_step.times(
+        gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
+    )
+    counted = 1.0 if compute_s >= memory_s else prompt_share
+    busy = _f(row, "gpu_util")
+    busy = busy if 0 < busy <= 1 else 1.0
+    return min(1.0, mfu * counted / COMPUTE_EFFICIENCY / busy)
 
 
 def add_resources(
