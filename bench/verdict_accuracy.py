@@ -268,6 +268,10 @@ E2E_SIMS: tuple[tuple[str, ...], ...] = (
     ("--model", "mistral-7b", "--gpu", "h100-sxm", "--num-gpu-blocks-override", "64"),
     ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--max-num-batched-tokens", "2048"),
 )
+#: Telemetry scrape interval of the end-to-end runs: their stages last a few seconds, and the
+#: verdict uses no server signal with fewer than 3 samples in a stage (a user's stages are
+#: longer; a 1 s interval would leave these to client-side evidence only).
+E2E_SCRAPE_S = "0.25"
 E2E_LOADS: tuple[tuple[str, ...], ...] = (
     ("--concurrency", "2,8", "--stage-requests", "12,40"),
     ("--concurrency", "4,24", "--stage-requests", "16,60"),
@@ -300,7 +304,8 @@ def run_e2e(index: int, sim: tuple[str, ...], load: tuple[str, ...], work: Path)
     with simulator(flags, work / f"e2e{index}.log") as url:
         out = subprocess.run(
             [sys.executable, "-m", "locust_llm.cli", "run", "--host", url, *load, "--workers",
-             "0", "--out", str(run_dir), "--quiet", "--stop-timeout", "5"],
+             "0", "--out", str(run_dir), "--quiet", "--stop-timeout", "5",
+             "--llm-scrape-interval", E2E_SCRAPE_S],
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
     if out.returncode not in (0, 3):

@@ -46,7 +46,10 @@ def _row(**kw: float) -> dict:
 
 
 def test_server_histograms_win_and_are_differenced_per_stage() -> None:
-    rows = [_row(), _row(stage=1, concurrency=8.0, start_wall_s=10.0, end_wall_s=20.0)]
+    rows = [
+        _row(),
+        _row(stage=1, concurrency=8.0, start_wall_s=10.0, end_wall_s=20.0, ttft_avg_s=0.6),
+    ]
     series = _series({
         "phase_queue_s": [(9.0, "s", 0.0), (19.0, "s", 4.0)],
         "phase_prefill_s": [(9.0, "s", 0.5), (19.0, "s", 1.5)],
@@ -56,10 +59,11 @@ def test_server_histograms_win_and_are_differenced_per_stage() -> None:
     decompose(rows, series)
     top = rows[1]
     assert top["ttft_split_source"] == "server"
+    # the server's means (0.4 s queue, 0.1 s prefill) split the client's TTFT of 0.6 s 4:1
     assert (top["queue_avg_s"], top["prefill_avg_s"], top["decode_avg_s"]) == pytest.approx(
-        (0.4, 0.1, 1.0)
+        (0.48, 0.12, 1.0)
     )
-    assert split_line(top).startswith("TTFT = 400 ms queue + 100 ms prefill (source: server)")
+    assert split_line(top).startswith("TTFT = 480 ms queue + 120 ms prefill (source: server)")
 
 
 def test_model_split_calibrates_on_the_lowest_load_and_puts_the_rest_in_the_queue() -> None:

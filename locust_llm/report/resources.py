@@ -23,16 +23,22 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
   else the roofline's KV budget at 90% memory over the mean context), ``max_num_seqs`` and
   ``server_slots`` (from run.json's ``extra``/``extra.server``: ``max_num_seqs``,
   ``total_slots``, as llama.cpp's ``/props`` names its slots), the smallest of them is
-  ``admission_limit`` / ``admission_limit_seqs``; ``batch_fill`` = peak running / that limit.
+  ``admission_limit`` / ``admission_limit_seqs``; ``batch_fill`` = peak running / that limit;
+  ``batch_limit_source``: where the batch limit came from (the option, llama.cpp's ``/props``,
+  or, when nothing said it, the running gauge: :func:`with_observed_limit`, named
+  ``batch limit (observed)``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from locust_llm.batch_limit import limit_from_gauges
 from locust_llm.report.decompose import computed_prompt_tokens
 from locust_llm.report.fmt import column as _f
 from locust_llm.roofline import GpuSpec, ModelSpec, StepCost, Workload, compute, step_cost
@@ -62,15 +68,18 @@ COLUMNS: tuple[str, ...] = (
     "admission_limit",
     "admission_limit_seqs",
     "batch_fill",
+    "batch_limit_source",
 )
 
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Admission limits the server told us (None: not known)."""
+    """Admission limits the server told us (None: not known), and where the batch limit came
+    from (``max_num_seqs_source``: the option, a probe, the running gauge)."""
 
     max_num_seqs: int | None = None
     slots: int | None = None
+    source: str = ""
 
 
 def server_limits(extra: Mapping[str, Any]) -> ServerLimits:
@@ -83,7 +92,40 @@ def server_limits(extra: Mapping[str, Any]) -> ServerLimits:
             value = source.get(key)
             if isinstance(value, int | float) and value > 0 and key not in found:
                 found[key] = int(value)
-    return ServerLimits(found.get("max_num_seqs"), found.get("total_slots"))
+    said = extra.get("max_num_seqs_source")
+    return ServerLimits(
+        found.get("max_num_seqs"), found.get("total_slots"), said if isinstance(said, str) else ""
+    )
+
+
+Timeline = Callable[[str], tuple[np.ndarray, np.ndarray]]
+
+
+def with_observed_limit(extra: Mapping[str, Any], timeline: Timeline) -> dict[str, Any]:
+    """run.json's ``extra``, plus ``max_num_seqs`` / ``max_num_seqs_source`` read from the
+    gauges (:func:`locust_llm.batch_limit.limit_from_gauges`) when neither the user, a probe
+    nor the server's own record gave a batch limit. ``timeline(signal)`` gives a signal's
+    (times, values) combined over GPUs and servers (``TelemetryIndex.timeline``)."""
+    out = dict(extra)
+    known = server_limits(extra)
+    sim = extra.get("sim")
+    if known.max_num_seqs or known.slots or (isinstance(sim, Mapping) and sim.get("max_num_seqs")):
+        return out
+    gauges = {
+        s: dict(zip(*timeline(s), strict=True)) for s in ("running", "waiting", "kv_cache_usage")
+    }
+    samples = [
+        (
+            float(r),
+            float(gauges["waiting"].get(t, NAN)),
+            float(gauges["kv_cache_usage"].get(t, NAN)),
+        )
+        for t, r in gauges["running"].items()
+    ]
+    found = limit_from_gauges(samples)
+    if found is not None:
+        out["max_num_seqs"], out["max_num_seqs_source"] = found
+    return out
 
 
 def resource_row(
@@ -98,6 +140,7 @@ def resource_row(
     per GPU)."""
     out: dict[str, Any] = {c: NAN for c in COLUMNS}
     out["step_bound"] = out["admission_limit"] = ""
+    out["batch_limit_source"] = limits.source if limits.max_num_seqs else ""
     n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
     computed_in = computed_prompt_tokens(row)  # the prefix cache's tokens are not computed
     if computed_in + n_out > 0:
@@ -135,9 +178,13 @@ def resource_row(
             ),
         )
         out["kv_capacity_seqs"] = floors.kv_capacity_sequences
+    observed = limits.source.startswith("running gauge")
     candidates = [
         (out["kv_capacity_seqs"], "KV capacity"),
-        (float(limits.max_num_seqs or NAN), "max-num-seqs"),
+        (
+            float(limits.max_num_seqs or NAN),
+            "batch limit (observed)" if observed else "max-num-seqs",
+        ),
         (float(limits.slots or NAN), "server slots"),
     ]
     known = [(v, name) for v, name in candidates if v > 0]
