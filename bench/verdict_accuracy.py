@@ -45,9 +45,10 @@ from locust_llm.report.build import build_report
 from locust_llm.report.load import load_run
 from locust_llm.sim import virtual
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.engine import Engine, StepResult
+from locust_llm.sim.engine import Engine, RequestTooLarge, StepResult
 from locust_llm.sim.labels import LABELS, ground_truth
 from locust_llm.sim.trace import request_times, step_record
+from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "bench" / "results" / "verdict_accuracy.md"
@@ -77,6 +78,19 @@ class RecordingEngine(Engine):
 
     steps_seen: list[dict[str, Any]]
     requests_seen: list[dict[str, Any]]
+
+    def add(self, *args: Any, **kw: Any) -> Any:
+        """The engine's own refusals (a request that cannot fit alone), as the real server's
+        trace writes them: outcome ``rejected``."""
+        try:
+            return super().add(*args, **kw)
+        except RequestTooLarge:
+            arrival = kw.get("arrival_s")
+            self.requests_seen.append(
+                {"arrival": BASE_WALL_S + (self.clock_s if arrival is None else arrival),
+                 "outcome": "rejected"}
+            )  # fmt: skip
+            raise
 
     def step(self, start_s: float | None = None) -> StepResult:
         if not hasattr(self, "steps_seen"):
@@ -221,18 +235,43 @@ def run_case(case: Case, work: Path) -> list[StageResult]:
     return judge(report, engine.steps_seen, engine.requests_seen, case.index, case.describe())
 
 
+#: Verdict kinds judged beside the causes: the stage failed, and the traces say so.
+FAILURE_NAMES: tuple[str, ...] = ("memory_oom", "errors")
+NAMES: tuple[str, ...] = (*LABELS, *FAILURE_NAMES)
+
+
+def failure_truth(requests: list[dict], lo: float, hi: float) -> str:
+    """``memory_oom`` when a request that arrived in ``[lo, hi)`` ended out of memory;
+    ``errors`` when the share the server failed (an injected fault ended it, or it was
+    rejected) is above the report's error-rate threshold; else "" (the label decides)."""
+    arrived = [r for r in requests if lo <= float(r.get("arrival") or math.nan) < hi]
+    if any(r.get("outcome") == "oom" for r in arrived):
+        return "memory_oom"
+    failed = sum(
+        1 for r in arrived if str(r.get("outcome", "")).startswith("fault:")
+        or r.get("outcome") == "rejected"
+    )  # fmt: skip
+    return "errors" if arrived and error_rate_exceeded(failed / len(arrived), Thresholds()) else ""
+
+
+def named(verdict: Any) -> str:
+    """What the verdict names: its cause, or its kind when the stage failed."""
+    return verdict.cause or (verdict.kind if verdict.kind in FAILURE_NAMES else "")
+
+
 def judge(
     report: Any, steps: list[dict], requests: list[dict], case: int, description: str
 ) -> list[StageResult]:
     """Each stage of ``report`` against the ground truth of the traces."""
     out = []
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
-        lo = float(row["end_wall_s"]) - float(row["duration_s"])
-        truth = ground_truth(steps, requests, start_s=lo, end_s=float(row["end_wall_s"]))
+        lo, hi = float(row["end_wall_s"]) - float(row["duration_s"]), float(row["end_wall_s"])
+        truth = ground_truth(steps, requests, start_s=lo, end_s=hi)
+        label = failure_truth(requests, lo, hi) or truth.label
         judged, why = True, ""
         if truth.requests < MIN_REQUESTS:
             judged, why = False, f"{truth.requests} requests in the window"
-        elif not verdict.cause:
+        elif not named(verdict):
             judged, why = False, f"verdict {verdict.kind} names no resource"
         # the split as shares of TTFT: the report's requests (started in the window) and the
         # trace's (first token in the window) are not the same set in a stage with a growing
@@ -246,8 +285,8 @@ def judge(
             StageResult(
                 case=case,
                 stage=int(row["stage"]),
-                label=truth.label,
-                cause=verdict.cause,
+                label=label,
+                cause=named(verdict),
                 kind=verdict.kind,
                 judged=judged,
                 why_not=why,
@@ -267,7 +306,13 @@ E2E_SIMS: tuple[tuple[str, ...], ...] = (
     ("--model", "mistral-7b", "--gpu", "h100-sxm", "--max-num-seqs", "16"),
     ("--model", "mistral-7b", "--gpu", "h100-sxm", "--num-gpu-blocks-override", "64"),
     ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--max-num-batched-tokens", "2048"),
-)
+    # seeded faults: 10% answered 500 (truth: errors), 8% cut after 4 tokens (errors), 5%
+    # stalled 0.3 s after the first token but finished (not failures: truth is the resource)
+    ("--model", "qwen2.5-0.5b", "--gpu", "a10", "--max-num-seqs", "64", "--fault", "http500:0.1"),
+    ("--model", "mistral-7b", "--gpu", "h100-sxm", "--max-num-seqs", "16",
+     "--fault", "disconnect:0.08:4"),
+    ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--fault", "stall:0.05:0.3"),
+)  # fmt: skip
 #: Telemetry scrape interval of the end-to-end runs: their stages last a few seconds, and the
 #: verdict uses no server signal with fewer than 3 samples in a stage (a user's stages are
 #: longer; a 1 s interval would leave these to client-side evidence only).
@@ -348,12 +393,13 @@ def confusion(results: list[StageResult]) -> list[str]:
     """A markdown confusion matrix: ground-truth label (rows) x named cause (columns)."""
     judged = [r for r in results if r.judged]
     counts = Counter((r.label, r.cause) for r in judged)
-    causes = list(LABELS)
+    failures = [n for n in FAILURE_NAMES if any(n in (r.label, r.cause) for r in judged)]
+    causes = [*LABELS, *failures]
     lines = [
         "| truth \\ verdict | " + " | ".join(causes) + " |",
         "|---|" + "---:|" * len(causes),
     ]
-    for label in LABELS:
+    for label in causes:
         cells = [str(counts.get((label, c), 0)) for c in causes]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines

@@ -25,24 +25,34 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
 4. ``errors`` -> ``errors``: error rate above ``error_rate``.
 5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
    at least ``queue_share`` of TTFT, or a standing queue (waiting >= 1 and >= half the batch).
-   The cause is ``kv_capacity_admission`` when the KV cache peaked at ``saturated_kv`` or
-   preempted, ``batch_limit_admission`` when the peak batch reached ``slot_fill`` of
-   max-num-seqs / the server's slots (or the batch stayed at one plateau while load grew).
+   The cause, in the order a scheduler's admission gates are tested: the step's token budget
+   (compute-bound steps whose prompt tokens per step plus one per decoding sequence fill
+   ``budget_fill`` of ``--max-num-batched-tokens``: the step-bound cause, prompts queue for
+   prefill compute); ``batch_limit_admission`` when demand exceeds max-num-seqs / the
+   server's slots (given, probed, or read from a flat running gauge:
+   :mod:`locust_llm.batch_limit`) and the batch reached ``slot_fill`` of it or requests wait
+   (without a running gauge: more users than slots and TTFT mostly queue, client-side),
+   unless the KV cache preempted (only a full KV cache preempts); ``kv_capacity_admission``
+   when the KV cache peaked at ``saturated_kv`` or preempted; else, with no KV signal, a
+   batch that stays at one plateau while load grows.
 6. ``under_loaded`` -> ``low_concurrency``: no admission queue and the device busy less than
    ``busy_share`` (GPU utilization); without a busy signal, throughput still scaling (gain over
    the lower stage at least ``linear_efficiency`` of the load ratio's) - client-side.
-7. ``step_bound`` -> ``prefill_bound`` / ``decode_bound``: the resource model's step bound.
-   ``compute`` (MFU >= MBU): ``prefill_interference`` when requests spend longer decoding than
-   waiting for their first token and at least ``interference_prefill_share`` of the tokens
-   computed are prompt tokens; ``compute_bound_prefill`` when prompt tokens are at least half
-   and TTFT is the longer phase; else ``compute_bound_decode``. ``memory``:
-   ``bandwidth_bound_decode``.
-8. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
+7. ``small_batch`` -> ``low_concurrency``: no queue and the batch at most
+   ``low_batch_fraction`` of its limit; the cause is the step bound.
+8. ``step_bound`` -> ``prefill_bound`` / ``decode_bound``: the resource model's step bound.
+   ``compute`` (compute sets at least half the busy time: the prompt tokens' FLOPs at the
+   achievable efficiency, :func:`locust_llm.report.resources.compute_time_share`):
+   ``prefill_interference`` when requests spend longer decoding than waiting for their first
+   token and at least ``interference_prefill_share`` of the tokens computed are prompt
+   tokens; ``compute_bound_prefill`` when prompt tokens are at least half and TTFT is the
+   longer phase; else ``compute_bound_decode``. ``memory``: ``bandwidth_bound_decode``.
+9. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
    the server signals, and TTFT's share of E2E at ``prefill_share`` or more (prefill) or less.
-9. ``past_knee`` -> ``overloaded``: throughput flat (gain <= ``flat_gain``) while P99 climbs
-   (>= ``latency_climb``), or open loop achieving less than ``open_loop_shortfall`` of the
-   offered rate; cause from the step bound where known.
-10. ``nothing_saturated`` -> ``healthy`` (with server signals), else ``insufficient_data``.
+10. ``past_knee`` -> ``overloaded``: throughput flat (gain <= ``flat_gain``) while P99 climbs
+    (>= ``latency_climb``), or open loop achieving less than ``open_loop_shortfall`` of the
+    offered rate; cause from the step bound where known.
+11. ``nothing_saturated`` -> ``healthy`` (with server signals), else ``insufficient_data``.
 
 Server signals with fewer than ``min_telemetry_samples`` samples in the stage are not used:
 missing signals are never read as "not saturated".
