@@ -30,7 +30,9 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
    ``budget_fill`` of ``--max-num-batched-tokens``: the step-bound cause, prompts queue for
    prefill compute); ``batch_limit_admission`` when demand exceeds max-num-seqs / the
    server's slots (given, probed, or read from a flat running gauge:
-   :mod:`locust_llm.batch_limit`) and the batch reached ``slot_fill`` of it or requests wait
+   :mod:`locust_llm.batch_limit`; an observed plateau is not taken for a limit when prompts'
+   compute fills ``prefill_saturated`` of the busy time: a budget spent on prompts every step
+   holds the batch flat too) and the batch reached ``slot_fill`` of it or requests wait
    (without a running gauge: more users than slots and TTFT mostly queue, client-side),
    unless the KV cache preempted (only a full KV cache preempts); ``kv_capacity_admission``
    when the KV cache peaked at ``saturated_kv`` or preempted; else, with no KV signal, a
@@ -482,6 +484,8 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
         if preempted or limit >= ctx.v("kv_capacity_seqs") or not _slots_bind(ctx, limit):
             continue
         source = ctx.server.get("max_num_seqs_source") if label == "max-num-seqs" else ""
+        if _prompt_saturated(ctx) and str(source).startswith("running gauge"):
+            return "", ""  # the plateau is the prefill's: the steps' bound names it
         said = f" ({source})" if source else ""
         if math.isnan(running_max):
             return "batch_limit_admission", (
@@ -509,6 +513,18 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
                 "signal: a slot or batch limit of about that size"
             )
     return "", ""
+
+
+def _prompt_saturated(ctx: Context) -> bool:
+    """Prompts' compute fills the busy time (``compute_time_share`` at ``prefill_saturated``,
+    compute-bound on prompts): a flat running gauge is then what a token budget spent on
+    prompts every step produces too, so an observed (not declared) plateau is not taken for
+    a batch limit."""
+    share = ctx.v("compute_time_share")
+    return share >= ctx.thresholds.prefill_saturated and _step_cause(ctx) in (
+        "compute_bound_prefill",
+        "prefill_interference",
+    )
 
 
 def _token_budget_text(ctx: Context) -> str:

@@ -122,6 +122,27 @@ def test_a_preempting_full_kv_cache_binds_before_the_batch_limit() -> None:
     assert found is not None and found.cause == "batch_limit_admission"
 
 
+def test_an_observed_plateau_under_prompt_saturated_steps_is_the_prefills() -> None:
+    """2,048-token prompts through a 2,048-token budget: one prompt a step, ~4 running, the
+    rest waiting. The flat gauge reads like 4 slots, but prompts' compute fills the busy time:
+    an observed plateau is not taken for a batch limit there (a declared one still is)."""
+    row = _row(
+        concurrency=8.0, ttft_avg_s=0.23, queue_avg_s=0.14, prefill_avg_s=0.09, waiting=3.7,
+        running=3.5, running_max=4.0, kv_cache_usage_max=0.02, step_bound="compute",
+        compute_time_share=1.0, prefill_token_share=0.998, input_tokens_avg=2048.0,
+        output_tokens_avg=4.0, decode_avg_s=0.02, kv_capacity_seqs=400.0,
+    )  # fmt: skip
+    observed = {"max_num_seqs": 4, "max_num_seqs_source": "running gauge flat at 4 in 5 of 6"}
+    v = stage_verdict(row, server=observed)
+    assert (v.kind, v.cause) == ("prefill_bound", "compute_bound_prefill")
+    v = stage_verdict(
+        row, server={"max_num_seqs": 4, "max_num_seqs_source": "--llm-server-max-num-seqs"}
+    )
+    assert v.cause == "batch_limit_admission"
+    v = stage_verdict({**row, "compute_time_share": 0.6}, server=observed)
+    assert v.cause == "batch_limit_admission"
+
+
 def test_without_telemetry_users_beyond_a_known_limit_and_a_queued_ttft_are_its_slots() -> None:
     row = _row(
         concurrency=64.0, ttft_avg_s=0.19, queue_avg_s=0.186, prefill_avg_s=0.004,
