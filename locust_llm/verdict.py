@@ -46,8 +46,10 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
    ``compute`` (compute sets at least half the busy time: the prompt tokens' FLOPs at the
    achievable efficiency, :func:`locust_llm.report.resources.compute_time_share`):
    ``prefill_interference`` when requests spend longer decoding than waiting for their first
-   token and at least ``interference_prefill_share`` of the tokens computed are prompt
-   tokens; ``compute_bound_prefill`` when prompt tokens are at least half and TTFT is the
+   token and prompt chunks set the decode steps' time: at least
+   ``interference_prefill_share`` of the tokens computed are prompt tokens, or a decode-only
+   step would be memory-bound while at least ``interference_step_share`` of the steps carry
+   prompt work; ``compute_bound_prefill`` when prompt tokens are at least half and TTFT is the
    longer phase; else ``compute_bound_decode``. ``memory``: ``bandwidth_bound_decode``.
 9. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
    the server signals, and TTFT's share of E2E at ``prefill_share`` or more (prefill) or less.
@@ -78,6 +80,7 @@ from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, CLIENT_DELAY_MI
 from locust_llm.report.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
+from locust_llm.report.resources import recompute_tokens_per_s
 from locust_llm.sim.labels import VERDICT_KINDS as CAUSE_KINDS
 from locust_llm.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.verdict_actions import (
@@ -338,7 +341,12 @@ def _step_cause(ctx: Context) -> str:
     th = ctx.thresholds
     share = ctx.v("prefill_token_share")
     decode_longer = ctx.v("decode_avg_s") > ctx.v("ttft_avg_s")
-    if decode_longer and share >= th.interference_prefill_share:
+    # prompt chunks set the decode steps' time: prompts are most of the compute, or decode
+    # steps alone would be memory-bound while many of them carry prompt work
+    chunks = ctx.row.get("decode_step_bound") == "memory" and (
+        ctx.v("prompt_step_share") >= th.interference_step_share
+    )
+    if decode_longer and (share >= th.interference_prefill_share or chunks):
         return "prefill_interference"
     if share >= 0.5 and not decode_longer:
         return "compute_bound_prefill"
@@ -454,17 +462,18 @@ def _slots_bind(ctx: Context, limit: float) -> bool:
     more users than slots; else running + waiting beyond it) and the batch reached it or
     requests wait (the caller has ruled the token budget and the KV cache out, and a
     scheduler admits by nothing else; the gauge is read after a step's finished sequences
-    left, so it sits below the limit by those). Without a running gauge (client-side): more
+    left, so it sits below the limit by those); in open loop, with requests waiting on average
+    (a peak of arrivals is no standing queue). Without a running gauge (client-side): more
     users than slots and the TTFT mostly queue."""
     running_max = ctx.server_v("running_max")
     demand = ctx.v("concurrency")
     if math.isnan(running_max):
         return demand > limit and _queue_share(ctx) >= ctx.thresholds.queue_share
-    if math.isnan(demand):
+    waiting = ctx.server_v("waiting")
+    if math.isnan(demand):  # open loop: a standing queue, not one peak of arrivals
         demand = running_max + ctx.server_v("waiting_max")
-    return demand > limit and (
-        running_max >= ctx.thresholds.slot_fill * limit or ctx.server_v("waiting") >= 1
-    )
+        return demand > limit and waiting >= 1
+    return demand > limit and (running_max >= ctx.thresholds.slot_fill * limit or waiting >= 1)
 
 
 def _admission_blocker(ctx: Context) -> tuple[str, str]:
@@ -529,13 +538,15 @@ def _prompt_saturated(ctx: Context) -> bool:
 
 def _token_budget_text(ctx: Context) -> str:
     """Evidence that prompts queue for the step's token budget (prefill compute), or "": the
-    steps are compute-bound and the tokens of one step (the prompt tokens arriving per step
-    plus one per decoding sequence) fill ``budget_fill`` of ``--max-num-batched-tokens``."""
+    steps are compute-bound and the tokens of one step (the prompt tokens arriving per step,
+    those recomputed after preemptions included, plus one per decoding sequence) fill
+    ``budget_fill`` of ``--max-num-batched-tokens``."""
     budget = ctx.server.get("max_num_batched_tokens")
     cause = _step_cause(ctx)
     if not is_num(budget) or cause not in ("compute_bound_prefill", "prefill_interference"):
         return ""
-    prompts = ctx.v("qps") * computed_prompt_tokens(ctx.row) * ctx.v("tpot_avg_s")
+    prompt_rate = ctx.v("qps") * computed_prompt_tokens(ctx.row) + recompute_tokens_per_s(ctx.row)
+    prompts = prompt_rate * ctx.v("tpot_avg_s")
     running = ctx.server_v("running")
     per_step = prompts + (running if running > 0 else 0.0)
     if not per_step >= ctx.thresholds.budget_fill * budget:

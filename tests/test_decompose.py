@@ -157,14 +157,26 @@ def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_rid
                running=512.0, gpu_util=1.0)  # fmt: skip
     p, d, b = (resource_row(r, model, gpu) for r in (prompts, decodes, big))
     assert p["mfu"] == pytest.approx(0.4) and d["mfu"] == pytest.approx(0.4)
+    # qps 1 x TPOT 20 ms: 2% of the steps carry a prompt, and their decode tokens' FLOPs count
+    assert p["prompt_step_share"] == d["prompt_step_share"] == pytest.approx(0.02)
     share = 1024 / (1024 + 32)
-    assert p["compute_time_share"] == pytest.approx(0.4 * share / 0.7)
-    assert p["step_bound"] == "compute"
-    assert d["compute_time_share"] == pytest.approx(0.4 * (128 / 384) / 0.7)
+    assert p["compute_time_share"] == pytest.approx(0.4 * (share + (1 - share) * 0.02) / 0.7)
+    assert p["step_bound"] == "compute" and p["decode_step_bound"] == "memory"
+    assert d["compute_time_share"] == pytest.approx(0.4 * (1 / 3 + 2 / 3 * 0.02) / 0.7)
     assert d["step_bound"] == "memory"  # its MFU is two thirds decode FLOPs, in memory steps
     assert b["compute_time_share"] == pytest.approx(0.4 / 0.7) and b["step_bound"] == "compute"
+    assert b["decode_step_bound"] == "compute"  # 512 sequences: past the ridge
     idle = resource_row({**prompts, "gpu_util": 0.5}, model, gpu)
     assert idle["compute_time_share"] == pytest.approx(min(1.0, 2 * p["compute_time_share"]))
+    # a prompt arriving every step: every step is compute-bound, all FLOPs count
+    busy = resource_row({**decodes, "qps": 60.0}, model, gpu)
+    assert (
+        busy["compute_time_share"] == pytest.approx(0.4 / 0.7) and busy["step_bound"] == "compute"
+    )
+    # preemptions recompute prompt + half the output: 5 a second here, 5 x 256 tokens
+    pre = resource_row({**decodes, "preemptions": 50.0, "duration_s": 10.0}, model, gpu)
+    flops = 5 * (128 + 128) * 2 * model.params_per_token() / gpu.peak_flops(model.weight_bits)
+    assert pre["compute_time_share"] == pytest.approx(d["compute_time_share"] + flops / 0.7)
 
 
 def test_a_queue_at_the_lowest_load_is_taken_off_before_calibrating() -> None:

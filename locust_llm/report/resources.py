@@ -9,13 +9,18 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
   (weights + KV at the mean context) x steps per second (1 / mean TPOT) / the device's
   bandwidth;
 - ``compute_time_share``: the share of the device's busy time that compute set. A step that
-  carries a prompt chunk is compute-bound and lasts its FLOPs' time; a decode-only step is
-  memory-bound (unless its batch is past the roofline's ridge) and its few FLOPs do not set
-  its length. So: the prompt tokens' FLOPs at the achievable compute efficiency
-  (:data:`COMPUTE_EFFICIENCY`), i.e. ``mfu x prompt share / 0.7`` of the wall time (all of
-  ``mfu`` when a decode step of the observed batch is compute-bound at the achievable
-  efficiencies), over the busy share (``gpu_util``, 1 when unknown). Comparing the stage's
-  mean MFU with its mean MBU cannot tell this: mixed steps average out;
+  carries a prompt chunk is compute-bound and lasts all its FLOPs' time; a decode-only step
+  is memory-bound (unless its batch is past the roofline's ridge) and its few FLOPs do not set
+  its length. So: at the achievable compute efficiency (:data:`COMPUTE_EFFICIENCY`), the FLOP
+  time of the prompt tokens, of the tokens recomputed after preemptions
+  (:func:`recompute_tokens_per_s`) and of the decode tokens in the share of steps that carry
+  prompt work (arrivals per step = qps x TPOT, at most 1; all decode tokens when a decode
+  step of the observed batch is compute-bound at the achievable efficiencies), over the busy
+  share (``gpu_util``, 1 when unknown). Comparing the stage's mean MFU with its mean MBU
+  cannot tell this: mixed steps average out;
+- ``prompt_step_share``: the share of steps that carry prompt work (see above);
+  ``decode_step_bound``: what bounds a decode-only step of the observed batch at the
+  achievable efficiencies (``compute`` past the roofline's ridge);
 - ``step_bound``: ``compute`` when ``compute_time_share`` >= :data:`COMPUTE_BOUND_SHARE`
   (compute set most of the step time), else ``memory``;
 - ``prefill_token_share``: input tokens / all tokens computed;
@@ -62,6 +67,8 @@ COLUMNS: tuple[str, ...] = (
     "mfu",
     "mbu",
     "compute_time_share",
+    "prompt_step_share",
+    "decode_step_bound",
     "step_bound",
     "prefill_token_share",
     "kv_capacity_seqs",
@@ -139,7 +146,7 @@ def resource_row(
     """The :data:`COLUMNS` of one stage row (``tp`` GPUs share the work: utilizations are
     per GPU)."""
     out: dict[str, Any] = {c: NAN for c in COLUMNS}
-    out["step_bound"] = out["admission_limit"] = ""
+    out["step_bound"] = out["admission_limit"] = out["decode_step_bound"] = ""
     out["batch_limit_source"] = limits.source if limits.max_num_seqs else ""
     n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
     computed_in = computed_prompt_tokens(row)  # the prefix cache's tokens are not computed
@@ -158,8 +165,13 @@ def resource_row(
             step = step_cost(model, [max(1, context)] * max(1, round(batch)), tp=tp)
             out["mbu"] = step.bytes / tpot / gpu.memory_bandwidth_bytes_s
             share = compute_time_share(
-                out["mfu"], out["prefill_token_share"], row, step, gpu, model
+                out["mfu"], out["prefill_token_share"], row, step, gpu, model, tp
             )
+            compute_s, memory_s = step.times(
+                gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
+            )
+            out["decode_step_bound"] = "compute" if compute_s >= memory_s else "memory"
+            out["prompt_step_share"] = prompt_step_share(row)
         if not math.isnan(share + out["mbu"]):
             out["compute_time_share"] = share
             out["step_bound"] = "compute" if share >= COMPUTE_BOUND_SHARE else "memory"
@@ -196,6 +208,24 @@ def resource_row(
     return out
 
 
+def recompute_tokens_per_s(row: Mapping[str, Any]) -> float:
+    """Tokens the server computed again after preempting (recompute preemption: a preempted
+    sequence prefills its prompt and the tokens it had sent once more): the stage's
+    preemptions x (prompt + half the output) / its duration; 0 without preemptions."""
+    pre, dur = _f(row, "preemptions"), _f(row, "duration_s")
+    if not (pre > 0 and dur > 0):
+        return 0.0
+    n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
+    return pre * ((n_in if n_in > 0 else 0.0) + (n_out if n_out > 0 else 0.0) / 2) / dur
+
+
+def prompt_step_share(row: Mapping[str, Any]) -> float:
+    """Share of the steps that carry prompt work: arrivals per step (qps x mean TPOT, one
+    step per decode token), at most 1; 0 when unknown."""
+    mixed = _f(row, "qps") * _f(row, "tpot_avg_s")
+    return min(1.0, max(0.0, mixed)) if math.isfinite(mixed) else 0.0
+
+
 def compute_time_share(
     mfu: float,
     prompt_share: float,
@@ -203,18 +233,25 @@ def compute_time_share(
     decode_step: StepCost,
     gpu: GpuSpec,
     model: ModelSpec,
+    tp: int = 1,
 ) -> float:
-    """Share of the busy time that compute set (see the module docstring): the prompt tokens'
-    FLOP time, plus the decode tokens' when a decode step of the observed batch is itself
-    compute-bound (past the ridge), at the achievable efficiencies, over the busy share."""
+    """Share of the busy time that compute set (see the module docstring), at the achievable
+    efficiencies, over the busy share: the FLOP time of the prompt tokens and of the tokens
+    recomputed after preemptions; plus the decode tokens', in the share of steps that carry
+    prompt work (a compute-bound step lasts all its FLOPs: arrivals per step, qps x TPOT,
+    capped at 1), or all of them when a decode step of the observed batch is itself
+    compute-bound (past the ridge)."""
     prompt_share = prompt_share if 0 <= prompt_share <= 1 else 0.0
     compute_s, memory_s = decode_step.times(
         gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
     )
-    counted = 1.0 if compute_s >= memory_s else prompt_share
+    mixed = prompt_step_share(row)
+    counted = 1.0 if compute_s >= memory_s else prompt_share + (1 - prompt_share) * mixed
+    peak = gpu.peak_flops(model.weight_bits) * tp
+    recompute = recompute_tokens_per_s(row) * 2.0 * model.params_per_token() / peak
     busy = _f(row, "gpu_util")
     busy = busy if 0 < busy <= 1 else 1.0
-    return min(1.0, mfu * counted / COMPUTE_EFFICIENCY / busy)
+    return min(1.0, (mfu * counted + recompute) / COMPUTE_EFFICIENCY / busy)
 
 
 def add_resources(
