@@ -427,8 +427,9 @@ def write_markdown(
         "```",
         "",
         f"{s['stages']} stages, {s['judged']} judged (ground truth has >= {MIN_REQUESTS} "
-        "requests in the window and the verdict names a resource). Target: >= 95% name the "
-        "right limiting resource; no contradicted phase; TTFT split within 10% of the trace's.",
+        "requests in the window and the verdict names a resource, or a failure: `memory_oom`, "
+        "`errors`, judged against the traces' outcomes). Target: >= 95% name the right "
+        "limiting resource; no contradicted phase; TTFT split within 10% of the trace's.",
         "",
         "| measure | value | target |",
         "|---|---:|---:|",
@@ -460,8 +461,11 @@ def write_markdown(
             "## End to end through the real client",
             "",
             f"{len({r.case for r in e2e})} runs of `locust-llm sim --trace --step-trace` + "
-            "`locust-llm run` (Locust, one process) + the report, each stage judged against "
-            f"the traces: {t['stages']} stages, {t['judged']} judged, right limiting resource "
+            "`locust-llm run` (Locust, one process, telemetry every "
+            f"{E2E_SCRAPE_S} s) + the report, each stage judged against the traces; the "
+            "simulator's `--max-num-seqs` is not given to the run (the report reads it from "
+            "the gauges, or not at all), and some runs carry seeded faults (`--fault`): "
+            f"{t['stages']} stages, {t['judged']} judged, right limiting resource "
             f"{t['right']} / {t['judged']} = {t['accuracy']:.1%}, {t['contradictions']} phase "
             f"contradictions, TTFT split within 10%: {t['split_within_10pct']:.1%}.",
             "",
