@@ -45,9 +45,10 @@ from locust_llm.report.build import build_report
 from locust_llm.report.load import load_run
 from locust_llm.sim import virtual
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.engine import Engine, StepResult
+from locust_llm.sim.engine import Engine, RequestTooLarge, StepResult
 from locust_llm.sim.labels import LABELS, ground_truth
 from locust_llm.sim.trace import request_times, step_record
+from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "bench" / "results" / "verdict_accuracy.md"
@@ -77,6 +78,19 @@ class RecordingEngine(Engine):
 
     steps_seen: list[dict[str, Any]]
     requests_seen: list[dict[str, Any]]
+
+    def add(self, *args: Any, **kw: Any) -> Any:
+        """The engine's own refusals (a request that cannot fit alone), as the real server's
+        trace writes them: outcome ``rejected``."""
+        try:
+            return super().add(*args, **kw)
+        except RequestTooLarge:
+            arrival = kw.get("arrival_s")
+            self.requests_seen.append(
+                {"arrival": BASE_WALL_S + (self.clock_s if arrival is None else arrival),
+                 "outcome": "rejected"}
+            )  # fmt: skip
+            raise
 
     def step(self, start_s: float | None = None) -> StepResult:
         if not hasattr(self, "steps_seen"):
@@ -221,18 +235,43 @@ def run_case(case: Case, work: Path) -> list[StageResult]:
     return judge(report, engine.steps_seen, engine.requests_seen, case.index, case.describe())
 
 
+#: Verdict kinds judged beside the causes: the stage failed, and the traces say so.
+FAILURE_NAMES: tuple[str, ...] = ("memory_oom", "errors")
+NAMES: tuple[str, ...] = (*LABELS, *FAILURE_NAMES)
+
+
+def failure_truth(requests: list[dict], lo: float, hi: float) -> str:
+    """``memory_oom`` when a request that arrived in ``[lo, hi)`` ended out of memory;
+    ``errors`` when the share the server failed (an injected fault ended it, or it was
+    rejected) is above the report's error-rate threshold; else "" (the label decides)."""
+    arrived = [r for r in requests if lo <= float(r.get("arrival") or math.nan) < hi]
+    if any(r.get("outcome") == "oom" for r in arrived):
+        return "memory_oom"
+    failed = sum(
+        1 for r in arrived if str(r.get("outcome", "")).startswith("fault:")
+        or r.get("outcome") == "rejected"
+    )  # fmt: skip
+    return "errors" if arrived and error_rate_exceeded(failed / len(arrived), Thresholds()) else ""
+
+
+def named(verdict: Any) -> str:
+    """What the verdict names: its cause, or its kind when the stage failed."""
+    return verdict.cause or (verdict.kind if verdict.kind in FAILURE_NAMES else "")
+
+
 def judge(
     report: Any, steps: list[dict], requests: list[dict], case: int, description: str
 ) -> list[StageResult]:
     """Each stage of ``report`` against the ground truth of the traces."""
     out = []
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
-        lo = float(row["end_wall_s"]) - float(row["duration_s"])
-        truth = ground_truth(steps, requests, start_s=lo, end_s=float(row["end_wall_s"]))
+        lo, hi = float(row["end_wall_s"]) - float(row["duration_s"]), float(row["end_wall_s"])
+        truth = ground_truth(steps, requests, start_s=lo, end_s=hi)
+        label = failure_truth(requests, lo, hi) or truth.label
         judged, why = True, ""
         if truth.requests < MIN_REQUESTS:
             judged, why = False, f"{truth.requests} requests in the window"
-        elif not verdict.cause:
+        elif not named(verdict):
             judged, why = False, f"verdict {verdict.kind} names no resource"
         # the split as shares of TTFT: the report's requests (started in the window) and the
         # trace's (first token in the window) are not the same set in a stage with a growing
@@ -246,8 +285,8 @@ def judge(
             StageResult(
                 case=case,
                 stage=int(row["stage"]),
-                label=truth.label,
-                cause=verdict.cause,
+                label=label,
+                cause=named(verdict),
                 kind=verdict.kind,
                 judged=judged,
                 why_not=why,
@@ -267,7 +306,17 @@ E2E_SIMS: tuple[tuple[str, ...], ...] = (
     ("--model", "mistral-7b", "--gpu", "h100-sxm", "--max-num-seqs", "16"),
     ("--model", "mistral-7b", "--gpu", "h100-sxm", "--num-gpu-blocks-override", "64"),
     ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--max-num-batched-tokens", "2048"),
-)
+    # seeded faults: 10% answered 500 (truth: errors), 8% cut after 4 tokens (errors), 5%
+    # stalled 0.3 s after the first token but finished (not failures: truth is the resource)
+    ("--model", "qwen2.5-0.5b", "--gpu", "a10", "--max-num-seqs", "64", "--fault", "http500:0.1"),
+    ("--model", "mistral-7b", "--gpu", "h100-sxm", "--max-num-seqs", "16",
+     "--fault", "disconnect:0.08:4"),
+    ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--fault", "stall:0.05:0.3"),
+)  # fmt: skip
+#: Telemetry scrape interval of the end-to-end runs: their stages last a few seconds, and the
+#: verdict uses no server signal with fewer than 3 samples in a stage (a user's stages are
+#: longer; a 1 s interval would leave these to client-side evidence only).
+E2E_SCRAPE_S = "0.25"
 E2E_LOADS: tuple[tuple[str, ...], ...] = (
     ("--concurrency", "2,8", "--stage-requests", "12,40"),
     ("--concurrency", "4,24", "--stage-requests", "16,60"),
@@ -300,7 +349,8 @@ def run_e2e(index: int, sim: tuple[str, ...], load: tuple[str, ...], work: Path)
     with simulator(flags, work / f"e2e{index}.log") as url:
         out = subprocess.run(
             [sys.executable, "-m", "locust_llm.cli", "run", "--host", url, *load, "--workers",
-             "0", "--out", str(run_dir), "--quiet", "--stop-timeout", "5"],
+             "0", "--out", str(run_dir), "--quiet", "--stop-timeout", "5",
+             "--llm-scrape-interval", E2E_SCRAPE_S],
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
     if out.returncode not in (0, 3):
@@ -343,12 +393,13 @@ def confusion(results: list[StageResult]) -> list[str]:
     """A markdown confusion matrix: ground-truth label (rows) x named cause (columns)."""
     judged = [r for r in results if r.judged]
     counts = Counter((r.label, r.cause) for r in judged)
-    causes = list(LABELS)
+    failures = [n for n in FAILURE_NAMES if any(n in (r.label, r.cause) for r in judged)]
+    causes = [*LABELS, *failures]
     lines = [
         "| truth \\ verdict | " + " | ".join(causes) + " |",
         "|---|" + "---:|" * len(causes),
     ]
-    for label in LABELS:
+    for label in causes:
         cells = [str(counts.get((label, c), 0)) for c in causes]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
@@ -376,8 +427,9 @@ def write_markdown(
         "```",
         "",
         f"{s['stages']} stages, {s['judged']} judged (ground truth has >= {MIN_REQUESTS} "
-        "requests in the window and the verdict names a resource). Target: >= 95% name the "
-        "right limiting resource; no contradicted phase; TTFT split within 10% of the trace's.",
+        "requests in the window and the verdict names a resource, or a failure: `memory_oom`, "
+        "`errors`, judged against the traces' outcomes). Target: >= 95% name the right "
+        "limiting resource; no contradicted phase; TTFT split within 10% of the trace's.",
         "",
         "| measure | value | target |",
         "|---|---:|---:|",
@@ -409,8 +461,11 @@ def write_markdown(
             "## End to end through the real client",
             "",
             f"{len({r.case for r in e2e})} runs of `locust-llm sim --trace --step-trace` + "
-            "`locust-llm run` (Locust, one process) + the report, each stage judged against "
-            f"the traces: {t['stages']} stages, {t['judged']} judged, right limiting resource "
+            "`locust-llm run` (Locust, one process, telemetry every "
+            f"{E2E_SCRAPE_S} s) + the report, each stage judged against the traces; the "
+            "simulator's `--max-num-seqs` is not given to the run (the report reads it from "
+            "the gauges, or not at all), and some runs carry seeded faults (`--fault`): "
+            f"{t['stages']} stages, {t['judged']} judged, right limiting resource "
             f"{t['right']} / {t['judged']} = {t['accuracy']:.1%}, {t['contradictions']} phase "
             f"contradictions, TTFT split within 10%: {t['split_within_10pct']:.1%}.",
             "",

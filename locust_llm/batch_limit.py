@@ -11,19 +11,25 @@ llama.cpp       ``GET /props``                       ``total_slots`` (``--parall
 ==============  ===================================  =========================================
 
 vLLM, SGLang and TGI do not expose their ``--max-num-seqs`` / ``--max-running-requests`` /
-``--max-batch-size`` over HTTP in a form read here (see ``docs/servers.md``); for them the report
-falls back to the KV-cache estimate. A server that does not answer, or answers something else,
-gives no limit (never a guess). The result lands in ``run.json``'s ``extra`` as ``max_num_seqs``
-with ``max_num_seqs_source`` saying where it came from.
+``--max-batch-size`` over HTTP in a form read here (see ``docs/servers.md``). A server that does
+not answer, or answers something else, gives no limit (never a guess). The result lands in
+``run.json``'s ``extra`` as ``max_num_seqs`` with ``max_num_seqs_source`` saying where it came
+from.
+
+Where neither gave one, the report reads the limit the way the server shows it
+(:func:`limit_from_gauges`): the running gauge flat at one value while requests wait and the KV
+cache is below full; the source then says so ("running gauge flat at 16 in 12 of 13 samples
+...").
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 Fetch = Callable[[str, float], str]
@@ -75,3 +81,43 @@ def run_info_extra(given: int, host: str, fetch: Fetch = _fetch) -> dict[str, An
     if found is None:
         return {}
     return {"max_num_seqs": found[0], "max_num_seqs_source": found[1]}
+
+
+#: A flat running gauge: samples within this share of the plateau (or one sequence) ...
+FLAT_SHARE = 0.1
+#: ... at least this share of the samples in which more were asked for than the plateau.
+FLAT_SAMPLES = 0.5
+#: KV-cache usage from which the KV pool, not a batch limit, may be what holds requests back.
+FULL_KV = 0.9
+MIN_FLAT_SAMPLES = 3
+
+
+def limit_from_gauges(samples: Iterable[tuple[float, float, float]]) -> tuple[int, str] | None:
+    """The batch limit a server shows without saying it, from ``(running, waiting, kv_usage)``
+    gauge samples of one run (NaN = not sampled), or None.
+
+    A scheduler admits a waiting request unless the token budget, the KV cache or its batch
+    limit stops it. ``top`` is the most sequences that ever ran. Where more were asked for
+    than that (``running + waiting > top``, ``waiting`` >= 1) while the KV cache was below
+    :data:`FULL_KV`, and ``running`` sat at the plateau (within :data:`FLAT_SHARE` of ``top``,
+    or one sequence: the gauge is read after a step's finished sequences left) in at least
+    :data:`MIN_FLAT_SAMPLES` and :data:`FLAT_SAMPLES` of those samples, ``top`` is the limit.
+    Without a KV signal, no limit (a full KV cache would look the same). A request that
+    waits only for the step under way reads ``running + waiting <= top`` and does not count.
+    A batch held flat by the token budget (prompts queue for prefill compute) reads the same:
+    the limit is then at least that value, and the verdict tests the budget first.
+    """
+    clean = [(r, w, k) for r, w, k in samples if math.isfinite(r) and math.isfinite(w)]
+    if not clean:
+        return None
+    top = max(r for r, _, _ in clean)
+    asked = [(r, k) for r, w, k in clean if w >= 1 and r + w > top and math.isfinite(k)]
+    asked = [(r, k) for r, k in asked if k < FULL_KV]
+    flat = [r for r, _ in asked if r >= top - max(1.0, FLAT_SHARE * top)]
+    if top < 1 or len(flat) < max(MIN_FLAT_SAMPLES, FLAT_SAMPLES * len(asked)):
+        return None
+    kv_max = max(k for _, k in asked)
+    return round(top), (
+        f"running gauge flat at {top:.0f} in {len(flat)} of {len(asked)} samples with more "
+        f"requests than that asked for, KV cache at most {kv_max:.0%}"
+    )

@@ -25,24 +25,38 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
 4. ``errors`` -> ``errors``: error rate above ``error_rate``.
 5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
    at least ``queue_share`` of TTFT, or a standing queue (waiting >= 1 and >= half the batch).
-   The cause is ``kv_capacity_admission`` when the KV cache peaked at ``saturated_kv`` or
-   preempted, ``batch_limit_admission`` when the peak batch reached ``slot_fill`` of
-   max-num-seqs / the server's slots (or the batch stayed at one plateau while load grew).
+   The cause, in the order a scheduler's admission gates are tested: the step's token budget
+   (compute-bound steps whose prompt tokens per step plus one per decoding sequence fill
+   ``budget_fill`` of ``--max-num-batched-tokens``: the step-bound cause, prompts queue for
+   prefill compute); ``batch_limit_admission`` when demand exceeds max-num-seqs / the
+   server's slots (given, probed, or read from a flat running gauge:
+   :mod:`locust_llm.batch_limit`; an observed plateau is not taken for a limit when prompts'
+   compute fills ``prefill_saturated`` of the busy time: a budget spent on prompts every step
+   holds the batch flat too) and the batch reached ``slot_fill`` of it or requests wait
+   (without a running gauge: more users than slots and TTFT mostly queue, client-side),
+   unless the KV cache preempted (only a full KV cache preempts); ``kv_capacity_admission``
+   when the KV cache peaked at ``saturated_kv`` or preempted; else, with no KV signal, a
+   batch that stays at one plateau while load grows.
 6. ``under_loaded`` -> ``low_concurrency``: no admission queue and the device busy less than
    ``busy_share`` (GPU utilization); without a busy signal, throughput still scaling (gain over
    the lower stage at least ``linear_efficiency`` of the load ratio's) - client-side.
-7. ``step_bound`` -> ``prefill_bound`` / ``decode_bound``: the resource model's step bound.
-   ``compute`` (MFU >= MBU): ``prefill_interference`` when requests spend longer decoding than
-   waiting for their first token and at least ``interference_prefill_share`` of the tokens
-   computed are prompt tokens; ``compute_bound_prefill`` when prompt tokens are at least half
-   and TTFT is the longer phase; else ``compute_bound_decode``. ``memory``:
-   ``bandwidth_bound_decode``.
-8. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
+7. ``small_batch`` -> ``low_concurrency``: no queue and the batch at most
+   ``low_batch_fraction`` of its limit; the cause is the step bound.
+8. ``step_bound`` -> ``prefill_bound`` / ``decode_bound``: the resource model's step bound.
+   ``compute`` (compute sets at least half the busy time: the prompt tokens' FLOPs at the
+   achievable efficiency, :func:`locust_llm.report.resources.compute_time_share`):
+   ``prefill_interference`` when requests spend longer decoding than waiting for their first
+   token and prompt chunks set the decode steps' time: at least
+   ``interference_prefill_share`` of the tokens computed are prompt tokens, or a decode-only
+   step would be memory-bound while at least ``interference_step_share`` of the steps carry
+   prompt work; ``compute_bound_prefill`` when prompt tokens are at least half and TTFT is the
+   longer phase; else ``compute_bound_decode``. ``memory``: ``bandwidth_bound_decode``.
+9. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
    the server signals, and TTFT's share of E2E at ``prefill_share`` or more (prefill) or less.
-9. ``past_knee`` -> ``overloaded``: throughput flat (gain <= ``flat_gain``) while P99 climbs
-   (>= ``latency_climb``), or open loop achieving less than ``open_loop_shortfall`` of the
-   offered rate; cause from the step bound where known.
-10. ``nothing_saturated`` -> ``healthy`` (with server signals), else ``insufficient_data``.
+10. ``past_knee`` -> ``overloaded``: throughput flat (gain <= ``flat_gain``) while P99 climbs
+    (>= ``latency_climb``), or open loop achieving less than ``open_loop_shortfall`` of the
+    offered rate; cause from the step bound where known.
+11. ``nothing_saturated`` -> ``healthy`` (with server signals), else ``insufficient_data``.
 
 Server signals with fewer than ``min_telemetry_samples`` samples in the stage are not used:
 missing signals are never read as "not saturated".
@@ -63,9 +77,10 @@ from typing import Any
 from locust_llm.metrics import ERROR_KINDS
 from locust_llm.registry import Registry
 from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, CLIENT_DELAY_MIN_LATE
-from locust_llm.report.decompose import split_line
+from locust_llm.report.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
+from locust_llm.report.resources import recompute_tokens_per_s
 from locust_llm.sim.labels import VERDICT_KINDS as CAUSE_KINDS
 from locust_llm.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.verdict_actions import (
@@ -300,7 +315,8 @@ def _resources_text(ctx: Context) -> str:
         return ""
     share = ctx.v("prefill_token_share")
     return (
-        f"resource model {ctx.where}: MFU {pct(mfu)}, MBU {pct(mbu)} -> steps "
+        f"resource model {ctx.where}: MFU {pct(mfu)}, MBU {pct(mbu)}; compute sets "
+        f"~{pct(ctx.v('compute_time_share'))} of the busy time -> steps "
         f"{ctx.row.get('step_bound')}-bound; prompt tokens {pct(share)} of tokens computed "
         f"({num(ctx.v('input_tokens_avg'), 0)} in / {num(ctx.v('output_tokens_avg'), 0)} out"
         f"{_cache_text(ctx)})"
@@ -325,7 +341,12 @@ def _step_cause(ctx: Context) -> str:
     th = ctx.thresholds
     share = ctx.v("prefill_token_share")
     decode_longer = ctx.v("decode_avg_s") > ctx.v("ttft_avg_s")
-    if decode_longer and share >= th.interference_prefill_share:
+    # prompt chunks set the decode steps' time: prompts are most of the compute, or decode
+    # steps alone would be memory-bound while many of them carry prompt work
+    chunks = ctx.row.get("decode_step_bound") == "memory" and (
+        ctx.v("prompt_step_share") >= th.interference_step_share
+    )
+    if decode_longer and (share >= th.interference_prefill_share or chunks):
         return "prefill_interference"
     if share >= 0.5 and not decode_longer:
         return "compute_bound_prefill"
@@ -437,28 +458,53 @@ def _kv_full(ctx: Context) -> bool:
 
 
 def _slots_bind(ctx: Context, limit: float) -> bool:
-    """The batch limit holds requests back: the batch reached it while more were asked for
-    (closed loop: more users than slots; else running + waiting beyond it)."""
+    """The batch limit holds requests back: more were asked for than it allows (closed loop:
+    more users than slots; else running + waiting beyond it) and the batch reached it or
+    requests wait (the caller has ruled the token budget and the KV cache out, and a
+    scheduler admits by nothing else; the gauge is read after a step's finished sequences
+    left, so it sits below the limit by those); in open loop, with requests waiting on average
+    (a peak of arrivals is no standing queue). Without a running gauge (client-side): more
+    users than slots and the TTFT mostly queue."""
     running_max = ctx.server_v("running_max")
     demand = ctx.v("concurrency")
-    if math.isnan(demand):
+    if math.isnan(running_max):
+        return demand > limit and _queue_share(ctx) >= ctx.thresholds.queue_share
+    waiting = ctx.server_v("waiting")
+    if math.isnan(demand):  # open loop: a standing queue, not one peak of arrivals
         demand = running_max + ctx.server_v("waiting_max")
-    return demand > limit and (
-        running_max >= ctx.thresholds.slot_fill * limit or ctx.server_v("waiting") >= 1
-    )
+        return demand > limit and waiting >= 1
+    return demand > limit and (running_max >= ctx.thresholds.slot_fill * limit or waiting >= 1)
 
 
 def _admission_blocker(ctx: Context) -> tuple[str, str]:
-    """(cause, evidence) of what holds the queued requests back; ("", "") when unknown."""
+    """(cause, evidence) of what holds the queued requests back; ("", "") when unknown.
+
+    In order: prompts queue for the step's token budget (prefill compute); the batch limit,
+    unless the KV cache preempted (only a full KV cache preempts); the KV cache; a batch that
+    stays at one plateau while load grows."""
     th = ctx.thresholds
     kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
     running_max = ctx.server_v("running_max")
+    budget = _token_budget_text(ctx)
+    if budget:
+        return _step_cause(ctx), budget
+    preempted = pre > 0 and _kv_full(ctx)
     for limit, label in ((ctx.max_num_seqs(), "max-num-seqs"), (ctx.slots(), "server slots")):
-        if not limit >= ctx.v("kv_capacity_seqs") and _slots_bind(ctx, limit):
+        if preempted or limit >= ctx.v("kv_capacity_seqs") or not _slots_bind(ctx, limit):
+            continue
+        source = ctx.server.get("max_num_seqs_source") if label == "max-num-seqs" else ""
+        if _prompt_saturated(ctx) and str(source).startswith("running gauge"):
+            return "", ""  # the plateau is the prefill's: the steps' bound names it
+        said = f" ({source})" if source else ""
+        if math.isnan(running_max):
             return "batch_limit_admission", (
-                f"batch peaked at {num(running_max)} running of {label} {num(limit)} with the KV "
-                f"cache at {pct(kv_max)}: requests wait for a batch slot"
+                f"{num(ctx.v('concurrency'))} users for {label} {num(limit)}{said} and TTFT "
+                f"{pct(_queue_share(ctx))} queue: requests wait for a batch slot (client-side)"
             )
+        return "batch_limit_admission", (
+            f"batch peaked at {num(running_max)} running of {label} {num(limit)}{said} with the "
+            f"KV cache at {pct(kv_max)}: requests wait for a batch slot"
+        )
     if _kv_full(ctx):
         return "kv_capacity_admission", (
             f"KV cache peaked at {pct(kv_max)} ({num(pre, 0)} preemptions): sequences wait for "
@@ -478,18 +524,37 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
     return "", ""
 
 
+def _prompt_saturated(ctx: Context) -> bool:
+    """Prompts' compute fills the busy time (``compute_time_share`` at ``prefill_saturated``,
+    compute-bound on prompts): a flat running gauge is then what a token budget spent on
+    prompts every step produces too, so an observed (not declared) plateau is not taken for
+    a batch limit."""
+    share = ctx.v("compute_time_share")
+    return share >= ctx.thresholds.prefill_saturated and _step_cause(ctx) in (
+        "compute_bound_prefill",
+        "prefill_interference",
+    )
+
+
 def _token_budget_text(ctx: Context) -> str:
-    """Evidence that prompts queue for the step's token budget (prefill compute), or ""."""
+    """Evidence that prompts queue for the step's token budget (prefill compute), or "": the
+    steps are compute-bound and the tokens of one step (the prompt tokens arriving per step,
+    those recomputed after preemptions included, plus one per decoding sequence) fill
+    ``budget_fill`` of ``--max-num-batched-tokens``."""
     budget = ctx.server.get("max_num_batched_tokens")
-    if not is_num(budget) or _step_cause(ctx) != "compute_bound_prefill":
+    cause = _step_cause(ctx)
+    if not is_num(budget) or cause not in ("compute_bound_prefill", "prefill_interference"):
         return ""
-    per_step = ctx.v("qps") * ctx.v("input_tokens_avg") * ctx.v("tpot_avg_s")
+    prompt_rate = ctx.v("qps") * computed_prompt_tokens(ctx.row) + recompute_tokens_per_s(ctx.row)
+    prompts = prompt_rate * ctx.v("tpot_avg_s")
+    running = ctx.server_v("running")
+    per_step = prompts + (running if running > 0 else 0.0)
     if not per_step >= ctx.thresholds.budget_fill * budget:
         return ""
     return (
-        f"{_resources_text(ctx)}; ~{num(per_step, 0)} prompt tokens per step of a "
-        f"{num(budget)}-token budget (--max-num-batched-tokens): prompts queue for prefill "
-        "compute"
+        f"{_resources_text(ctx)}; ~{num(per_step, 0)} tokens per step ({num(prompts, 0)} of "
+        f"them prompt tokens) of a {num(budget)}-token budget (--max-num-batched-tokens): "
+        "prompts queue for prefill compute"
     )
 
 
@@ -499,9 +564,6 @@ def _admission(ctx: Context) -> Finding | None:
     if not _queued(ctx):
         return None
     cause, blocker = _admission_blocker(ctx)
-    budget = _token_budget_text(ctx)
-    if cause != "batch_limit_admission" and budget:
-        cause, blocker = "compute_bound_prefill", budget
     if not cause:
         return None  # a queue without a binding admission limit: the steps are the limit
     evidence = [
@@ -510,7 +572,9 @@ def _admission(ctx: Context) -> Finding | None:
         f"{num(ctx.server_v('running'))} running on average",
         blocker,
     ]
-    return Finding("overloaded", tuple(e for e in evidence if e), cause)
+    return Finding(
+        "overloaded", tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok
+    )
 
 
 @rule("under_loaded", "no admission queue and the device busy less than busy_share")

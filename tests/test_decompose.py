@@ -46,7 +46,10 @@ def _row(**kw: float) -> dict:
 
 
 def test_server_histograms_win_and_are_differenced_per_stage() -> None:
-    rows = [_row(), _row(stage=1, concurrency=8.0, start_wall_s=10.0, end_wall_s=20.0)]
+    rows = [
+        _row(),
+        _row(stage=1, concurrency=8.0, start_wall_s=10.0, end_wall_s=20.0, ttft_avg_s=0.6),
+    ]
     series = _series({
         "phase_queue_s": [(9.0, "s", 0.0), (19.0, "s", 4.0)],
         "phase_prefill_s": [(9.0, "s", 0.5), (19.0, "s", 1.5)],
@@ -56,10 +59,11 @@ def test_server_histograms_win_and_are_differenced_per_stage() -> None:
     decompose(rows, series)
     top = rows[1]
     assert top["ttft_split_source"] == "server"
+    # the server's means (0.4 s queue, 0.1 s prefill) split the client's TTFT of 0.6 s 4:1
     assert (top["queue_avg_s"], top["prefill_avg_s"], top["decode_avg_s"]) == pytest.approx(
-        (0.4, 0.1, 1.0)
+        (0.48, 0.12, 1.0)
     )
-    assert split_line(top).startswith("TTFT = 400 ms queue + 100 ms prefill (source: server)")
+    assert split_line(top).startswith("TTFT = 480 ms queue + 120 ms prefill (source: server)")
 
 
 def test_model_split_calibrates_on_the_lowest_load_and_puts_the_rest_in_the_queue() -> None:
@@ -137,3 +141,54 @@ def test_prompt_tokens_the_prefix_cache_served_are_not_prefilled() -> None:
     share_warm = resource_row(warm[1], model, gpu)["prefill_token_share"]
     assert share_cold == pytest.approx(2048 / (2048 + 64))
     assert share_warm == pytest.approx(204.8 / (204.8 + 64))
+
+
+def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_ridge() -> None:
+    """Equal MFU, two token mixes: prompts (compute-bound prefill steps) set the steps' time in
+    proportion to their share of the FLOPs; a small decode batch's FLOPs do not (its steps are
+    memory-bound); a decode batch past the ridge is compute-bound as a whole."""
+    model, gpu = get_model("llama-3.1-8b"), get_gpu("a100-80gb")
+    tps = 0.4 * gpu.peak_flops(model.weight_bits) / (2 * model.params_per_token())  # MFU 40%
+    prompts = _row(total_tps=tps, input_tokens_avg=1024.0, output_tokens_avg=32.0,
+                   running=16.0, gpu_util=1.0)  # fmt: skip
+    decodes = _row(total_tps=tps, input_tokens_avg=128.0, output_tokens_avg=256.0,
+                   running=64.0, gpu_util=1.0)  # fmt: skip
+    big = _row(total_tps=tps, input_tokens_avg=128.0, output_tokens_avg=256.0,
+               running=512.0, gpu_util=1.0)  # fmt: skip
+    p, d, b = (resource_row(r, model, gpu) for r in (prompts, decodes, big))
+    assert p["mfu"] == pytest.approx(0.4) and d["mfu"] == pytest.approx(0.4)
+    # qps 1 x TPOT 20 ms: 2% of the steps carry a prompt, and their decode tokens' FLOPs count
+    assert p["prompt_step_share"] == d["prompt_step_share"] == pytest.approx(0.02)
+    share = 1024 / (1024 + 32)
+    assert p["compute_time_share"] == pytest.approx(0.4 * (share + (1 - share) * 0.02) / 0.7)
+    assert p["step_bound"] == "compute" and p["decode_step_bound"] == "memory"
+    assert d["compute_time_share"] == pytest.approx(0.4 * (1 / 3 + 2 / 3 * 0.02) / 0.7)
+    assert d["step_bound"] == "memory"  # its MFU is two thirds decode FLOPs, in memory steps
+    assert b["compute_time_share"] == pytest.approx(0.4 / 0.7) and b["step_bound"] == "compute"
+    assert b["decode_step_bound"] == "compute"  # 512 sequences: past the ridge
+    idle = resource_row({**prompts, "gpu_util": 0.5}, model, gpu)
+    assert idle["compute_time_share"] == pytest.approx(min(1.0, 2 * p["compute_time_share"]))
+    # a prompt arriving every step: every step is compute-bound, all FLOPs count
+    busy = resource_row({**decodes, "qps": 60.0}, model, gpu)
+    assert (
+        busy["compute_time_share"] == pytest.approx(0.4 / 0.7) and busy["step_bound"] == "compute"
+    )
+    # preemptions recompute prompt + half the output: 5 a second here, 5 x 256 tokens
+    pre = resource_row({**decodes, "preemptions": 50.0, "duration_s": 10.0}, model, gpu)
+    flops = 5 * (128 + 128) * 2 * model.params_per_token() / gpu.peak_flops(model.weight_bits)
+    assert pre["compute_time_share"] == pytest.approx(d["compute_time_share"] + flops / 0.7)
+
+
+def test_a_queue_at_the_lowest_load_is_taken_off_before_calibrating() -> None:
+    """A KV budget that binds at the lowest load: TTFT there is mostly queue (1 waiting at 1.4
+    completions/s: ~0.7 s by Little's law); calibrating on the whole TTFT would call the
+    queue prefill, at a far too low efficiency."""
+    model, gpu = get_model("mistral-7b"), get_gpu("l4")
+    low = _row(concurrency=4.0, ttft_avg_s=0.88, waiting=1.0, qps=1.4, running=2.4,
+               input_tokens_avg=322.0, tpot_avg_s=0.063)  # fmt: skip
+    decompose([low], {}, model, gpu)
+    assert low["queue_avg_s"] == pytest.approx(1.0 / 1.4, rel=0.01)
+    assert low["queue_avg_s"] + low["prefill_avg_s"] == pytest.approx(0.88)
+    ignoring = _row(**{**low, "waiting": 0.0})
+    decompose([ignoring], {}, model, gpu)
+    assert ignoring["prefill_efficiency"] < low["prefill_efficiency"]

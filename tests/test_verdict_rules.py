@@ -91,6 +91,76 @@ def test_a_queue_for_the_token_budget_is_prefill_compute() -> None:
     assert "2,048-token budget" in " ".join(found.evidence)
 
 
+def test_the_token_budget_comes_before_a_batch_limit_the_batch_nearly_fills() -> None:
+    """1,024-token prompts, a 2,048-token budget, 128 users for 64 slots: the batch sits at
+    61-62 of 64 but every step's budget is spent (~2,400 tokens a step): prompts wait for
+    prefill compute, not for a slot."""
+    row = _row(
+        concurrency=128.0, ttft_avg_s=4.7, queue_avg_s=4.5, waiting=63.0, running=61.2,
+        running_max=62.0, kv_cache_usage_max=0.15, step_bound="compute", mfu=0.8, mbu=0.08,
+        prefill_token_share=0.97, input_tokens_avg=1024.0, output_tokens_avg=32.0,
+        decode_avg_s=4.5, qps=16.0, tpot_avg_s=0.145, kv_capacity_seqs=400.0,
+    )  # fmt: skip
+    found = _check("admission", row, max_num_seqs=64, max_num_batched_tokens=2048)
+    assert found is not None and found.cause == "compute_bound_prefill"
+    # the same queue with a budget of 16,384 tokens: nothing but the slots holds them back
+    found = _check("admission", row, max_num_seqs=64, max_num_batched_tokens=16384)
+    assert found is not None and found.cause == "batch_limit_admission"
+
+
+def test_a_preempting_full_kv_cache_binds_before_the_batch_limit() -> None:
+    # 8 slots and a KV budget of ~8 sequences: the batch reached 8, but only a KV cache that
+    # ran out preempts
+    row = _row(
+        rate=1.0, concurrency=math.nan, ttft_avg_s=6.7, queue_avg_s=6.6, waiting=4.1,
+        waiting_max=9.0, running=5.7, running_max=8.0, kv_cache_usage_max=0.99,
+        preemptions=11.0, kv_capacity_seqs=8.1,
+    )  # fmt: skip
+    found = _check("admission", row, max_num_seqs=8)
+    assert found is not None and found.cause == "kv_capacity_admission"
+    found = _check("admission", {**row, "preemptions": 0.0}, max_num_seqs=8)
+    assert found is not None and found.cause == "batch_limit_admission"
+
+
+def test_an_observed_plateau_under_prompt_saturated_steps_is_the_prefills() -> None:
+    """2,048-token prompts through a 2,048-token budget: one prompt a step, ~4 running, the
+    rest waiting. The flat gauge reads like 4 slots, but prompts' compute fills the busy time:
+    an observed plateau is not taken for a batch limit there (a declared one still is)."""
+    row = _row(
+        concurrency=8.0, ttft_avg_s=0.23, queue_avg_s=0.14, prefill_avg_s=0.09, waiting=3.7,
+        running=3.5, running_max=4.0, kv_cache_usage_max=0.02, step_bound="compute",
+        compute_time_share=1.0, prefill_token_share=0.998, input_tokens_avg=2048.0,
+        output_tokens_avg=4.0, decode_avg_s=0.02, kv_capacity_seqs=400.0,
+    )  # fmt: skip
+    observed = {"max_num_seqs": 4, "max_num_seqs_source": "running gauge flat at 4 in 5 of 6"}
+    v = stage_verdict(row, server=observed)
+    assert (v.kind, v.cause) == ("prefill_bound", "compute_bound_prefill")
+    v = stage_verdict(
+        row, server={"max_num_seqs": 4, "max_num_seqs_source": "--llm-server-max-num-seqs"}
+    )
+    assert v.cause == "batch_limit_admission"
+    v = stage_verdict({**row, "compute_time_share": 0.6}, server=observed)
+    assert v.cause == "batch_limit_admission"
+
+
+def test_without_telemetry_users_beyond_a_known_limit_and_a_queued_ttft_are_its_slots() -> None:
+    row = _row(
+        concurrency=64.0, ttft_avg_s=0.19, queue_avg_s=0.186, prefill_avg_s=0.004,
+        tpot_avg_s=0.0047, server_samples=1.0, kv_capacity_seqs=11000.0,
+    )  # fmt: skip
+    v = stage_verdict(row, server={"max_num_seqs": 32})
+    assert (v.kind, v.cause, v.client_side, v.confidence) == (
+        "overloaded",
+        "batch_limit_admission",
+        True,
+        "low",
+    )
+    assert "64 users for max-num-seqs 32" in " ".join(v.evidence)
+    assert stage_verdict({**row, "concurrency": 32.0}, server={"max_num_seqs": 32}).cause != (
+        "batch_limit_admission"
+    )
+
+
 def test_an_empty_waiting_gauge_is_no_admission_queue() -> None:
     row = _row(ttft_avg_s=0.2, queue_avg_s=0.15, waiting=0.0)
     assert _check("admission", row) is None

@@ -22,7 +22,7 @@ from locust_llm.report.client_delay import add_client_delay
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.knee import Knee, find_knee
 from locust_llm.report.load import RunData
-from locust_llm.report.resources import server_limits
+from locust_llm.report.resources import server_limits, with_observed_limit
 from locust_llm.report.soak import SoakResult, soak_results
 from locust_llm.report.sources import source_warnings
 from locust_llm.report.tables import (
@@ -220,6 +220,8 @@ def build_report(
     floors, warnings = resolve_floors(run.info.roofline, model, device, tp, server_tp=sim_tp)
     stages, stage_warnings = effective_stages(run)
     warnings += stage_warnings
+    telemetry = TelemetryIndex(run.telemetry, floors.gpu if floors else None)
+    extra = with_observed_limit(run.info.extra, telemetry.timeline)  # a flat running gauge
     table = stage_table(
         run.requests,
         run.telemetry,
@@ -228,12 +230,12 @@ def build_report(
         mode=run.info.mode,
         slo=slo,
         floors=floors,
-        limits=server_limits(run.info.extra),
+        limits=server_limits(extra),
     )
     device_warnings = without_gpu_telemetry(table, words)  # report/wording.py
     rows = table.to_dict("records")
     add_client_delay(rows, run.requests, stages, run.info.end_wall_s)  # report/client_delay.py
-    verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(run.info.extra))
+    verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(extra))
     verdicts = [words.verdict(v) for v in verdicts]
     over = [int(r["stage"]) for r, v in zip(rows, verdicts, strict=True) if v.kind == "overloaded"]
     knee = find_knee(
@@ -266,7 +268,7 @@ def build_report(
         thresholds=thresholds,
         floors=floors,
         stage_ix=stage_ix,
-        telemetry=TelemetryIndex(run.telemetry, floors.gpu if floors else None),
+        telemetry=telemetry,
         warnings=[
             *words.say_all(
                 [

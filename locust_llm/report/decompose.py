@@ -8,12 +8,16 @@ Pure (numpy in, dicts out). Two sources, best first:
    ``phase_prefill_s``, ``phase_decode_s`` and ``phase_requests`` (:mod:`locust_llm.signals`).
    A stage's mean queue time is the increase of ``phase_queue_s`` over the stage window divided
    by the increase of ``phase_requests`` (each source's increase from its last sample before
-   the window to its last sample inside it, then summed). A server with a queue histogram but
-   no prefill one (TGI) gives prefill = client TTFT - server queue.
+   the window to its last sample inside it, then summed); the same for prefill. Those are the
+   requests that finished between the scrapes around the window, not the ones sent in it, so
+   the server's queue and prefill shares split the client's mean TTFT (queue + prefill = the
+   table's TTFT). A server with a queue histogram but no prefill one (TGI) gives prefill =
+   client TTFT - server queue.
 2. ``model``: prefill predicted by the roofline for one prompt of the stage's mean length in a
    step shared with the stage's observed decode batch (``step_cost(decode_contexts=[context] *
    (batch - 1), prefill_chunks=[(input, 0)])``), divided by an efficiency calibrated on the
-   lowest-load stage (predicted / observed mean TTFT there, where nothing queues; clamped to
+   lowest-load stage (predicted / observed mean TTFT there less the wait for the step under
+   way, or less Little's law's queue when the waiting gauge shows one there; clamped to
    0.05..1). Without a roofline (no model/GPU given) the lowest-load stage's mean TTFT per
    input token is the prefill rate. Queue = mean TTFT - prefill (>= 0).
 
@@ -192,7 +196,7 @@ def calibrate(
     if lowest is None:
         return base
     n_in = _f(lowest, "input_tokens_avg")
-    observed = _f(lowest, "ttft_avg_s") - step_wait_s(lowest, open_loop)
+    observed = _f(lowest, "ttft_avg_s") - calibration_queue_s(lowest, open_loop)
     if not (n_in >= 1 and observed > 0):
         return base
     if model is not None and gpu is not None:
@@ -204,6 +208,18 @@ def calibrate(
         return PrefillModel(model, gpu, tp, open_loop, efficiency=eff)
     per_token = observed / computed_prompt_tokens(lowest)
     return PrefillModel(model, gpu, tp, open_loop, s_per_token=per_token)
+
+
+def calibration_queue_s(row: Mapping[str, Any], open_loop: bool) -> float:
+    """The part of the calibration stage's TTFT that is not prefill: the wait for the step
+    under way, or, when the waiting gauge says requests queue there too (a KV budget or batch
+    limit that binds even at the lowest load), Little's law on that gauge (mean waiting /
+    completions per second), whichever is longer."""
+    wait = step_wait_s(row, open_loop)
+    waiting, qps = _f(row, "waiting"), _f(row, "qps")
+    if waiting >= NO_QUEUE_WAITING and qps > 0:
+        return max(wait, waiting / qps)
+    return wait
 
 
 def _cached(row: Mapping[str, Any]) -> float:
@@ -245,11 +261,16 @@ def _decompose_row(row: dict[str, Any], series: SeriesLookup, prefill_model: Pre
     lo = hi - _f(row, "duration_s")  # the window after the warm-up, as the telemetry columns
     phases = server_phases(series, lo, hi) if not math.isnan(lo + hi) else None
     if phases is not None:
-        prefill = phases.prefill_s
+        queue, prefill = phases.queue_s, phases.prefill_s
         if math.isnan(prefill):  # a queue histogram only (TGI): prefill is the rest of TTFT
-            prefill = max(0.0, ttft - phases.queue_s)
+            prefill = max(0.0, ttft - queue)
+        elif ttft > 0 and queue + prefill > 0:
+            # the server's means are of the requests that finished between the scrapes around
+            # the window, the client's of those sent in it: the server's shares split the
+            # client's TTFT, so that queue + prefill = the TTFT the table shows
+            queue, prefill = ttft * queue / (queue + prefill), ttft * prefill / (queue + prefill)
         row.update(
-            queue_avg_s=phases.queue_s,
+            queue_avg_s=queue,
             prefill_avg_s=prefill,
             ttft_split_source="server",
             phase_requests=phases.requests,

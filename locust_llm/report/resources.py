@@ -8,34 +8,57 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
 - ``mbu`` (model bandwidth utilization) = bytes one decode step of the observed batch moves
   (weights + KV at the mean context) x steps per second (1 / mean TPOT) / the device's
   bandwidth;
-- ``step_bound``: ``compute`` when ``mfu`` >= :data:`COMPUTE_OVER_BANDWIDTH_EFFICIENCY` x
-  ``mbu`` (at the achievable efficiencies the step's compute time is the longer one), else
-  ``memory``;
+- ``compute_time_share``: the share of the device's busy time that compute set. A step that
+  carries a prompt chunk is compute-bound and lasts all its FLOPs' time; a decode-only step
+  is memory-bound (unless its batch is past the roofline's ridge) and its few FLOPs do not set
+  its length. So: at the achievable compute efficiency (:data:`COMPUTE_EFFICIENCY`), the FLOP
+  time of the prompt tokens, of the tokens recomputed after preemptions
+  (:func:`recompute_tokens_per_s`) and of the decode tokens in the share of steps that carry
+  prompt work (arrivals per step = qps x TPOT, at most 1; all decode tokens when a decode
+  step of the observed batch is compute-bound at the achievable efficiencies), over the busy
+  share (``gpu_util``, 1 when unknown). Comparing the stage's mean MFU with its mean MBU
+  cannot tell this: mixed steps average out;
+- ``prompt_step_share``: the share of steps that carry prompt work (see above);
+  ``decode_step_bound``: what bounds a decode-only step of the observed batch at the
+  achievable efficiencies (``compute`` past the roofline's ridge);
+- ``step_bound``: ``compute`` when ``compute_time_share`` >= :data:`COMPUTE_BOUND_SHARE`
+  (compute set most of the step time), else ``memory``;
 - ``prefill_token_share``: input tokens / all tokens computed;
 - the admission limits in sequences: ``kv_capacity_seqs`` (observed: running / KV-cache usage;
   else the roofline's KV budget at 90% memory over the mean context), ``max_num_seqs`` and
   ``server_slots`` (from run.json's ``extra``/``extra.server``: ``max_num_seqs``,
   ``total_slots``, as llama.cpp's ``/props`` names its slots), the smallest of them is
-  ``admission_limit`` / ``admission_limit_seqs``; ``batch_fill`` = peak running / that limit.
+  ``admission_limit`` / ``admission_limit_seqs``; ``batch_fill`` = peak running / that limit;
+  ``batch_limit_source``: where the batch limit came from (the option, llama.cpp's ``/props``,
+  or, when nothing said it, the running gauge: :func:`with_observed_limit`, named
+  ``batch limit (observed)``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from locust_llm.batch_limit import limit_from_gauges
 from locust_llm.report.decompose import computed_prompt_tokens
 from locust_llm.report.fmt import column as _f
-from locust_llm.roofline import GpuSpec, ModelSpec, Workload, compute, step_cost
+from locust_llm.roofline import GpuSpec, ModelSpec, StepCost, Workload, compute, step_cost
 
 NAN = math.nan
 
-#: Achievable compute efficiency / achievable bandwidth efficiency of serving kernels (0.7 /
-#: 0.85, the simulator's calibrated defaults: bench/results/calibration.md): a step is
-#: compute-bound when MFU / 0.7 >= MBU / 0.85, i.e. MFU >= this x MBU.
-COMPUTE_OVER_BANDWIDTH_EFFICIENCY = 0.7 / 0.85
+#: Achievable compute efficiency of serving kernels (the simulator's calibrated default,
+#: bench/results/calibration.md): FLOPs take FLOPs / (peak x this) seconds.
+COMPUTE_EFFICIENCY = 0.7
+
+#: Achievable bandwidth efficiency (the same source): bytes take bytes / (bandwidth x this).
+BANDWIDTH_EFFICIENCY = 0.85
+
+#: Share of the busy time set by compute from which the steps are called compute-bound.
+COMPUTE_BOUND_SHARE = 0.5
 
 #: KV usage from which running / usage is trusted as the capacity (below: the roofline's).
 OBSERVED_KV_MIN = 0.05
@@ -43,21 +66,27 @@ OBSERVED_KV_MIN = 0.05
 COLUMNS: tuple[str, ...] = (
     "mfu",
     "mbu",
+    "compute_time_share",
+    "prompt_step_share",
+    "decode_step_bound",
     "step_bound",
     "prefill_token_share",
     "kv_capacity_seqs",
     "admission_limit",
     "admission_limit_seqs",
     "batch_fill",
+    "batch_limit_source",
 )
 
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Admission limits the server told us (None: not known)."""
+    """Admission limits the server told us (None: not known), and where the batch limit came
+    from (``max_num_seqs_source``: the option, a probe, the running gauge)."""
 
     max_num_seqs: int | None = None
     slots: int | None = None
+    source: str = ""
 
 
 def server_limits(extra: Mapping[str, Any]) -> ServerLimits:
@@ -70,7 +99,40 @@ def server_limits(extra: Mapping[str, Any]) -> ServerLimits:
             value = source.get(key)
             if isinstance(value, int | float) and value > 0 and key not in found:
                 found[key] = int(value)
-    return ServerLimits(found.get("max_num_seqs"), found.get("total_slots"))
+    said = extra.get("max_num_seqs_source")
+    return ServerLimits(
+        found.get("max_num_seqs"), found.get("total_slots"), said if isinstance(said, str) else ""
+    )
+
+
+Timeline = Callable[[str], tuple[np.ndarray, np.ndarray]]
+
+
+def with_observed_limit(extra: Mapping[str, Any], timeline: Timeline) -> dict[str, Any]:
+    """run.json's ``extra``, plus ``max_num_seqs`` / ``max_num_seqs_source`` read from the
+    gauges (:func:`locust_llm.batch_limit.limit_from_gauges`) when neither the user, a probe
+    nor the server's own record gave a batch limit. ``timeline(signal)`` gives a signal's
+    (times, values) combined over GPUs and servers (``TelemetryIndex.timeline``)."""
+    out = dict(extra)
+    known = server_limits(extra)
+    sim = extra.get("sim")
+    if known.max_num_seqs or known.slots or (isinstance(sim, Mapping) and sim.get("max_num_seqs")):
+        return out
+    gauges = {
+        s: dict(zip(*timeline(s), strict=True)) for s in ("running", "waiting", "kv_cache_usage")
+    }
+    samples = [
+        (
+            float(r),
+            float(gauges["waiting"].get(t, NAN)),
+            float(gauges["kv_cache_usage"].get(t, NAN)),
+        )
+        for t, r in gauges["running"].items()
+    ]
+    found = limit_from_gauges(samples)
+    if found is not None:
+        out["max_num_seqs"], out["max_num_seqs_source"] = found
+    return out
 
 
 def resource_row(
@@ -84,7 +146,8 @@ def resource_row(
     """The :data:`COLUMNS` of one stage row (``tp`` GPUs share the work: utilizations are
     per GPU)."""
     out: dict[str, Any] = {c: NAN for c in COLUMNS}
-    out["step_bound"] = out["admission_limit"] = ""
+    out["step_bound"] = out["admission_limit"] = out["decode_step_bound"] = ""
+    out["batch_limit_source"] = limits.source if limits.max_num_seqs else ""
     n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
     computed_in = computed_prompt_tokens(row)  # the prefix cache's tokens are not computed
     if computed_in + n_out > 0:
@@ -97,12 +160,21 @@ def resource_row(
         peak = gpu.peak_flops(model.weight_bits) * tp  # the work is spread over tp GPUs
         out["mfu"] = tokens_per_s * 2.0 * model.params_per_token() / peak
         tpot = _f(row, "tpot_avg_s")
+        share = NAN
         if batch > 0 and tpot > 0:
             step = step_cost(model, [max(1, context)] * max(1, round(batch)), tp=tp)
             out["mbu"] = step.bytes / tpot / gpu.memory_bandwidth_bytes_s
-        if not math.isnan(out["mfu"] + out["mbu"]):
-            compute_bound = out["mfu"] >= COMPUTE_OVER_BANDWIDTH_EFFICIENCY * out["mbu"]
-            out["step_bound"] = "compute" if compute_bound else "memory"
+            share = compute_time_share(
+                out["mfu"], out["prefill_token_share"], row, step, gpu, model, tp
+            )
+            compute_s, memory_s = step.times(
+                gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
+            )
+            out["decode_step_bound"] = "compute" if compute_s >= memory_s else "memory"
+            out["prompt_step_share"] = prompt_step_share(row)
+        if not math.isnan(share + out["mbu"]):
+            out["compute_time_share"] = share
+            out["step_bound"] = "compute" if share >= COMPUTE_BOUND_SHARE else "memory"
     kv_usage = _f(row, "kv_cache_usage_max")
     running_max = _f(row, "running_max")
     if running_max > 0 and kv_usage >= OBSERVED_KV_MIN:
@@ -118,9 +190,13 @@ def resource_row(
             ),
         )
         out["kv_capacity_seqs"] = floors.kv_capacity_sequences
+    observed = limits.source.startswith("running gauge")
     candidates = [
         (out["kv_capacity_seqs"], "KV capacity"),
-        (float(limits.max_num_seqs or NAN), "max-num-seqs"),
+        (
+            float(limits.max_num_seqs or NAN),
+            "batch limit (observed)" if observed else "max-num-seqs",
+        ),
         (float(limits.slots or NAN), "server slots"),
     ]
     known = [(v, name) for v, name in candidates if v > 0]
@@ -130,6 +206,52 @@ def resource_row(
         if running_max > 0:
             out["batch_fill"] = running_max / seqs
     return out
+
+
+def recompute_tokens_per_s(row: Mapping[str, Any]) -> float:
+    """Tokens the server computed again after preempting (recompute preemption: a preempted
+    sequence prefills its prompt and the tokens it had sent once more): the stage's
+    preemptions x (prompt + half the output) / its duration; 0 without preemptions."""
+    pre, dur = _f(row, "preemptions"), _f(row, "duration_s")
+    if not (pre > 0 and dur > 0):
+        return 0.0
+    n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
+    return pre * ((n_in if n_in > 0 else 0.0) + (n_out if n_out > 0 else 0.0) / 2) / dur
+
+
+def prompt_step_share(row: Mapping[str, Any]) -> float:
+    """Share of the steps that carry prompt work: arrivals per step (qps x mean TPOT, one
+    step per decode token), at most 1; 0 when unknown."""
+    mixed = _f(row, "qps") * _f(row, "tpot_avg_s")
+    return min(1.0, max(0.0, mixed)) if math.isfinite(mixed) else 0.0
+
+
+def compute_time_share(
+    mfu: float,
+    prompt_share: float,
+    row: Mapping[str, Any],
+    decode_step: StepCost,
+    gpu: GpuSpec,
+    model: ModelSpec,
+    tp: int = 1,
+) -> float:
+    """Share of the busy time that compute set (see the module docstring), at the achievable
+    efficiencies, over the busy share: the FLOP time of the prompt tokens and of the tokens
+    recomputed after preemptions; plus the decode tokens', in the share of steps that carry
+    prompt work (a compute-bound step lasts all its FLOPs: arrivals per step, qps x TPOT,
+    capped at 1), or all of them when a decode step of the observed batch is itself
+    compute-bound (past the ridge)."""
+    prompt_share = prompt_share if 0 <= prompt_share <= 1 else 0.0
+    compute_s, memory_s = decode_step.times(
+        gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
+    )
+    mixed = prompt_step_share(row)
+    counted = 1.0 if compute_s >= memory_s else prompt_share + (1 - prompt_share) * mixed
+    peak = gpu.peak_flops(model.weight_bits) * tp
+    recompute = recompute_tokens_per_s(row) * 2.0 * model.params_per_token() / peak
+    busy = _f(row, "gpu_util")
+    busy = busy if 0 < busy <= 1 else 1.0
+    return min(1.0, (mfu * counted + recompute) / COMPUTE_EFFICIENCY / busy)
 
 
 def add_resources(
