@@ -92,6 +92,11 @@ FULL_KV = 0.9
 MIN_FLAT_SAMPLES = 3
 
 
+def _room_for_one_more(running: float, kv_usage: float) -> bool:
+    """The KV cache's free share holds one more sequence of the running ones' mean size."""
+    return 1.0 - kv_usage >= kv_usage / max(running, 1.0)
+
+
 def limit_from_gauges(samples: Iterable[tuple[float, float, float]]) -> tuple[int, str] | None:
     """The batch limit a server shows without saying it, from ``(running, waiting, kv_usage)``
     gauge samples of one run (NaN = not sampled), or None.
@@ -99,9 +104,11 @@ def limit_from_gauges(samples: Iterable[tuple[float, float, float]]) -> tuple[in
     A scheduler admits a waiting request unless the token budget, the KV cache or its batch
     limit stops it. ``top`` is the most sequences that ever ran. Where more were asked for
     than that (``running + waiting > top``, ``waiting`` >= 1) while the KV cache was below
-    :data:`FULL_KV`, and ``running`` sat at the plateau (within :data:`FLAT_SHARE` of ``top``,
-    or one sequence: the gauge is read after a step's finished sequences left) in at least
-    :data:`MIN_FLAT_SAMPLES` and :data:`FLAT_SAMPLES` of those samples, ``top`` is the limit.
+    :data:`FULL_KV` with room for one more sequence (its free share at least the running
+    sequences' mean share: 7 sequences at 89% leave no room for an eighth), and ``running``
+    sat at the plateau (within :data:`FLAT_SHARE` of ``top``, or one sequence: the gauge is
+    read after a step's finished sequences left) in at least :data:`MIN_FLAT_SAMPLES` and
+    :data:`FLAT_SAMPLES` of those samples, ``top`` is the limit.
     Without a KV signal, no limit (a full KV cache would look the same). A request that
     waits only for the step under way reads ``running + waiting <= top`` and does not count.
     A batch held flat by the token budget (prompts queue for prefill compute) reads the same:
@@ -112,7 +119,7 @@ def limit_from_gauges(samples: Iterable[tuple[float, float, float]]) -> tuple[in
         return None
     top = max(r for r, _, _ in clean)
     asked = [(r, k) for r, w, k in clean if w >= 1 and r + w > top and math.isfinite(k)]
-    asked = [(r, k) for r, k in asked if k < FULL_KV]
+    asked = [(r, k) for r, k in asked if k < FULL_KV and _room_for_one_more(r, k)]
     flat = [r for r, _ in asked if r >= top - max(1.0, FLAT_SHARE * top)]
     if top < 1 or len(flat) < max(MIN_FLAT_SAMPLES, FLAT_SAMPLES * len(asked)):
         return None

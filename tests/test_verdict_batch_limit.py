@@ -35,6 +35,11 @@ def test_no_limit_without_a_queue_beyond_the_plateau_or_with_a_full_kv_cache() -
     assert limit_from_gauges(transient) is None
     full = [(8, 5, 0.99), (8, 6, 0.98), (8, 4, 0.99), (7, 6, 1.0)]
     assert limit_from_gauges(full) is None  # the KV pool may be what holds them back
+    # 7 sequences at 89% of the pool: each holds ~12.7%, the 11% left cannot take an eighth
+    no_room = [(7, 5, 0.89), (7, 6, 0.88), (7, 4, 0.89), (7, 6, 0.87)]
+    assert limit_from_gauges(no_room) is None
+    room = [(7, 5, 0.5), (7, 6, 0.52), (7, 4, 0.49), (7, 6, 0.5)]  # the same batch, half the pool
+    assert limit_from_gauges(room) is not None
     no_kv = [(8, 5, NAN), (8, 6, NAN), (8, 4, NAN)]
     assert limit_from_gauges(no_kv) is None  # ... and without a KV signal it cannot be told
     assert limit_from_gauges([(8, 5, 0.1), (8, 6, 0.1)]) is None  # too few samples
