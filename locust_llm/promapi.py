@@ -53,7 +53,8 @@ def _post(url: str, form: dict[str, str], timeout_s: float) -> bytes:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.read()
     except urllib.error.HTTPError as exc:  # Prometheus explains 4xx/5xx in a JSON body
-        body = exc.read()
+        with exc:  # and the answer's socket is closed
+            body = exc.read()
         try:
             detail = json.loads(body).get("error", "")
         except (ValueError, AttributeError):

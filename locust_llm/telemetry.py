@@ -101,6 +101,7 @@ def fetch_text(url: str, timeout_s: float) -> str:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = response.read(MAX_BODY_BYTES + 1)
     except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the answer's socket open until closed (or collected much later)
         raise ScrapeError(f"HTTP {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
         raise ScrapeError(f"unreachable ({exc.reason})") from exc

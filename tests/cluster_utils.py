@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -62,8 +63,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def http_get(url: str, timeout_s: float = 5.0) -> str:
     """The body of ``url`` as text (raises OSError on failure)."""
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return response.read().decode("utf-8", errors="replace")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:  # it holds the answer's socket open until closed
+        exc.close()
+        raise
 
 
 def metric_value(text: str, name: str) -> float:

@@ -326,3 +326,33 @@ def test_simulator_metrics_land_in_parquet(tmp_path: Path) -> None:
     assert {"running", "waiting", "kv_cache_usage", "preemptions", "gpu_util"} <= set(frame.signal)
     kv = frame[frame.signal == "kv_cache_usage"].value
     assert kv.between(0, 1).all()
+
+
+def test_a_scrape_answered_with_an_http_error_closes_its_socket() -> None:
+    """An HTTPError holds the answer's socket; left open, it is closed only when collected, and
+    collected in a reference cycle its socket may go first: an unraisable ResourceWarning in
+    some later test (pytest makes that an error)."""
+    import http.server
+    import threading
+
+    from locust_llm.telemetry import ScrapeError, fetch_text
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ScrapeError, match="HTTP 404") as raised:
+            fetch_text(f"http://127.0.0.1:{server.server_address[1]}/metrics", 2.0)
+        answer = raised.value.__cause__
+        assert answer is not None and answer.fp.closed  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
