@@ -2,7 +2,8 @@
 
 Locust monkey-patches the whole process for gevent when it is imported, which would turn every
 later test's threads into greenlets. So Locust only ever runs in subprocesses here; a test module
-that imports it into the pytest process fails the session at collection.
+that imports it into the pytest process fails the session at collection (or, imported inside a
+test, at that test's teardown).
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(
             "a test module imported locust into the pytest process (gevent monkey-patching); "
             "run Locust in a subprocess instead"
+        )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """The same guard for an import inside a test: it would patch the process under the test
+    runner's own threads (pytest-xdist's worker then dies with gevent's LoopExit)."""
+    if "locust" in sys.modules:
+        raise pytest.UsageError(
+            f"{item.nodeid} imported locust into the pytest process (gevent monkey-patching); "
+            "run Locust in a subprocess instead, or import a pure module"
         )
 
 

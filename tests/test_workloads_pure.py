@@ -14,6 +14,7 @@ from locust_llm.errors import InputError
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.textgen import estimate_tokens, message_pieces
 from locust_llm.workloads.partition import Partition
+from locust_llm.workloads.replay import Replay, TraceBook
 from locust_llm.workloads.sessions import (
     Conversation,
     SessionBook,
@@ -23,6 +24,7 @@ from locust_llm.workloads.sessions import (
 )
 from locust_llm.workloads.shared_prefix import parse_spec
 from locust_llm.workloads.traces import (
+    TraceLine,
     expected_hit_rate,
     read_trace,
     synthetic_mooncake,
@@ -314,3 +316,15 @@ def test_synthetic_mooncake_rows_have_the_documented_shape() -> None:
 def test_a_partition_owns_each_number_once() -> None:
     parts = [Partition(i, 3) for i in range(3)]
     assert all(sum(p.owns(n) for p in parts) == 1 for n in range(30))
+
+
+def test_a_trace_book_takes_adopted_lines_in_time_order() -> None:
+    lines = [TraceLine(index=i, time_s=i * 0.1, input_tokens=8, output_tokens=4) for i in range(10)]
+    book, part = TraceBook(Replay(lines, 1.0, 512)), Partition(index=0, count=2)
+    assert [book.claim(part).index for _ in range(2)] == [0, 2]  # type: ignore[union-attr]
+    part.adopted.extend([5, 7, 9])  # a lost worker's lines not due yet
+    claimed = [book.claim(part) for _ in range(6)]
+    assert [x.index if x else None for x in claimed] == [4, 5, 6, 7, 8, 9]
+    assert book.claim(part) is None
+    part.adopted.append(3)  # adopted late: still sent (late), never twice
+    assert book.unclaimed(part) == [lines[3]] and book.claim(part) is None

@@ -138,19 +138,3 @@ def test_reasoning_section_times_the_first_reasoning_and_answer_tokens(tmp_path:
     doc = document(build_report(load_run(run_dir)))
     rows = dict(doc.section("reasoning").blocks[0].rows)  # type: ignore[union-attr]
     assert rows["answers with reasoning"] == str(len(ok))
-
-
-def test_a_trace_book_takes_adopted_lines_in_time_order() -> None:
-    from locust_llm.workloads.partition import Partition
-    from locust_llm.workloads.traces import TraceLine
-    from locust_llm.workloads.users import Replay, TraceBook
-
-    lines = [TraceLine(index=i, time_s=i * 0.1, input_tokens=8, output_tokens=4) for i in range(10)]
-    book, part = TraceBook(Replay(lines, 1.0, 512)), Partition(index=0, count=2)
-    assert [book.claim(part).index for _ in range(2)] == [0, 2]  # type: ignore[union-attr]
-    part.adopted.extend([5, 7, 9])  # a lost worker's lines not due yet
-    claimed = [book.claim(part) for _ in range(6)]
-    assert [x.index if x else None for x in claimed] == [4, 5, 6, 7, 8, 9]
-    assert book.claim(part) is None
-    part.adopted.append(3)  # adopted late: still sent (late), never twice
-    assert book.unclaimed(part) == [lines[3]] and book.claim(part) is None
