@@ -325,11 +325,19 @@ def _on_worker_lost(environment: Any, worker: str, runtime: Any, **_kw: Any) -> 
         _lost_lines[id(environment)] = _lost_lines.get(id(environment), 0) + 1
 
 
+def _forget_lost_lines(environment: Any, **_kw: Any) -> None:
+    """A new run in the same process (the web UI's next start) counts its own lost lines."""
+    _lost_lines.pop(id(environment), None)
+
+
 def _install_hand_over() -> None:
+    from locust import events
+
     from locust_llm.client.events import llm_events
 
     if _on_worker_lost not in llm_events.worker_lost._handlers:
         llm_events.worker_lost.add_listener(_on_worker_lost)
+        events.test_start.add_listener(_forget_lost_lines)
 
 
 _install_hand_over()
