@@ -46,7 +46,7 @@ from locust_llm.report.load import load_run
 from locust_llm.sim import virtual
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.engine import Engine, RequestTooLarge, StepResult
-from locust_llm.sim.labels import LABELS, ground_truth
+from locust_llm.sim.labels import LABELS, ground_truth, ttft_split_of_arrivals
 from locust_llm.sim.trace import request_times, step_record
 from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
@@ -185,8 +185,15 @@ def make_case(index: int, rng: random.Random) -> Case:
         ignore_eos=rng.random() < 0.5,
         seed=rng.randrange(1 << 30),
         stop_timeout_s=5.0,
+        scrape_interval_s=float(VIRTUAL_SCRAPE_S),
     )
     return Case(index, config, workload)
+
+
+#: Telemetry scrape interval of the virtual runs (virtual seconds). A closed-loop stage of the
+#: matrix is a few dozen requests (0.5-3 s at the faster configurations): the server's phase
+#: sums split a stage's TTFT only when scrapes fall inside it, as in the end-to-end runs below.
+VIRTUAL_SCRAPE_S = "0.25"
 
 
 @dataclass(frozen=True)
@@ -273,14 +280,14 @@ def judge(
             judged, why = False, f"{truth.requests} requests in the window"
         elif not named(verdict):
             judged, why = False, f"verdict {verdict.kind} names no resource"
-        # the split as shares of TTFT: the report's requests (started in the window) and the
-        # trace's (first token in the window) are not the same set in a stage with a growing
-        # queue, so their TTFTs differ; each side's share of queue is what is compared
-        ttft = truth.ttft_queue_s + truth.ttft_prefill_s
+        # the split of the same requests the row describes (those sent in the window: the
+        # trace's arrivals in it), as shares of TTFT (the client's TTFT adds its own time)
+        split = ttft_split_of_arrivals(requests, lo, hi)
+        ttft = split.queue_s + split.prefill_s
         ours = float(row["ttft_avg_s"])
         q_err = math.nan
         if ttft > 0 and ours > 0:
-            q_err = abs(float(row["queue_avg_s"]) / ours - truth.ttft_queue_s / ttft)
+            q_err = abs(float(row["queue_avg_s"]) / ours - split.queue_s / ttft)
         out.append(
             StageResult(
                 case=case,

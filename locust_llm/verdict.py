@@ -80,7 +80,7 @@ from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, CLIENT_DELAY_MI
 from locust_llm.report.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
-from locust_llm.report.resources import recompute_tokens_per_s
+from locust_llm.report.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.sim.labels import VERDICT_KINDS as CAUSE_KINDS
 from locust_llm.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.verdict_actions import (
@@ -306,6 +306,8 @@ def _queued(ctx: Context) -> bool:
         return True
     if ctx.server_v("waiting") < ctx.thresholds.no_queue_waiting:
         return False
+    if ctx.server_v("preemptions") > 0:
+        return True  # the KV cache ran out of blocks and sent running sequences back to wait
     return _queue_share(ctx) >= ctx.thresholds.queue_share
 
 
@@ -545,7 +547,8 @@ def _token_budget_text(ctx: Context) -> str:
     cause = _step_cause(ctx)
     if not is_num(budget) or cause not in ("compute_bound_prefill", "prefill_interference"):
         return ""
-    prompt_rate = ctx.v("qps") * computed_prompt_tokens(ctx.row) + recompute_tokens_per_s(ctx.row)
+    prompt_rate = prompts_per_s(ctx.row) * computed_prompt_tokens(ctx.row)
+    prompt_rate += recompute_tokens_per_s(ctx.row)
     prompts = prompt_rate * ctx.v("tpot_avg_s")
     running = ctx.server_v("running")
     per_step = prompts + (running if running > 0 else 0.0)

@@ -8,7 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from locust_llm.report.decompose import counter_increase, decompose, split_line
+from locust_llm.report.decompose import (
+    FinishedRequests,
+    attributed_phases,
+    counter_increase,
+    decompose,
+    split_line,
+)
 from locust_llm.report.resources import ServerLimits, resource_row, server_limits
 from locust_llm.roofline import get_gpu, get_model
 from locust_llm.vocabularies import extract_signals
@@ -192,3 +198,54 @@ def test_a_queue_at_the_lowest_load_is_taken_off_before_calibrating() -> None:
     ignoring = _row(**{**low, "waiting": 0.0})
     decompose([ignoring], {}, model, gpu)
     assert ignoring["prefill_efficiency"] < low["prefill_efficiency"]
+
+
+def _counted_series(reqs: list[dict], event: str, scrape_s: float, until_s: float) -> dict:
+    """The server's cumulative phase sums, each request added at ``event`` ("end" as vLLM,
+    "first" as TGI's queue histogram), scraped every ``scrape_s``."""
+    points: dict[str, list[tuple[float, str, float]]] = {
+        name: [] for name in ("phase_queue_s", "phase_prefill_s", "phase_decode_s",
+                              "phase_requests")
+    }  # fmt: skip
+    for t in np.arange(0.0, until_s, scrape_s):
+        counted = [r for r in reqs if r[event] <= t]
+        points["phase_queue_s"].append((t, "s", sum(r["queue"] for r in counted)))
+        points["phase_prefill_s"].append((t, "s", sum(r["prefill"] for r in counted)))
+        points["phase_decode_s"].append((t, "s", sum(r["decode"] for r in counted)))
+        points["phase_requests"].append((t, "s", float(len(counted))))
+    return _series(points)
+
+
+@pytest.mark.parametrize("event", ["end", "first"])
+def test_phase_sums_are_attributed_to_the_stage_that_sent_each_request(event: str) -> None:
+    """Stage 0's requests barely queue, stage 1's queue 4 s, and many of stage 0's finish in
+    stage 1's window: the stage windows' increases mix them, the client's attribution does not
+    (whether the server counts a request at its end or at its first token)."""
+    rng = np.random.default_rng(7)
+    reqs = []
+    for stage, (lo, queue) in enumerate(((0.0, 0.01), (10.0, 4.0))):
+        for sent in np.sort(rng.uniform(lo, lo + 10.0, 40)):
+            q, p, d = queue * rng.uniform(0.8, 1.2), 0.05, rng.uniform(3.0, 9.0)
+            reqs.append({"stage": stage, "sent": sent, "queue": q, "prefill": p, "decode": d,
+                         "first": sent + q + p, "end": sent + q + p + d})  # fmt: skip
+    series = _counted_series(reqs, event, 0.5, 40.0)
+    finished = FinishedRequests(
+        end_wall_s=np.array([r["end"] for r in reqs]),
+        stage=np.array([r["stage"] for r in reqs]),
+        ttft_s=np.array([r["queue"] + r["prefill"] for r in reqs]),
+        e2e_s=np.array([r["queue"] + r["prefill"] + r["decode"] for r in reqs]),
+    )
+    got = attributed_phases(series, finished)
+    for stage in (0, 1):
+        mine = [r for r in reqs if r["stage"] == stage]
+        truth_queue = float(np.mean([r["queue"] for r in mine]))
+        assert got[stage].requests == pytest.approx(len(mine))
+        assert got[stage].queue_s == pytest.approx(truth_queue, rel=0.05, abs=0.02)
+        decode = float(np.mean([r["decode"] for r in mine]))
+        assert got[stage].decode_s == pytest.approx(decode, rel=0.05)
+    if event == "end":  # what stage 1's window would have said: it holds stage 0's ends
+        window = counter_increase(series, "phase_queue_s", 10.0, 20.0) / counter_increase(
+            series, "phase_requests", 10.0, 20.0
+        )
+        truth_1 = float(np.mean([r["queue"] for r in reqs if r["stage"] == 1]))
+        assert abs(window - truth_1) > 0.2 * truth_1

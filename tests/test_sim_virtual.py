@@ -162,6 +162,13 @@ def test_telemetry_has_every_signal_at_every_scrape() -> None:
         "mem_used_bytes",
         "mem_total_bytes",
         "power_w",
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "prompt_tokens_cached_total",
+        "phase_queue_s",
+        "phase_prefill_s",
+        "phase_decode_s",
+        "phase_requests",
     }
     assert set(per_signal) == expected
     assert per_signal["running"] == scrapes
@@ -170,6 +177,25 @@ def test_telemetry_has_every_signal_at_every_scrape() -> None:
     assert all(0 <= u <= 1 for u in util) and max(util) > 0.9
     running = [row[4] for row in run.telemetry if row[2] == "running"]
     assert max(running) == 8
+
+
+def test_phase_sums_match_the_records_they_cover() -> None:
+    """vLLM's phase histograms in virtual time: at each scrape, the requests finished so far;
+    their queue + prefill is the TTFT each record measured from its stream, decode the rest."""
+    run = simulate(SMALL, closed((2, 12), 30), start_wall_s=0.0)
+    last: dict[str, tuple[float, float]] = {}
+    for wall_s, _, signal, _, value in run.telemetry:
+        if signal.startswith("phase_") or signal == "generation_tokens_total":
+            last[signal] = (wall_s, value)
+    at_s = last["phase_requests"][0]
+    done = [r for r in run.records if r.ok and r.start_wall_s + r.e2e_s <= at_s + 1e-9]
+    assert last["phase_requests"][1] == len(done) > 20
+    ttft = sum(r.ttft_s for r in done)
+    queue_prefill = last["phase_queue_s"][1] + last["phase_prefill_s"][1]
+    assert queue_prefill == pytest.approx(ttft, rel=1e-9)
+    assert last["phase_queue_s"][1] > 0  # 12 users for a pool of 400 blocks: some wait
+    decode = sum(r.e2e_s - r.ttft_s for r in done)
+    assert last["phase_decode_s"][1] == pytest.approx(decode, rel=1e-9)
 
 
 def test_bad_input_is_one_clear_line() -> None:

@@ -6,11 +6,15 @@ Pure (numpy in, dicts out). Two sources, best first:
    ``vllm:request_queue_time_seconds`` / ``..._prefill_time_...`` / ``..._decode_time_...``, TGI's
    ``tgi_request_queue_duration``), recorded as the cumulative signals ``phase_queue_s``,
    ``phase_prefill_s``, ``phase_decode_s`` and ``phase_requests`` (:mod:`locust_llm.signals`).
-   A stage's mean queue time is the increase of ``phase_queue_s`` over the stage window divided
-   by the increase of ``phase_requests`` (each source's increase from its last sample before
-   the window to its last sample inside it, then summed); the same for prefill. Those are the
-   requests that finished between the scrapes around the window, not the ones sent in it, so
-   the server's queue and prefill shares split the client's mean TTFT (queue + prefill = the
+   The server adds a request to those sums when it finishes (vLLM), often stages after the
+   client sent it, so a stage window's increase would mix stages. Instead each scrape
+   interval's increase is shared among the stages in proportion to the client's successful
+   requests that ended in that interval (:func:`attributed_phases`): a stage's mean queue time
+   is its shares of ``phase_queue_s`` over its shares of ``phase_requests``, the same for
+   prefill and decode, whenever the stage's requests finish. Without client records that end
+   between scrapes, the increase over the stage window itself (each source's increase from its
+   last sample before the window to its last inside it, summed: :func:`server_phases`). The
+   server's queue and prefill shares split the client's mean TTFT (queue + prefill = the
    table's TTFT). A server with a queue histogram but no prefill one (TGI) gives prefill =
    client TTFT - server queue.
 2. ``model``: prefill predicted by the roofline for one prompt of the stage's mean length in a
@@ -104,6 +108,114 @@ def server_phases(series: SeriesLookup, lo: float, hi: float) -> ServerPhases | 
     if math.isnan(queue):
         return None
     return ServerPhases(queue, prefill, decode, count)
+
+
+@dataclass(frozen=True)
+class FinishedRequests:
+    """The client's successful requests: when each ended (wall clock, s) and the stage row it
+    belongs to (-1: none, e.g. sent in a warm-up), in any order."""
+
+    end_wall_s: np.ndarray
+    stage: np.ndarray
+    ttft_s: np.ndarray  # the client's TTFT of each (NaN: not known)
+    e2e_s: np.ndarray
+
+
+def _at_times(series: SeriesLookup, signal: str, source: str, times: np.ndarray) -> np.ndarray:
+    """``signal``'s value of ``source`` at each of ``times`` (the same scrapes), NaN where the
+    scrape has none."""
+    out = np.full(times.size, NAN)
+    if signal not in series:
+        return out
+    t, v, src, _ = series[signal]
+    pick = src == source
+    ts, vs = t[pick], v[pick]
+    at = np.searchsorted(ts, times)
+    hit = (at < ts.size) & (ts[np.minimum(at, ts.size - 1)] == times)
+    out[hit] = vs[at[hit]]
+    return out
+
+
+def _shares(stage_slots: np.ndarray, weights: np.ndarray | None, n_slots: int) -> np.ndarray:
+    """Each stage slot's share of an interval's requests, by ``weights`` (each request's time)
+    where they are all known and not all zero, else by count."""
+    if weights is not None and np.isfinite(weights).all():
+        w = np.maximum(weights, 0.0)
+        if w.sum() > 0:
+            return np.bincount(stage_slots, weights=w, minlength=n_slots) / w.sum()
+    return np.bincount(stage_slots, minlength=n_slots) / stage_slots.size
+
+
+def attributed_phases(series: SeriesLookup, finished: FinishedRequests) -> dict[int, ServerPhases]:
+    """Each stage's mean phase times from the server's sums, attributed by the client.
+
+    The server adds a request to its phase sums at one event of its life: vLLM when it
+    finishes, TGI its queue time when it leaves the queue. Between two scrapes the sums grow by
+    what the requests counted in between spent; the client saw those requests end (or get
+    their first token), and knows each one's stage. Of those two events the one whose counts per
+    scrape interval match the server's request count increases best is taken
+    (:func:`_counting_event`). Each interval's increase (queue, prefill and decode seconds, and
+    requests) is then shared among the stages in proportion to the client's requests counted in
+    it, and a stage's means are its shares' sums over its requests. The queue and prefill seconds
+    are shared in proportion to the requests' client TTFTs, the decode seconds to their decode
+    times and the requests by count, so a stage's few quick requests that end beside another
+    stage's long-queued ones take little of their queue time. Unlike a stage window's increase,
+    this counts the requests sent in the stage, however long after the stage they finish.
+    Intervals in which the client saw nothing are left out (another client's traffic), and so
+    is the time before the first scrape."""
+    if "phase_requests" not in series or finished.end_wall_s.size == 0:
+        return {}
+    n_stages = int(finished.stage.max()) + 2
+    acc = np.zeros((n_stages, 4))  # per stage (index + 1): queue, prefill, decode, requests
+    weights = np.column_stack((finished.ttft_s, finished.e2e_s - finished.ttft_s))
+    t, _, src, _ = series["phase_requests"]
+    names = (*PHASE_SIGNALS, "phase_requests")
+    for source in np.unique(src):
+        times = t[src == source]
+        if times.size < 2:
+            continue
+        values = np.column_stack([_at_times(series, n, source, times) for n in names])
+        step = np.diff(values, axis=0)
+        restarted = step[:, 3] < 0  # a restart: the counters start from zero again
+        step[restarted] = values[1:][restarted]
+        when = _counting_event(finished, times, step[:, 3])
+        order = np.argsort(when, kind="stable")
+        events, stages = when[order], finished.stage[order].astype(np.int64) + 1
+        w = weights[order]
+        first = np.searchsorted(events, times[:-1], "right")
+        last = np.searchsorted(events, times[1:], "right")
+        for i in np.flatnonzero((last > first) & (step[:, 3] > 0)):
+            held, part = stages[first[i] : last[i]], w[first[i] : last[i]]
+            ttft_share = _shares(held, part[:, 0], n_stages)
+            acc[:, 0] += ttft_share * step[i, 0]
+            acc[:, 1] += ttft_share * step[i, 1]
+            acc[:, 2] += _shares(held, part[:, 1], n_stages) * step[i, 2]
+            acc[:, 3] += _shares(held, None, n_stages) * step[i, 3]
+    out = {}
+    for index in range(n_stages - 1):
+        queue, prefill, decode, count = acc[index + 1]
+        if count > 0 and math.isfinite(queue):
+            out[index] = ServerPhases(queue / count, prefill / count, decode / count, count)
+    return out
+
+
+def _counting_event(
+    finished: FinishedRequests, times: np.ndarray, counted: np.ndarray
+) -> np.ndarray:
+    """Per request, the time of the event the server counts it at: its end, or its first token
+    (its end less its decode time), whichever's counts per scrape interval are closer to the
+    server's increases ``counted`` (ends on a tie)."""
+    ends = finished.end_wall_s
+    firsts = ends - (finished.e2e_s - finished.ttft_s)
+    best, best_err = ends, math.inf
+    for when in (ends, firsts):
+        if not np.isfinite(when).all():
+            continue
+        seen = np.diff(np.searchsorted(np.sort(when), times, "right"))
+        err = float(np.abs(seen - counted).sum())
+        if err < best_err:
+            best, best_err = when, err
+    return best
 
 
 def _load(row: Mapping[str, Any]) -> float:
@@ -235,11 +347,13 @@ def decompose(
     *,
     tp: int = 1,
     open_loop: bool = False,
+    finished: FinishedRequests | None = None,
 ) -> None:
     """Add :data:`COLUMNS` to every stage row in place (see the module docstring)."""
     prefill_model = calibrate(rows, model, gpu, tp, open_loop)
+    attributed = attributed_phases(series, finished) if finished is not None else {}
     for row in rows:
-        _decompose_row(row, series, prefill_model)
+        _decompose_row(row, series, prefill_model, attributed)
 
 
 def _calibration_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -251,7 +365,12 @@ def _calibration_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     return min(usable, key=_load) if usable else None
 
 
-def _decompose_row(row: dict[str, Any], series: SeriesLookup, prefill_model: PrefillModel) -> None:
+def _decompose_row(
+    row: dict[str, Any],
+    series: SeriesLookup,
+    prefill_model: PrefillModel,
+    attributed: Mapping[int, ServerPhases],
+) -> None:
     ttft, e2e = _f(row, "ttft_avg_s"), _f(row, "latency_avg_s")
     qps, waiting = _f(row, "qps"), _f(row, "waiting")
     row["decode_avg_s"] = e2e - ttft
@@ -259,15 +378,17 @@ def _decompose_row(row: dict[str, Any], series: SeriesLookup, prefill_model: Pre
     row["prefill_efficiency"] = prefill_model.efficiency
     hi = _f(row, "end_wall_s")
     lo = hi - _f(row, "duration_s")  # the window after the warm-up, as the telemetry columns
-    phases = server_phases(series, lo, hi) if not math.isnan(lo + hi) else None
+    phases = attributed.get(int(row["stage"])) if "stage" in row else None
+    if phases is None and not math.isnan(lo + hi):
+        phases = server_phases(series, lo, hi)
     if phases is not None:
         queue, prefill = phases.queue_s, phases.prefill_s
         if math.isnan(prefill):  # a queue histogram only (TGI): prefill is the rest of TTFT
             prefill = max(0.0, ttft - queue)
         elif ttft > 0 and queue + prefill > 0:
             # the server's means are of the requests that finished between the scrapes around
-            # the window, the client's of those sent in it: the server's shares split the
-            # client's TTFT, so that queue + prefill = the TTFT the table shows
+            # the moved window, the client's of those sent in the stage: the server's shares
+            # split the client's TTFT, so that queue + prefill = the TTFT the table shows
             queue, prefill = ttft * queue / (queue + prefill), ttft * prefill / (queue + prefill)
         row.update(
             queue_avg_s=queue,

@@ -3,8 +3,10 @@
 Pure. From the stage's observed throughput, batch, token mix and the roofline
 (:mod:`locust_llm.roofline`):
 
-- ``mfu`` (model FLOPs utilization) = tokens computed per second (input + output tokens of the
-  completed requests / duration) x 2 x parameters per token / the device's peak FLOP/s;
+- ``mfu`` (model FLOPs utilization) = tokens computed per second x 2 x parameters per token /
+  the device's peak FLOP/s; tokens computed per second are the server's own counters' rates
+  in the window (prompt tokens computed + tokens generated: :func:`server_token_rates`) when
+  it exports them, else the input + output tokens of the completed requests / duration;
 - ``mbu`` (model bandwidth utilization) = bytes one decode step of the observed batch moves
   (weights + KV at the mean context) x steps per second (1 / mean TPOT) / the device's
   bandwidth;
@@ -14,16 +16,16 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
   its length. So: at the achievable compute efficiency (:data:`COMPUTE_EFFICIENCY`), the FLOP
   time of the prompt tokens, of the tokens recomputed after preemptions
   (:func:`recompute_tokens_per_s`) and of the decode tokens in the share of steps that carry
-  prompt work (arrivals per step = qps x TPOT, at most 1; all decode tokens when a decode
-  step of the observed batch is compute-bound at the achievable efficiencies), over the busy
-  share (``gpu_util``, 1 when unknown). Comparing the stage's mean MFU with its mean MBU
-  cannot tell this: mixed steps average out;
+  prompt work (prompts per step = :func:`prompts_per_s` x TPOT, at most 1; all decode tokens
+  when a decode step of the observed batch is compute-bound at the achievable efficiencies),
+  over the busy share (``gpu_util``, 1 when unknown). Comparing the stage's mean MFU with its
+  mean MBU cannot tell this: mixed steps average out;
 - ``prompt_step_share``: the share of steps that carry prompt work (see above);
   ``decode_step_bound``: what bounds a decode-only step of the observed batch at the
   achievable efficiencies (``compute`` past the roofline's ridge);
 - ``step_bound``: ``compute`` when ``compute_time_share`` >= :data:`COMPUTE_BOUND_SHARE`
   (compute set most of the step time), else ``memory``;
-- ``prefill_token_share``: input tokens / all tokens computed;
+- ``prefill_token_share``: input tokens / all tokens computed (the server's rates when known);
 - the admission limits in sequences: ``kv_capacity_seqs`` (observed: running / KV-cache usage;
   else the roofline's KV budget at 90% memory over the mean context), ``max_num_seqs`` and
   ``server_slots`` (from run.json's ``extra``/``extra.server``: ``max_num_seqs``,
@@ -152,11 +154,16 @@ def resource_row(
     computed_in = computed_prompt_tokens(row)  # the prefix cache's tokens are not computed
     if computed_in + n_out > 0:
         out["prefill_token_share"] = computed_in / (computed_in + n_out)
+    server_in, server_out = server_token_rates(row)
+    if server_in + server_out > 0:
+        out["prefill_token_share"] = server_in / (server_in + server_out)
     running = _f(row, "running")
     batch = running if running > 0 else _f(row, "concurrency")
     context = round((n_in if n_in > 0 else 0) + (n_out if n_out > 0 else 0) / 2)
     if model is not None and gpu is not None:
         tokens_per_s = _f(row, "total_tps")
+        if server_in + server_out > 0:
+            tokens_per_s = server_in + server_out
         peak = gpu.peak_flops(model.weight_bits) * tp  # the work is spread over tp GPUs
         out["mfu"] = tokens_per_s * 2.0 * model.params_per_token() / peak
         tpot = _f(row, "tpot_avg_s")
@@ -219,10 +226,31 @@ def recompute_tokens_per_s(row: Mapping[str, Any]) -> float:
     return pre * ((n_in if n_in > 0 else 0.0) + (n_out if n_out > 0 else 0.0) / 2) / dur
 
 
+def server_token_rates(row: Mapping[str, Any]) -> tuple[float, float]:
+    """(prompt tokens computed, tokens generated) per second by the server's own counters in
+    the stage window, or (NaN, NaN) without both. In a stage that is not steady (a queue that
+    grows, requests that finish stages later) they say what the device did in the window,
+    where the client's completions say what ended in it."""
+    prompt, output = _f(row, "server_prompt_tps"), _f(row, "server_output_tps")
+    if prompt >= 0 and output >= 0:
+        return prompt, output
+    return NAN, NAN
+
+
+def prompts_per_s(row: Mapping[str, Any]) -> float:
+    """Prompts whose prefill the server ran per second: its prompt tokens per second over the
+    mean computed prompt, else the client's completions per second (qps)."""
+    server_in, _ = server_token_rates(row)
+    computed = computed_prompt_tokens(row)
+    if server_in >= 0 and computed > 0:
+        return server_in / computed
+    return _f(row, "qps")
+
+
 def prompt_step_share(row: Mapping[str, Any]) -> float:
-    """Share of the steps that carry prompt work: arrivals per step (qps x mean TPOT, one
-    step per decode token), at most 1; 0 when unknown."""
-    mixed = _f(row, "qps") * _f(row, "tpot_avg_s")
+    """Share of the steps that carry prompt work: prompts per step (prompts per second x mean
+    TPOT, one step per decode token), at most 1; 0 when unknown."""
+    mixed = prompts_per_s(row) * _f(row, "tpot_avg_s")
     return min(1.0, max(0.0, mixed)) if math.isfinite(mixed) else 0.0
 
 

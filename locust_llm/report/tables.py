@@ -109,6 +109,8 @@ COLUMNS: tuple[str, ...] = (
     "waiting_max",
     "preemptions",
     "server_output_tokens",
+    "server_prompt_tps",
+    "server_output_tps",
     "busy_slots_per_decode",
     "power_w",
     "worker_cpu_max",
@@ -327,6 +329,24 @@ class TelemetryIndex:
                 out.append(float(vs[b] - vs[a]))
         return out
 
+    def counter_rate(self, signal: str, lo: float, hi: float) -> float:
+        """A counter's rate over [lo, hi), summed over sources: each source's increase from its
+        last finite sample at or before ``lo`` to its last at or before ``hi``, over the time
+        between those samples (NaN: no source with two such samples)."""
+        if signal not in self.series:
+            return NAN
+        t, v, src, _ = self.series[signal]
+        total, seen = 0.0, False
+        for source in np.unique(src):
+            keep = (src == source) & np.isfinite(v)
+            ts, vs = t[keep], v[keep]
+            a = max(int(np.searchsorted(ts, lo, "right")) - 1, 0)
+            b = int(np.searchsorted(ts, hi, "right")) - 1
+            if b > a and ts[b] > ts[a] and vs[b] >= vs[a]:
+                total += float(vs[b] - vs[a]) / float(ts[b] - ts[a])
+                seen = True
+        return total if seen else NAN
+
     def timeline(self, signal: str) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of ``signal`` combined over GPUs and sources by its definition, at
         every sample time (NaN kept: gaps); see :func:`combined_timeline`."""
@@ -446,14 +466,26 @@ def _counter_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
 
     ``server_output_tokens``: what the server counted generating from its last scrape at or
     before the window's start to its first scrape at or after its end (so a stage's edge is off
-    by what finished within one scrape interval of it). ``busy_slots_per_decode``: llama.cpp's
-    average since start, turned into the window's own: the increase of average x decode calls
-    over the increase of decode calls.
+    by what finished within one scrape interval of it). ``server_prompt_tps`` /
+    ``server_output_tps``: the prompt tokens it computed (prefix-cache hits apart) and the
+    tokens it generated per second over the scrapes in the window. ``busy_slots_per_decode``:
+    llama.cpp's average since start, turned into the window's own: the increase of average x
+    decode calls over the increase of decode calls.
     """
     out = {"server_output_tokens": NAN, "busy_slots_per_decode": NAN}
     increases = tel.bracketed_increases("generation_tokens_total", lo, hi)
     if increases:
         out["server_output_tokens"] = float(sum(increases))
+    # what the server computed per second in the window, whatever the client's completions:
+    # prompt tokens (counted as each prompt's prefill ends) with its prefix cache's hits apart
+    prompt = tel.counter_rate("prompt_tokens_total", lo, hi)
+    cached = tel.counter_rate("prompt_tokens_cached_total", lo, hi)
+    if math.isnan(prompt):
+        prompt = tel.counter_rate("prompt_tokens_computed_total", lo, hi)
+    elif cached > 0:
+        prompt = max(0.0, prompt - cached)
+    out["server_prompt_tps"] = prompt
+    out["server_output_tps"] = tel.counter_rate("generation_tokens_total", lo, hi)
     calls_t, calls, calls_src = tel.window_with_times("decode_calls_total", lo, hi)
     avg_t, avg, avg_src = tel.window_with_times("busy_slots_per_decode", lo, hi)
     for source in set(calls_src) & set(avg_src):
@@ -584,7 +616,16 @@ def stage_table(
         row.update(arrival_stats(stage, sent_by_stage))
         rows.append(row)
     model, gpu, tp = (floors.model, floors.gpu, floors.tp) if floors else (None, None, 1)
-    decompose.decompose(rows, tel.series, model, gpu, tp=tp, open_loop=mode == "open")
+    ok = arrays["ok"] & np.isfinite(arrays["e2e_s"])
+    finished = decompose.FinishedRequests(
+        end_wall_s=arrays["start_wall_s"][ok] + arrays["e2e_s"][ok],
+        stage=stage_ix[ok],
+        ttft_s=arrays["ttft_s"][ok],
+        e2e_s=arrays["e2e_s"][ok],
+    )
+    decompose.decompose(
+        rows, tel.series, model, gpu, tp=tp, open_loop=mode == "open", finished=finished
+    )
     resources.add_resources(rows, model, gpu, limits or resources.ServerLimits(), tp=tp)
     return pd.DataFrame(rows, columns=list(COLUMNS))
 

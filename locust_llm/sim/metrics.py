@@ -157,10 +157,23 @@ class SimMetrics:
         self.success[reason] = self.success.get(reason, 0) + 1
 
     def phases(self, req: SimRequest) -> None:
-        """vLLM's per-request phase histograms, from a finished request's engine times."""
-        self.prefill.observe(max(0.0, req.first_token_s - req.admitted_s))
-        self.decode.observe(max(0.0, req.finished_s - req.first_token_s))
+        """vLLM's per-request phase histograms, from a finished request's engine times (vLLM
+        observes all four when the request finishes, so their counts cover the same requests)."""
+        queue, prefill, decode = phase_times(req)
+        self.queue.observe(queue)
+        self.prefill.observe(prefill)
+        self.decode.observe(decode)
         self.inference.observe(max(0.0, req.finished_s - req.admitted_s))
+
+
+def phase_times(req: SimRequest) -> tuple[float, float, float]:
+    """A finished request's (queue, prefill, decode) seconds as vLLM's histograms count them:
+    arrival -> first scheduled, first scheduled -> first token, first token -> last token."""
+    return (
+        max(0.0, req.admitted_s - req.arrival_s),
+        max(0.0, req.first_token_s - req.admitted_s),
+        max(0.0, req.finished_s - req.first_token_s),
+    )
 
 
 class LagStats:

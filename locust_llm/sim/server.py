@@ -440,9 +440,6 @@ class Stream:
         metrics = self.app.metrics
         if self.generated == 0:
             metrics.ttft.observe(now - self.arrival_mono)
-            req = self.req
-            if req is not None:
-                metrics.queue.observe(max(0.0, req.admitted_s - req.arrival_s))
         else:
             metrics.itl.observe(now - self.last_mono)
         self.last_mono = now

@@ -28,8 +28,12 @@ What it mirrors, and from where:
   is burstier, the gaps' coefficient of variation is 1 / sqrt(shape)), the first at the
   stage's start (as the client sends it), each request sent on time (dispatch delay 0);
 - telemetry every ``scrape_interval_s`` of virtual time: the server's ``running``, ``waiting``,
-  ``kv_cache_usage`` and ``preemptions`` and the simulated GPU's utilization, DRAM bandwidth,
-  memory and power (:class:`~locust_llm.sim.gpu.SimGpuSource` on the virtual clock).
+  ``kv_cache_usage``, ``preemptions``, its prompt, generation and prefix-cache hit token
+  counters, vLLM's per-request phase histograms' sums and count (``phase_queue_s``,
+  ``phase_prefill_s``, ``phase_decode_s``, ``phase_requests``: the requests finished so far,
+  as the real-time server's ``/metrics`` counts them) and the simulated GPU's utilization,
+  DRAM bandwidth, memory and power (:class:`~locust_llm.sim.gpu.SimGpuSource` on the virtual
+  clock).
 
 - prompts: with ``dataset`` (a ``--llm-dataset`` value: ``random``, ``openqa``,
   ``shared-prefix:...``, a JSONL or ShareGPT file) each user draws its prompts from
@@ -71,6 +75,7 @@ from locust_llm.sim.config import SimConfig
 from locust_llm.sim.engine import Engine, RequestTooLarge, SimRequest, StepResult
 from locust_llm.sim.faults import FaultPlan
 from locust_llm.sim.gpu import SimGpuSource
+from locust_llm.sim.metrics import phase_times
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.textgen import (
     OutputLengths,
@@ -270,6 +275,9 @@ class _Driver:
         #: closed loop: (time, order, user) to send, a heap (a held stream ends in the future)
         self.to_send: list[tuple[float, int, int]] = []
         self.steps = 0
+        #: vLLM's phase histograms' sums and count over the requests finished so far
+        self.phase_sums = [0.0, 0.0, 0.0]  # queue, prefill, decode (seconds)
+        self.phase_count = 0
 
     # ---- sending ------------------------------------------------------------------------
     def send(self, user: int, at_s: float, scheduled_s: float) -> None:
@@ -372,6 +380,7 @@ class _Driver:
             summarize_stream(record, timing, req.output_tokens)
             if req.engine_req is not None:  # the usage chunk's prompt_tokens_details
                 record.cached_tokens = req.engine_req.cached_tokens
+                self.count_phases(req.engine_req)
         else:
             record.error_kind, record.status_code = error.kind, error.status
             record.error_message = error.message
@@ -390,6 +399,14 @@ class _Driver:
             if error is not None and not times:
                 turnaround = max(turnaround, ERROR_TURNAROUND_S)
             self.queue_user(req.user, end_s + turnaround)
+
+    def count_phases(self, req: SimRequest) -> None:
+        """A finished request into the phase sums, as the real-time server's histograms."""
+        if req.outcome != "ok":
+            return
+        for i, seconds in enumerate(phase_times(req)):
+            self.phase_sums[i] += seconds
+        self.phase_count += 1
 
     def queue_user(self, user: int, at_s: float) -> None:
         if user not in self.queued_users:
@@ -461,7 +478,14 @@ class _Driver:
             ("waiting", "", len(eng.waiting)),
             ("kv_cache_usage", "", eng.kv_usage_ratio),
             ("preemptions", "", eng.stats.preemptions_total),
+            ("prompt_tokens_total", "", eng.stats.prompt_tokens_total),
+            ("generation_tokens_total", "", eng.stats.generation_tokens_total),
+            ("prompt_tokens_cached_total", "", eng.stats.prefix_cache_hits_total),
             ("scrape_up", "", 1.0),
+            ("phase_queue_s", "", self.phase_sums[0]),
+            ("phase_prefill_s", "", self.phase_sums[1]),
+            ("phase_decode_s", "", self.phase_sums[2]),
+            ("phase_requests", "", self.phase_count),
         ]
         for gpu in self.gpu.read().gpus:  # one per tensor-parallel GPU
             index = str(gpu.index)
