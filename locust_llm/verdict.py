@@ -777,6 +777,21 @@ def _nothing(ctx: Context) -> Finding | None:
 # -- running the rules ------------------------------------------------------------------------
 
 
+def _client_side_note(samples: float, thresholds: Thresholds) -> str:
+    """Why a verdict rests on the client's evidence: no server signal in the stage, or too few
+    samples of one to use."""
+    if not samples > 0:
+        return (
+            "no server signals in this stage (nothing scraped, or nothing the server exports "
+            "that locust-llm reads): decided on client-side evidence"
+        )
+    return (
+        f"only {num(samples, 0)} server sample{'s' if samples != 1 else ''} in this stage "
+        f"(server signals are used from {thresholds.min_telemetry_samples}): decided on "
+        "client-side evidence"
+    )
+
+
 def _confidence(ctx: Context, finding: Finding) -> str:
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
@@ -813,12 +828,7 @@ def stage_verdict(
         evidence = found.evidence
         samples = ctx.v("server_samples")
         if found.client_side:
-            evidence = (
-                *evidence,
-                f"server signals missing ({num(samples if samples >= 0 else 0, 0)} usable "
-                f"server samples, < {thresholds.min_telemetry_samples} needed): decided on "
-                "client-side evidence",
-            )
+            evidence = (*evidence, _client_side_note(samples, thresholds))
         return Verdict(
             kind=found.kind,
             evidence=evidence,

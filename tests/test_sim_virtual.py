@@ -147,6 +147,18 @@ def test_too_large_requests_are_400_records_and_the_loop_stays_bounded() -> None
     assert 5 <= len(run.records) <= 7
 
 
+def test_open_loop_stages_count_every_arrival_drawn_as_sent() -> None:
+    """As the client does: each stage's arrivals drawn, each one sent (a record) or unsent with
+    a reason; in virtual time nothing runs dry and every arrival is sent on time."""
+    stages = (VirtualStage(rate=4.0, duration_s=5.0), VirtualStage(rate=12.0, duration_s=5.0))
+    run = simulate(SMALL, VirtualWorkload(stages=stages, max_tokens="8", seed=5))
+    sent = Counter(r.stage for r in run.records)
+    for stage in run.info.stages:
+        assert stage.arrivals_drawn == sent[stage.index] > 0
+        assert stage.arrivals_unsent == {}
+    assert sent[1] > 2 * sent[0]
+
+
 def test_telemetry_has_every_signal_at_every_scrape() -> None:
     run = simulate(SMALL, closed((1, 8), 10), start_wall_s=0.0)
     per_signal = Counter(row[2] for row in run.telemetry)

@@ -156,6 +156,7 @@ def test_without_telemetry_users_beyond_a_known_limit_and_a_queued_ttft_are_its_
         "low",
     )
     assert "64 users for max-num-seqs 32" in " ".join(v.evidence)
+    assert v.evidence[-1].startswith("only 1 server sample in this stage")
     assert stage_verdict({**row, "concurrency": 32.0}, server={"max_num_seqs": 32}).cause != (
         "batch_limit_admission"
     )
@@ -211,6 +212,7 @@ def test_missing_signals_fall_back_on_client_side_scaling() -> None:
     row = _row(concurrency=8.0, qps=7.6, gpu_util=math.nan, server_samples=0.0)
     v = stage_verdict(row, [lower, row])
     assert v.kind == "low_concurrency" and v.client_side and v.confidence == "low"
+    assert v.evidence[-1].startswith("no server signals in this stage")
     assert "client-side evidence" in v.evidence[-1]
 
 

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm import __version__
+from locust_llm.client.arrivals import STAGE_ENDED
 from locust_llm.distributions import Distribution, parse_distribution
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
@@ -418,6 +419,7 @@ class _Driver:
     def open_stage(self, index: int, at_s: float) -> None:
         if self.stages:
             self.stages[-1].end_wall_s = self.base + at_s
+            self.drop_arrivals(STAGE_ENDED)
         self.stage, self.stage_start, self.stage_completed = index, at_s, 0
         self.stage_sent = 0
         plan = self.wl.stages[index]
@@ -452,6 +454,22 @@ class _Driver:
             self.arrivals.append((t, self.stage))
             n += 1
             t += self.rng.gammavariate(shape, scale)
+        self.stages[-1].arrivals_drawn = n
+
+    def send_arrival(self) -> None:
+        """Send the next open-loop arrival at its own time, in the stage that drew it."""
+        at, stage = self.arrivals.popleft()
+        saved, self.stage = self.stage, stage
+        self.send(-1, at, at)
+        self.stage = saved
+
+    def drop_arrivals(self, reason: str) -> None:
+        """The arrivals not sent when their stage ended (a request-count stage can end before
+        its last arrival): counted unsent with ``reason``, as the client counts them."""
+        for _, stage in self.arrivals:
+            unsent = self.stages[stage].arrivals_unsent
+            unsent[reason] = unsent.get(reason, 0) + 1
+        self.arrivals.clear()
 
     def stage_over(self) -> float | None:
         """When the current stage ends (a virtual time), or None while it goes on."""
@@ -512,12 +530,16 @@ class _Driver:
                 if end is not None and self.to_send and self.to_send[0][0] < end:
                     self.send_next_user()  # sent before the stage ended: the stage's own
                     continue
+                if end is not None and self.arrivals and self.arrivals[0][0] < end:
+                    self.send_arrival()  # due before the stage ended: sent in it
+                    continue
                 if end is not None:
                     if self.stage + 1 < len(self.wl.stages):
                         self.open_stage(self.stage + 1, end)
                         continue
                     self.stages[-1].end_wall_s = self.base + end
-                    self.users, self.arrivals = 0, deque()
+                    self.drop_arrivals(STAGE_ENDED)
+                    self.users = 0
                     self.to_send = []
                     self.queued_users.clear()
                     draining_since = end
@@ -536,10 +558,7 @@ class _Driver:
                 self.send_next_user()
                 continue
             if self.arrivals and self.arrivals[0][0] <= self.now:
-                at, stage = self.arrivals.popleft()
-                saved, self.stage = self.stage, stage
-                self.send(-1, at, at)
-                self.stage = saved
+                self.send_arrival()
                 continue
             if self.engine.has_work:
                 self.step()
