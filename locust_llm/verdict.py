@@ -34,7 +34,9 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
    compute fills ``prefill_saturated`` of the busy time: a budget spent on prompts every step
    holds the batch flat too) and the batch reached ``slot_fill`` of it or requests wait
    (without a running gauge: more users than slots and TTFT mostly queue, client-side),
-   unless the KV cache preempted (only a full KV cache preempts); ``kv_capacity_admission``
+   when the KV cache holds at least that many sequences (the scheduler tests the batch limit
+   before it asks for KV blocks), unless the KV cache preempted while the mean batch stayed
+   below ``slot_fill`` of the limit; ``kv_capacity_admission``
    when the KV cache peaked at ``saturated_kv`` or preempted; else, with no KV signal, a
    batch that stays at one plateau while load grows.
 6. ``under_loaded`` -> ``low_concurrency``: no admission queue and the device busy less than
@@ -482,8 +484,10 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
     """(cause, evidence) of what holds the queued requests back; ("", "") when unknown.
 
     In order: prompts queue for the step's token budget (prefill compute); the batch limit,
-    unless the KV cache preempted (only a full KV cache preempts); the KV cache; a batch that
-    stays at one plateau while load grows."""
+    when the KV cache holds at least that many sequences (the scheduler tests the batch limit
+    before it asks for KV blocks, so where both bind, the batch limit stops admission), unless
+    the KV cache preempted and the mean batch stayed below ``slot_fill`` of the limit (the KV
+    cache ran out first); the KV cache; a batch that stays at one plateau while load grows."""
     th = ctx.thresholds
     kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
     running_max = ctx.server_v("running_max")
@@ -491,9 +495,12 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
     if budget:
         return _step_cause(ctx), budget
     preempted = pre > 0 and _kv_full(ctx)
+    running = ctx.server_v("running")
     for limit, label in ((ctx.max_num_seqs(), "max-num-seqs"), (ctx.slots(), "server slots")):
-        if preempted or limit >= ctx.v("kv_capacity_seqs") or not _slots_bind(ctx, limit):
+        if limit > ctx.v("kv_capacity_seqs") or not _slots_bind(ctx, limit):
             continue
+        if preempted and not running >= th.slot_fill * limit:
+            continue  # the KV cache ran out and kept the batch below its limit: KV binds
         source = ctx.server.get("max_num_seqs_source") if label == "max-num-seqs" else ""
         if _prompt_saturated(ctx) and str(source).startswith("running gauge"):
             return "", ""  # the plateau is the prefill's: the steps' bound names it

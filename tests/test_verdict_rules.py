@@ -108,7 +108,7 @@ def test_the_token_budget_comes_before_a_batch_limit_the_batch_nearly_fills() ->
     assert found is not None and found.cause == "batch_limit_admission"
 
 
-def test_a_preempting_full_kv_cache_binds_before_the_batch_limit() -> None:
+def test_a_preempting_full_kv_cache_binds_before_the_batch_limit_it_keeps_the_batch_under() -> None:
     # 8 slots and a KV budget of ~8 sequences: the batch reached 8, but only a KV cache that
     # ran out preempts
     row = _row(
@@ -119,6 +119,10 @@ def test_a_preempting_full_kv_cache_binds_before_the_batch_limit() -> None:
     found = _check("admission", row, max_num_seqs=8)
     assert found is not None and found.cause == "kv_capacity_admission"
     found = _check("admission", {**row, "preemptions": 0.0}, max_num_seqs=8)
+    assert found is not None and found.cause == "batch_limit_admission"
+    # preemptions, but the batch sat at its limit all along: the scheduler's batch-limit gate
+    # (tested before it asks for KV blocks) is what held the queue back
+    found = _check("admission", {**row, "running": 7.8}, max_num_seqs=8)
     assert found is not None and found.cause == "batch_limit_admission"
 
 
