@@ -292,6 +292,34 @@ CASES: tuple[Case, ...] = (
         notes="Means over the requests of each row, as published (TTFT and TPOT columns).",
     ),
     Case(
+        key="h100-qwen3-30b-a3b",
+        title="Qwen3-30B-A3B (MoE) BF16 on one H100 SXM, C = 10 (vLLM, its default fused-MoE "
+        "config)",
+        source="https://github.com/vllm-project/vllm/pull/23151",
+        setup="`VLLM_USE_DEEP_GEMM=1 vllm serve Qwen/Qwen3-30B-A3B` (TP 1, EP 1); "
+        "benchmarks/benchmark_serving.py --dataset-name random --random-input 2048 "
+        "--random-output 1024 --max-concurrency 10 --num-prompt 100; the 'WO tuned configs' "
+        "result (DeepGEMM serves FP8 only, so these BF16 experts ran vLLM's Triton fused-MoE "
+        "kernel)",
+        model=QWEN3_30B_A3B,
+        gpu="h100-sxm",
+        engine=VLLM_LARGE_DEFAULTS,
+        points=(
+            Point(
+                10,
+                100,
+                2042,
+                1016,
+                {"output_tps": 739.79, "tpot_ms": 13.18, "ttft_mean_ms": 267.22},
+            ),
+        ),
+        gated=("output_tps", "tpot_ms"),
+        notes="Lengths are the published totals / requests (204,169 / 100 input and 101,576 / "
+        "100 output tokens), replayed fixed. The second MoE decode source: about 10 "
+        "sequences per step, so uniform routing touches ~61 of the 128 experts per layer "
+        "(the A100 case: 8).",
+    ),
+    Case(
         key="a100-qwen3-1.7b",
         title="Qwen3-1.7B (dense) BF16 on the same A100 (vLLM): the MoE case's control",
         source="https://github.com/tenstorrent/tt-inference-server/issues/340",
@@ -342,14 +370,17 @@ UNMATCHED: dict[str, str] = {
         "the batch-1 figure cannot move with it. Part of the gap is the source's own "
         "setup: its dense Qwen3-1.7B on the same machine lands at {q17_tpot_128} (row "
         "`a100-qwen3-1.7b`, ~0.5 ms per step more than our 2 ms). The rest, ~3.4 ms per "
-        "step, is ~70 µs per MoE layer: the 8 experts' 75 MB per layer read at ~32% of "
-        "the bandwidth instead of 85%, consistent with a fused-MoE kernel that pads "
-        "every expert's single token to a tile of rows; a per-kernel cost of the MoE "
-        "layer the step model does not have. The nearly flat TPOT over input length "
-        "(9.6 -> 10.6 ms from 128 to 8,192 tokens) is reproduced in shape. The source "
-        "does not say how many GPUs served it, and its 4,096-token row (54,463 prefill "
-        "tokens/s, 2 requests) is above one A100's BF16 peak, so its device count is in "
-        "doubt."
+        "step, is ~70 µs per MoE layer, and the fused-MoE kernel's own published times "
+        "say such a cost is real (a fixed time per MoE layer, below): on an A100 the "
+        "kernel at one token takes ~60 µs beyond its experts' bytes. But no single "
+        "fixed time per MoE layer brings this source and the second MoE source, "
+        "`h100-qwen3-30b-a3b`, into the band together (table below): the value this "
+        "case needs ({moe_fit_us} µs: {moe_fit_a100}) takes the H100's TPOT to "
+        "{moe_fit_h100}, which the simulator already matches without one. The nearly "
+        "flat TPOT over input length (9.6 -> 10.6 ms from 128 to 8,192 tokens) is "
+        "reproduced in shape. The source does not say how many GPUs served it, and its "
+        "4,096-token row (54,463 prefill tokens/s, 2 requests) is above one A100's BF16 "
+        "peak, so its device count is in doubt."
     ),
     "a100-qwen3-1.7b": (
         "The control for the MoE case: a dense model on the same source lands at "
@@ -601,8 +632,11 @@ def sensitivity() -> str:
     return "\n".join(out)
 
 
-def unmatched_figures(rows: list[Row]) -> dict[str, str]:
-    """The figures the not-matched explanations quote, measured now."""
+def unmatched_figures(
+    rows: list[Row], sweep: list[tuple[int, dict[str, list[Row]]]]
+) -> dict[str, str]:
+    """The figures the not-matched explanations quote, measured now (``sweep``:
+    :func:`moe_layer_sweep`)."""
     cases = {c.key: c for c in CASES}
 
     def error(key: str, input_tokens: int, metric: str) -> str:
@@ -622,6 +656,7 @@ def unmatched_figures(rows: list[Row]) -> dict[str, str]:
         "moe_ttft_128": error("a100-qwen3-30b-a3b", 128, "ttft_mean_ms"),
         "q17_tpot_128": error("a100-qwen3-1.7b", 128, "tpot_ms"),
         "q17_tpot_2048": error("a100-qwen3-1.7b", 2048, "tpot_ms"),
+        **moe_fit_figures(sweep),
     }
     return out
 
@@ -652,6 +687,153 @@ def host_time_table() -> str:
                 f"{_fmt(on[metric])} ({on[metric] / theirs - 1:+.1%}) |"
             )
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class MoeKernelTime:
+    """A published time of vLLM's fused-MoE kernel (``benchmarks/kernels/benchmark_moe.py``:
+    one MoE layer's routing, both grouped GEMMs and the activation, random routing)."""
+
+    source: str  # URL
+    what: str
+    gpu: str  # the preset whose bandwidth applies
+    hidden: int
+    width: int  # each expert's MLP width on this GPU (the kernel's N)
+    experts: int
+    top_k: int
+    weight_bits: int
+    times_us: dict[int, float]  # tokens -> published kernel time
+
+    def expert_bytes(self, tokens: int) -> float:
+        """The experts' weights ``tokens`` tokens touch, with uniform routing."""
+        spec = replace(
+            QWEN3_30B_A3B,
+            hidden_size=self.hidden,
+            moe_intermediate_size=self.width,
+            num_experts=self.experts,
+            experts_per_token=self.top_k,
+        )
+        return spec.active_experts(tokens) * spec.expert_params * self.weight_bits / 8
+
+
+MOE_KERNEL_TIMES = (
+    MoeKernelTime(
+        "https://github.com/vllm-project/vllm/pull/19049",
+        "Qwen3-30B-A3B BF16 on an A100 PCIe 40GB (1,555 GB/s), default config",
+        "a100-40gb",
+        2048,
+        768,
+        128,
+        8,
+        16,
+        {1: 109.21, 8: 403.13},
+    ),
+    MoeKernelTime(
+        "https://github.com/vllm-project/vllm/pull/31448",
+        "Qwen3-Omni-30B-A3B BF16 (Qwen3-30B-A3B's expert shapes) on a B200, default config",
+        "b200",
+        2048,
+        768,
+        128,
+        8,
+        16,
+        {1: 39.61},
+    ),
+    MoeKernelTime(
+        "https://github.com/vllm-project/vllm/pull/44830",
+        "Qwen3-Next-80B-A3B FP8 at TP 4 (512 experts, top-10, width 128 per GPU) on an H100 "
+        "80GB, baseline config",
+        "h100-sxm",
+        2048,
+        128,
+        512,
+        10,
+        8,
+        {1: 29.45},
+    ),
+)
+
+
+def moe_kernel_table() -> str:
+    """Each published fused-MoE kernel time beside its experts' bytes at the peak bandwidth."""
+    out = [
+        "| kernel measured | tokens | published (µs) | experts' bytes (MB) | at peak "
+        "bandwidth (µs) | the rest (µs) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for k in MOE_KERNEL_TIMES:
+        bandwidth = get_gpu(k.gpu).memory_bandwidth_bytes_s
+        for tokens, published in k.times_us.items():
+            moved = k.expert_bytes(tokens)
+            floor_us = moved / bandwidth * 1e6
+            out.append(
+                f"| [{k.what}]({k.source}) | {tokens} | {published:.1f} | {moved / 1e6:.1f} | "
+                f"{floor_us:.1f} | {published - floor_us:.1f} |"
+            )
+    return "\n".join(out)
+
+
+#: A fixed time per MoE layer per step, tried against both MoE decode sources (µs); not part of
+#: the simulator's physics. Emulated exactly by the step overhead: every step runs every layer.
+MOE_LAYER_TIMES_US = (0, 10, 30, 55, 75)
+MOE_SOURCES = ("a100-qwen3-30b-a3b", "h100-qwen3-30b-a3b")
+
+
+def moe_layer_sweep() -> list[tuple[int, dict[str, list[Row]]]]:
+    """The gated rows of both MoE sources with each fixed time per MoE layer added."""
+    cases = {c.key: c for c in CASES}
+    base = SimConfig().step_overhead_s
+    out = []
+    for t_us in MOE_LAYER_TIMES_US:
+        by_case = {}
+        for key in MOE_SOURCES:
+            case = cases[key]
+            layers = case.model.num_layers if isinstance(case.model, ModelSpec) else 0
+            physics = {"step_overhead_s": base + layers * t_us * 1e-6}
+            by_case[key] = [r for r in run_case(case, physics) if r.gated]
+        out.append((t_us, by_case))
+    return out
+
+
+def _span(rows: list[Row]) -> str:
+    errors = sorted(r.error for r in rows)
+    if len(errors) == 1 or errors[0] == errors[-1]:
+        return f"{errors[0]:+.1%}"
+    return f"{errors[0]:+.1%} .. {errors[-1]:+.1%}"
+
+
+def _inside(rows: list[Row]) -> bool:
+    return all(abs(r.error) <= BAND for r in rows)
+
+
+def moe_layer_table(sweep: list[tuple[int, dict[str, list[Row]]]]) -> str:
+    """Both MoE sources' gated errors with each tried fixed time per MoE layer."""
+    a100, h100 = MOE_SOURCES
+    out = [
+        f"| fixed time per MoE layer | {a100} TPOT (7 rows) | {h100} output tok/s | "
+        f"{h100} TPOT | both in the band |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    for t_us, by_case in sweep:
+        h = {r.metric: r for r in by_case[h100]}
+        both = _inside(by_case[a100]) and _inside(by_case[h100])
+        out.append(
+            f"| {t_us} µs | {_span(by_case[a100])} | {_span([h['output_tps']])} | "
+            f"{_span([h['tpot_ms']])} | {'yes' if both else 'no'} |"
+        )
+    return "\n".join(out)
+
+
+def moe_fit_figures(sweep: list[tuple[int, dict[str, list[Row]]]]) -> dict[str, str]:
+    """The smallest tried time that brings the A100 source into the band, and what it does."""
+    a100, h100 = MOE_SOURCES
+    fit = next(((t, c) for t, c in sweep if _inside(c[a100])), sweep[-1])
+    h = {r.metric: r for r in fit[1][h100]}
+    return {
+        "moe_fit_us": str(fit[0]),
+        "moe_fit_a100": _span(fit[1][a100]),
+        "moe_fit_h100": f"{h['tpot_ms'].error:+.1%}",
+    }
 
 
 #: vLLM's TTFT minus SGLang's on the same H100, model and harness at C = 4 (64.00 - 27.70 ms,
@@ -687,6 +869,50 @@ def front_end_figures(rows: list[Row]) -> dict[str, str]:
         "median_4_with": shifted(m4),
         "moe_128_with": shifted(moe),
     }
+
+
+def moe_layer_section(sweep: list[tuple[int, dict[str, list[Row]]]]) -> list[str]:
+    """The docs' paragraphs on a fixed time per MoE layer: the kernel's own times, then the
+    term tried against both MoE decode sources."""
+    h100 = MOE_SOURCES[1]
+    base = {r.metric: r for r in sweep[0][1][h100]}
+    leaves = next((t for t, c in sweep if not _inside(c[h100])), None)
+    fit = moe_fit_figures(sweep)
+    return [
+        "A fixed time per MoE layer. vLLM's fused-MoE kernel timed on its own (vLLM's "
+        "`benchmarks/kernels/benchmark_moe.py`, random routing; the times published with "
+        "the kernel configs below) takes, at one token, far longer than its experts' bytes "
+        "need at the device's bandwidth:",
+        "",
+        moe_kernel_table(),
+        "",
+        "About 60 µs beyond the bytes on the A100 and 25-30 µs on the H100 and the B200, "
+        "for 7.9 MB of experts as for 75 MB: a latency of the kernel chain (routing, sorting "
+        "the tokens by expert, two grouped GEMMs that pad each expert's token to a tile of "
+        "16 rows, the activation), not a bandwidth; the simulator's step has no such term. "
+        f"Tried against both MoE decode sources (`moe_layer_sweep()`: the time x "
+        f"{QWEN3_30B_A3B.num_layers} layers added to every step, which is exactly what a "
+        "per-layer constant does):",
+        "",
+        moe_layer_table(sweep),
+        "",
+        "No one value holds both. The A100 source's batch-1 TPOT needs "
+        f"~{fit['moe_fit_us']} µs per layer; the H100 source at ~10 sequences per step is "
+        f"in the band without the term ({base['output_tps'].error:+.1%} output tok/s, "
+        f"{base['tpot_ms'].error:+.1%} TPOT) and out of it from "
+        f"{leaves if leaves is not None else 'none'} µs, the first value tried above 0. What the "
+        "two say "
+        "together: at ~10 sequences the real engine read its experts faster than uniform "
+        "routing predicts (E (1 - (1 - k/E)^B) = 61 of 128 experts per layer, the most a "
+        "batch can touch); with the kernel's own ~30 µs on the H100 it would have had to "
+        "touch ~45-53, i.e. routing correlated across the batch, which neither source "
+        "measures. So the term is not added: it would move the H100 MoE point out of the "
+        "band to bring in one source whose harness is itself ~0.5 ms per step slower than "
+        "ours (its dense control) and whose device count is in doubt. What would settle "
+        "it: a batch-1 vLLM figure for a MoE on an H100 (the kernel times say ~1.3 ms more "
+        "per step for Qwen3-30B-A3B: 48 layers x ~28 µs), or the distinct experts per "
+        "layer a real router picks at batch 10.",
+    ]
 
 
 def docs_section(rows: list[Row]) -> str:
@@ -743,8 +969,10 @@ def docs_section(rows: list[Row]) -> str:
         derived = "".join(f" Derived: {m} = {how}." for m, how in c.derived.items())
         parts.append(f"- `{c.key}`: {c.title}. <{c.source}>. {c.setup}. {c.notes}{derived}")
     parts += ["", table(rows), "", "Not matched, and why:", ""]
-    measured = unmatched_figures(rows)
+    sweep = moe_layer_sweep()
+    measured = unmatched_figures(rows, sweep)
     parts += [f"- `{key}`: {why.format(**measured)}" for key, why in UNMATCHED.items()]
+    parts += ["", *moe_layer_section(sweep)]
     matched = matched_rows(rows)
     front = front_end_figures(rows)
     worst = max(matched, key=lambda r: abs(r.error))
@@ -766,7 +994,7 @@ def docs_section(rows: list[Row]) -> str:
         "",
         host_time_table(),
         "",
-        "Every value tried from 60 to 120 µs puts all the matched figures in the band (the "
+        "Every value tried from 60 to 100 µs puts all the matched figures in the band (the "
         "sensitivity table in `bench/results/calibration.md`); the default is the middle of "
         "that range, below the 2024 figure because vLLM V1 moved detokenizing and streaming "
         "out of the engine loop.",
@@ -774,7 +1002,8 @@ def docs_section(rows: list[Row]) -> str:
         f"What the matched cases say: {inside} of {len(matched)} figures within "
         f"{BAND:.0%} (worst {worst.error:+.1%}, {worst.case.key} at C = "
         f"{worst.point.concurrency}), one set of constants for an A100 40GB, an RTX 4090 and "
-        "an H100 SXM: the decode step (weights + KV over bandwidth x "
+        "an H100 SXM (dense models, and the MoE at C = 10): the decode step (weights + KV "
+        "over bandwidth x "
         f"{cfg.bandwidth_efficiency:g}, plus the overheads) gives one stream's TPOT within 2% "
         "on all three, and closed-loop throughput and TPOT hold to C = 8 on the A100 and the "
         "H100 and C = 48 on the RTX 4090. Prefill counts the LM head once per sequence (the "
