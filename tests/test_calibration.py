@@ -114,3 +114,20 @@ def test_the_moe_kernel_times_are_set_against_the_experts_bytes() -> None:
     for kernel in calibration.MOE_KERNEL_TIMES:
         bandwidth = calibration.get_gpu(kernel.gpu).memory_bandwidth_bytes_s
         assert kernel.times_us[1] * 1e-6 > 2 * kernel.expert_bytes(1) / bandwidth
+
+
+def test_the_burst_shortfall_is_larger_on_the_h100_than_on_its_a100_control(
+    rows: list[calibration.Row],
+) -> None:
+    """The docs' reading of the long-prompt bursts: both devices are slower than the simulator,
+    and the real H100 gains far less over the A100 than its FLOP/s (and the simulator) say."""
+    ratios = calibration.burst_ratios(rows)
+    h100, a100 = calibration.get_gpu("h100-sxm"), calibration.get_gpu("a100-80gb")
+    flops_ratio = h100.peak_flops() / a100.peak_flops()
+    for label in ("2k", "4k"):
+        real, ours = float(ratios[f"real_ratio_{label}"]), float(ratios[f"our_ratio_{label}"])
+        assert real < 0.6 * flops_ratio
+        assert ours > 1.3 * real
+    bursts = [r for r in rows if r.case.key == "a100-qwen3-14b-long" and r.metric == "output_tps"]
+    assert len(bursts) == 3 and all(r.error > calibration.BAND for r in bursts)
+    assert float(ratios["h100_extra"]) > 1.3
