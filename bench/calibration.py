@@ -905,6 +905,39 @@ def moe_fit_figures(sweep: list[tuple[int, dict[str, list[Row]]]]) -> dict[str, 
         "moe_fit_us": str(fit[0]),
         "moe_fit_a100": _span(fit[1][a100]),
         "moe_fit_h100": f"{h['tpot_ms'].error:+.1%}",
+        **h100_experts_needed(sweep, H100_MOE_KERNEL_US),
+    }
+
+
+#: The fused-MoE kernel's time beyond its bytes on an H100 (MOE_KERNEL_TIMES, ~27 µs; the B200
+#: ~30 µs): what a per-layer constant would be on the H100 MoE source's device.
+H100_MOE_KERNEL_US = 30
+
+
+def h100_experts_needed(sweep: list[tuple[int, dict[str, list[Row]]]], t_us: int) -> dict[str, str]:
+    """Distinct experts per layer the H100 source's steps could have read, with ``t_us`` per
+    MoE layer added, for its TPOT to land on the band's edge and on the published figure: one
+    expert fewer per layer saves its weights over the bandwidth (x efficiency) in all layers."""
+    h100 = next(c for c in CASES if c.key == MOE_SOURCES[1])
+    point = h100.points[0]
+    model = h100.model if isinstance(h100.model, ModelSpec) else get_model(h100.model)
+    cfg = SimConfig()
+    per_expert_s = (
+        model.num_layers
+        * model.expert_params
+        * model.weight_bytes_per_param
+        / (get_gpu(h100.gpu).memory_bandwidth_bytes_s * cfg.bandwidth_efficiency)
+    )
+    tpot = next(r for r in dict(sweep)[t_us][h100.key] if r.metric == "tpot_ms")
+    uniform = model.active_experts(point.concurrency)
+
+    def experts_for(target_ms: float) -> float:
+        return uniform - (tpot.ours - target_ms) / 1000 / per_expert_s
+
+    return {
+        "h100_uniform_experts": f"{uniform:.0f}",
+        "h100_experts_edge": f"{experts_for(tpot.theirs * (1 + BAND)):.0f}",
+        "h100_experts_exact": f"{experts_for(tpot.theirs):.0f}",
     }
 
 
@@ -958,7 +991,7 @@ def moe_layer_section(sweep: list[tuple[int, dict[str, list[Row]]]]) -> list[str
         "",
         moe_kernel_table(),
         "",
-        "About 60 µs beyond the bytes on the A100 and 25-30 µs on the H100 and the B200, "
+        "60-90 µs beyond the bytes on the A100 and 25-30 µs on the H100 and the B200, "
         "for 7.9 MB of experts as for 75 MB: a latency of the kernel chain (routing, sorting "
         "the tokens by expert, two grouped GEMMs that pad each expert's token to a tile of "
         "16 rows, the activation), not a bandwidth; the simulator's step has no such term. "
@@ -975,10 +1008,13 @@ def moe_layer_section(sweep: list[tuple[int, dict[str, list[Row]]]]) -> list[str
         f"{leaves if leaves is not None else 'none'} µs, the first value tried above 0. What the "
         "two say "
         "together: at ~10 sequences the real engine read its experts faster than uniform "
-        "routing predicts (E (1 - (1 - k/E)^B) = 61 of 128 experts per layer, the most a "
-        "batch can touch); with the kernel's own ~30 µs on the H100 it would have had to "
-        "touch ~45-53, i.e. routing correlated across the batch, which neither source "
-        "measures. So the term is not added: it would move the H100 MoE point out of the "
+        f"routing predicts (E (1 - (1 - k/E)^B) = {fit['h100_uniform_experts']} of 128 experts "
+        f"per layer, the most a batch can touch); with the kernel's own "
+        f"~{H100_MOE_KERNEL_US} µs on the H100 it would have had to touch "
+        f"~{fit['h100_experts_edge']} (TPOT on the band's edge) to "
+        f"~{fit['h100_experts_exact']} (on the published figure), i.e. routing correlated "
+        "across the batch, which neither source measures. So the term is not added: it "
+        "would move the H100 MoE point out of the "
         "band to bring in one source whose harness is itself ~0.5 ms per step slower than "
         "ours (its dense control) and whose device count is in doubt. What would settle "
         "it: a batch-1 vLLM figure for a MoE on an H100 (the kernel times say ~1.3 ms more "
