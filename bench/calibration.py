@@ -320,8 +320,8 @@ CASES: tuple[Case, ...] = (
         setup="`VLLM_USE_DEEP_GEMM=1 vllm serve Qwen/Qwen3-30B-A3B` (TP 1, EP 1); "
         "benchmarks/benchmark_serving.py --dataset-name random --random-input 2048 "
         "--random-output 1024 --max-concurrency 10 --num-prompt 100; the 'WO tuned configs' "
-        "result (DeepGEMM serves FP8 only, so these BF16 experts ran vLLM's Triton fused-MoE "
-        "kernel)",
+        "result (the PR tunes the BF16 configs of vLLM's Triton fused-MoE kernel, the kernel "
+        "these experts ran; vLLM's DeepGEMM path is for FP8 weights)",
         model=QWEN3_30B_A3B,
         gpu="h100-sxm",
         engine=VLLM_LARGE_DEFAULTS,
@@ -777,7 +777,8 @@ class MoeKernelTime:
     times_us: dict[int, float]  # tokens -> published kernel time
 
     def expert_bytes(self, tokens: int) -> float:
-        """The experts' weights ``tokens`` tokens touch, with uniform routing."""
+        """The experts' weights ``tokens`` tokens touch, with uniform routing (the roofline's
+        own count: a spec with this kernel's expert shapes; the rest of it is unused)."""
         spec = replace(
             QWEN3_30B_A3B,
             hidden_size=self.hidden,
