@@ -519,7 +519,7 @@ class Engine:
                 result.prefill_tokens += n
             before = req.computed
             req.computed += n
-            if req.block_hashes and before < len(req.block_hashes) * bs:
+            if req.block_hashes and req.computed // bs > before // bs:  # a block completed
                 self._register(req, before // bs, min(req.computed // bs, len(req.block_hashes)))
             if req.computed < req.known:
                 continue  # more prefill to do
@@ -541,6 +541,8 @@ class Engine:
 
     def _register(self, req: SimRequest, first: int, end: int) -> None:
         """Cache the prompt blocks ``first..end-1`` that ``req`` just completed."""
+        if first >= end:
+            return
         held = set(req.cache_refs)
         for i in range(first, end):
             h = req.block_hashes[i]
