@@ -192,3 +192,38 @@ def test_the_next_turn_reuses_the_previous_answer() -> None:
     # 89 tokens, 5 full blocks, all shared with the follow-up's 120-token prompt
     assert usage["prompt_tokens"] == 50 + 40 + 30
     assert usage["prompt_tokens_details"]["cached_tokens"] == (50 + 40 - 1) // 16 * 16 == 80
+
+
+def test_a_preempted_request_resumes_from_its_own_cached_blocks() -> None:
+    """vLLM hashes every request's blocks, so a request preempted and readmitted before its
+    blocks are evicted starts from them; a request given no hashes gets its own, which nothing
+    else can hit (two such requests of the same length share nothing)."""
+    computed = {}
+    for caching in (True, False):
+        eng = Engine(
+            config_from_mapping(
+                {**FAST, "num_gpu_blocks_override": 10, "enable_prefix_caching": caching}
+            )
+        )  # 160 tokens of KV: the second request is preempted when the first one grows
+        first = eng.add(48, 60)
+        eng.step()
+        second = eng.add(48, 60)
+        results = eng.run_until_idle()
+        assert second.preemptions == 1 and first.preemptions == 0
+        assert first.outcome == second.outcome == "ok"
+        assert sum(len(r.emitted) for r in results) + 1 == 120  # each token emitted once
+        assert second.cached_tokens == 0  # the usage counts the first admission, as vLLM does
+        computed[caching] = sum(r.prefill_tokens for r in results)
+        hits = eng.stats.prefix_cache_hits_total
+        if caching:
+            # its 3 prompt blocks survived the eviction order (tail blocks go first)
+            assert hits == 48 and sum(r.cached_tokens for r in results) == 48
+        else:
+            assert hits == 0
+    assert computed[True] == computed[False] - 48
+    eng = Engine(config_from_mapping(FAST))
+    for _ in range(3):
+        eng.add(64, 4)
+        eng.run_until_idle()
+    assert eng.stats.prefix_cache_hits_total == 0
+    assert eng.stats.prefix_cache_queries_total == 3 * 64

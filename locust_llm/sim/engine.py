@@ -29,7 +29,10 @@ hashes (:func:`locust_llm.sim.prefix_cache.block_hashes` over its prompt and the
 generate) starts, when admitted, from the longest cached prefix of full blocks (never the whole
 prompt: its last token is always computed, as vLLM does), so those tokens cost no prefill; each
 full block it computes (prompt or output) is cached for later requests. Cached blocks nobody
-uses count as free and are evicted least recently freed first.
+uses count as free and are evicted least recently freed first. A request added without hashes
+(content nobody described: virtual time's length-only prompts) gets hashes of its own, as vLLM
+hashes every request's blocks: nothing else can hit them, but a preempted request readmitted
+before they are evicted starts from them instead of recomputing its whole prompt.
 
 The KV pool is preallocated, as vLLM does at start: ``total_blocks`` per GPU from the memory
 left after the weight shard and the reserve at ``gpu_memory_utilization``, so the simulated
@@ -60,6 +63,16 @@ from locust_llm.roofline import (
 )
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.prefix_cache import PrefixCache
+
+#: Prefixes a request's own block keys (16 bytes in all: never equal to a 32-byte SHA-256 hash).
+OWN_BLOCK_PREFIX = b"own:"
+
+
+def own_block_hashes(request_id: int, blocks: int) -> tuple[bytes, ...]:
+    """Cache keys for ``blocks`` blocks of content only request ``request_id`` has: unique in
+    its engine, so the request can hit them (after a preemption) and nothing else can."""
+    head = OWN_BLOCK_PREFIX + request_id.to_bytes(8, "big")
+    return tuple(head + i.to_bytes(4, "big") for i in range(blocks))
 
 
 @dataclass(eq=False, slots=True)
@@ -288,8 +301,9 @@ class Engine:
         what the fit check uses, as vLLM checks the requested length, not the one that happens.
         ``block_hashes``: chained hashes of the request's full blocks, over its prompt and, when
         known, the output it will generate (ignored when prefix caching is off; without them the
-        request never hits the cache). Admission looks up at most the known tokens' blocks;
-        every block whose KV the request computes is cached, output blocks included.
+        request gets :func:`own_block_hashes`, which only it can hit, after a preemption).
+        Admission looks up at most the known tokens' blocks; every block whose KV the request
+        computes is cached, output blocks included.
         """
         if prompt_tokens < 1 or output_tokens < 1:
             raise InputError(
@@ -306,6 +320,9 @@ class Engine:
             self.stats.rejected_total += 1
             raise
         self._next_id += 1
+        if self.config.enable_prefix_caching and not block_hashes:
+            blocks = (prompt_tokens + output_tokens) // self.config.block_size
+            block_hashes = own_block_hashes(self._next_id, blocks)
         req = SimRequest(
             id=self._next_id,
             prompt_tokens=prompt_tokens,
@@ -502,7 +519,7 @@ class Engine:
                 result.prefill_tokens += n
             before = req.computed
             req.computed += n
-            if req.block_hashes and before < len(req.block_hashes) * bs:
+            if req.block_hashes and req.computed // bs > before // bs:  # a block completed
                 self._register(req, before // bs, min(req.computed // bs, len(req.block_hashes)))
             if req.computed < req.known:
                 continue  # more prefill to do
@@ -524,6 +541,8 @@ class Engine:
 
     def _register(self, req: SimRequest, first: int, end: int) -> None:
         """Cache the prompt blocks ``first..end-1`` that ``req`` just completed."""
+        if first >= end:
+            return
         held = set(req.cache_refs)
         for i in range(first, end):
             h = req.block_hashes[i]
