@@ -10,7 +10,13 @@ import io
 import itertools
 import math
 
-from locust_llm.progress import ProgressLine, Snapshot, snapshot_from_payload, stage_durations
+from locust_llm.progress import (
+    ProgressLine,
+    Snapshot,
+    StageSeen,
+    snapshot_from_payload,
+    stage_durations,
+)
 
 
 class Clock:
@@ -146,10 +152,10 @@ def test_a_stage_shorter_than_a_poll_still_gets_its_line() -> None:
     the sweep's last stage ends before any poll sees it: every stage has one line."""
     out, clock = io.StringIO(), Clock()
     line = ProgressLine(out, live=False, every_s=60.0, stages=3, clock=clock)
-    begun = (("c=1", 3, 3), ("c=4", 8, 5))
+    begun = (StageSeen("c=1", 3, 3), StageSeen("c=4", 8, 5))
     line.update(Snapshot(1, 3, "c=4", 8, 5, 2.0, 0.05, begun=begun))
     line.update(Snapshot(1, 3, "c=4", 8, 11, 2.0, 0.05, begun=begun))
-    line.update(Snapshot(None, 3, "", None, 27, 2.0, 0.05, begun=(*begun, ("c=8", 16, None))))
+    line.update(Snapshot(None, 3, "", None, 27, 2.0, 0.05, begun=(*begun, StageSeen("c=8", 16))))
     line.close()
     text = out.getvalue().splitlines()
     assert (
