@@ -245,8 +245,9 @@ class ProgressLine:
         with self.lock:
             now = self.clock()
             cur = self.current
+            began = now  # when the stage on this snapshot was first seen
             if cur is not None and snap.stage_index != cur.stage_index:  # the stage ended
-                self.ended = now if self.ended is None else self.ended
+                self.ended = began = now if self.ended is None else self.ended
                 if not self._settled(snap, cur.stage_index or 0, now):
                     self._show(self.line(snap, now), final=False)  # its figures still arrive
                     return
@@ -257,7 +258,7 @@ class ProgressLine:
                 return
             self._between_polls(snap, snap.stage_index)
             if self.current is None:
-                self.current, self.started, self.baseline = snap, now, snap.requests
+                self.current, self.started, self.baseline = snap, began, snap.requests
                 self.baseline_failures = snap.failures
                 self.last_plain = now  # plain output: the stage's start is announced elsewhere
             self._show(self.line(snap, now), final=False)
