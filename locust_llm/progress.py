@@ -3,15 +3,20 @@
 The figures come from what the master already serves: its web UI's ``/llm/stats`` (the LLM
 tab's JSON), polled once a second on 127.0.0.1. Per stage the line shows requests done (the
 stage's own, from the records the master has received, and the stage's target when it ends at
-a count), seconds since the stage began, the current QPS
-(completed requests over the last 10 s) and the TTFT P50 (the master's live histogram, since
-the run began; both come with Locust's worker reports, every 3 s, so a short stage may end
-before they are known), and while the server cannot be reached, how many users are waiting out
-a back-off. "Done" is the stage's requests that had ended (cancelled ones left out) in the
-records the master had received when the poll saw the stage change: workers send theirs every
-second, and a request-count stage ends only once they have all arrived.
+a count), seconds since the stage began, and the stage's own figures, which the master keeps
+from the records the workers send it every second (:mod:`locust_llm.stage_tally`): QPS and
+output tokens/s (completions over the stage's last 10 s), TTFT P50 (the stage's completions, not
+the run's) and its failed requests. An open-loop stage adds the arrivals drawn in it that were
+never sent, and why ("98 of 108 arrivals unsent (pool ran dry)": the load generator could not
+keep the offered rate), from the counts the workers send with their records. While the server
+cannot be reached it adds how many users are waiting out a back-off. "Done" is the stage's
+requests that had ended (cancelled ones left out) in the records the master had received, so a
+request-count stage ends only once they have all arrived. A master without stage figures (an
+older one) leaves QPS and TTFT P50 to its ``Aggregated`` row (Locust's 3 s worker reports).
 
-On a terminal the line is redrawn in place (carriage return) and kept when the next stage
+A stage's line ends once the master says its figures have settled (its records and unsent
+counts are in: about 1.5 s after its end), or :data:`SETTLE_WAIT_S` after a poll first saw it
+over. On a terminal the line is redrawn in place (carriage return) and kept when the next stage
 begins; elsewhere (CI logs, a pipe) a plain line is printed every ``every_s`` seconds and once
 when a stage ends. Other messages (:meth:`ProgressLine.message`) go on their own lines without
 breaking the live one. Pure apart from the stream it writes and, in :func:`poll_stats`, one

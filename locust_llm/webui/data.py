@@ -289,14 +289,16 @@ def stages_begun(
     ended = getattr(recorder, "ended_in", None)
     tallies = getattr(recorder, "stage_tallies", None)
     arrivals = _arrival_counts(runtime, recorder)
+    run_ended = bool(getattr(runtime, "run_ended", False))  # the workers' last records are in
     out = []
     for s in list(getattr(runtime, "stages", None) or []):
         counts = arrivals.get(s.index)
         done = ended(s.index) if callable(ended) else None
         # records of the stage may still be on their way for delay_s after they end, except
-        # once a stage of --llm-stage-requests has all of its (it ends only then)
+        # once a stage of --llm-stage-requests has all of its (it ends only then) or the run
+        # has ended (the workers drained)
         complete = s.target_requests is not None and (done or 0) >= s.target_requests
-        upto = now if complete else now - delay_s
+        upto = now if complete or run_ended else now - delay_s
         row: dict[str, Any] = {
             "index": s.index,
             "name": s.name,
