@@ -6,9 +6,11 @@ stage's own, from the records the master has received, and the stage's target wh
 a count), seconds since the stage began, and the stage's own figures, which the master keeps
 from the records the workers send it every second (:mod:`locust_llm.stage_tally`): QPS and
 output tokens/s (completions over the stage's last 10 s), TTFT P50 (the stage's completions, not
-the run's) and its failed requests. An open-loop stage adds the arrivals drawn in it that were
-never sent, and why ("98 of 108 arrivals unsent (pool ran dry)": the load generator could not
-keep the offered rate), from the counts the workers send with their records. While the server
+the run's) and its failed requests. An open-loop stage adds how late its recent requests were
+sent when the user pool falls behind ("sent 1.3 s behind schedule"), and once the stage has
+ended the arrivals drawn in it that were never sent, and why ("98 of 108 arrivals unsent (pool
+ran dry)": the load generator could not keep the offered rate), from the counts the workers
+send with their records. While the server
 cannot be reached it adds how many users are waiting out a back-off. "Done" is the stage's
 requests that had ended (cancelled ones left out) in the records the master had received, so a
 request-count stage ends only once they have all arrived. A master without stage figures (an
@@ -43,6 +45,9 @@ PLAIN_EVERY_S = 10.0
 #: Seconds an ended stage's line waits at most for its figures to settle (its last records and
 #: its unsent arrivals reach the master within the workers' batch interval, about 1.5 s).
 SETTLE_WAIT_S = 4.0
+#: Open loop: a mean dispatch delay from this many seconds on is shown ("sent 1.3 s behind
+#: schedule"): a user pool that keeps up sends within milliseconds, one that ran dry ever later.
+BEHIND_S = 0.25
 #: How the line names each reason an open-loop arrival was not sent (client/arrivals.py).
 UNSENT_WORDS = {"pool_ran_dry": "pool ran dry", "stage_ended": "stage ended",
                 "run_stopped": "run stopped"}  # fmt: skip
@@ -60,6 +65,7 @@ class StageSeen(NamedTuple):
     output_tokens_per_s: float = math.nan
     ttft_p50_s: float = math.nan
     failed: int | None = None
+    dispatch_delay_s: float = math.nan  # open loop: how late its recent sends were, on average
     settled: bool | None = None  # its figures are final (None: the master does not say)
     #: open loop: arrivals drawn, and those never sent by reason (non-zero ones only)
     drawn: int | None = None
@@ -120,6 +126,7 @@ def stage_seen(entry: dict[str, Any]) -> StageSeen:
         output_tokens_per_s=_number(entry.get("output_tokens_per_s")),
         ttft_p50_s=_number(entry.get("ttft_p50_s")),
         failed=_count(entry.get("failed")),
+        dispatch_delay_s=_number(entry.get("dispatch_delay_s")),
         settled=settled if isinstance(settled, bool) else None,
         drawn=_count(entry.get("drawn")),
         unsent=tuple((str(k), int(n)) for k, n in unsent.items() if isinstance(n, int) and n > 0),
@@ -149,6 +156,14 @@ def snapshot_from_payload(payload: dict[str, Any]) -> Snapshot:
         backing_off=int((payload.get("backoff") or {}).get("users_waiting") or 0),
         begun=begun,
     )
+
+
+def behind_text(seen: StageSeen | None) -> str:
+    """``"sent 1.3 s behind schedule"`` for an open-loop stage whose recent requests were sent
+    at least :data:`BEHIND_S` late on average (the user pool ran dry before the stage's end
+    says how many arrivals it never sent); ``""`` otherwise."""
+    delay = math.nan if seen is None else seen.dispatch_delay_s
+    return f"sent {delay:.1f} s behind schedule" if is_num(delay) and delay >= BEHIND_S else ""
 
 
 def unsent_text(seen: StageSeen | None) -> str:
@@ -232,6 +247,7 @@ class ProgressLine:
             failed = min(max(snap.failures - self.baseline_failures, 0), done)
         errors = f", {num(failed)} failed ({failed / done:.0%})" if failed and done else ""
         unsent = unsent_text(seen)
+        behind = behind_text(seen)
         unreachable = (
             f", {num(snap.backing_off)} users backing off (server unreachable)"
             if snap.backing_off
@@ -239,8 +255,8 @@ class ProgressLine:
         )
         return (
             f"  stage {index + 1}/{stages} {cur.stage_name}: {count}{errors}, {secs}, "
-            f"QPS {qps}{tokens}, TTFT P50 {ms(ttft_s)} ms{', ' + unsent if unsent else ''}"
-            f"{unreachable}"
+            f"QPS {qps}{tokens}, TTFT P50 {ms(ttft_s)} ms{', ' + behind if behind else ''}"
+            f"{', ' + unsent if unsent else ''}{unreachable}"
         )
 
     def update(self, snap: Snapshot | None) -> None:

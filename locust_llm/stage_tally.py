@@ -4,9 +4,10 @@ The master (or single process) sees every record once, within a second of its en
 workers' record batches, :mod:`locust_llm.recorder`). :class:`StageTallies` folds each one into
 its stage's :class:`StageTally` as it arrives, so a poll of ``/llm/stats`` never re-scans the
 records: per stage it keeps the completed and failed counts, a TTFT histogram
-(:class:`~locust_llm.histogram.LatencyHistogram`, within 0.8 % of the exact median) and the
-completions and their output tokens per tick of :data:`TICK_S` by end time, pruned to the last
-:data:`KEEP_S` (memory stays flat however long the stage).
+(:class:`~locust_llm.histogram.LatencyHistogram`, within 0.8 % of the exact median) and, per
+tick of ``1 / TICKS_PER_S`` s by end time, the completions, their output tokens and (open loop)
+how late they were sent, pruned to the last :data:`KEEP_S` (memory stays flat however long the
+stage).
 
 Definitions (pure; tests recompute them from the records):
 
@@ -18,7 +19,11 @@ Definitions (pure; tests recompute them from the records):
   the stage's start, whichever is later; both edges are rounded down to a tick;
 - QPS = completions whose end falls in the window / its length; output tokens/s likewise with
   their output tokens; TTFT P50 = the median TTFT of all the stage's completions so far (the
-  stage's own, not the run's).
+  stage's own, not the run's);
+- open loop: *dispatch delay* = the mean of ``start_wall_s - scheduled_wall_s`` over the
+  completions in the window: how far behind its schedule the load generator sent them (a user
+  pool that keeps up sends within milliseconds; one that ran dry sends later and later, long
+  before the stage's end says how many arrivals it never sent).
 
 A stage that has ended gets its rates computed once, when "now" has passed its end, and kept
 (:meth:`StageTallies.figures`); its ticks are then dropped. Its counts and TTFT P50 go on
@@ -49,6 +54,7 @@ _OK = RECORD_FIELDS.index("ok")
 _KIND = RECORD_FIELDS.index("error_kind")
 _TTFT = RECORD_FIELDS.index("ttft_s")
 _OUT = RECORD_FIELDS.index("output_tokens")
+_SCHEDULED = RECORD_FIELDS.index("scheduled_wall_s")
 
 
 def tick_of(time_s: float) -> int:
@@ -79,6 +85,7 @@ class StageFigures:
     output_tokens_per_s: float = math.nan
     ttft_p50_s: float = math.nan
     window_s: float = math.nan  # the window the rates are over (seconds)
+    dispatch_delay_s: float = math.nan  # open loop: mean lateness of the window's sends
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN -> None."""
@@ -98,12 +105,20 @@ class StageTally:
         self.completed = 0
         self.failed = 0
         self.ttft = LatencyHistogram()
-        #: end tick -> [completions, their output tokens]
-        self.ticks: dict[int, list[int]] = {}
+        #: end tick -> [completions, their output tokens, those with a schedule (open loop),
+        #: the sum of their dispatch delays (s)]
+        self.ticks: dict[int, list[float]] = {}
         self.newest_tick = -1
 
     def add(
-        self, *, end_s: float, ok: bool, ttft_s: float, output_tokens: int, timed: bool = True
+        self,
+        *,
+        end_s: float,
+        ok: bool,
+        ttft_s: float,
+        output_tokens: int,
+        dispatch_delay_s: float = math.nan,
+        timed: bool = True,
     ) -> None:
         """Count one record that is not the load test's own doing (``timed``: and its end in
         the ticks; not once the stage's rates are final)."""
@@ -117,12 +132,15 @@ class StageTally:
         tick = tick_of(end_s)
         slot = self.ticks.get(tick)
         if slot is None:
-            slot = self.ticks[tick] = [0, 0]
+            slot = self.ticks[tick] = [0, 0, 0, 0.0]
             self.newest_tick = max(self.newest_tick, tick)
             if len(self.ticks) > 2 * _KEEP_TICKS:
                 self._prune()
         slot[0] += 1
         slot[1] += output_tokens
+        if dispatch_delay_s == dispatch_delay_s:  # not NaN: it had a schedule
+            slot[2] += 1
+            slot[3] += dispatch_delay_s
 
     def _prune(self) -> None:
         oldest = self.newest_tick - _KEEP_TICKS
@@ -130,19 +148,22 @@ class StageTally:
 
     def figures(self, lo: int, hi: int) -> StageFigures:
         """The figures over the window of ticks ``[lo, hi)``."""
-        qps = tps = window = math.nan
+        qps = tps = window = delay = math.nan
         if hi > lo:
             window = (hi - lo) / TICKS_PER_S
-            done = tokens = 0
             if hi - lo < len(self.ticks):
                 spans = (self.ticks.get(t) for t in range(lo, hi))
                 slots = [s for s in spans if s is not None]
             else:
                 slots = [s for t, s in self.ticks.items() if lo <= t < hi]
-            for n, out in slots:
+            done = tokens = scheduled = late_s = 0.0
+            for n, out, with_schedule, late in slots:
                 done += n
                 tokens += out
+                scheduled += with_schedule
+                late_s += late
             qps, tps = done / window, tokens / window
+            delay = late_s / scheduled if scheduled else math.nan
         return StageFigures(
             completed=self.completed,
             failed=self.failed,
@@ -150,6 +171,7 @@ class StageTally:
             output_tokens_per_s=tps,
             ttft_p50_s=self.ttft.quantile(0.5),
             window_s=window,
+            dispatch_delay_s=delay,
         )
 
 
@@ -159,8 +181,8 @@ class StageTallies:
 
     def __init__(self) -> None:
         self.stages: dict[int, StageTally] = {}
-        #: stages that have ended: (QPS, output tokens/s, window) as they were at their end
-        self._final: dict[int, tuple[float, float, float]] = {}
+        #: stages that have ended: their window's figures as they were at their end
+        self._final: dict[int, StageFigures] = {}
 
     def add_row(self, row: tuple[Any, ...]) -> None:
         """Fold one record into its stage (cancelled and client errors are left out)."""
@@ -175,6 +197,7 @@ class StageTallies:
             ok=bool(row[_OK]),
             ttft_s=row[_TTFT],
             output_tokens=row[_OUT],
+            dispatch_delay_s=row[_START] - row[_SCHEDULED],
             timed=stage not in self._final,
         )
 
@@ -186,12 +209,12 @@ class StageTallies:
         tally = self.stages.get(stage) or StageTally()
         final = self._final.get(stage)
         if final is not None:
-            out = tally.figures(0, 0)
-            qps, tps, window = final
-            return replace(out, qps=qps, output_tokens_per_s=tps, window_s=window)
+            now = tally.figures(0, 0)
+            return replace(final, completed=now.completed, failed=now.failed,
+                           ttft_p50_s=now.ttft_p50_s)  # fmt: skip
         out = tally.figures(*window_ticks(start_s, end_s, now_s))
         if math.isfinite(end_s) and now_s >= end_s and stage in self.stages:
-            self._final[stage] = (out.qps, out.output_tokens_per_s, out.window_s)
+            self._final[stage] = out
             tally.ticks.clear()
         return out
 

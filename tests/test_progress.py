@@ -256,3 +256,20 @@ def test_an_open_loop_stage_s_unsent_arrivals_end_its_line() -> None:
         "  stage 1/3 rate 40/s: 25 requests, 12 of 120 arrivals unsent (pool ran dry), ended "
         "between two polls of the live stats (stage done)"
     )
+
+
+def test_a_stage_sending_behind_its_schedule_says_so_during_the_stage() -> None:
+    """Before the stage's end counts its unsent arrivals, the records say the pool is behind:
+    their mean dispatch delay; a pool that keeps up (a few ms late) adds nothing."""
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=0.0, stages=1, clock=clock)
+    for delay_s in (0.004, 1.26):
+        entry = _stage("rate 40/s", done=9, qps=3.0, ttft_p50_s=0.06, dispatch_delay_s=delay_s,
+                       output_tokens_per_s=96.0)  # fmt: skip
+        line.update(snapshot_from_payload(_payload(0, [entry])))
+    first, second = out.getvalue().splitlines()
+    assert "behind" not in first
+    assert second == (
+        "  stage 1/1 rate 40/s: 9 requests, 0 s, QPS 3.0, 96 tokens/s, TTFT P50 60 ms, "
+        "sent 1.3 s behind schedule"
+    )

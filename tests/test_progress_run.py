@@ -1,8 +1,9 @@
 """The progress line of a real `locust-llm run` (master + one worker against the simulator on
 127.0.0.1): two 3 s open-loop stages, the first at a rate two users cannot keep. The stage's
 own QPS, tokens/s and TTFT P50 are known during the stage (from the records the master gets
-each second, not Locust's 3 s reports) and its arrivals the user pool could not send are on its
-line; both are checked against the run dir and against the simulator's own trace."""
+each second, not Locust's 3 s reports), so is how far behind its schedule the pool sends, and
+the arrivals the user pool could not send are on its line; all are checked against the run dir
+and against the simulator's own trace."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from locust_llm.demo import simulator
+from locust_llm.progress import BEHIND_S
 from locust_llm.stage_tally import TICKS_PER_S, WINDOW_S
 
 pytestmark = pytest.mark.slow
@@ -27,7 +29,8 @@ pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "locust_llm.cli"]
 _DONE = re.compile(
     r"^  stage (\d)/2 rate (\d+)/s: (\d+) requests, 3/3 s, QPS ([\d.]+), ([\d,]+) tokens/s, "
-    r"TTFT P50 ([\d,]+) ms(?:, (\d+) of (\d+) arrivals unsent \(([a-z ,\d]+)\))? \(stage done\)$",
+    r"TTFT P50 ([\d,]+) ms(?:, sent ([\d.]+) s behind schedule)?"
+    r"(?:, (\d+) of (\d+) arrivals unsent \(([a-z ,\d]+)\))? \(stage done\)$",
     re.M,
 )
 
@@ -83,7 +86,10 @@ def test_a_run_shows_each_stage_s_own_figures_and_its_unsent_arrivals(tmp_path: 
     # during the first stage (3 s, shorter than Locust's report interval) its figures are known
     during = [p["stages_begun"][0] for p in payloads
               if (p.get("stage") or {}).get("index") == 0 and p["stages_begun"]]  # fmt: skip
-    assert any(s["qps"] and s["ttft_p50_s"] and not s["settled"] for s in during), (
+    assert any(
+        s["qps"] and s["ttft_p50_s"] and s["dispatch_delay_s"] >= BEHIND_S and not s["settled"]
+        for s in during
+    ), (
         out,
         [(p.get("stage"), p["stages_begun"]) for p in payloads],
     )
@@ -93,7 +99,7 @@ def test_a_run_shows_each_stage_s_own_figures_and_its_unsent_arrivals(tmp_path: 
     # the stage's own figures against a recomputation from its records in the run dir
     table = pq.read_table(run_dir / "requests.parquet").to_pandas()
     for index, stage in enumerate(stages):
-        _, _rate, _count, qps, tps, ttft_ms, *_ = done[index]
+        _, _rate, _count, qps, tps, ttft_ms, behind, *_ = done[index]
         mine = table[(table.stage == index) & table.ok]
         ends = (mine.start_wall_s + mine.e2e_s).to_numpy()
         lo = math.floor(max(stage["start_wall_s"], stage["end_wall_s"] - WINDOW_S) * TICKS_PER_S)
@@ -106,6 +112,11 @@ def test_a_run_shows_each_stage_s_own_figures_and_its_unsent_arrivals(tmp_path: 
         want_ttft_ms = float(np.median(mine.ttft_s)) * 1e3
         assert float(ttft_ms.replace(",", "")) == pytest.approx(want_ttft_ms, rel=0.01, abs=1.0)
         assert final[index]["completed"] == len(mine)
+        late_s = (mine.start_wall_s - mine.scheduled_wall_s).to_numpy()[inside].mean()
+        if late_s >= BEHIND_S:  # the first stage's pool ran dry: it fell behind its schedule
+            assert float(behind) == pytest.approx(late_s, abs=0.051)
+        else:
+            assert behind == "" and index == 1
 
     # the simulator's own view: what it finished inside the window, and how fast it answered
     lines = [json.loads(x) for x in trace.read_text().splitlines() if x.strip()]
@@ -129,7 +140,8 @@ def test_a_run_shows_each_stage_s_own_figures_and_its_unsent_arrivals(tmp_path: 
     first = stages[0]
     unsent = sum(first["arrivals_unsent"].values())
     assert first["arrivals_unsent"]["pool_ran_dry"] > 0
-    _, _, _, _, _, _, n_unsent, n_drawn, why = done[0]
+    _, _, _, _, _, _, behind, n_unsent, n_drawn, why = done[0]
+    assert float(behind) >= BEHIND_S
     assert (int(n_unsent), int(n_drawn)) == (unsent, first["arrivals_drawn"]), out
     assert "pool ran dry" in why
     sent_ids = set(table[table.stage == 0].request_id)
@@ -165,4 +177,8 @@ def test_the_docs_progress_example_runs_as_written() -> None:
         head = _shape(line.split(" ms, ", 1)[0])
         assert any(_shape(p).startswith(head) for p in printed), (line, done.stdout)
     first = next(p for p in printed if p.startswith("  stage 1/2 rate 40/s: "))
-    assert re.search(r", \d+ of \d+ arrivals unsent \(pool ran dry\) \(stage done\)$", first)
+    assert re.search(
+        r", sent [\d.]+ s behind schedule, \d+ of \d+ arrivals unsent \(pool ran dry\) "
+        r"\(stage done\)$",
+        first,
+    )

@@ -38,6 +38,8 @@ def _records(rng: np.random.Generator, n: int, stages: int, span_s: float) -> li
                 endpoint="/chat",
                 stage=int(rng.integers(stages)),
                 start_wall_s=start,
+                # half of them open loop: sent up to 2 s after their scheduled time
+                scheduled_wall_s=start - float(rng.uniform(0, 2)) if i % 2 else math.nan,
                 ok=ok,
                 error_kind=kind,
                 ttft_s=float(rng.lognormal(-2.0, 0.8)) if ok else math.nan,
@@ -63,6 +65,8 @@ def _recompute(
     )
     inside = (np.floor(ends * TICKS_PER_S) >= lo) & (np.floor(ends * TICKS_PER_S) < hi)
     window = (hi - lo) / TICKS_PER_S
+    delays = np.array([r.start_wall_s - r.scheduled_wall_s for r in ok], dtype=float)
+    late = delays[inside] if len(ok) else delays
     tokens = np.array([r.output_tokens for r in ok], dtype=float)
     return {
         "completed": len(ok),
@@ -71,12 +75,15 @@ def _recompute(
         "output_tokens_per_s": tokens[inside].sum() / window if hi > lo else math.nan,
         "ttft_p50_s": float(np.median([r.ttft_s for r in ok])) if ok else math.nan,
         "window_s": window if hi > lo else math.nan,
+        "dispatch_delay_s": float(np.mean(late[np.isfinite(late)]))
+        if np.isfinite(late).any()
+        else math.nan,
     }
 
 
 def _check(got: object, want: dict) -> None:
     assert got.completed == want["completed"] and got.failed == want["failed"]  # type: ignore[attr-defined]
-    for key in ("qps", "output_tokens_per_s", "window_s"):
+    for key in ("qps", "output_tokens_per_s", "window_s", "dispatch_delay_s"):
         value = getattr(got, key)
         assert (math.isnan(value) and math.isnan(want[key])) or value == pytest.approx(
             want[key], rel=1e-12
