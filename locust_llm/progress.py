@@ -10,11 +10,11 @@ the run's) and its failed requests. An open-loop stage adds how late its recent 
 sent when the user pool falls behind ("sent 1.3 s behind schedule"), and once the stage has
 ended the arrivals drawn in it that were never sent, and why ("98 of 108 arrivals unsent (pool
 ran dry)": the load generator could not keep the offered rate), from the counts the workers
-send with their records. While the server
-cannot be reached it adds how many users are waiting out a back-off. "Done" is the stage's
-requests that had ended (cancelled ones left out) in the records the master had received, so a
-request-count stage ends only once they have all arrived. A master without stage figures (an
-older one) leaves QPS and TTFT P50 to its ``Aggregated`` row (Locust's 3 s worker reports).
+send with their records. While the server cannot be reached it adds how many users are waiting
+out a back-off. "Done" is the stage's requests that had ended (cancelled ones left out) in the
+records the master had received, so a request-count stage ends only once they have all arrived.
+A master without stage figures (an older one) leaves QPS and TTFT P50 to its ``Aggregated`` row
+(Locust's 3 s worker reports).
 
 A stage's line ends once the master says its figures have settled (its records and unsent
 counts are in: about 1.5 s after its end), or :data:`SETTLE_WAIT_S` after a poll first saw it
@@ -232,13 +232,12 @@ class ProgressLine:
             count = f"{num(done)} requests"
         elapsed = (now if self.ended is None else self.ended) - self.started
         if seen is not None and seen.live:  # the stage's own figures, from its records
-            qps_s, ttft_s, tps = seen.qps, seen.ttft_p50_s, seen.output_tokens_per_s
-        else:  # an ended stage's line falls back on the run's figures at its end
-            qps_s, ttft_s, tps = snap.qps, snap.ttft_p50_s, math.nan
+            qps_s, ttft_s = seen.qps, seen.ttft_p50_s
+            tps = seen.output_tokens_per_s
+            tokens = f", {f'{tps:,.0f}' if is_num(tps) else NO_DATA} tokens/s"
+        else:  # a master without them: the run's, from Locust's worker reports
+            qps_s, ttft_s, tokens = snap.qps, snap.ttft_p50_s, ""
         qps = f"{qps_s:.1f}" if is_num(qps_s) else NO_DATA
-        tokens = f", {tps:,.0f} tokens/s" if seen is not None and seen.live else ""
-        if tokens and not is_num(tps):
-            tokens = f", {NO_DATA} tokens/s"
         duration = durations[index] if index < len(durations) else math.nan
         secs = f"{elapsed:.0f}/{duration:.0f} s" if math.isfinite(duration) else f"{elapsed:.0f} s"
         if seen is not None and seen.failed is not None:
