@@ -329,6 +329,10 @@ def _drain(stream: object) -> None:
         stream.read()  # type: ignore[attr-defined]
 
 
+#: Seconds the master stays up after the run ends (Locust's ``--autoquit``): two polls of
+#: ``/llm/stats`` see the run ended, with every record in.
+AUTOQUIT_S = 2
+
 _STAGE = re.compile(r"locust-llm: stage (\d+)/(\d+) (.*)$")
 
 
@@ -360,8 +364,8 @@ def run_sweep(
         *locust,
         *common,
         "--autostart",
-        "--autoquit",
-        "0",
+        "--autoquit",  # the web UI stays up a moment once the run ends, so the progress line
+        str(AUTOQUIT_S),  # reads the last stage's settled figures
         "--web-host",
         "127.0.0.1",
         "--web-port",
@@ -506,6 +510,7 @@ def _follow(
     try:
         for line in master.stdout:
             log.write(line)  # type: ignore[attr-defined]
+            log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
             m = _STAGE.search(line)
             if m and progress is not None and not progress.live:
                 progress.message(

@@ -10,8 +10,8 @@ The master (or single process) keeps no records in memory: they wait at most a s
 ``unflushed`` and are then appended to the run dir's journal (:mod:`locust_llm.journal`,
 fsync'd), so a crash loses at most that second and memory stays flat however long the run.
 What the run needs while it runs (records ended per stage, the models and endpoints seen, the
-count) is kept as counters. :meth:`Recorder.finalise` turns the journal into
-``requests.parquet`` and writes ``run.json``.
+count, each stage's live QPS and TTFT: :mod:`locust_llm.stage_tally`) is kept as counters.
+:meth:`Recorder.finalise` turns the journal into ``requests.parquet`` and writes ``run.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from locust_llm.client.messages import RecordBatch
 from locust_llm.journal import JOURNAL_FILE, RecordJournal, journal_to_parquet
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord
 from locust_llm.rundir import REQUESTS_FILE, RunInfo, write_run_info
+from locust_llm.stage_tally import StageTallies
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class Recorder:
         # master/local: per stage, requests that ended (success or failure), not counting those
         # the load test cancelled itself
         self._ended_by_stage: Counter[int] = Counter()
+        #: master/local: each stage's live QPS, tokens/s and TTFT P50, fed as records arrive
+        self.stage_tallies = StageTallies()
 
     # ---- producing --------------------------------------------------------------------------
     def request_started(self) -> None:
@@ -159,6 +162,7 @@ class Recorder:
         for row in rows:
             if row[_KIND] != "cancelled":
                 self._ended_by_stage[row[_STAGE]] += 1
+            self.stage_tallies.add_row(row)
             for name, index in _TRACKED:
                 self._values[name].add(row[index])
 
@@ -178,6 +182,7 @@ class Recorder:
         self.unflushed.clear()
         self.count = 0
         self._ended_by_stage.clear()
+        self.stage_tallies.clear()
         self.trace_lines_by_worker.clear()
         self.arrivals_by_worker.clear()
         for values in self._values.values():

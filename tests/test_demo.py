@@ -47,12 +47,11 @@ def test_demo_scaled_down(tmp_path: Path) -> None:
         assert line in out.stdout
     # not a terminal: plain progress lines, one at each stage's end, from the master's live stats
     # (a stage shorter than a poll of the live stats, as c=1's 3 requests can be on a busy
-    # host, still gets its line)
-    # host, still gets its line); the live QPS and TTFT come with Locust's worker reports (every
-    # 3 s), so a short stage may end before they are known ("n/a"); the count is the stage's own
+    # host, still gets its line); QPS, tokens/s and TTFT P50 are the stage's own, from the
+    # records the master receives, so even a stage of 3 requests has them; the count too
     done = re.findall(r"^  stage (\d)/3 c=\d+: (\d+)/(\d+) requests, (?:\d+ s, QPS "
-                      r"(?:[\d.]+|n/a), TTFT P50 (?:[\d,]+|n/a) ms|ended between two polls of the "
-                      r"live stats) \(stage done\)$", out.stdout, re.M)  # fmt: skip
+                      r"[\d.]+, [\d,]+ tokens/s, TTFT P50 [\d,]+ ms|ended between two polls of "
+                      r"the live stats) \(stage done\)$", out.stdout, re.M)  # fmt: skip
     assert [d[0] for d in done] == ["1", "2", "3"], out.stdout
     assert [d[1] for d in done] == [d[2] for d in done] == ["3", "8", "16"], out.stdout
     assert "\r" not in out.stdout

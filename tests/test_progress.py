@@ -10,7 +10,13 @@ import io
 import itertools
 import math
 
-from locust_llm.progress import ProgressLine, Snapshot, snapshot_from_payload, stage_durations
+from locust_llm.progress import (
+    ProgressLine,
+    Snapshot,
+    StageSeen,
+    snapshot_from_payload,
+    stage_durations,
+)
 
 
 class Clock:
@@ -146,10 +152,10 @@ def test_a_stage_shorter_than_a_poll_still_gets_its_line() -> None:
     the sweep's last stage ends before any poll sees it: every stage has one line."""
     out, clock = io.StringIO(), Clock()
     line = ProgressLine(out, live=False, every_s=60.0, stages=3, clock=clock)
-    begun = (("c=1", 3, 3), ("c=4", 8, 5))
+    begun = (StageSeen("c=1", 3, 3), StageSeen("c=4", 8, 5))
     line.update(Snapshot(1, 3, "c=4", 8, 5, 2.0, 0.05, begun=begun))
     line.update(Snapshot(1, 3, "c=4", 8, 11, 2.0, 0.05, begun=begun))
-    line.update(Snapshot(None, 3, "", None, 27, 2.0, 0.05, begun=(*begun, ("c=8", 16, None))))
+    line.update(Snapshot(None, 3, "", None, 27, 2.0, 0.05, begun=(*begun, StageSeen("c=8", 16))))
     line.close()
     text = out.getvalue().splitlines()
     assert (
@@ -159,3 +165,111 @@ def test_a_stage_shorter_than_a_poll_still_gets_its_line() -> None:
     assert text[1].startswith("  stage 2/3 c=4: ") and text[1].endswith("(stage done)")
     assert text[2].startswith("  stage 3/3 c=8: 16/16 requests, ended between two polls")
     assert len(text) == 3
+
+
+def _payload(index: int | None, begun: list[dict]) -> dict:
+    stage = None if index is None else {"index": index, "name": begun[index]["name"], "count": 2}
+    return {
+        "stage": stage,
+        "stages_begun": begun,
+        "endpoints": [{"name": "Aggregated", "requests": 99, "failures": 9,
+                       "requests_per_s": 7.0, "ttft_p50_s": 0.9}],
+    }  # fmt: skip
+
+
+def _stage(name: str, **kw: object) -> dict:
+    base = {"name": name, "target_requests": None, "done": 0, "settled": False, "drawn": None,
+            "unsent": None, "completed": 0, "failed": 0, "qps": None,
+            "output_tokens_per_s": None, "ttft_p50_s": None, "window_s": None}  # fmt: skip
+    return {**base, **kw}
+
+
+def test_the_stage_s_own_figures_come_before_the_run_s() -> None:
+    """The master's figures of the stage (from its records) win over the Aggregated row's
+    (Locust's 3 s worker reports, the whole run's): QPS, tokens/s, TTFT P50, failures."""
+    begun = [
+        _stage("rate 4/s", done=30, settled=True, qps=3.9, ttft_p50_s=0.2, failed=1,
+               output_tokens_per_s=250.0, drawn=31, unsent={"pool_ran_dry": 0}),
+        _stage("rate 40/s", done=12, qps=5.5, ttft_p50_s=0.04, failed=0,
+               output_tokens_per_s=1234.4, drawn=80, unsent={"pool_ran_dry": 0}),
+    ]  # fmt: skip
+    snap = snapshot_from_payload(_payload(1, begun))
+    assert (snap.qps, snap.ttft_p50_s) == (5.5, 0.04)
+    assert snap.begun[0].live and snap.begun[0].settled and not snap.begun[1].settled
+    assert snap.begun[1].drawn == 80 and snap.begun[1].unsent == ()  # no reason counted
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=0.0, stage_durations_s=[3.0], stages=2,
+                        clock=clock)  # fmt: skip
+    line.update(snap)
+    assert out.getvalue().splitlines()[-1] == (
+        "  stage 2/2 rate 40/s: 12 requests, 0/3 s, QPS 5.5, 1,234 tokens/s, TTFT P50 40 ms"
+    )
+    old = snapshot_from_payload(_payload(0, [{"name": "c=1", "done": 3}]))  # no stage figures
+    assert (old.qps, old.ttft_p50_s) == (7.0, 0.9)
+
+
+def test_an_open_loop_stage_s_unsent_arrivals_end_its_line() -> None:
+    """The pool ran dry: the stage's line waits (4 s at most) for its last records and its
+    unsent arrivals, which reach the master with the workers' batch after the stage ends, and
+    says how many of the arrivals drawn were never sent, and why."""
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=60.0, stage_durations_s=[3.0], stages=2,
+                        clock=clock)  # fmt: skip
+    first = _stage(
+        "rate 40/s",
+        done=20,
+        qps=6.0,
+        ttft_p50_s=0.5,
+        drawn=90,
+        output_tokens_per_s=400.0,
+        unsent={"pool_ran_dry": 0, "stage_ended": 0},
+    )
+    line.update(snapshot_from_payload(_payload(0, [first])))
+    clock.now += 3.0  # the stage ended; its counts are not in yet
+    second = _stage("rate 4/s", done=1, qps=None)
+    line.update(snapshot_from_payload(_payload(1, [{**first, "done": 24}, second])))
+    assert "stage done" not in out.getvalue()
+    clock.now += 1.0
+    dry = {**first, "done": 25, "settled": True, "qps": 7.5, "drawn": 120,
+           "unsent": {"pool_ran_dry": 88, "stage_ended": 7}}  # fmt: skip
+    line.update(snapshot_from_payload(_payload(1, [dry, second])))
+    assert out.getvalue().splitlines() == [
+        "  stage 1/2 rate 40/s: 25 requests, 3/3 s, QPS 7.5, 400 tokens/s, TTFT P50 500 ms, "
+        "95 of 120 arrivals unsent (88 pool ran dry, 7 stage ended) (stage done)"
+    ]
+    clock.now += 60.0
+    line.update(snapshot_from_payload(_payload(1, [dry, second])))
+    assert out.getvalue().splitlines()[-1].startswith("  stage 2/2 rate 4/s: 1 requests, 61/3 s")
+    # a master that never says "settled" still gets the line ended, after the wait
+    out2, clock2 = io.StringIO(), Clock()
+    line2 = ProgressLine(out2, live=False, every_s=60.0, stages=2, clock=clock2)
+    line2.update(snapshot_from_payload(_payload(0, [first])))
+    for _ in range(5):
+        clock2.now += 1.0
+        line2.update(snapshot_from_payload(_payload(1, [first, second])))
+    assert sum("(stage done)" in t for t in out2.getvalue().splitlines()) == 1
+    assert "(stage done)" in out2.getvalue().splitlines()[0]
+    only = {**dry, "unsent": {"pool_ran_dry": 12, "stage_ended": 0, "run_stopped": 0}}
+    short = ProgressLine(io.StringIO(), live=False, stages=3, clock=Clock())
+    short.update(snapshot_from_payload(_payload(1, [only, second])))
+    assert short.out.getvalue().splitlines()[0] == (  # type: ignore[attr-defined]
+        "  stage 1/3 rate 40/s: 25 requests, 12 of 120 arrivals unsent (pool ran dry), ended "
+        "between two polls of the live stats (stage done)"
+    )
+
+
+def test_a_stage_sending_behind_its_schedule_says_so_during_the_stage() -> None:
+    """Before the stage's end counts its unsent arrivals, the records say the pool is behind:
+    their mean dispatch delay; a pool that keeps up (a few ms late) adds nothing."""
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=0.0, stages=1, clock=clock)
+    for delay_s in (0.004, 1.26):
+        entry = _stage("rate 40/s", done=9, qps=3.0, ttft_p50_s=0.06, dispatch_delay_s=delay_s,
+                       output_tokens_per_s=96.0)  # fmt: skip
+        line.update(snapshot_from_payload(_payload(0, [entry])))
+    first, second = out.getvalue().splitlines()
+    assert "behind" not in first
+    assert second == (
+        "  stage 1/1 rate 40/s: 9 requests, 0 s, QPS 3.0, 96 tokens/s, TTFT P50 60 ms, "
+        "sent 1.3 s behind schedule"
+    )

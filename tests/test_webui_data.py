@@ -134,6 +134,50 @@ def test_stage_history_and_report_in_the_payload(tmp_path: Path) -> None:
     assert wd.current_stage(rt)["name"] == "c=8"
 
 
+def test_each_stage_begun_has_its_own_live_figures_settled_after_the_records_delay() -> None:
+    """On a master the stage's figures wait out the workers' record batches (1 s + transit):
+    a stage is "settled" once that long has passed since its end, or, at a request count,
+    once all of its records are in; in one process records go straight in."""
+    from locust_llm.recorder import Recorder
+
+    recorder = Recorder(is_worker=False)
+    # stage 0: 2 a second from 100 s; stage 1: 5 requests, all in by 108.3 s
+    starts = [100.0 + i * 0.5 for i in range(15)] + [107.5 + i * 0.1 for i in range(5)]
+    for i, start in enumerate(starts):
+        stage = 0 if i < 15 else 1
+        recorder.add(
+            RequestRecord(
+                request_id=str(i),
+                endpoint="/chat",
+                stage=stage,
+                ok=True,
+                start_wall_s=start,
+                e2e_s=0.4 - 0.05 * stage,
+                ttft_s=0.1 * (1 + stage),
+                output_tokens=10,
+            )
+        )
+    stages = [Stage(index=0, name="rate 2/s", start_wall_s=100.0, end_wall_s=107.5, rate=2.0),
+              Stage(index=1, name="c=2", start_wall_s=107.5, end_wall_s=108.3, concurrency=2,
+                    target_requests=5)]  # fmt: skip
+    rt = _runtime(LiveStats(), stages=stages, current_stage=1, recorder=recorder,
+                  options=SimpleNamespace(record_batch_s=1.0))  # fmt: skip
+    master = SimpleNamespace(state="running", user_count=2, clients={}, worker_count=1)
+    assert wd.record_delay_s(rt, master) == 1.5
+    assert wd.record_delay_s(rt, SimpleNamespace(state="running")) == 0.0
+    begun = wd.stats_payload(rt, master, now=108.5)["stages_begun"]
+    assert [b["settled"] for b in begun] == [False, True]  # stage 1 has its 5 records
+    assert begun[0]["qps"] == pytest.approx(14 / 7.0)  # ends in [100, 107): 14 of 15
+    assert begun[0]["window_s"] == pytest.approx(7.0) and begun[0]["completed"] == 15
+    assert begun[1]["ttft_p50_s"] == pytest.approx(0.2, rel=0.01)
+    assert begun[1]["output_tokens_per_s"] == pytest.approx(50 / 0.8)  # 107.5 to 108.3 s
+    later = wd.stats_payload(rt, master, now=109.0)["stages_begun"]
+    assert later[0]["settled"] and later[0]["qps"] == pytest.approx(15 / 7.5)
+    assert json.dumps(later, allow_nan=False)  # JSON-safe: no NaN
+    bare = wd.stages_begun(SimpleNamespace(stages=stages), now=109.0)
+    assert bare[0]["qps"] is None and bare[0]["done"] is None
+
+
 def test_metrics_parse_as_prometheus_text_with_histograms_in_seconds() -> None:
     stats = _stats([0.1, 0.2, 0.3])
     stats.add(_record(math.nan, ok=False), [], [])

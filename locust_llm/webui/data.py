@@ -22,6 +22,7 @@ from typing import Any
 from locust_llm.histogram import LatencyHistogram
 from locust_llm.llmstats import METRICS, RECENT_QUANTILES, RECENT_WINDOW_S, TOTAL, LiveStats
 from locust_llm.signals import combine
+from locust_llm.stage_tally import StageFigures
 
 #: Runner states in which the live rates are taken up to "now".
 ACTIVE_STATES = frozenset({"spawning", "running", "cleanup", "stopping"})
@@ -258,25 +259,63 @@ def current_stage(runtime: Any) -> dict[str, Any] | None:
     }
 
 
-def stages_begun(runtime: Any) -> list[dict[str, Any]]:
-    """Every stage begun so far (index, name, target requests, ``done``: its requests that
-    ended, cancelled ones left out, as the records received so far say, None without a
-    recorder; ``unsent``: open loop, its arrivals never sent by reason, else None), in order:
-    a stage shorter than a poll of ``/llm/stats`` is still seen to have run, and each stage's
-    count is its own (the records carry the stage they were sent in)."""
+#: Seconds added to the workers' record batch interval for a batch on its way to the master.
+RECORD_TRANSIT_S = 0.5
+
+
+def record_delay_s(runtime: Any, runner: Any) -> float:
+    """How long after its end a record may still be on its way to this process: a worker's
+    batch interval plus transit on a master; 0 in a single process (records go straight in)."""
+    if not hasattr(runner, "clients"):
+        return 0.0
+    batch_s = getattr(getattr(runtime, "options", None), "record_batch_s", 1.0)
+    return float(batch_s) + RECORD_TRANSIT_S if isinstance(batch_s, int | float) else 1.5
+
+
+def stages_begun(
+    runtime: Any, now: float | None = None, delay_s: float = 0.0
+) -> list[dict[str, Any]]:
+    """Every stage begun so far, in order: index, name, target requests, ``done`` (its requests
+    that ended, cancelled ones left out, as the records received so far say; None without a
+    recorder), ``settled`` (it has ended and its records and counts are all in), its live
+    figures from those records (:mod:`locust_llm.stage_tally`:
+    ``completed``, ``failed``, ``qps`` and ``output_tokens_per_s`` over the last 10 s of the
+    stage up to ``now - delay_s``, ``ttft_p50_s`` of the stage's own completions, ``window_s``;
+    None without a recorder) and, open loop, its arrivals (``drawn``, ``unsent`` by reason,
+    else None). A stage shorter than a poll of ``/llm/stats`` is still seen to have run, and
+    each stage's figures are its own (the records carry the stage they were sent in)."""
+    now = time.time() if now is None else now
     recorder = getattr(runtime, "recorder", None)
     ended = getattr(recorder, "ended_in", None)
+    tallies = getattr(recorder, "stage_tallies", None)
     arrivals = _arrival_counts(runtime, recorder)
-    return [
-        {
+    run_ended = bool(getattr(runtime, "run_ended", False))  # the workers' last records are in
+    out = []
+    for s in list(getattr(runtime, "stages", None) or []):
+        counts = arrivals.get(s.index)
+        done = ended(s.index) if callable(ended) else None
+        # records of the stage may still be on their way for delay_s after they end, except
+        # once a stage of --llm-stage-requests has all of its (it ends only then) or the run
+        # has ended (the workers drained)
+        complete = s.target_requests is not None and (done or 0) >= s.target_requests
+        upto = now if complete or run_ended else now - delay_s
+        row: dict[str, Any] = {
             "index": s.index,
             "name": s.name,
             "target_requests": s.target_requests,
-            "done": ended(s.index) if callable(ended) else None,
-            "unsent": dict(arrivals[s.index].unsent) if s.index in arrivals else None,
+            "done": done,
+            # it has ended, and every record and count of it has arrived: its figures are final
+            "settled": math.isfinite(s.end_wall_s) and upto >= s.end_wall_s,
+            "drawn": counts.drawn if counts is not None else None,
+            "unsent": dict(counts.unsent) if counts is not None else None,
         }
-        for s in list(getattr(runtime, "stages", None) or [])
-    ]
+        figures = (
+            tallies.figures(s.index, s.start_wall_s, s.end_wall_s, upto).to_dict()
+            if tallies is not None
+            else dict.fromkeys(StageFigures.__slots__)
+        )
+        out.append({**row, **figures})
+    return out
 
 
 def _arrival_counts(runtime: Any, recorder: Any) -> dict[int, Any]:
@@ -327,7 +366,7 @@ def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[s
         "user_count": getattr(runner, "user_count", None),
         "worker_count": worker_count if isinstance(worker_count, int) else None,
         "stage": current_stage(runtime),
-        "stages_begun": stages_begun(runtime),
+        "stages_begun": stages_begun(runtime, now, record_delay_s(runtime, runner)),
         "backoff": backoff_state(runtime),
         "endpoints": endpoint_rows(stats, rates_time(stats, state, now)),
         "signals": latest_signals(rows),
