@@ -27,7 +27,9 @@ machine, load average, the table) above the earlier runs, which stay as history.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import platform
 import shlex
@@ -117,7 +119,7 @@ def measure(transport: str, streams: int, rounds: int, work: Path) -> dict[str, 
     os.environ["LOCUST_LLM_TRANSPORT"] = transport  # the Locust child reads --llm-transport
     waits = RunQueueWait(str(work / "run")).start()
     try:
-        row = client_choice.measure("ours", streams, rounds, work)
+        row = client_choice.measure("ours-counted", streams, rounds, work)
     finally:
         os.environ.pop("LOCUST_LLM_TRANSPORT", None)
         row_wait_s = waits.stop()
@@ -125,7 +127,105 @@ def measure(transport: str, streams: int, rounds: int, work: Path) -> dict[str, 
     row["client_runq_wait_s"] = row_wait_s
     if row.get("matched"):
         row.update(extra_columns(work))
+        row.update(read_columns(work / "results.jsonl.reads.json", row))
     return row
+
+
+def read_columns(counts_path: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """Reads the client made (``bench/client_variants/ours_counted.py``), and the run's CPU per
+    read and tokens per read beside its CPU per token."""
+    if not counts_path.exists():
+        return {}
+    counts = json.loads(counts_path.read_text())
+    reads = int(counts["reads"])
+    return {
+        "reads": reads,
+        "late_yields": int(counts["late_yields"]),
+        "tokens_per_read": row["tokens"] / reads if reads else math.nan,
+        "cpu_us_per_read": row["cpu_s"] / reads * 1e6 if reads else math.nan,
+    }
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in rows if r.get(key) is not None and r[key] == r[key]]
+    return float(np.median(values)) if values else math.nan
+
+
+#: the per-transport medians of the summary: (row key, column title, format)
+SUMMARY_COLUMNS = (
+    ("cpu_us_per_token", "CPU us/token", ".2f"),
+    ("cpu_us_per_read", "CPU us/read", ".2f"),
+    ("tokens_per_read", "tokens/read", ".2f"),
+    ("cpu_util", "CPU cores", ".2f"),
+    ("first_lag_unmerged_p99_ms", "first-token lag p99 ms, unflagged", ".2f"),
+    ("first_lag_p99_ms", "first-token lag p99 ms, all", ".2f"),
+    ("last_lag_p99_ms", "last-token lag p99 ms", ".2f"),
+    ("merged_share", "first tokens merged", ".0%"),
+    ("client_runq_wait_s", "waited for its core s", ".1f"),
+)
+
+
+def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
+    """Per load and transport the medians over the repetitions, and per load the ratio of the
+    medians (the last transport over the first) of CPU per token and per read."""
+    done = [r for r in rows if "events_s" in r]
+    for r in done:
+        merged = r.get("first_merged")
+        r["merged_share"] = merged / r["matched"] if merged is not None else math.nan
+    head = "| streams | transport | runs | " + " | ".join(c[1] for c in SUMMARY_COLUMNS) + " |"
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    ratios = []
+    base, other = transports[0], transports[-1]
+    for streams in sorted({r["streams"] for r in done}):
+        medians = {}
+        for transport in transports:
+            group = [r for r in done if r["streams"] == streams and r["transport"] == transport]
+            medians[transport] = {key: _median(group, key) for key, _, _ in SUMMARY_COLUMNS}
+            cells = " | ".join(_f(medians[transport][k], fmt) for k, _, fmt in SUMMARY_COLUMNS)
+            out.append(f"| {streams} | {transport} | {len(group)} | {cells} |")
+        if base != other:
+            per_token = medians[other]["cpu_us_per_token"] / medians[base]["cpu_us_per_token"]
+            per_read = medians[other]["cpu_us_per_read"] / medians[base]["cpu_us_per_read"]
+            ratios.append(f"{streams} streams: {per_token:.2f} per token, {per_read:.2f} per read")
+    text = "\n".join(out)
+    if ratios:
+        text += f"\n\nCPU {other} / {base}, ratio of the medians: " + "; ".join(ratios) + "."
+    saturation = saturation_streams(done, transports)
+    if saturation:
+        text += "\n\nOne worker core at 0.9 of a core: " + "; ".join(saturation) + "."
+    return text
+
+
+def saturation_streams(rows: list[dict[str, Any]], transports: tuple[str, ...],
+                       level: float = 0.9) -> list[str]:  # fmt: skip
+    """Per transport, the streams at which the worker's CPU (median per load) reaches ``level``
+    cores: interpolated between the two loads around it, else extrapolated from the highest load
+    with its CPU per stream (CPU per token falls as the load grows, so that estimate is low)."""
+    out = []
+    for transport in transports:
+        points = sorted(
+            (streams, _median([r for r in rows if r["streams"] == streams
+                               and r["transport"] == transport], "cpu_util"))
+            for streams in {r["streams"] for r in rows if r["transport"] == transport}
+        )  # fmt: skip
+        points = [(s, u) for s, u in points if u == u]
+        if not points:
+            continue
+        crossing = next(
+            ((s0, u0, s1, u1) for (s0, u0), (s1, u1) in itertools.pairwise(points)
+             if u0 < level <= u1), None)  # fmt: skip
+        if points[0][1] >= level:
+            out.append(f"{transport} at or below {points[0][0]} streams ({points[0][1]:.2f})")
+        elif crossing:
+            s0, u0, s1, u1 = crossing
+            at = s0 + (level - u0) * (s1 - s0) / (u1 - u0)
+            out.append(f"{transport} at about {at:.0f} streams (interpolated, {s0}: {u0:.2f}, "
+                       f"{s1}: {u1:.2f} cores)")  # fmt: skip
+        else:
+            top, util = points[-1]
+            out.append(f"{transport} at about {top * level / util:.0f} streams (extrapolated from "
+                       f"{top} streams at {util:.2f} cores)")  # fmt: skip
+    return out
 
 
 def _f(v: Any, fmt: str) -> str:
@@ -133,7 +233,9 @@ def _f(v: Any, fmt: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| transport | streams | ok/sent | client CPU | CPU us/token | first-token lag p99 ms "
+    """Every run, in the order it ran."""
+    head = ("| rep | transport | streams | ok/sent | client CPU | CPU us/token | CPU us/read "
+            "| tokens/read | late reads yielded | first-token lag p99 ms "
             "| last-token lag p99 ms | TTFT err p99 ms | ITL err p99 ms "
             "| client delay p50 / p99 ms | first tokens merged "
             "| first-token lag p99 ms unmerged / merged | client waited for its core s |"
@@ -142,14 +244,18 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         if "events_s" not in r:
             why = f"failed (rc={r.get('rc')}; {r.get('first_error', '')[:60]})"
-            cells = f"| {r['transport']} | {r['streams']} | 0/{r['records']} | {why} |"
-            out.append(cells + " |" * 9)
+            cells = f"| {r.get('rep', 1)} | {r['transport']} | {r['streams']} | 0/{r['records']} "
+            out.append(cells + f"| {why} |" + " |" * 12)
             continue
         merged = r.get("first_merged")
         merged_cell = "n/a" if merged is None else f"{merged}/{r['matched']}"
+        yields = r.get("late_yields") if r["transport"] == "kernel" else None
         out.append(
-            f"| {r['transport']} | {r['streams']} | {r['matched']}/{r['records']} "
+            f"| {r.get('rep', 1)} | {r['transport']} | {r['streams']} "
+            f"| {r['matched']}/{r['records']} "
             f"| {r['cpu_util']:.0%} | {_f(r['cpu_us_per_token'], '.1f')} "
+            f"| {_f(r.get('cpu_us_per_read'), '.1f')} | {_f(r.get('tokens_per_read'), '.2f')} "
+            f"| {_f(yields, 'd')} "
             f"| {r['first_lag_p99_ms']:.2f} | {_f(r.get('last_lag_p99_ms'), '.2f')} "
             f"| {r['ttft_err_p99_ms']:.2f} | {r['tpot_err_p99_ms']:.3f} "
             f"| {_f(r.get('client_delay_p50_ms'), '.2f')} / "
@@ -303,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transports", default=",".join(TRANSPORTS))
     p.add_argument("--streams", default="64,256,512,1024")
     p.add_argument("--rounds", type=int, default=2, help="requests per stream")
+    p.add_argument("--reps", type=int, default=3, help="runs per transport and load (interleaved)")
     p.add_argument("--work", type=Path)
     p.add_argument("--json", type=Path)
     p.add_argument("--results", type=Path, help="add this run to a results file (markdown)")
@@ -323,18 +430,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.results:
             write_results(args.results, _command(argv), started, load_start, text)
         return 0
+    transports = tuple(args.transports.split(","))
     rows = []
     for streams in (int(s) for s in args.streams.split(",")):
-        for transport in args.transports.split(","):
-            row = measure(transport, streams, args.rounds, work / f"{transport}-{streams}")
-            row["load_average_1m"] = os.getloadavg()[0]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if args.json:
-                args.json.write_text(json.dumps(rows, indent=1))
-    print(table(rows))
+        for rep in range(1, args.reps + 1):
+            for transport in transports:  # interleaved: A B A B ..., one load at a time
+                run_dir = work / f"{transport}-{streams}-{rep}"
+                row = measure(transport, streams, args.rounds, run_dir)
+                row["rep"] = rep
+                row["load_average_1m"] = os.getloadavg()[0]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps(rows, indent=1))
+    text = (f"Medians over the repetitions:\n\n{summary(rows, transports)}\n\n"
+            f"Every run, in the order it ran:\n\n{table(rows)}")  # fmt: skip
+    print(text)
     if args.results:
-        write_results(args.results, _command(argv), started, load_start, table(rows))
+        write_results(args.results, _command(argv), started, load_start, text)
     return 0
 
 

@@ -21,6 +21,7 @@ from locust_llm.cli import main
 from locust_llm.client.kernel_transport import (
     KernelTransport,
     StampedClient,
+    StampedConnection,
     kernel_stamps_available,
     select_transport,
 )
@@ -81,6 +82,54 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
     arrival, user = lines[-1][1], lines[-1][2]
     assert 0 <= arrival - sent_at[-1] < 0.002
     assert user - arrival > 0.15  # the user-space read came long after
+    conn = resp.conn
+    assert conn.unstamped_reads == 0 and conn.reads >= 2  # the head, then the three lines
+    assert conn.late_yields >= 1  # that read was late: the worker went to the hub first
+
+
+def test_a_late_read_yields_to_ready_greenlets_and_an_exception_cancels_its_return() -> None:
+    """The late read's yield: the greenlets already runnable run before it resumes; one that an
+    exception reached while yielded is not switched back into afterwards."""
+    import gevent
+    import greenlet
+
+    class Quiet:
+        def setsockopt(self, *_args: object) -> None:
+            pass
+
+    conn = StampedConnection(Quiet())
+    order: list[str] = []
+
+    def late() -> None:
+        order.append("late read")
+        conn._yield_to_hub()
+        order.append("late parse")
+
+    def other(name: str) -> None:
+        order.append(name)
+
+    gevent.joinall([gevent.spawn(late), gevent.spawn(other, "a"), gevent.spawn(other, "b")])
+    assert order == ["late read", "a", "b", "late parse"]
+
+    class Thrown(Exception):
+        pass
+
+    def survivor() -> None:  # catches what was thrown in while yielded, then waits on a timer
+        try:
+            late()
+        except Thrown:
+            order.append("caught")
+        gevent.sleep(0.005)  # a stale return from the yield would end this wait early (an error)
+        order.append("slept")
+
+    order.clear()
+    victim = gevent.spawn(survivor)
+    # the thrower runs after the victim yielded and before its return: an exception thrown in at
+    # once (a raw throw; gevent's kill would queue behind the return)
+    thrower = gevent.spawn(greenlet.greenlet.throw, victim, Thrown)
+    victim.join(1)
+    assert order == ["late read", "caught", "slept"] and victim.successful()
+    thrower.kill()  # left switched out by its raw throw
 
 
 @linux_only

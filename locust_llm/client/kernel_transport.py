@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
+from greenlet import getcurrent
 
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
 from locust_llm.client.transport import Transport
@@ -114,6 +115,7 @@ class StampedConnection(Http11Connection):
         self._base_ns = 0  # time_ns() read beside ...
         self._base_s = 0.0  # ... perf_counter(): the two clocks, side by side
         self._now_ns = 0  # time_ns() when the latest read returned
+        self._hub: Any = None  # this thread's gevent hub, on the first late read
         self.start_request()
         # a gevent socket's non-blocking socket and its wait for readability (gevent's own
         # recvmsg is this loop, but always reads first)
@@ -165,8 +167,22 @@ class StampedConnection(Http11Connection):
         self.arrival_s = self._base_s + (stamp_ns - self._base_ns) * 1e-9
         if now_ns - stamp_ns > LATE_NS and data.count(b"\n\n") <= MERGED_EVENTS:
             self.late_yields += 1
-            gevent.sleep(0)  # busy, but in time for this stream: read the other ready ones first
+            self._yield_to_hub()  # busy, but in time for this stream: read the other ready ones
         return data
+
+    def _yield_to_hub(self) -> None:
+        """``gevent.sleep(0)`` without its ``Waiter``: the hub switches back to this greenlet
+        once the ones ready before it have run; an exception thrown in meanwhile (a kill, a
+        timeout) cancels that switch."""
+        hub = self._hub
+        if hub is None:
+            hub = self._hub = gevent.get_hub()
+        back = hub.loop.run_callback(getcurrent().switch)
+        try:
+            hub.switch()
+        except BaseException:
+            back.stop()
+            raise
 
 
 class StampedClient(Http11Client):
