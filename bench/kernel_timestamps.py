@@ -35,6 +35,7 @@ import platform
 import shlex
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -115,13 +116,31 @@ class RunQueueWait:
         return sum(self.wait_s.values())
 
 
+def baseline_file(revision: str, work: Path) -> Path:
+    """``kernel_transport.py`` as it was at git ``revision``, for the ``kernel@REV`` transport."""
+    text = subprocess.run(
+        ["git", "show", f"{revision}:locust_llm/client/kernel_transport.py"],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"kernel_transport_{revision}.py"
+    path.write_text(text)
+    return path
+
+
 def measure(transport: str, streams: int, rounds: int, work: Path) -> dict[str, Any]:
-    os.environ["LOCUST_LLM_TRANSPORT"] = transport  # the Locust child reads --llm-transport
+    """One run of ``transport`` (``ghc``, ``kernel`` or ``kernel@REV``: the kernel transport
+    with revision REV's reader, from :func:`baseline_file` in the work dir's parent)."""
+    name, _, revision = transport.partition("@")
+    os.environ["LOCUST_LLM_TRANSPORT"] = name  # the Locust child reads --llm-transport
+    if revision:
+        os.environ["KTS_STAMPED_FROM"] = str(work.parent / f"kernel_transport_{revision}.py")
     waits = RunQueueWait(str(work / "run")).start()
     try:
         row = client_choice.measure("ours-counted", streams, rounds, work)
     finally:
         os.environ.pop("LOCUST_LLM_TRANSPORT", None)
+        os.environ.pop("KTS_STAMPED_FROM", None)
         row_wait_s = waits.stop()
     row["transport"] = transport
     row["client_runq_wait_s"] = row_wait_s
@@ -140,7 +159,7 @@ def read_columns(counts_path: Path, row: dict[str, Any]) -> dict[str, Any]:
     reads = int(counts["reads"])
     return {
         "reads": reads,
-        "late_yields": int(counts["late_yields"]),
+        "late_yields": counts["late_yields"],
         "tokens_per_read": row["tokens"] / reads if reads else math.nan,
         "cpu_us_per_read": row["cpu_s"] / reads * 1e6 if reads else math.nan,
     }
@@ -175,7 +194,10 @@ def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
     head = "| streams | transport | runs | " + " | ".join(c[1] for c in SUMMARY_COLUMNS) + " |"
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     ratios = []
-    base, other = transports[0], transports[-1]
+    pairs = [(other, transports[0]) for other in transports[1:]]
+    pairs += [
+        ("kernel", t) for t in transports if t.startswith("kernel@") and "kernel" in transports
+    ]
     for streams in sorted({r["streams"] for r in done}):
         medians = {}
         for transport in transports:
@@ -183,13 +205,14 @@ def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
             medians[transport] = {key: _median(group, key) for key, _, _ in SUMMARY_COLUMNS}
             cells = " | ".join(_f(medians[transport][k], fmt) for k, _, fmt in SUMMARY_COLUMNS)
             out.append(f"| {streams} | {transport} | {len(group)} | {cells} |")
-        if base != other:
+        for other, base in pairs:
             per_token = medians[other]["cpu_us_per_token"] / medians[base]["cpu_us_per_token"]
             per_read = medians[other]["cpu_us_per_read"] / medians[base]["cpu_us_per_read"]
-            ratios.append(f"{streams} streams: {per_token:.2f} per token, {per_read:.2f} per read")
+            ratios.append(f"| {streams} | {other} / {base} | {per_token:.2f} | {per_read:.2f} |")
     text = "\n".join(out)
     if ratios:
-        text += f"\n\nCPU {other} / {base}, ratio of the medians: " + "; ".join(ratios) + "."
+        text += ("\n\nCPU, ratio of the medians:\n\n| streams | transports | per token | per read |"
+                 "\n|---|---|---|---|\n" + "\n".join(ratios))  # fmt: skip
     saturation = saturation_streams(done, transports)
     if saturation:
         text += "\n\nOne worker core at 0.9 of a core: " + "; ".join(saturation) + "."
@@ -249,7 +272,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             continue
         merged = r.get("first_merged")
         merged_cell = "n/a" if merged is None else f"{merged}/{r['matched']}"
-        yields = r.get("late_yields") if r["transport"] == "kernel" else None
+        yields = r.get("late_yields")
         out.append(
             f"| {r.get('rep', 1)} | {r['transport']} | {r['streams']} "
             f"| {r['matched']}/{r['records']} "
@@ -409,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transports", default=",".join(TRANSPORTS))
     p.add_argument("--streams", default="64,256,512,1024")
     p.add_argument("--rounds", type=int, default=2, help="requests per stream")
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run the kernel transport with git revision REV's reader (kernel@REV)",
+    )
     p.add_argument("--reps", type=int, default=3, help="runs per transport and load (interleaved)")
     p.add_argument("--work", type=Path)
     p.add_argument("--json", type=Path)
@@ -431,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
             write_results(args.results, _command(argv), started, load_start, text)
         return 0
     transports = tuple(args.transports.split(","))
+    if args.baseline:
+        baseline_file(args.baseline, work)
+        transports = (transports[0], f"kernel@{args.baseline}", *transports[1:])
     rows = []
     for streams in (int(s) for s in args.streams.split(",")):
         for rep in range(1, args.reps + 1):
