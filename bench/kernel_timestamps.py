@@ -27,6 +27,7 @@ machine, load average, the table) above the earlier runs, which stay as history.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import math
@@ -176,6 +177,7 @@ SUMMARY_COLUMNS = (
     ("cpu_us_per_read", "CPU us/read", ".2f"),
     ("tokens_per_read", "tokens/read", ".2f"),
     ("cpu_util", "CPU cores", ".2f"),
+    ("demand_cores", "CPU demand cores", ".2f"),
     ("first_lag_unmerged_p99_ms", "first-token lag p99 ms, unflagged", ".2f"),
     ("first_lag_p99_ms", "first-token lag p99 ms, all", ".2f"),
     ("last_lag_p99_ms", "last-token lag p99 ms", ".2f"),
@@ -191,6 +193,7 @@ def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
     for r in done:
         merged = r.get("first_merged")
         r["merged_share"] = merged / r["matched"] if merged is not None else math.nan
+        r["demand_cores"] = demand_cores(r)
     head = "| streams | transport | runs | " + " | ".join(c[1] for c in SUMMARY_COLUMNS) + " |"
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     ratios = []
@@ -213,22 +216,61 @@ def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
     if ratios:
         text += ("\n\nCPU, ratio of the medians:\n\n| streams | transports | per token | per read |"
                  "\n|---|---|---|---|\n" + "\n".join(ratios))  # fmt: skip
+    text += "\n\n" + cost_model(done, transports)
     saturation = saturation_streams(done, transports)
     if saturation:
-        text += "\n\nOne worker core at 0.9 of a core: " + "; ".join(saturation) + "."
+        text += ("\n\nOne worker core saturated (its CPU demand, CPU + run-queue wait, at 0.9 "
+                 "of a core): " + "; ".join(saturation) + ".")  # fmt: skip
     return text
+
+
+def cost_model(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
+    """Per transport, its CPU split into a cost per read and a cost per token: least squares of
+    ``cpu_s = per_read * reads + per_token * tokens`` over all its runs. A starved reader takes
+    several tokens per read; the split compares the transports at equal tokens per read."""
+    out = ["CPU = a x reads + b x tokens, fitted over each transport's runs (all loads):", "",
+           "| transport | runs | a: us per read | b: us per token | R^2 "
+           "| us per token at 1 token/read | at 2 tokens/read |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    at: dict[str, tuple[float, float]] = {}
+    for transport in transports:
+        runs = [r for r in rows if r["transport"] == transport and r.get("reads")]
+        if len(runs) < 2:
+            continue
+        x = np.array([[r["reads"], r["tokens"]] for r in runs], dtype=float)
+        y = np.array([r["cpu_s"] for r in runs])
+        (per_read, per_token), *_ = np.linalg.lstsq(x, y, rcond=None)
+        r2 = 1 - float(((y - x @ np.array([per_read, per_token])) ** 2).sum()) / max(
+            float(((y - y.mean()) ** 2).sum()), 1e-18
+        )
+        at[transport] = (per_read + per_token, per_read / 2 + per_token)
+        one, two = at[transport]
+        out.append(f"| {transport} | {len(runs)} | {per_read * 1e6:.1f} | {per_token * 1e6:.1f} "
+                   f"| {r2:.2f} | {one * 1e6:.1f} | {two * 1e6:.1f} |")  # fmt: skip
+    base = transports[0]
+    ratios = [f"{t} / {base}: {at[t][0] / at[base][0]:.2f} at 1 token/read, "
+              f"{at[t][1] / at[base][1]:.2f} at 2"
+              for t in at if t != base and base in at]  # fmt: skip
+    return "\n".join(out) + ("\n\n" + "; ".join(ratios) + "." if ratios else "")
+
+
+def demand_cores(row: dict[str, Any]) -> float:
+    """The worker's CPU demand in cores: its CPU in the window plus its run-queue wait over its
+    life (a starved worker on a shared host waits for the core instead of using it)."""
+    return float(row["cpu_util"] + row["client_runq_wait_s"] / row["wall_s"])
 
 
 def saturation_streams(rows: list[dict[str, Any]], transports: tuple[str, ...],
                        level: float = 0.9) -> list[str]:  # fmt: skip
-    """Per transport, the streams at which the worker's CPU (median per load) reaches ``level``
-    cores: interpolated between the two loads around it, else extrapolated from the highest load
-    with its CPU per stream (CPU per token falls as the load grows, so that estimate is low)."""
+    """Per transport, the streams at which the worker's CPU demand (median per load,
+    :func:`demand_cores`) reaches ``level`` cores: interpolated between the two loads around it,
+    else extrapolated from the highest load with its demand per stream (CPU per token falls as
+    the load grows, so that estimate is low)."""
     out = []
     for transport in transports:
         points = sorted(
             (streams, _median([r for r in rows if r["streams"] == streams
-                               and r["transport"] == transport], "cpu_util"))
+                               and r["transport"] == transport], "demand_cores"))
             for streams in {r["streams"] for r in rows if r["transport"] == transport}
         )  # fmt: skip
         points = [(s, u) for s, u in points if u == u]
@@ -306,9 +348,13 @@ def machine_line() -> str:
             f"{geventhttpclient.__version__}")  # fmt: skip
 
 
+TITLE = "# Kernel receive stamps vs geventhttpclient: timing error against the simulator's trace"
+
+
 def write_results(path: Path, command: str, started: str, load_start: tuple[float, ...],
-                  text: str) -> None:  # fmt: skip
-    """This run as a new section of ``path``, above the earlier runs (kept as history)."""
+                  text: str, *, title: str = TITLE) -> None:  # fmt: skip
+    """This run as a new section of ``path``, above the earlier runs (kept as history); a new
+    file starts with ``title``."""
     load_end = os.getloadavg()
     section = (
         f"## Run of {started}\n\n"
@@ -316,9 +362,6 @@ def write_results(path: Path, command: str, started: str, load_start: tuple[floa
         f"{load_start[1]:.2f} / {load_start[2]:.2f} at the start, {load_end[0]:.2f} / "
         f"{load_end[1]:.2f} / {load_end[2]:.2f} at the end. Command:\n\n    {command}\n\n"
         f"{text}\n"
-    )
-    title = (
-        "# Kernel receive stamps vs geventhttpclient: timing error against the simulator's trace"
     )
     old = path.read_text() if path.exists() else f"{title}\n"
     head, sep, rest = old.partition("\n## ")
@@ -373,15 +416,19 @@ def sse_pieces(tokens: int) -> list[bytes]:
     return pieces
 
 
-def parse_cost_us(reader: str, answers: int, tokens: int, stamped_class: Any = None) -> float:
-    """CPU us per token to read ``answers`` scripted answers line by line, as the user does."""
+def parse_cost_us(reader: str, answers: int, tokens: int, *, per_read: int = 1,
+                  stamped_class: Any = None) -> float:  # fmt: skip
+    """CPU us per token to read ``answers`` scripted answers line by line, as the user does,
+    ``per_read`` tokens' writes arriving in each read (a reader behind the stream: more)."""
     from geventhttpclient.response import HTTPSocketResponse
 
     from locust_llm.client.http11 import Http11Connection, read_head
     from locust_llm.client.kernel_transport import SO_TIMESTAMPNS, TCP_INQ, StampedConnection
     from locust_llm.sse import data_payload
 
-    pieces = sse_pieces(tokens)
+    written = sse_pieces(tokens)
+    pieces = written[:1] + [b"".join(written[i : i + per_read])
+                            for i in range(1, len(written), per_read)]  # fmt: skip
     started = time.process_time()
     for _ in range(answers):
         # the stamp of every read: a second ahead, so no read counts as late (a reader in time,
@@ -408,22 +455,36 @@ def parse_cost_us(reader: str, answers: int, tokens: int, stamped_class: Any = N
     return (time.process_time() - started) / (answers * tokens) * 1e6
 
 
-def parse_table(answers: int, tokens: int, reps: int) -> str:
-    """Median over ``reps`` interleaved repetitions of each reader's parse cost."""
-    readers = ("ghc", "ours", "kernel")
-    costs: dict[str, list[float]] = {r: [] for r in readers}
-    for _ in range(reps):
-        for reader in readers:
-            costs[reader].append(parse_cost_us(reader, answers, tokens))
-    ghc = float(np.median(costs["ghc"]))
-    out = ["| reader | parse CPU us/token (median) | / geventhttpclient | all repetitions |",
-           "|---|---|---|---|"]  # fmt: skip
+#: tokens per read in the parse-only bench: a reader in time, and one a few tokens behind
+PARSE_TOKENS_PER_READ = (1, 4)
+
+
+def parse_table(answers: int, tokens: int, reps: int, baseline: tuple[str, Any] | None = None
+                ) -> str:  # fmt: skip
+    """Median over ``reps`` interleaved repetitions of each reader's parse cost, at each of
+    :data:`PARSE_TOKENS_PER_READ`; ``baseline`` (name, ``StampedConnection`` class) adds the
+    stamped reader of another revision."""
     names = {"ghc": "geventhttpclient (C parser)", "ours": "http11.py, plain recv",
              "kernel": "http11.py + kernel stamps (recvmsg)"}  # fmt: skip
-    for reader in readers:
-        med = float(np.median(costs[reader]))
-        reps_s = ", ".join(f"{c:.2f}" for c in costs[reader])
-        out.append(f"| {names[reader]} | {med:.2f} | {med / ghc:.2f} | {reps_s} |")
+    classes: dict[str, Any] = {"ghc": None, "ours": None, "kernel": None}
+    if baseline:
+        names[baseline[0]] = f"http11.py + kernel stamps, {baseline[0]}"
+        classes[baseline[0]] = baseline[1]
+    out = ["| reader | tokens per read | parse CPU us/token (median) | / geventhttpclient "
+           "| all repetitions |", "|---|---|---|---|---|"]  # fmt: skip
+    for per_read in PARSE_TOKENS_PER_READ:
+        costs: dict[str, list[float]] = {r: [] for r in classes}
+        for _ in range(reps):
+            for reader, cls in classes.items():
+                kind = "kernel" if reader.startswith("kernel") else reader
+                costs[reader].append(parse_cost_us(kind, answers, tokens, per_read=per_read,
+                                                   stamped_class=cls))  # fmt: skip
+        ghc = float(np.median(costs["ghc"]))
+        for reader in classes:
+            med = float(np.median(costs[reader]))
+            reps_s = ", ".join(f"{c:.2f}" for c in costs[reader])
+            out.append(f"| {names[reader]} | {per_read} | {med:.2f} | {med / ghc:.2f} "
+                       f"| {reps_s} |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -453,7 +514,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"work dir {work}; {platform.node()} nproc={os.cpu_count()} "
           f"load average {load_start} {started}", flush=True)  # fmt: skip
     if args.parse_only:
-        text = parse_table(answers=200, tokens=200, reps=7)
+        baseline = None
+        if args.baseline:
+            path = baseline_file(args.baseline, work)
+            spec = importlib.util.spec_from_file_location("stamped_baseline", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            baseline = (f"kernel@{args.baseline}", module.StampedConnection)
+        text = parse_table(answers=200, tokens=200, reps=7, baseline=baseline)
         print(text)
         if args.results:
             write_results(args.results, _command(argv), started, load_start, text)

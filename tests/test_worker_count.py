@@ -64,3 +64,18 @@ def test_run_under_taskset_starts_and_announces_one_worker(tmp_path: Path) -> No
     assert "; 1 worker(s) (one per core of the 1 this process may use); run dir" in first_line
     info = json.loads((run_dir / "run.json").read_text())
     assert len(info["workers"]) == 1
+
+
+def test_the_scale_out_bench_gives_each_worker_its_own_core_and_the_server_the_rest() -> None:
+    """bench/scale_out.py's layout: workers on the first cores, one simulator per core left."""
+    from bench.scale_out import plan
+
+    big = plan(list(range(16)), 8)
+    assert big.worker_cores == tuple(range(8)) and big.server_cores == tuple(range(8, 16))
+    assert not big.shared
+    small = plan([0, 1], 1)
+    assert small.worker_cores == (0,) and small.server_cores == (1,) and not small.shared
+    crowded = plan([0, 1], 2)  # no core left: the simulator shares the last worker's, flagged
+    assert crowded.server_cores == (1,) and crowded.shared
+    with pytest.raises(SystemExit, match="--workers 4: only 2 core"):
+        plan([0, 1], 4)
