@@ -276,3 +276,24 @@ def test_the_parse_only_bench_in_docs_runs_as_written() -> None:
                "http11.py + kernel stamps (recvmsg)"}  # fmt: skip
     assert set(costs) == {(reader, n) for reader in readers for n in (1, 4)}
     assert all(0 < us < 1000 for us in costs.values()), costs
+
+
+def test_the_benchs_cost_split_and_saturation_point() -> None:
+    """bench/kernel_timestamps.py: the CPU split recovers a known cost per read and per token
+    from runs with different tokens per read, and the saturation load is interpolated on CPU
+    demand (CPU + run-queue wait), not on CPU alone."""
+    from bench.kernel_timestamps import cost_model, saturation_streams
+
+    def run(streams: int, reads: int, tokens: int, util: float, wait_s: float) -> dict:
+        cpu_s = reads * 20e-6 + tokens * 5e-6  # 20 us per read, 5 us per token
+        return {"transport": "kernel", "streams": streams, "reads": reads, "tokens": tokens,
+                "cpu_s": cpu_s, "cpu_util": util, "client_runq_wait_s": wait_s, "wall_s": 10.0,
+                "demand_cores": util + wait_s / 10.0}  # fmt: skip
+
+    rows = [run(256, 10_000, 10_000, 0.4, 1.0), run(512, 10_000, 20_000, 0.5, 3.0),
+            run(1024, 10_000, 30_000, 0.5, 5.0)]  # fmt: skip
+    text = cost_model(rows, ("kernel",))
+    assert "| kernel | 3 | 20.0 | 5.0 | 1.00 | 25.0 | 15.0 |" in text
+    (line,) = saturation_streams(rows, ("kernel",))
+    # demand 0.5 at 256, 0.8 at 512, 1.0 at 1024: 0.9 halfway between 512 and 1024
+    assert line.startswith("kernel at about 768 streams (interpolated")
