@@ -1,13 +1,20 @@
 """Kernel receive stamps vs geventhttpclient: timing error against the simulator's truth.
 
-The shipped user (``bench/client_variants/ours.py``, the same as ``locustfiles/sweep.py``) run
-twice per load, once per ``--llm-transport``: ``ghc`` (each line timed when Python reads it) and
-``kernel`` (each line timed by the kernel's receive stamp of the read that completed it). Same
-set-up as ``bench/client_choice.py`` (its ``measure`` is reused): a fresh simulator pinned to
-core 1 (zero-cost engine, one token per stream every 20 ms, 200 tokens), one Locust process
-pinned to core 0, closed loop, every request matched to the simulator's trace by its id.
+The shipped user (``bench/client_variants/ours_counted.py``: ``locustfiles/sweep.py``'s classes
+plus a count of the reads) run ``--reps`` times per load and ``--llm-transport``, interleaved (A
+B A B ...): ``ghc`` (each line timed when Python reads it), ``kernel`` (each line timed by the
+kernel's receive stamp of the read that completed it) and, with ``--baseline REV``, the kernel
+transport with revision REV's reader. Same set-up as ``bench/client_choice.py`` (its
+``measure`` is reused): a fresh simulator pinned to core 1 (zero-cost engine, one token per
+stream every 20 ms, 200 tokens), one Locust process pinned to core 0, closed loop, every request
+matched to the simulator's trace by its id.
 
-    .venv/bin/python bench/kernel_timestamps.py --json /tmp/kt.json
+    .venv/bin/python bench/kernel_timestamps.py --baseline REV --json /tmp/kt.json
+
+Per load: the medians over the repetitions and their ratios; CPU per token and per read, tokens
+per read; over all loads, each transport's CPU fitted as a cost per read and per token (and the
+per-token ratio at 1 and 2 tokens per read, with bootstrap intervals); where the worker's CPU
+demand (CPU + run-queue wait) reaches 0.9 of a core.
 
 Columns per transport and load (streams on the one worker core): first-token lag p99 (client
 first-token time - simulator send time, wall clock), last-token lag p99, TTFT error p99
@@ -21,7 +28,9 @@ long the client process waited for its core (run-queue wait from ``/proc/PID/sch
 over its whole life; on a shared host other jobs on that core delay every read).
 
 ``--results bench/results/kernel_timestamps.md`` writes the run there as a new section (command,
-machine, load average, the table) above the earlier runs, which stay as history.
+machine, load average, the table) above the earlier runs, which stay as history. ``--pool
+A.json B.json`` runs nothing: the summary of earlier runs' ``--json`` rows, pooled (the runs of
+``bench/results/kernel_timestamps_runs/``).
 """
 
 from __future__ import annotations
@@ -232,26 +241,55 @@ def cost_model(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
            "| transport | runs | a: us per read | b: us per token | R^2 "
            "| us per token at 1 token/read | at 2 tokens/read |",
            "|---|---|---|---|---|---|---|"]  # fmt: skip
-    at: dict[str, tuple[float, float]] = {}
+    at: dict[str, np.ndarray] = {}
+    data: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for transport in transports:
         runs = [r for r in rows if r["transport"] == transport and r.get("reads")]
         if len(runs) < 2:
             continue
         x = np.array([[r["reads"], r["tokens"]] for r in runs], dtype=float)
         y = np.array([r["cpu_s"] for r in runs])
+        data[transport] = (x, y)
         (per_read, per_token), *_ = np.linalg.lstsq(x, y, rcond=None)
         r2 = 1 - float(((y - x @ np.array([per_read, per_token])) ** 2).sum()) / max(
             float(((y - y.mean()) ** 2).sum()), 1e-18
         )
-        at[transport] = (per_read + per_token, per_read / 2 + per_token)
+        at[transport] = _per_token_at(x, y)
         one, two = at[transport]
         out.append(f"| {transport} | {len(runs)} | {per_read * 1e6:.1f} | {per_token * 1e6:.1f} "
                    f"| {r2:.2f} | {one * 1e6:.1f} | {two * 1e6:.1f} |")  # fmt: skip
     base = transports[0]
-    ratios = [f"{t} / {base}: {at[t][0] / at[base][0]:.2f} at 1 token/read, "
-              f"{at[t][1] / at[base][1]:.2f} at 2"
-              for t in at if t != base and base in at]  # fmt: skip
-    return "\n".join(out) + ("\n\n" + "; ".join(ratios) + "." if ratios else "")
+    ratios = []
+    for t in at:
+        if t == base or base not in at:
+            continue
+        low, high = _ratio_interval(data[t], data[base])
+        ratio = at[t] / at[base]
+        ratios.append(f"{t} / {base}: {ratio[0]:.2f} at 1 token/read (90% interval "
+                      f"{low[0]:.2f}-{high[0]:.2f}), {ratio[1]:.2f} at 2 ({low[1]:.2f}-"
+                      f"{high[1]:.2f})")  # fmt: skip
+    note = " (intervals: 2,000 bootstrap resamples of each transport's runs)" if ratios else ""
+    return "\n".join(out) + ("\n\n" + "; ".join(ratios) + "." + note if ratios else "")
+
+
+def _per_token_at(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The fitted CPU seconds per token at 1 and at 2 tokens per read."""
+    (per_read, per_token), *_ = np.linalg.lstsq(x, y, rcond=None)
+    return np.array([per_read + per_token, per_read / 2 + per_token])
+
+
+def _ratio_interval(other: tuple[np.ndarray, np.ndarray], base: tuple[np.ndarray, np.ndarray],
+                    resamples: int = 2000) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """5th and 95th percentiles of the fitted per-token ratio (at 1 and 2 tokens per read) over
+    bootstrap resamples of each transport's runs (seeded: the same rows give the same text)."""
+    rng = np.random.default_rng(0)
+    ratios = []
+    for _ in range(resamples):
+        pick_o = rng.integers(0, len(other[1]), len(other[1]))
+        pick_b = rng.integers(0, len(base[1]), len(base[1]))
+        ratios.append(_per_token_at(other[0][pick_o], other[1][pick_o])
+                      / _per_token_at(base[0][pick_b], base[1][pick_b]))  # fmt: skip
+    return np.percentile(ratios, 5, axis=0), np.percentile(ratios, 95, axis=0)
 
 
 def demand_cores(row: dict[str, Any]) -> float:
@@ -503,6 +541,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     p.add_argument("--results", type=Path, help="add this run to a results file (markdown)")
     p.add_argument(
+        "--pool",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="no run: the summary of earlier runs' --json rows, pooled",
+    )
+    p.add_argument(
         "--parse-only",
         action="store_true",
         help="only the readers' parse cost on scripted bytes (no sockets, no Locust)",
@@ -513,6 +558,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"work dir {work}; {platform.node()} nproc={os.cpu_count()} "
           f"load average {load_start} {started}", flush=True)  # fmt: skip
+    if args.pool:
+        rows = [row for path in args.pool for row in json.loads(path.read_text())]
+        pooled = tuple(dict.fromkeys(r["transport"] for r in rows))
+        text = (f"Pooled: the {len(rows)} runs of {', '.join(f'`{p}`' for p in args.pool)}; "
+                f"medians over all their repetitions:\n\n{summary(rows, pooled)}")  # fmt: skip
+        print(text)
+        if args.results:
+            write_results(args.results, _command(argv), started, load_start, text)
+        return 0
     if args.parse_only:
         baseline = None
         if args.baseline:
