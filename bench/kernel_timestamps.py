@@ -558,15 +558,21 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"work dir {work}; {platform.node()} nproc={os.cpu_count()} "
           f"load average {load_start} {started}", flush=True)  # fmt: skip
+    text = run_text(args, work)
+    print(text)
+    if args.results:
+        write_results(args.results, _command(argv), started, load_start, text)
+    return 0
+
+
+def run_text(args: argparse.Namespace, work: Path) -> str:
+    """Run what the arguments ask for (a pooled summary, the parse-only bench or the runs);
+    the markdown it gives."""
     if args.pool:
         rows = [row for path in args.pool for row in json.loads(path.read_text())]
         pooled = tuple(dict.fromkeys(r["transport"] for r in rows))
-        text = (f"Pooled: the {len(rows)} runs of {', '.join(f'`{p}`' for p in args.pool)}; "
+        return (f"Pooled: the {len(rows)} runs of {', '.join(f'`{p}`' for p in args.pool)}; "
                 f"medians over all their repetitions:\n\n{summary(rows, pooled)}")  # fmt: skip
-        print(text)
-        if args.results:
-            write_results(args.results, _command(argv), started, load_start, text)
-        return 0
     if args.parse_only:
         baseline = None
         if args.baseline:
@@ -576,11 +582,7 @@ def main(argv: list[str] | None = None) -> int:
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             baseline = (f"kernel@{args.baseline}", module.StampedConnection)
-        text = parse_table(answers=200, tokens=200, reps=7, baseline=baseline)
-        print(text)
-        if args.results:
-            write_results(args.results, _command(argv), started, load_start, text)
-        return 0
+        return parse_table(answers=200, tokens=200, reps=7, baseline=baseline)
     transports = tuple(args.transports.split(","))
     if args.baseline:
         baseline_file(args.baseline, work)
@@ -597,12 +599,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(row), flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(rows, indent=1))
-    text = (f"Medians over the repetitions:\n\n{summary(rows, transports)}\n\n"
+    return (f"Medians over the repetitions:\n\n{summary(rows, transports)}\n\n"
             f"Every run, in the order it ran:\n\n{table(rows)}")  # fmt: skip
-    print(text)
-    if args.results:
-        write_results(args.results, _command(argv), started, load_start, text)
-    return 0
 
 
 def _command(argv: list[str] | None) -> str:
