@@ -17,8 +17,8 @@ the worker more than :data:`LATE_S` late hands it back to gevent's hub before it
 parsed: the hub then reads, and so stamps, the other sockets already readable before it
 returns to parse any of them, so a busy worker reads each stream's next bytes before the token
 after them arrives and the kernel merges the two (``bench/results/kernel_timestamps.md``). An
-idle worker is never late and pays nothing for it. Per read the hot path takes one clock
-(``time_ns``) and allocates nothing beyond what ``recvmsg`` returns.
+idle worker is never late and pays nothing for it. Per read the hot path takes one user-space
+clock (``time_ns``); the clock pair that maps stamps to ``perf_counter`` is read per request.
 
 :class:`KernelTransport` is :class:`~locust_llm.client.transport.Transport` with its own
 HTTP/1.1 reader (:mod:`locust_llm.client.http11`) for ``http://`` servers; ``https://`` servers
