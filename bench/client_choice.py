@@ -55,12 +55,15 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANT_DIR = ROOT / "bench" / "client_variants"
 VARIANTS = {
     "ours": "ours.py",
+    "ours-counted": "ours_counted.py",  # ours + read counters (bench/kernel_timestamps.py)
     "ghc-readline": "ghc_readline.py",
     "fast-readline": "fast_readline.py",
     "fast-iterlines": "fast_iterlines.py",
     "requests-iterlines": "requests_iterlines.py",
     "fast-sseclient": "fast_sseclient.py",
 }
+#: the variants that are locust_llm's own user (run with --llm-* flags, records in the run dir)
+OURS = ("ours", "ours-counted")
 INTERVAL_MS = 20.0
 CLIENT_CPU, SIM_CPU = 0, 1
 
@@ -73,7 +76,7 @@ def command(variant: str, url: str, streams: int, rounds: int, work: Path,
             run_time_s: int) -> list[str]:  # fmt: skip
     """The client's command line for one point."""
     locustfile = str(VARIANT_DIR / VARIANTS[variant])
-    if variant == "ours":
+    if variant in OURS:
         load = Load(concurrency=streams, requests=streams * rounds)
         return ours.command(url, load, work, locustfile=locustfile)
     return [_locust(), "-f", locustfile, "--host", url, "--headless", "--only-summary",
@@ -96,7 +99,7 @@ def read_trace(path: Path) -> dict[str, dict[str, Any]]:
 
 def read_client(variant: str, work: Path) -> list[dict[str, Any]]:
     """The client's per-request results (id, ok, start_wall_s, ttft_s, tpot_s, last_token_s)."""
-    if variant == "ours":
+    if variant in OURS:
         path = work / "run" / "requests.parquet"
         if not path.exists():
             return []

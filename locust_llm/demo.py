@@ -126,8 +126,9 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
     parser.add_argument(
         "--workers",
         type=int,
-        default=os.cpu_count() or 1,
-        help="Locust worker processes (default: one per core)",
+        default=None,
+        help="Locust worker processes (default: one per core this process may use"
+        + (", less the simulator's)" if demo else ")"),
     )
     parser.add_argument("--out", default="", help="run dir (default reports/<demo|run>-<UTC time>)")
     parser.add_argument(
@@ -584,6 +585,39 @@ def _finish(code: int, run_dir: Path, slo: str, model: str = "", gpu: str = "") 
     return report_code
 
 
+#: cores the demo's simulator takes (one asyncio process)
+DEMO_SIM_CORES = 1
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity (``taskset``, a cgroup's cpuset), else
+    every core of the host."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call on this system
+        return os.cpu_count() or 1
+
+
+def choose_workers(cores: int, *, server_cores: int = 0) -> tuple[int, str]:
+    """Locust workers per host: one per core of ``cores`` (those this process may use), less
+    ``server_cores`` for a server on the same host; at least one. Returns the count and why."""
+    workers = max(1, cores - server_cores)
+    why = f"one per core of the {cores} this process may use"
+    if server_cores:
+        why += f", {server_cores} left to the simulator"
+        if cores <= server_cores:
+            why += ": fewer cores than that, so 1"
+    return workers, why
+
+
+def resolve_workers(args: argparse.Namespace, *, server_cores: int = 0) -> str:
+    """Fill in ``args.workers`` when it was not given; the words for the announcement."""
+    if args.workers is not None:
+        return f"{args.workers} worker(s)"
+    args.workers, why = choose_workers(usable_cores(), server_cores=server_cores)
+    return f"{args.workers} worker(s) ({why})"
+
+
 def sweep_description(args: argparse.Namespace) -> str:
     """The sweep in words: its loads and how long each stage lasts."""
     per_stage = (
@@ -596,12 +630,12 @@ def sweep_description(args: argparse.Namespace) -> str:
     return f"concurrency {args.concurrency}, {per_stage}"
 
 
-def announce_run(args: argparse.Namespace, run_dir: Path) -> str:
+def announce_run(args: argparse.Namespace, run_dir: Path, workers: str) -> str:
     """What ``run`` is about to do, before it starts (host, model, sweep, workers, run dir)."""
     model = f"model {args.model}" if args.model else "model: the first of /v1/models"
     return (
         f"locust-llm run: {args.host.rstrip('/')}; {model}; sweep {sweep_description(args)}; "
-        f"{args.workers} worker(s); run dir {run_dir}"
+        f"{workers}; run dir {run_dir}"
     )
 
 
@@ -612,10 +646,11 @@ def run_demo(args: argparse.Namespace) -> int:
     sim_args = [*DEMO_SIM_ARGS, *args.sim_arg]
     sim_args[sim_args.index("--model") + 1] = args.model
     sim_args[sim_args.index("--gpu") + 1] = args.gpu
+    workers = resolve_workers(args, server_cores=DEMO_SIM_CORES)
     if not args.quiet:
         print(
             f"locust-llm demo: simulated {args.model} on {args.gpu}; sweep "
-            f"{sweep_description(args)}; {args.workers} worker(s); run dir {run_dir}",
+            f"{sweep_description(args)}; {workers}; run dir {run_dir}",
             flush=True,
         )
     with simulator(sim_args, run_dir / "sim.log") as url:
@@ -666,8 +701,9 @@ def run_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
     llm_args = run_llm_args(args)
     env = {"LOCUST_LLM_API_KEY": args.api_key} if args.api_key else None
+    workers = resolve_workers(args)
     if not args.quiet:
-        print(announce_run(args, run_dir), flush=True)
+        print(announce_run(args, run_dir, workers), flush=True)
     code = run_sweep(
         host=args.host.rstrip("/"),
         run_dir=run_dir,

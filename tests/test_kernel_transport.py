@@ -21,6 +21,7 @@ from locust_llm.cli import main
 from locust_llm.client.kernel_transport import (
     KernelTransport,
     StampedClient,
+    StampedConnection,
     kernel_stamps_available,
     select_transport,
 )
@@ -81,6 +82,54 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
     arrival, user = lines[-1][1], lines[-1][2]
     assert 0 <= arrival - sent_at[-1] < 0.002
     assert user - arrival > 0.15  # the user-space read came long after
+    conn = resp.conn
+    assert conn.unstamped_reads == 0 and conn.reads >= 2  # the head, then the three lines
+    assert conn.late_yields >= 1  # that read was late: the worker went to the hub first
+
+
+def test_a_late_read_yields_to_ready_greenlets_and_an_exception_cancels_its_return() -> None:
+    """The late read's yield: the greenlets already runnable run before it resumes; one that an
+    exception reached while yielded is not switched back into afterwards."""
+    import gevent
+    import greenlet
+
+    class Quiet:
+        def setsockopt(self, *_args: object) -> None:
+            pass
+
+    conn = StampedConnection(Quiet())
+    order: list[str] = []
+
+    def late() -> None:
+        order.append("late read")
+        conn._yield_to_hub()
+        order.append("late parse")
+
+    def other(name: str) -> None:
+        order.append(name)
+
+    gevent.joinall([gevent.spawn(late), gevent.spawn(other, "a"), gevent.spawn(other, "b")])
+    assert order == ["late read", "a", "b", "late parse"]
+
+    class Thrown(Exception):
+        pass
+
+    def survivor() -> None:  # catches what was thrown in while yielded, then waits on a timer
+        try:
+            late()
+        except Thrown:
+            order.append("caught")
+        gevent.sleep(0.005)  # a stale return from the yield would end this wait early (an error)
+        order.append("slept")
+
+    order.clear()
+    victim = gevent.spawn(survivor)
+    # the thrower runs after the victim yielded and before its return: an exception thrown in at
+    # once (a raw throw; gevent's kill would queue behind the return)
+    thrower = gevent.spawn(greenlet.greenlet.throw, victim, Thrown)
+    victim.join(1)
+    assert order == ["late read", "caught", "slept"] and victim.successful()
+    thrower.kill()  # left switched out by its raw throw
 
 
 @linux_only
@@ -221,8 +270,30 @@ def test_the_parse_only_bench_in_docs_runs_as_written() -> None:
     out = subprocess.run(shlex.split(command), cwd=root, capture_output=True, text=True,
                          timeout=300, check=False)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line for line in out.stdout.splitlines() if line.startswith("| ")][1:]
-    costs = {row.split("|")[1].strip(): float(row.split("|")[2]) for row in rows}
-    assert set(costs) == {"geventhttpclient (C parser)", "http11.py, plain recv",
-                          "http11.py + kernel stamps (recvmsg)"}  # fmt: skip
+    rows = [line.split("|") for line in out.stdout.splitlines() if line.startswith("| ")][1:]
+    costs = {(row[1].strip(), int(row[2])): float(row[3]) for row in rows}
+    readers = {"geventhttpclient (C parser)", "http11.py, plain recv",
+               "http11.py + kernel stamps (recvmsg)"}  # fmt: skip
+    assert set(costs) == {(reader, n) for reader in readers for n in (1, 4)}
     assert all(0 < us < 1000 for us in costs.values()), costs
+
+
+def test_the_benchs_cost_split_and_saturation_point() -> None:
+    """bench/kernel_timestamps.py: the CPU split recovers a known cost per read and per token
+    from runs with different tokens per read, and the saturation load is interpolated on CPU
+    demand (CPU + run-queue wait), not on CPU alone."""
+    from bench.kernel_timestamps import cost_model, saturation_streams
+
+    def run(streams: int, reads: int, tokens: int, util: float, wait_s: float) -> dict:
+        cpu_s = reads * 20e-6 + tokens * 5e-6  # 20 us per read, 5 us per token
+        return {"transport": "kernel", "streams": streams, "reads": reads, "tokens": tokens,
+                "cpu_s": cpu_s, "cpu_util": util, "client_runq_wait_s": wait_s, "wall_s": 10.0,
+                "demand_cores": util + wait_s / 10.0}  # fmt: skip
+
+    rows = [run(256, 10_000, 10_000, 0.4, 1.0), run(512, 10_000, 20_000, 0.5, 3.0),
+            run(1024, 10_000, 30_000, 0.5, 5.0)]  # fmt: skip
+    text = cost_model(rows, ("kernel",))
+    assert "| kernel | 3 | 20.0 | 5.0 | 1.00 | 25.0 | 15.0 |" in text
+    (line,) = saturation_streams(rows, ("kernel",))
+    # demand 0.5 at 256, 0.8 at 512, 1.0 at 1024: 0.9 halfway between 512 and 1024
+    assert line.startswith("kernel at about 768 streams (interpolated")

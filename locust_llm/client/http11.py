@@ -44,6 +44,9 @@ class Http11Connection:
         #: when the bytes of the latest read arrived (perf_counter seconds; nan: unknown)
         self.arrival_s = math.nan
 
+    def start_request(self) -> None:
+        """Called before each request is written (the hook where a stamped read syncs clocks)."""
+
     def _recv(self) -> bytes:
         """One read from the socket (the hook for a stamped read)."""
         return self.sock.recv(RECV_BYTES)
@@ -376,6 +379,7 @@ class Http11Client:
         if body or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body)}")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        conn.start_request()
         try:
             try:
                 conn.sock.sendall(head + body)

@@ -5,9 +5,9 @@ socket; ``recvmsg`` hands back, as ancillary data, the stamp of the latest segme
 consumed (segments that queued up while the reader was busy are merged by the kernel and keep
 the latest stamp). :class:`StampedConnection` reads that way and converts the stamp
 (``CLOCK_REALTIME``) to the ``perf_counter`` clock the records use, from the two clocks read
-side by side right after the read: ``arrival = perf_counter() - (time_ns() - stamp)``. A line
-is stamped with the read that completed it, so a token's time no longer includes how long the
-worker took to get to it; the user-space time is kept beside it as the client delay.
+side by side before each request is written: ``arrival = base_perf + (stamp - base_ns)``. A
+line is stamped with the read that completed it, so a token's time no longer includes how long
+the worker took to get to it; the user-space time is kept beside it as the client delay.
 
 Two things keep it cheap and its first tokens exact. ``TCP_INQ`` makes each read also say how
 many bytes it left queued: after a read that emptied the queue (one token per read, the steady
@@ -17,7 +17,8 @@ the worker more than :data:`LATE_S` late hands it back to gevent's hub before it
 parsed: the hub then reads, and so stamps, the other sockets already readable before it
 returns to parse any of them, so a busy worker reads each stream's next bytes before the token
 after them arrives and the kernel merges the two (``bench/results/kernel_timestamps.md``). An
-idle worker is never late and pays nothing for it.
+idle worker is never late and pays nothing for it. Per read the hot path takes one user-space
+clock (``time_ns``); the clock pair that maps stamps to ``perf_counter`` is read per request.
 
 :class:`KernelTransport` is :class:`~locust_llm.client.transport.Transport` with its own
 HTTP/1.1 reader (:mod:`locust_llm.client.http11`) for ``http://`` servers; ``https://`` servers
@@ -41,6 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
+from greenlet import getcurrent
 
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
 from locust_llm.client.transport import Transport
@@ -53,6 +55,8 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 TCP_INQ = getattr(socket, "TCP_INQ", 36)
 _TIMESPEC = struct.Struct("@qq")  # struct timespec: two 64-bit longs
 _TIMESPEC_BYTES = _TIMESPEC.size
+_unpack_timespec = _TIMESPEC.unpack
+_time_ns = time.time_ns
 _INQ = struct.Struct("@i")
 _NOTHING_QUEUED = _INQ.pack(0)
 _ANC_BYTES = (
@@ -68,30 +72,69 @@ TRANSPORT_CHOICES = ("auto", "kernel", "ghc")
 #: A read whose bytes waited longer than this in the kernel finds the worker busy: other
 #: streams' bytes are likely waiting too, and are read before this read is parsed.
 LATE_S = 0.001
+LATE_NS = round(LATE_S * 1e9)
 #: ... unless the read holds more SSE events than this (a response's first read holds two: the
 #: role and the first token): the worker is already a token gap behind this stream, and so
 #: behind the others that became readable with it; the yield would save no stamp.
 MERGED_EVENTS = 2
 
 
+def read_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, bool]:
+    """A read's ancillary data -> (its receive stamp in ``CLOCK_REALTIME`` ns, 0 if none; True
+    when it says the read left nothing queued)."""
+    stamp_ns, drained = 0, False
+    for level, kind, cdata in ancdata:
+        if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(cdata) >= _TIMESPEC_BYTES:
+            sec, nsec = _TIMESPEC.unpack_from(cdata)
+            stamp_ns = sec * 1_000_000_000 + nsec
+        elif kind == TCP_INQ and level == _SOL_TCP:
+            drained = cdata == _NOTHING_QUEUED
+    return stamp_ns, drained
+
+
 class StampedConnection(Http11Connection):
-    """A connection whose reads carry the kernel's receive stamp (``arrival_s``)."""
+    """A connection whose reads carry the kernel's receive stamp (``arrival_s``).
+
+    Per read it takes one user-space clock (``time_ns``, the kernel stamp's own clock: the
+    late-read check is one integer comparison) and converts the stamp to ``perf_counter`` time
+    with the pair of clocks read side by side once per request (:meth:`start_request`):
+    ``CLOCK_REALTIME`` and the monotonic clock are slewed alike and differ only when the system
+    time is set. ``reads``, ``late_yields`` and ``unstamped_reads`` count what the reads did.
+    """
 
     def __init__(self, sock: Any) -> None:
         super().__init__(sock)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         with contextlib.suppress(OSError):  # an older kernel: no queue length with each read
             sock.setsockopt(_SOL_TCP, TCP_INQ, 1)
-        self.user_s = math.nan  # perf_counter when the latest read returned
+        self.reads = 0  # reads that returned
+        self.late_yields = 0  # late reads that handed the worker to the hub before parsing
         self.unstamped_reads = 0  # reads that came back without a stamp
         #: the latest read emptied the receive queue: wait for bytes before the next read
         #: (no recvmsg that can only say EAGAIN)
         self.drained = False
+        self._base_ns = 0  # time_ns() read beside ...
+        self._base_s = 0.0  # ... perf_counter(): the two clocks, side by side
+        self._now_ns = 0  # time_ns() when the latest read returned
+        self._hub: Any = None  # this thread's gevent hub, on the first late read
+        self.start_request()
         # a gevent socket's non-blocking socket and its wait for readability (gevent's own
         # recvmsg is this loop, but always reads first)
         self._wait_readable: Any = getattr(sock, "_wait", None)
         self._read_event = getattr(sock, "_read_event", None)
         self._raw = getattr(sock, "_sock", None) if self._wait_readable is not None else None
+
+    def start_request(self) -> None:
+        """Read the two clocks side by side (before each request is written)."""
+        self._base_ns = _time_ns()
+        self._base_s = perf_counter()
+
+    @property
+    def user_s(self) -> float:
+        """When the latest read returned (perf_counter seconds; nan before any read)."""
+        if not self._now_ns:
+            return math.nan
+        return self._base_s + (self._now_ns - self._base_ns) * 1e-9
 
     def _recv(self) -> bytes:
         raw = self._raw
@@ -106,24 +149,41 @@ class StampedConnection(Http11Connection):
                     break
                 except BlockingIOError:
                     self._wait_readable(self._read_event)
-        now_ns = time.time_ns()
-        now = perf_counter()
-        self.user_s = now
-        arrival = math.nan
-        self.drained = False
-        for level, kind, cdata in ancdata:
-            if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(cdata) >= _TIMESPEC_BYTES:
-                sec, nsec = _TIMESPEC.unpack_from(cdata)
-                arrival = now - (now_ns - (sec * 1_000_000_000 + nsec)) * 1e-9
-            elif kind == TCP_INQ and level == _SOL_TCP:
-                self.drained = cdata == _NOTHING_QUEUED and bool(data)
-        if arrival != arrival:
+        now_ns = self._now_ns = _time_ns()
+        self.reads += 1
+        if len(ancdata) == 2:  # the usual read: the stamp, then the queue length (Linux's order)
+            (level, kind, stamp), (inq_level, inq_kind, inq) = ancdata
+            if (kind == SO_TIMESTAMPNS and inq_kind == TCP_INQ and level == _SOL_SOCKET
+                    and inq_level == _SOL_TCP and len(stamp) == _TIMESPEC_BYTES):  # fmt: skip
+                sec, nsec = _unpack_timespec(stamp)
+                stamp_ns, drained = sec * 1_000_000_000 + nsec, inq == _NOTHING_QUEUED
+            else:
+                stamp_ns, drained = read_ancillary(ancdata)
+        else:
+            stamp_ns, drained = read_ancillary(ancdata)
+        self.drained = drained and bool(data)
+        if not stamp_ns:
             self.unstamped_reads += 1
-            arrival = now
-        self.arrival_s = arrival
-        if now - arrival > LATE_S and data.count(b"\n\n") <= MERGED_EVENTS:
-            gevent.sleep(0)  # busy, but in time for this stream: read the other ready ones first
+            stamp_ns = now_ns
+        self.arrival_s = self._base_s + (stamp_ns - self._base_ns) * 1e-9
+        if now_ns - stamp_ns > LATE_NS and data.count(b"\n\n") <= MERGED_EVENTS:
+            self.late_yields += 1
+            self._yield_to_hub()  # busy, but in time for this stream: read the other ready ones
         return data
+
+    def _yield_to_hub(self) -> None:
+        """``gevent.sleep(0)`` without its ``Waiter``: the hub switches back to this greenlet
+        once the ones ready before it have run; an exception thrown in meanwhile (a kill, a
+        timeout) cancels that switch."""
+        hub = self._hub
+        if hub is None:
+            hub = self._hub = gevent.get_hub()
+        back = hub.loop.run_callback(getcurrent().switch)
+        try:
+            hub.switch()
+        except BaseException:
+            back.stop()
+            raise
 
 
 class StampedClient(Http11Client):
