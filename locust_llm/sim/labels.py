@@ -219,14 +219,16 @@ class TtftSplit:
 def ttft_split_of_arrivals(
     requests: Iterable[Mapping[str, Any]], start_s: float, end_s: float
 ) -> TtftSplit:
-    """The TTFT split of the requests that *arrived* in ``[start_s, end_s)`` and got a first
-    token: the same requests a report's stage row describes (those its client sent in the
-    stage), where :func:`ground_truth` takes the requests whose first token fell in the window.
-    The two sets differ when a queue grows: its requests get their first token stages later."""
+    """The TTFT split of the requests that *arrived* in ``[start_s, end_s)`` and finished
+    ``ok``: the same requests a report's stage row takes its TTFT from (those its client sent in
+    the stage and got an answer to), where :func:`ground_truth` takes the requests whose first
+    token fell in the window. The two sets differ when a queue grows: its requests get their
+    first token stages later."""
     queue, pre = [], []
     for r in requests:
         arrival, first = _num(r.get("arrival")), _num(r.get("engine_first_token"))
-        if not (start_s <= arrival < end_s and math.isfinite(first)):
+        ok = r.get("outcome") == "ok"
+        if not (ok and start_s <= arrival < end_s and math.isfinite(first)):
             continue
         admitted = max(_num(r.get("admission")), arrival)
         queue.append(admitted - arrival)
