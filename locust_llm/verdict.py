@@ -24,7 +24,8 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
    server (with one, the server is offered more than it takes: the stage is the server's).
 4. ``errors`` -> ``errors``: error rate above ``error_rate``.
 5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
-   at least ``queue_share`` of TTFT, or a standing queue (waiting >= 1 and >= half the batch).
+   at least ``queue_share`` of TTFT, a standing queue (waiting >= 1 and >= half the batch), or
+   a KV cache that preempted while requests waited (mean waiting >= ``no_queue_waiting``).
    The cause, in the order a scheduler's admission gates are tested: the step's token budget
    (compute-bound steps whose prompt tokens per step plus one per decoding sequence fill
    ``budget_fill`` of ``--max-num-batched-tokens``: the step-bound cause, prompts queue for
@@ -302,8 +303,9 @@ def _standing_queue(ctx: Context) -> bool:
 
 
 def _queued(ctx: Context) -> bool:
-    """Requests wait for admission: a standing queue, or queue time at least ``queue_share``
-    of TTFT unless the waiting gauge says nothing waits."""
+    """Requests wait for admission: a standing queue, or, unless the waiting gauge says
+    nothing waits, a KV cache that preempted (only a cache out of blocks preempts) or queue time
+    at least ``queue_share`` of TTFT."""
     if _standing_queue(ctx):
         return True
     if ctx.server_v("waiting") < ctx.thresholds.no_queue_waiting:
