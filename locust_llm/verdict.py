@@ -794,6 +794,11 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
             "no server signals in this stage (nothing scraped, or nothing the server exports "
             "that locust-llm reads): decided on client-side evidence"
         )
+    if samples >= thresholds.min_telemetry_samples:
+        return (
+            "the server signal this rule reads (GPU busy, or the running gauge) is not in this "
+            "stage's telemetry: decided on client-side evidence"
+        )
     return (
         f"only {num(samples, 0)} server sample{'s' if samples != 1 else ''} in this stage "
         f"(server signals are used from {thresholds.min_telemetry_samples}): decided on "

@@ -240,7 +240,8 @@ def test_phase_sums_are_attributed_to_the_stage_that_sent_each_request(event: st
         mine = [r for r in reqs if r["stage"] == stage]
         truth_queue = float(np.mean([r["queue"] for r in mine]))
         assert got[stage].requests == pytest.approx(len(mine))
-        assert got[stage].queue_s == pytest.approx(truth_queue, rel=0.05, abs=0.02)
+        assert got[stage].queue_s == pytest.approx(truth_queue, rel=0.05, abs=0.003)
+        assert got[stage].prefill_s == pytest.approx(0.05, rel=0.05)
         decode = float(np.mean([r["decode"] for r in mine]))
         assert got[stage].decode_s == pytest.approx(decode, rel=0.05)
     if event == "end":  # what stage 1's window would have said: it holds stage 0's ends
@@ -249,3 +250,38 @@ def test_phase_sums_are_attributed_to_the_stage_that_sent_each_request(event: st
         )
         truth_1 = float(np.mean([r["queue"] for r in reqs if r["stage"] == 1]))
         assert abs(window - truth_1) > 0.2 * truth_1
+
+
+def test_server_counter_rates_survive_a_restart_and_sum_sources() -> None:
+    import pandas as pd
+
+    from locust_llm.report.tables import TelemetryIndex
+
+    rows = []
+    for t in range(0, 11):
+        rows.append((float(t), "generation_tokens_total", 100.0 * t, "a", ""))
+        b = 100.0 * t if t < 6 else 100.0 * (t - 6)  # b restarts at 6 s
+        rows.append((float(t), "generation_tokens_total", b, "b", ""))
+    frame = pd.DataFrame(rows, columns=["time_s", "signal", "value", "source", "gpu"])
+    tel = TelemetryIndex(frame)
+    # b's drop at 6 s: from zero again, 0 counted for that second (its restart lost it)
+    assert tel.counter_rate("generation_tokens_total", 2.0, 10.0) == pytest.approx(
+        100.0 + 700.0 / 8.0
+    )
+    assert tel.counter_rate("generation_tokens_total", 7.0, 10.0) == pytest.approx(200.0)
+    assert math.isnan(tel.counter_rate("nope", 0.0, 10.0))
+
+
+def test_server_prompt_rate_leaves_out_what_the_cache_served() -> None:
+    from locust_llm.report.resources import server_token_rates
+
+    row = {"server_prompt_tps": 1000.0, "server_output_tps": 200.0, "server_cached_tps": 400.0}
+    # the answers say 25% of the prompts came from the cache: their share wins
+    assert server_token_rates({**row, "input_tokens_avg": 400.0, "cached_tokens_avg": 100.0}) == (
+        750.0,
+        200.0,
+    )
+    # no word from the answers: the hit counter, unless preemptions made it count own blocks
+    assert server_token_rates(row) == (600.0, 200.0)
+    assert server_token_rates({**row, "preemptions": 3.0}) == (1000.0, 200.0)
+    assert all(math.isnan(x) for x in server_token_rates({"server_prompt_tps": 5.0}))

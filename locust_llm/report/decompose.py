@@ -58,6 +58,9 @@ COLUMNS: tuple[str, ...] = (
 PHASE_SIGNALS: tuple[str, ...] = ("phase_queue_s", "phase_prefill_s", "phase_decode_s")
 MIN_EFFICIENCY, MAX_EFFICIENCY = 0.05, 1.0
 NO_QUEUE_WAITING = 0.5  # mean waiting requests below this: the gauge says nothing queues
+#: The attributed server phases stand for a stage when they cover at least this share of its
+#: completed requests (the rest ended after the last scrape, or in a gap); else the window's.
+MIN_ATTRIBUTED = 0.5
 
 
 SeriesLookup = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -119,6 +122,7 @@ class FinishedRequests:
     stage: np.ndarray
     ttft_s: np.ndarray  # the client's TTFT of each (NaN: not known)
     e2e_s: np.ndarray
+    input_tokens: np.ndarray | None = None  # each one's prompt tokens computed (NaN: unknown)
 
 
 def _at_times(series: SeriesLookup, signal: str, source: str, times: np.ndarray) -> np.ndarray:
@@ -136,14 +140,30 @@ def _at_times(series: SeriesLookup, signal: str, source: str, times: np.ndarray)
     return out
 
 
-def _shares(stage_slots: np.ndarray, weights: np.ndarray | None, n_slots: int) -> np.ndarray:
-    """Each stage slot's share of an interval's requests, by ``weights`` (each request's time)
-    where they are all known and not all zero, else by count."""
-    if weights is not None and np.isfinite(weights).all():
+def _weights_or_count(weights: np.ndarray) -> np.ndarray:
+    """Shares summing to 1: by ``weights`` where they are all known and not all zero, else
+    equal."""
+    if np.isfinite(weights).all():
         w = np.maximum(weights, 0.0)
         if w.sum() > 0:
-            return np.bincount(stage_slots, weights=w, minlength=n_slots) / w.sum()
-    return np.bincount(stage_slots, minlength=n_slots) / stage_slots.size
+            return w / w.sum()
+    return np.full(weights.size, 1.0 / weights.size)
+
+
+def _per_request(increase: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """An interval's (queue, prefill, decode) increase split among the requests counted in it
+    (``weights`` per request: client TTFT, prompt tokens computed, decode time): prefill by
+    prompt tokens (equal when not known), decode by decode time, and queue by what each one's
+    TTFT leaves after its prefill share (so a quick request counted beside long-queued ones
+    takes its own few milliseconds of queue, not a share of theirs)."""
+    queue, prefill, decode = increase
+    out = np.zeros((weights.shape[0], 3))
+    if math.isfinite(prefill):
+        out[:, 1] = prefill * _weights_or_count(weights[:, 1])
+    out[:, 2] = decode * _weights_or_count(weights[:, 2])
+    waited = weights[:, 0] - out[:, 1]
+    out[:, 0] = queue * _weights_or_count(np.maximum(waited, 0.0))
+    return out
 
 
 def attributed_phases(series: SeriesLookup, finished: FinishedRequests) -> dict[int, ServerPhases]:
@@ -155,23 +175,26 @@ def attributed_phases(series: SeriesLookup, finished: FinishedRequests) -> dict[
     their first token), and knows each one's stage. Of those two events the one whose counts per
     scrape interval match the server's request count increases best is taken
     (:func:`_counting_event`). Each interval's increase (queue, prefill and decode seconds, and
-    requests) is then shared among the stages in proportion to the client's requests counted in
-    it, and a stage's means are its shares' sums over its requests. The queue and prefill seconds
-    are shared in proportion to the requests' client TTFTs, the decode seconds to their decode
-    times and the requests by count, so a stage's few quick requests that end beside another
-    stage's long-queued ones take little of their queue time. Unlike a stage window's increase,
-    this counts the requests sent in the stage, however long after the stage they finish.
-    Intervals in which the client saw nothing are left out (another client's traffic), and so
-    is the time before the first scrape."""
+    requests) is then split among the client's requests counted in it (:func:`_per_request`:
+    prefill by prompt tokens, decode by decode time, queue by what each client TTFT leaves
+    after its prefill share), and a stage's means are its requests' parts over its share of the
+    count. Unlike a stage window's increase, this counts the requests sent in the stage, however
+    long after the stage they finish. Intervals in which the client saw nothing are left out
+    (another client's traffic), and so are failed scrapes (the interval runs on to the next
+    good one) and the time before the first scrape."""
     if "phase_requests" not in series or finished.end_wall_s.size == 0:
         return {}
     n_stages = int(finished.stage.max()) + 2
     acc = np.zeros((n_stages, 4))  # per stage (index + 1): queue, prefill, decode, requests
-    weights = np.column_stack((finished.ttft_s, finished.e2e_s - finished.ttft_s))
-    t, _, src, _ = series["phase_requests"]
+    covered = np.zeros((n_stages, 3))  # the requests behind each phase's sum (finite steps)
+    prompts = finished.input_tokens
+    if prompts is None:
+        prompts = np.full(finished.end_wall_s.size, np.nan)
+    weights = np.column_stack((finished.ttft_s, prompts, finished.e2e_s - finished.ttft_s))
+    t, v, src, _ = series["phase_requests"]
     names = (*PHASE_SIGNALS, "phase_requests")
     for source in np.unique(src):
-        times = t[src == source]
+        times = t[(src == source) & np.isfinite(v)]  # a failed scrape: the interval runs on
         if times.size < 2:
             continue
         values = np.column_stack([_at_times(series, n, source, times) for n in names])
@@ -186,16 +209,21 @@ def attributed_phases(series: SeriesLookup, finished: FinishedRequests) -> dict[
         last = np.searchsorted(events, times[1:], "right")
         for i in np.flatnonzero((last > first) & (step[:, 3] > 0)):
             held, part = stages[first[i] : last[i]], w[first[i] : last[i]]
-            ttft_share = _shares(held, part[:, 0], n_stages)
-            acc[:, 0] += ttft_share * step[i, 0]
-            acc[:, 1] += ttft_share * step[i, 1]
-            acc[:, 2] += _shares(held, part[:, 1], n_stages) * step[i, 2]
-            acc[:, 3] += _shares(held, None, n_stages) * step[i, 3]
+            counted = np.bincount(held, minlength=n_stages) / held.size * step[i, 3]
+            acc[:, 3] += counted
+            each = _per_request(step[i, :3], part)
+            for k in range(3):  # a phase this source does not export (TGI: prefill) stays 0
+                if math.isfinite(step[i, k]):
+                    acc[:, k] += np.bincount(held, weights=each[:, k], minlength=n_stages)
+                    covered[:, k] += counted
     out = {}
     for index in range(n_stages - 1):
-        queue, prefill, decode, count = acc[index + 1]
-        if count > 0 and math.isfinite(queue):
-            out[index] = ServerPhases(queue / count, prefill / count, decode / count, count)
+        count = acc[index + 1, 3]
+        if not (count > 0 and covered[index + 1, 0] > 0):
+            continue
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(covered[index + 1] > 0, acc[index + 1, :3] / covered[index + 1], NAN)
+        out[index] = ServerPhases(float(means[0]), float(means[1]), float(means[2]), count)
     return out
 
 
@@ -379,6 +407,8 @@ def _decompose_row(
     hi = _f(row, "end_wall_s")
     lo = hi - _f(row, "duration_s")  # the window after the warm-up, as the telemetry columns
     phases = attributed.get(int(row["stage"])) if "stage" in row else None
+    if phases is not None and not phases.requests >= MIN_ATTRIBUTED * _f(row, "completed"):
+        phases = None  # most of the stage's requests finished out of the scrapes' reach
     if phases is None and not math.isnan(lo + hi):
         phases = server_phases(series, lo, hi)
     if phases is not None:

@@ -232,9 +232,19 @@ def server_token_rates(row: Mapping[str, Any]) -> tuple[float, float]:
     grows, requests that finish stages later) they say what the device did in the window,
     where the client's completions say what ended in it."""
     prompt, output = _f(row, "server_prompt_tps"), _f(row, "server_output_tps")
-    if prompt >= 0 and output >= 0:
-        return prompt, output
-    return NAN, NAN
+    if not (prompt >= 0 and output >= 0):
+        return NAN, NAN
+    cached = _f(row, "server_cached_tps")
+    if cached > 0:
+        # the client's answers say what share of the prompts the cache served; the server's hit
+        # counter also counts preempted requests' own blocks found again, so it is used alone
+        # only where nothing was preempted
+        n_in, served = _f(row, "input_tokens_avg"), _f(row, "cached_tokens_avg")
+        if n_in > 0 and 0 <= served <= n_in:
+            prompt *= 1.0 - served / n_in
+        elif not _f(row, "preemptions") > 0:
+            prompt = max(0.0, prompt - cached)
+    return prompt, output
 
 
 def prompts_per_s(row: Mapping[str, Any]) -> float:

@@ -110,6 +110,7 @@ COLUMNS: tuple[str, ...] = (
     "preemptions",
     "server_output_tokens",
     "server_prompt_tps",
+    "server_cached_tps",
     "server_output_tps",
     "busy_slots_per_decode",
     "power_w",
@@ -331,8 +332,9 @@ class TelemetryIndex:
 
     def counter_rate(self, signal: str, lo: float, hi: float) -> float:
         """A counter's rate over [lo, hi), summed over sources: each source's increase from its
-        last finite sample at or before ``lo`` to its last at or before ``hi``, over the time
-        between those samples (NaN: no source with two such samples)."""
+        last finite sample at or before ``lo`` to its last at or before ``hi`` (a drop is a
+        restart: counted from zero), over the time between those samples (NaN: no source with
+        two such samples)."""
         if signal not in self.series:
             return NAN
         t, v, src, _ = self.series[signal]
@@ -342,8 +344,11 @@ class TelemetryIndex:
             ts, vs = t[keep], v[keep]
             a = max(int(np.searchsorted(ts, lo, "right")) - 1, 0)
             b = int(np.searchsorted(ts, hi, "right")) - 1
-            if b > a and ts[b] > ts[a] and vs[b] >= vs[a]:
-                total += float(vs[b] - vs[a]) / float(ts[b] - ts[a])
+            if b > a and ts[b] > ts[a]:
+                steps = np.diff(vs[a : b + 1])
+                restarted = steps < 0  # the counter restarted: it counts from zero again
+                steps[restarted] = vs[a + 1 : b + 1][restarted]
+                total += float(steps.sum()) / float(ts[b] - ts[a])
                 seen = True
         return total if seen else NAN
 
@@ -466,9 +471,10 @@ def _counter_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
 
     ``server_output_tokens``: what the server counted generating from its last scrape at or
     before the window's start to its first scrape at or after its end (so a stage's edge is off
-    by what finished within one scrape interval of it). ``server_prompt_tps`` /
-    ``server_output_tps``: the prompt tokens it computed (prefix-cache hits apart) and the
-    tokens it generated per second over the scrapes in the window. ``busy_slots_per_decode``:
+    by what finished within one scrape interval of it). ``server_prompt_tps``,
+    ``server_cached_tps``, ``server_output_tps``: its prompt tokens (prefix-cache hits
+    included, except where it counts them apart), its cache hits and the tokens it generated,
+    per second over the scrapes in the window. ``busy_slots_per_decode``:
     llama.cpp's average since start, turned into the window's own: the increase of average x
     decode calls over the increase of decode calls.
     """
@@ -476,15 +482,15 @@ def _counter_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     increases = tel.bracketed_increases("generation_tokens_total", lo, hi)
     if increases:
         out["server_output_tokens"] = float(sum(increases))
-    # what the server computed per second in the window, whatever the client's completions:
-    # prompt tokens (counted as each prompt's prefill ends) with its prefix cache's hits apart
+    # what the server did per second in the window, whatever the client's completions: prompt
+    # tokens (counted as each prompt's prefill ends; cache hits included, or apart where the
+    # server counts them apart: llama.cpp) and the prefix cache's hits (resources.py decides)
     prompt = tel.counter_rate("prompt_tokens_total", lo, hi)
-    cached = tel.counter_rate("prompt_tokens_cached_total", lo, hi)
+    out["server_prompt_tps"], out["server_cached_tps"] = prompt, NAN
     if math.isnan(prompt):
-        prompt = tel.counter_rate("prompt_tokens_computed_total", lo, hi)
-    elif cached > 0:
-        prompt = max(0.0, prompt - cached)
-    out["server_prompt_tps"] = prompt
+        out["server_prompt_tps"] = tel.counter_rate("prompt_tokens_computed_total", lo, hi)
+    else:
+        out["server_cached_tps"] = tel.counter_rate("prompt_tokens_cached_total", lo, hi)
     out["server_output_tps"] = tel.counter_rate("generation_tokens_total", lo, hi)
     calls_t, calls, calls_src = tel.window_with_times("decode_calls_total", lo, hi)
     avg_t, avg, avg_src = tel.window_with_times("busy_slots_per_decode", lo, hi)
@@ -622,6 +628,11 @@ def stage_table(
         stage=stage_ix[ok],
         ttft_s=arrays["ttft_s"][ok],
         e2e_s=arrays["e2e_s"][ok],
+        input_tokens=np.where(
+            arrays["input_tokens"] >= 0,
+            arrays["input_tokens"] - np.nan_to_num(arrays["cached_tokens"]),
+            np.nan,
+        )[ok],
     )
     decompose.decompose(
         rows, tel.series, model, gpu, tp=tp, open_loop=mode == "open", finished=finished
