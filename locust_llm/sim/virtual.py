@@ -489,11 +489,21 @@ class _Driver:
             self.now = saved
             self.next_scrape += self.wl.scrape_interval_s
 
+    def sent_not_joined(self) -> int:
+        """Requests sent by now that join the engine only after the step under way (the driver
+        hands them over when the step ends): a real server would count them waiting."""
+        due = sum(1 for at_s, _, _ in self.to_send if at_s <= self.now)
+        for at_s, _ in self.arrivals:
+            if at_s > self.now:
+                break
+            due += 1
+        return due
+
     def sample(self, wall_s: float) -> None:
         eng = self.engine
         values: list[tuple[str, str, Any]] = [
             ("running", "", len(eng.running)),
-            ("waiting", "", len(eng.waiting)),
+            ("waiting", "", len(eng.waiting) + self.sent_not_joined()),
             ("kv_cache_usage", "", eng.kv_usage_ratio),
             ("preemptions", "", eng.stats.preemptions_total),
             ("prompt_tokens_total", "", eng.stats.prompt_tokens_total),
