@@ -127,7 +127,7 @@ class StageTally:
             return
         self.completed += 1
         self.ttft.add(ttft_s)
-        if not timed:
+        if not (timed and math.isfinite(end_s)):  # a record with no time: counted, not placed
             return
         tick = tick_of(end_s)
         slot = self.ticks.get(tick)
