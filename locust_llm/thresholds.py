@@ -52,7 +52,7 @@ class Thresholds:
     busy_share: float = 0.5  # GPU busy below this with no queue: under-loaded
     slot_fill: float = 0.95  # peak batch at or above this share of its limit: the limit binds
     budget_fill: float = 0.75  # prompt tokens per step / --max-num-batched-tokens: it binds
-    prefill_saturated: float = 0.9  # prompts' compute time share: a flat batch is theirs
+    prefill_saturated: float = 0.85  # prompts' compute time share: a flat batch is theirs
     interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference
     interference_step_share: float = 0.3  # ... or steps carrying prompt work (memory-bound decode)
     min_telemetry_samples: int = 3  # fewer server samples in a stage: its signals are not used

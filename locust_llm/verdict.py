@@ -791,13 +791,13 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
     samples of one to use."""
     if not samples > 0:
         return (
-            "no server signals in this stage (nothing scraped, or nothing the server exports "
-            "that locust-llm reads): decided on client-side evidence"
+            "no server signals in this stage (0 server samples: nothing scraped, or nothing the "
+            "server exports that locust-llm reads): decided on client-side evidence"
         )
     if samples >= thresholds.min_telemetry_samples:
         return (
-            "the server signal this rule reads (GPU busy, or the running gauge) is not in this "
-            "stage's telemetry: decided on client-side evidence"
+            f"{num(samples, 0)} server samples in this stage, but not of the signal this rule "
+            "reads (GPU busy, or the running gauge): decided on client-side evidence"
         )
     return (
         f"only {num(samples, 0)} server sample{'s' if samples != 1 else ''} in this stage "

@@ -126,9 +126,15 @@ def test_a_run_shows_each_stage_s_own_figures_and_its_unsent_arrivals(tmp_path: 
         served = [by_id[i] for i in ids if i in by_id]
         start, end = stage["start_wall_s"], stage["end_wall_s"]
         window_s = end - max(start, end - WINDOW_S)
-        finished = sum(1 for x in served if x["outcome"] == "ok" and x["last_token"] < end)
-        # our end = the last chunk read (at most the [DONE] line later than the server sent it)
-        assert float(done[index][3]) == pytest.approx(finished / window_s, abs=2.0 / window_s)
+        ok = [x for x in served if x["outcome"] == "ok"]
+        finished = sum(1 for x in ok if x["last_token"] < end)
+        # our end = the last chunk read (at most the [DONE] line later than the server sent
+        # it; on a busy host the client reads late): a request the server finished within
+        # 0.1 s of the window's edge may fall on either side of it
+        edge = sum(1 for x in ok if abs(x["last_token"] - end) < 0.1)
+        assert float(done[index][3]) == pytest.approx(
+            finished / window_s, abs=(edge + 1.0) / window_s
+        )
         server_ttft_ms = 1e3 * float(
             np.median([x["first_token"] - x["arrival"] for x in served if x["outcome"] == "ok"])
         )
