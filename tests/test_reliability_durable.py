@@ -36,6 +36,14 @@ def _staged_run(cluster: Cluster, sim_url: str, run_dir: Path, stop_timeout_s: i
     return cluster.start("run", cmd)
 
 
+def _journaled(run_dir: Path) -> int:
+    """Records in the run's journal so far (0 before it exists)."""
+    if not (run_dir / JOURNAL_FILE).exists():
+        return 0
+    table, _clean = read_journal(run_dir / JOURNAL_FILE)
+    return table.num_rows
+
+
 def _finished_ids(trace: Path, before_wall_s: float = float("inf")) -> set[str]:
     return {
         str(r["client_request_id"])
@@ -73,7 +81,12 @@ def test_sigkill_loses_at_most_the_last_second_and_report_says_partial(tmp_path:
         _, sim_url = cluster.sim(*SIM_ARGS, "--trace", str(trace))
         run_dir = tmp_path / "run"
         proc = _staged_run(cluster, sim_url, run_dir, stop_timeout_s=5)
-        wait_until(lambda: len(_finished_ids(trace)) >= 20, 40, "20 requests finished")
+        # a kill with records on disk already (the persist loop's first flushes), mid-stage
+        wait_until(
+            lambda: len(_finished_ids(trace)) >= 20 and _journaled(run_dir) >= 10,
+            40,
+            "20 requests finished and 10 journaled",
+        )
         killed_at = time.time()
         proc.send(signal.SIGKILL)  # type: ignore[attr-defined]
         proc.wait(10)  # type: ignore[attr-defined]
