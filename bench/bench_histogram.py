@@ -1,4 +1,4 @@
-"""Micro-benchmark of locust_llm.histogram: ns per add, per quantile, per merge and to_dict.
+"""Micro-benchmark of locust_llm.live.histogram: ns per add, per quantile, per merge and to_dict.
 
 Run: ``.venv/bin/python bench/bench_histogram.py`` (prints a markdown table; copy it into
 bench/results/histogram.md). Single-threaded CPython, best of 5 repeats.
@@ -12,7 +12,7 @@ import random
 import sys
 import timeit
 
-from locust_llm.histogram import MAX_S, MIN_S, N_BUCKETS, LatencyHistogram
+from locust_llm.live.histogram import MAX_S, MIN_S, N_BUCKETS, LatencyHistogram
 
 
 def _values(n: int, seed: int = 1) -> list[float]:

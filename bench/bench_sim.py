@@ -114,7 +114,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def cmd_tp(args: argparse.Namespace) -> None:
-    from locust_llm.roofline import Workload, compute, get_gpu, get_model
+    from locust_llm.roofline.floors import Workload, compute, get_gpu, get_model
 
     print(
         f"# one stream, prompt 16 / output 65 tokens, efficiencies 1, no step overhead, "

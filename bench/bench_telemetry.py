@@ -94,7 +94,7 @@ def child(mode: str, urls: list[str], duration: float, interval: float) -> None:
         gevent.monkey.patch_all()
     import resource
 
-    from locust_llm.telemetry import TelemetryScraper
+    from locust_llm.telemetry.scraper import TelemetryScraper
 
     scraper = TelemetryScraper(urls, interval)
     scraper.scrape_once()  # warm imports and parsers outside the window

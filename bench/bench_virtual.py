@@ -31,7 +31,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from locust_llm.demo import DEMO_SIM_ARGS
+from locust_llm.launch.sweep import DEMO_SIM_ARGS
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.virtual import VirtualStage, VirtualWorkload, simulate
 

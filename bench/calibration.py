@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import NormalDist
 
-from locust_llm.roofline import ModelSpec, get_gpu, get_model
+from locust_llm.roofline.floors import ModelSpec, get_gpu, get_model
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.virtual import VirtualStage, VirtualWorkload, simulate
 

@@ -1,10 +1,10 @@
 """Which HTTP client for the LLM user: token events/s and CPU per core, timing error vs truth.
 
-The same Locust user logic (per-line ``perf_counter``, ``locust_llm.sse.parse_chunk``,
+The same Locust user logic (per-line ``perf_counter``, ``locust_llm.client.sse.parse_chunk``,
 ``locust_llm.metrics.summarize_stream``) over different transports, each a locustfile in
 ``bench/client_variants/``:
 
-- ``ours``: ``locust_llm.user.ChatUser`` as shipped (geventhttpclient, ``readline(b"\\n")``);
+- ``ours``: ``locust_llm.client.user.ChatUser`` as shipped (geventhttpclient, ``readline(b"\\n")``);
 - ``ghc-readline``: the same transport in the bench's minimal user (no locust_llm plugin);
 - ``fast-iterlines``: FastHttpUser ``client.iter_lines(..., method="POST")`` (1024-byte reads);
 - ``fast-readline``: FastHttpUser ``post(stream=True)`` + ``resp.stream.readline(b"\\n")``;

@@ -462,7 +462,7 @@ def parse_cost_us(reader: str, answers: int, tokens: int, *, per_read: int = 1,
 
     from locust_llm.client.http11 import Http11Connection, read_head
     from locust_llm.client.kernel_transport import SO_TIMESTAMPNS, TCP_INQ, StampedConnection
-    from locust_llm.sse import data_payload
+    from locust_llm.client.sse import data_payload
 
     written = sse_pieces(tokens)
     pieces = written[:1] + [b"".join(written[i : i + per_read])

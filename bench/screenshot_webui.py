@@ -38,7 +38,7 @@ sys.path.insert(0, {str(ROOT / "locustfiles")!r})
 from sweep import Chat, Stages  # noqa: F401
 from locust import events
 from locust_llm.client.runtime import runtime
-from locust_llm.telemetry import TelemetryScraper
+from locust_llm.telemetry.scraper import TelemetryScraper
 
 
 @events.test_start.add_listener

@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.report.build import build_report
+from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.load import load_run
 from locust_llm.sim import virtual
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.engine import Engine, RequestTooLarge, StepResult
 from locust_llm.sim.labels import LABELS, ground_truth, ttft_split_of_arrivals
 from locust_llm.sim.trace import request_times, step_record
-from locust_llm.thresholds import Thresholds, error_rate_exceeded
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "bench" / "results" / "verdict_accuracy.md"
@@ -352,7 +352,7 @@ def run_e2e(index: int, sim: tuple[str, ...], load: tuple[str, ...], work: Path)
     client (Locust), the report, each stage judged against the traces' ground truth."""
     import subprocess
 
-    from locust_llm.demo import simulator
+    from locust_llm.launch.sweep import simulator
     from locust_llm.sim.trace import read_trace
 
     trace, steps = work / f"e2e{index}.trace", work / f"e2e{index}.steps"

@@ -19,14 +19,17 @@ from locust_llm.errors import InputError
 
 #: subcommand -> (module that implements it, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("locust_llm.demo", "run a stepped sweep against the built-in simulated server"),
-    "run": ("locust_llm.demo", "run a stepped sweep against any OpenAI-compatible server"),
+    "demo": (
+        "locust_llm.launch.sweep",
+        "run a stepped sweep against the built-in simulated server",
+    ),
+    "run": ("locust_llm.launch.sweep", "run a stepped sweep against any OpenAI-compatible server"),
     "report": ("locust_llm.report.cli", "turn a run dir into tables, a verdict and alerts"),
-    "roofline": ("locust_llm.roofline_cli", "theoretical latency/throughput floors"),
+    "roofline": ("locust_llm.roofline.cli", "theoretical latency/throughput floors"),
     "sim": ("locust_llm.sim.cli", "start the simulated OpenAI-compatible server"),
     "virtual": ("locust_llm.sim.virtual", "run a sweep against the simulator in virtual time"),
     "gpu-exporter": ("locust_llm.gpu.cli", "serve GPU and host metrics for Prometheus"),
-    "options": ("locust_llm.options_cli", "list every --llm-* option a locustfile accepts"),
+    "options": ("locust_llm.client.options_cli", "list every --llm-* option a locustfile accepts"),
 }
 
 #: Subcommands that hand the arguments after a lone ``--`` to Locust unchanged.

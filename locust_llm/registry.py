@@ -1,7 +1,8 @@
 """A small named registry: the one shape behind every "add one piece" extension point.
 
-GPU sources (:mod:`locust_llm.gpu.registry`), canonical signals (:mod:`locust_llm.signals`) and
-server vocabularies (:mod:`locust_llm.vocabularies`) each keep their entries in one
+GPU sources (:mod:`locust_llm.gpu.registry`), canonical signals
+(:mod:`locust_llm.telemetry.signals`) and
+server vocabularies (:mod:`locust_llm.telemetry.vocabularies`) each keep their entries in one
 :class:`Registry`: names registered once, kept in registration order, and a lookup error that
 lists what is registered.
 """

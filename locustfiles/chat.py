@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from locust import run_single_user
 
-from locust_llm.user import Chat
+from locust_llm.client.user import Chat
 
 __all__ = ["Chat"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from locust import constant, run_single_user
 
-from locust_llm.user import CompletionUser
+from locust_llm.client.user import CompletionUser
 
 
 class Completions(CompletionUser):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from locust import constant, run_single_user
 
-from locust_llm.user import LLMUser
+from locust_llm.client.user import LLMUser
 
 
 class Responses(LLMUser):

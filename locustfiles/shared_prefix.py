@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from locust import constant, run_single_user
 
-from locust_llm.user import ChatUser
+from locust_llm.client.user import ChatUser
 
 
 class SharedPrefix(ChatUser):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from locust import run_single_user
 
-from locust_llm.sweep_locustfile import Chat, Stages
+from locust_llm.client.sweep_locustfile import Chat, Stages
 
 __all__ = ["Chat", "Stages"]
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord
-from locust_llm.rundir import REQUESTS_FILE, TELEMETRY_FILE, RunInfo, Stage, write_run_info
+from locust_llm.rundir.layout import REQUESTS_FILE, TELEMETRY_FILE, RunInfo, Stage, write_run_info
 
 GIB = 1024**3
 Z99 = 2.3263478740408408  # standard normal 99th percentile

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from conftest import run_locust
 
-from locust_llm import sse
+from locust_llm.client import sse
 from locust_llm.client.apis.base import BodyRequest, get_api, registered_apis
-from locust_llm.datasets import Prompt
 from locust_llm.sim.testing import running_sim
 from locust_llm.sim.textgen import estimate_tokens
+from locust_llm.workloads.datasets import Prompt
 
 PROMPT = Prompt([{"role": "user", "content": "Name a river"}], "Name a river", 3, None)
 SIM = {"zero_cost": True, "step_overhead_s": 0.002, "output_len": "fixed:6"}
@@ -102,7 +102,7 @@ def test_the_official_client_reads_the_simulators_embeddings() -> None:
 
 LOCUSTFILE = """
 from locust import constant
-from locust_llm.user import LLMUser
+from locust_llm.client.user import LLMUser
 from locust_llm.workloads.users import EmbeddingsUser
 
 class Responses(LLMUser):

@@ -18,7 +18,7 @@ from locust_llm.client.arrivals import (
 )
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import RecordBatch
-from locust_llm.recorder import Recorder
+from locust_llm.rundir.recorder import Recorder
 
 
 class Clock:
@@ -131,7 +131,7 @@ def test_the_master_sums_every_worker_s_last_counts() -> None:
 def test_the_live_stats_list_each_stage_s_unsent_arrivals() -> None:
     from types import SimpleNamespace
 
-    from locust_llm.rundir import Stage
+    from locust_llm.rundir.layout import Stage
     from locust_llm.webui.data import stages_begun
 
     master = Recorder(is_worker=False)

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from conftest import run_distributed, run_locust
 
-from locust_llm.rundir import read_run_info
+from locust_llm.rundir.layout import read_run_info
 
 pytestmark = pytest.mark.slow
 

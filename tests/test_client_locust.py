@@ -21,7 +21,7 @@ from conftest import ROOT, run_locust
 
 from locust_llm.metrics import RECORD_FIELDS
 from locust_llm.report.tables import stage_table
-from locust_llm.rundir import Stage, read_run_info
+from locust_llm.rundir.layout import Stage, read_run_info
 from locust_llm.sim.testing import running_sim
 
 pytestmark = pytest.mark.slow
@@ -58,7 +58,7 @@ def test_the_class_host_is_used_without_any_host_option(tmp_path: Path) -> None:
         script = tmp_path / "debug.py"
         script.write_text(
             "from locust import run_single_user\n"
-            "from locust_llm.user import Chat\n\n"
+            "from locust_llm.client.user import Chat\n\n"
             f"class Here(Chat):\n    host = {url!r}\n    model = 'mistral-7b'\n\n"
             "run_single_user(Here)\n"
         )
@@ -75,7 +75,7 @@ TWO_CLASSES = """
 import json
 from locust import constant, events
 from locust_llm import llm_events
-from locust_llm.user import ChatUser, CompletionUser
+from locust_llm.client.user import ChatUser, CompletionUser
 
 SEEN = []
 
@@ -158,7 +158,7 @@ def test_two_user_classes_reach_their_own_servers_models_and_apis(tmp_path: Path
 
 BUGGY = """
 from locust import constant
-from locust_llm.user import ChatUser
+from locust_llm.client.user import ChatUser
 
 class Buggy(ChatUser):
     wait_time = constant(0.05)
@@ -204,7 +204,7 @@ def test_a_bug_in_the_client_is_a_client_error_not_a_server_failure(tmp_path: Pa
 def test_a_user_class_without_any_host_stops_the_run_with_one_line(tmp_path: Path) -> None:
     locustfile = tmp_path / "nohost.py"
     locustfile.write_text(
-        "from locust_llm.user import ChatUser\n\nclass Nowhere(ChatUser):\n    model = 'm'\n"
+        "from locust_llm.client.user import ChatUser\n\nclass Nowhere(ChatUser):\n    model = 'm'\n"
     )
     out = run_locust([
         "-f", str(locustfile), "--headless", "-u", "1", "-t", "3s",

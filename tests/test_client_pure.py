@@ -11,9 +11,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from locust_llm import options as options_module
-from locust_llm import sse
-from locust_llm.client import config
+from locust_llm.client import config, sse
+from locust_llm.client import options as options_module
 from locust_llm.client.apis.base import (
     ApiAdapter,
     BodyRequest,
@@ -22,20 +21,20 @@ from locust_llm.client.apis.base import (
     registered_apis,
 )
 from locust_llm.client.messages import PermitAsk, PermitGrant, RecordBatch, StageMessage
-from locust_llm.client.runinfo import is_cpu_warning, masked_command_line, warning_text
 from locust_llm.client.settings import resolve_settings
-from locust_llm.datasets import Prompt
 from locust_llm.errors import InputError
 from locust_llm.metrics import FAILURE_KINDS, RECORD_FIELDS, RequestRecord
-from locust_llm.recorder import Recorder
+from locust_llm.rundir.recorder import Recorder
+from locust_llm.rundir.runinfo import is_cpu_warning, masked_command_line, warning_text
+from locust_llm.workloads.datasets import Prompt
 
 #: The Locust-facing modules: the only ones allowed to import locust or gevent (``webui`` is the
 #: web tab's package on the ``hygiene`` branch).
 LOCUST_FACING = (
-    "locust_llm.user",
-    "locust_llm.shapes",
+    "locust_llm.client.user",
+    "locust_llm.client.shapes",
     "locust_llm.workloads.users",
-    "locust_llm.sweep_locustfile",
+    "locust_llm.client.sweep_locustfile",
     "locust_llm.client.runtime",
     "locust_llm.client.transport",
     "locust_llm.client.http11",
@@ -85,7 +84,7 @@ def test_nothing_outside_the_locust_facing_modules_imports_locust_or_gevent() ->
     offenders = {m: v for m, v in found.items() if v and m not in facing}
     assert not offenders, offenders
     # and the Locust-facing ones really are what the list says (the probe sees Locust)
-    assert "locust" in found["locust_llm.user"] and found["locust_llm.client.gate"] == []
+    assert "locust" in found["locust_llm.client.user"] and found["locust_llm.client.gate"] == []
 
 
 def test_the_lazy_root_exports_llm_user_and_imports_locust_only_then() -> None:

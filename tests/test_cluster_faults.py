@@ -304,7 +304,7 @@ def test_master_sigterm_mid_stage_drains_workers_and_finalises(tmp_path: Path) -
 
 
 def test_master_sigkill_leaves_a_run_dir_report_reads_as_partial(tmp_path: Path) -> None:
-    from locust_llm.journal import read_journal
+    from locust_llm.rundir.journal import read_journal
 
     with Cluster(tmp_path) as cluster:
         trace = tmp_path / "trace.jsonl"

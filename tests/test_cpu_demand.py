@@ -16,9 +16,9 @@ import textwrap
 
 import pytest
 
-from locust_llm.cpu_demand import CpuDemandMeter, read_schedstat
-from locust_llm.thresholds import Thresholds
-from locust_llm.verdict import stage_verdict
+from locust_llm.client.cpu_demand import CpuDemandMeter, read_schedstat
+from locust_llm.report.diagnosis.thresholds import Thresholds
+from locust_llm.report.diagnosis.verdict import stage_verdict
 
 needs_schedstat = pytest.mark.skipif(
     read_schedstat() is None, reason="no /proc/self/schedstat (not Linux)"
@@ -27,7 +27,7 @@ needs_schedstat = pytest.mark.skipif(
 _CHILD = textwrap.dedent(
     """
     import json, os, sys, time
-    from locust_llm.cpu_demand import CpuDemandMeter
+    from locust_llm.client.cpu_demand import CpuDemandMeter
     os.sched_setaffinity(0, {int(sys.argv[1])})
     busy = sys.argv[2] == "busy"
     meter = CpuDemandMeter()

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.datasets import (
+from locust_llm.errors import InputError
+from locust_llm.workloads.datasets import (
     DEFAULT_INPUT_LEN,
     WORDS,
     estimate_tokens,
     load_dataset,
     sniff_format,
 )
-from locust_llm.distributions import parse_distribution
-from locust_llm.errors import InputError
+from locust_llm.workloads.distributions import parse_distribution
 
 # ----------------------------------------------------------------------------- distributions
 

@@ -16,8 +16,8 @@ from locust_llm.report.decompose import (
     split_line,
 )
 from locust_llm.report.resources import ServerLimits, resource_row, server_limits
-from locust_llm.roofline import get_gpu, get_model
-from locust_llm.vocabularies import extract_signals
+from locust_llm.roofline.floors import get_gpu, get_model
+from locust_llm.telemetry.vocabularies import extract_signals
 
 
 def _series(points: dict[str, list[tuple[float, str, float]]]) -> dict:

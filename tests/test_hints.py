@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port, run_locust
 
-from locust_llm.demo import simulator
+from locust_llm.launch.sweep import simulator
 from locust_llm.report.sources import source_summaries
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from locust_llm.errors import InputError
-from locust_llm.histogram import MAX_S, MIN_S, REL_ERROR, LatencyHistogram
+from locust_llm.live.histogram import MAX_S, MIN_S, REL_ERROR, LatencyHistogram
 
 QS = [0.0, 0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0]
 

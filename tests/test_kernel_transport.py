@@ -26,8 +26,8 @@ from locust_llm.client.kernel_transport import (
     select_transport,
 )
 from locust_llm.client.transport import Transport
-from locust_llm.demo import simulator
 from locust_llm.errors import InputError
+from locust_llm.launch.sweep import simulator
 
 linux_only = pytest.mark.skipif(not kernel_stamps_available(), reason="needs SO_TIMESTAMPNS")
 
@@ -206,7 +206,7 @@ SLOW_READER = """
 from gevent import monkey
 
 from locust_llm import llm_events
-from locust_llm.sweep_locustfile import Chat, Stages
+from locust_llm.client.sweep_locustfile import Chat, Stages
 
 __all__ = ["Chat", "Stages"]
 _blocking_sleep = monkey.get_original("time", "sleep")  # Locust made time.sleep cooperative

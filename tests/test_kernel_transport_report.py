@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, add_client_delay
-from locust_llm.rundir import Stage
-from locust_llm.verdict import stage_verdict
+from locust_llm.report.diagnosis.verdict import stage_verdict
+from locust_llm.rundir.layout import Stage
 
 STAGES = [Stage(0, "c1", 0.0, 10.0, concurrency=1), Stage(1, "c2", 10.0, 20.0, concurrency=2)]
 

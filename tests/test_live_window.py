@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from locust_llm.llmstats import RECENT_WINDOW_S, TOTAL, LiveStats
+from locust_llm.live.llmstats import RECENT_WINDOW_S, TOTAL, LiveStats
 from locust_llm.metrics import RequestRecord
 from locust_llm.webui import data as wd
 

@@ -31,9 +31,9 @@ pytestmark = pytest.mark.slow
 LOCUSTFILE = """
 from locust import constant
 
-from locust_llm.datasets import Prompt
-from locust_llm.sweep_locustfile import Stages
-from locust_llm.user import ChatUser
+from locust_llm.workloads.datasets import Prompt
+from locust_llm.client.sweep_locustfile import Stages
+from locust_llm.client.user import ChatUser
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 SHARED = " ".join(WORDS[i % 12] for i in range(170))

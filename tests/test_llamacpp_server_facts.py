@@ -16,8 +16,8 @@ import pytest
 from llamacpp.model import write_tiny_model
 from llamacpp.server import LlamaServer, start_llama_server
 
-from locust_llm.batch_limit import probe
-from locust_llm.vocabularies import metric_maps
+from locust_llm.telemetry.batch_limit import probe
+from locust_llm.telemetry.vocabularies import metric_maps
 
 pytestmark = pytest.mark.slow
 SLOTS = 3

@@ -1,6 +1,6 @@
 """llama.cpp's telemetry and batch limit, in-process: the signal map over a real ``/metrics`` page
 (``tests/llamacpp/metrics_sample.txt``, captured from llama-server after 4 requests on 2 slots)
-and :mod:`locust_llm.batch_limit` against fake fetches of ``/props`` answers."""
+and :mod:`locust_llm.telemetry.batch_limit` against fake fetches of ``/props`` answers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.batch_limit import probe, run_info_extra
-from locust_llm.vocabularies import extract_signals, spoken_vocabularies
+from locust_llm.telemetry.batch_limit import probe, run_info_extra
+from locust_llm.telemetry.vocabularies import extract_signals, spoken_vocabularies
 
 SAMPLE = Path(__file__).with_name("llamacpp") / "metrics_sample.txt"
 

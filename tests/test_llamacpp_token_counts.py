@@ -19,8 +19,8 @@ import pytest
 from llamacpp.model import CHAT_TEMPLATE, TinyModel, write_tiny_model
 from llamacpp.server import LlamaServer, start_llama_server
 
-from locust_llm.datasets import Prompt, load_dataset
 from locust_llm.errors import InputError
+from locust_llm.workloads.datasets import Prompt, load_dataset
 
 pytestmark = pytest.mark.slow
 

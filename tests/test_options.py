@@ -1,7 +1,7 @@
 """`locust-llm options` and docs/options.md: every --llm-* option can be found.
 
 Checked against Locust's own parser (built in a subprocess, as Locust builds it, after
-``locust_llm.user`` registered its listener), never against our own list alone.
+``locust_llm.client.user`` registered its listener), never against our own list alone.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from locust_llm import options
+from locust_llm.client import options
 
 BIN = Path(sys.executable).parent
 
 LOCUST_PARSE = r"""
 import json, sys
 from locust import argument_parser
-import locust_llm.user  # registers the --llm-* options on Locust's parser event
+import locust_llm.client.user  # registers the --llm-* options on Locust's parser event
 parser = argument_parser.get_parser(default_config_files=[])
 flags = sorted(s for a in parser._actions for s in a.option_strings if s.startswith("--llm-"))
 ns = parser.parse_args(sys.argv[1:])

@@ -10,7 +10,7 @@ import io
 import itertools
 import math
 
-from locust_llm.progress import (
+from locust_llm.live.progress import (
     ProgressLine,
     Snapshot,
     StageSeen,

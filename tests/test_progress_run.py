@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from locust_llm.demo import simulator
-from locust_llm.progress import BEHIND_S
-from locust_llm.stage_tally import TICKS_PER_S, WINDOW_S
+from locust_llm.launch.sweep import simulator
+from locust_llm.live.progress import BEHIND_S
+from locust_llm.live.stage_tally import TICKS_PER_S, WINDOW_S
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,9 @@ import pytest
 from test_telemetry_fakes import PHASE_S, ExporterServer, FakeExporter
 
 from locust_llm.errors import InputError
-from locust_llm.promapi import MAX_STEPS_PER_QUERY, default_query, read_prometheus
-from locust_llm.telemetry import TelemetryScraper
-from locust_llm.vocabularies import known_metrics
+from locust_llm.telemetry.promapi import MAX_STEPS_PER_QUERY, default_query, read_prometheus
+from locust_llm.telemetry.scraper import TelemetryScraper
+from locust_llm.telemetry.vocabularies import known_metrics
 
 
 def matrix(*series: dict) -> bytes:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from locust_llm.demo import LOCUSTFILE, simulator
+from locust_llm.launch.sweep import LOCUSTFILE, simulator
 
 pytestmark = pytest.mark.slow
 
@@ -48,8 +48,8 @@ import gevent
 import locust.runners
 from locust import constant
 
-from locust_llm.shapes import StagesShape
-from locust_llm.user import ChatUser
+from locust_llm.client.shapes import StagesShape
+from locust_llm.client.user import ChatUser
 
 locust.runners.CPU_MONITOR_INTERVAL = 1.0
 BLOCK = bytes(1 << 20)

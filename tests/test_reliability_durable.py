@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cluster_utils import LOCUST, Cluster, read_run, read_trace, wait_until
 
-from locust_llm.journal import JOURNAL_FILE, read_journal
+from locust_llm.rundir.journal import JOURNAL_FILE, read_journal
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cluster_utils import LOCUST, LOCUST_LLM, ROOT
 
-from locust_llm.rundir import RunInfo, write_run_info
+from locust_llm.rundir.layout import RunInfo, write_run_info
 
 
 class ConnectionCounter:

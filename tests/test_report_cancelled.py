@@ -7,7 +7,7 @@ import pytest
 
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord
 from locust_llm.report.tables import stage_table
-from locust_llm.rundir import Stage
+from locust_llm.rundir.layout import Stage
 
 
 def _record(i: int, *, ok: bool, kind: str = "") -> RequestRecord:

@@ -12,10 +12,10 @@ from rundir_factory import DECODE, make_run, regime, seed_specs, server_stage
 
 from locust_llm.cli import main
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import parse_thresholds
-from locust_llm.report.knee import find_knee
+from locust_llm.report.diagnosis.alerts import parse_thresholds
+from locust_llm.report.diagnosis.knee import find_knee
+from locust_llm.report.diagnosis.thresholds import Thresholds
 from locust_llm.report.tables import Slo
-from locust_llm.thresholds import Thresholds
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_a_custom_device_describes_what_serves(tmp_path: Path, capsys) -> None:
 def test_cpu_device_is_measured_on_this_host(tmp_path: Path) -> None:
     import time
 
-    from locust_llm.report.cpu_device import memory_bandwidth_bytes_s
+    from locust_llm.roofline.cpu_device import memory_bandwidth_bytes_s
 
     measured = memory_bandwidth_bytes_s(64 * 1024 * 1024)
     # an independent copy (a memoryview slice assignment: CPython's memcpy) agrees in magnitude

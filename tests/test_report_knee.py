@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from locust_llm.report.knee import find_knee, moe_expected_gain
-from locust_llm.roofline import get_model
+from locust_llm.report.diagnosis.knee import find_knee, moe_expected_gain
+from locust_llm.roofline.floors import get_model
 
 
 def _row(stage: int, c: float, qps: float, p99: float, **kw: float) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from locust_llm.demo import simulator
+from locust_llm.launch.sweep import simulator
 
 pytestmark = pytest.mark.slow
 

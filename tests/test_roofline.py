@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm import roofline
 from locust_llm.errors import InputError
-from locust_llm.roofline import GPU_PRESETS, MODEL_PRESETS, Workload, compute, get_gpu, get_model
+from locust_llm.roofline import floors as roofline
+from locust_llm.roofline.floors import (
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    Workload,
+    compute,
+    get_gpu,
+    get_model,
+)
 
 MISTRAL = MODEL_PRESETS["mistral-7b"]
 RTX4090 = GPU_PRESETS["rtx4090"]

@@ -13,8 +13,8 @@ import pytest
 from cluster_utils import LOCUST_LLM, ROOT, Cluster
 
 from locust_llm.cli import main
-from locust_llm.devices import DeviceArgs, device_noun, is_gpu
-from locust_llm.roofline import get_gpu
+from locust_llm.roofline.devices import DeviceArgs, device_noun, is_gpu
+from locust_llm.roofline.floors import get_gpu
 
 HOST = ["run", "--host", "http://127.0.0.1:9", "--concurrency", "1", "--stage-requests", "1"]
 

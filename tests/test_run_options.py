@@ -13,8 +13,8 @@ import pytest
 from cluster_utils import Cluster
 
 from locust_llm.cli import build_parser
-from locust_llm.demo import SWEEP_FLAG_FOR, run_llm_args
-from locust_llm.options import OPTIONS, env_var
+from locust_llm.client.options import OPTIONS, env_var
+from locust_llm.launch.sweep import SWEEP_FLAG_FOR, run_llm_args
 
 CLI = [str(Path(sys.executable).parent / "locust-llm")]
 #: A value each plugin option accepts (strings for the rest).

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from locust_llm import rundir
 from locust_llm.report.tables import combined_timeline, stage_table
-from locust_llm.rundir import TELEMETRY_COLUMNS, Stage
-from locust_llm.signals import (
+from locust_llm.rundir import layout as rundir
+from locust_llm.rundir.layout import TELEMETRY_COLUMNS, Stage
+from locust_llm.telemetry.signals import (
     Signal,
     combine,
     get_signal,
@@ -21,7 +21,7 @@ from locust_llm.signals import (
     registered_signals,
     signal_docs,
 )
-from locust_llm.vocabularies import (
+from locust_llm.telemetry.vocabularies import (
     MetricMap,
     Vocabulary,
     extract_signals,

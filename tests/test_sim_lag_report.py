@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.demo import LOCUSTFILE
+from locust_llm.launch.sweep import LOCUSTFILE
 
 pytestmark = pytest.mark.slow
 

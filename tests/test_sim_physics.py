@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from locust_llm.roofline import GPU_PRESETS, MODEL_PRESETS, Workload, compute
+from locust_llm.roofline.floors import GPU_PRESETS, MODEL_PRESETS, Workload, compute
 from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine
 from locust_llm.sim.gpu import SimGpuSource

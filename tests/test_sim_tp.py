@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from locust_llm.errors import InputError
-from locust_llm.roofline import (
+from locust_llm.roofline.floors import (
     GPU_PRESETS,
     INTERCONNECT_PRESETS,
     MODEL_PRESETS,

@@ -17,7 +17,7 @@ from locust_llm.sim.labels import VERDICT_KINDS, ground_truth
 from locust_llm.sim.lag import lag_summary, lag_warnings
 from locust_llm.sim.testing import SimThread, burst_connect_times, running_sim, stream_chat
 from locust_llm.sim.trace import read_trace, request_times, step_record
-from locust_llm.vocabularies import extract_signals
+from locust_llm.telemetry.vocabularies import extract_signals
 
 
 def _stream(url: str, tokens: int) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.demo import DEMO_SIM_ARGS
 from locust_llm.errors import InputError
-from locust_llm.rundir import read_run_info
+from locust_llm.launch.sweep import DEMO_SIM_ARGS
+from locust_llm.rundir.layout import read_run_info
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.virtual import (
     VirtualStage,

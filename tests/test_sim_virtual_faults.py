@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 from conftest import run_locust
 
-from locust_llm.demo import simulator
 from locust_llm.errors import InputError
-from locust_llm.rundir import read_run_info
+from locust_llm.launch.sweep import simulator
+from locust_llm.rundir.layout import read_run_info
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.faults import Fault, FaultPlan
 from locust_llm.sim.virtual import VirtualStage, VirtualWorkload, simulate, write_run_dir
@@ -91,7 +91,7 @@ def test_faulty_virtual_run_classifies_like_the_real_client(tmp_path: Path) -> N
                 *(f"--fault={f}" for f in FAULTS)]  # fmt: skip
     with simulator(sim_args, tmp_path / "sim.log") as url:
         out = run_locust([
-            "-f", "locust_llm/sweep_locustfile.py", "--host", url, "--headless",
+            "-f", "locust_llm/client/sweep_locustfile.py", "--host", url, "--headless",
             "--only-summary", "--stop-timeout", "10s", "--llm-run-dir", str(tmp_path / "run"),
             "--llm-concurrency", "8", "--llm-stage-requests", "160", "--llm-max-tokens", "8",
             "--llm-input-len", "32", "--llm-read-timeout", "0.8", "--llm-server-metrics", "none",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from locust_llm import sse
+from locust_llm.client import sse
 
 
 def _chat(delta: object, **extra: object) -> bytes:

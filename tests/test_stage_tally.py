@@ -1,4 +1,5 @@
-"""Each stage's live figures (locust_llm.stage_tally), kept incrementally as records arrive, are
+"""Each stage's live figures (locust_llm.live.stage_tally), kept incrementally as records arrive,
+are
 the figures a full recomputation from the same records gives (numpy over every record, each
 time), out of order, across stages, in a long stage whose ticks are pruned, and once a stage has
 ended; and the recorder feeds them from the workers' batches."""
@@ -11,15 +12,15 @@ from operator import attrgetter
 import numpy as np
 import pytest
 
-from locust_llm.histogram import REL_ERROR
-from locust_llm.metrics import RECORD_FIELDS, RequestRecord
-from locust_llm.recorder import Recorder
-from locust_llm.stage_tally import (
+from locust_llm.live.histogram import REL_ERROR
+from locust_llm.live.stage_tally import (
     _KEEP_TICKS,
     TICKS_PER_S,
     WINDOW_S,
     StageTallies,
 )
+from locust_llm.metrics import RECORD_FIELDS, RequestRecord
+from locust_llm.rundir.recorder import Recorder
 
 astuple = attrgetter(*RECORD_FIELDS)  # a record as the recorder keeps it
 KINDS = ("", "", "", "", "", "http_5xx", "timeout", "cancelled", "client_error")

@@ -22,10 +22,10 @@ from test_telemetry_fakes import (
     exporter_text,
 )
 
-from locust_llm import options as options_module
+from locust_llm.client import options as options_module
 from locust_llm.errors import InputError
-from locust_llm.rundir import TELEMETRY_COLUMNS, TELEMETRY_FILE
-from locust_llm.telemetry import (
+from locust_llm.rundir.layout import TELEMETRY_COLUMNS, TELEMETRY_FILE
+from locust_llm.telemetry.scraper import (
     TelemetryScraper,
     locust_worker_cpu,
     server_metrics_url,
@@ -68,7 +68,7 @@ def test_failure_after_success_gives_nan_gaps_and_one_warning(caplog) -> None:
         raise OSError("connection refused")
 
     scraper = TelemetryScraper(["http://a/metrics"], 0.5, fetch=fetch)
-    with caplog.at_level(logging.WARNING, logger="locust_llm.telemetry"):
+    with caplog.at_level(logging.WARNING, logger="locust_llm.telemetry.scraper"):
         scraper.scrape_once(1.0)
         state["ok"] = False
         scraper.scrape_once(2.0)
@@ -176,7 +176,7 @@ def test_target_that_stops_answering_gives_gaps_and_one_warning(caplog) -> None:
     clock = FakeClock(ticks=8, on_wait=switch_off)
     scraper = TelemetryScraper([healthy.url, flaky.url], 0.15, timeout_s=0.5, clock=clock)
     try:
-        with caplog.at_level(logging.WARNING, logger="locust_llm.telemetry"):
+        with caplog.at_level(logging.WARNING, logger="locust_llm.telemetry.scraper"):
             scraper.start()
             assert scraper.join(timeout_s=30)
             scraper.stop()
@@ -256,7 +256,7 @@ gevent.monkey.patch_all()
 import json, time, gevent
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
-from locust_llm.telemetry import TelemetryScraper
+from locust_llm.telemetry.scraper import TelemetryScraper
 
 class C:
     def collect(self):
@@ -335,7 +335,7 @@ def test_a_scrape_answered_with_an_http_error_closes_its_socket() -> None:
     import http.server
     import threading
 
-    from locust_llm.telemetry import ScrapeError, fetch_text
+    from locust_llm.telemetry.scraper import ScrapeError, fetch_text
 
     class NotFound(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -159,7 +159,7 @@ class SwitchableServer:
 
 
 class FakeClock:
-    """A :class:`locust_llm.telemetry.ScrapeClock` with its own time per timer thread.
+    """A :class:`locust_llm.telemetry.scraper.ScrapeClock` with its own time per timer thread.
 
     Each thread starts at ``start_s``; ``wait`` returns at once, moving that thread's time on by
     the timeout, and says stop after ``ticks`` waits (so every timer takes exactly ``ticks``

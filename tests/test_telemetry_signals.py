@@ -8,8 +8,8 @@ import pytest
 from test_telemetry_fakes import GIB, FakeExporter, exporter_text
 
 from locust_llm.errors import InputError
-from locust_llm.rundir import SIGNALS
-from locust_llm.vocabularies import (
+from locust_llm.rundir.layout import SIGNALS
+from locust_llm.telemetry.vocabularies import (
     extract_signals,
     known_metrics,
     map_samples,

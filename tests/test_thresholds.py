@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.report.alerts import check, parse_thresholds
-from locust_llm.report.knee import meets_slo
+from locust_llm.report.diagnosis.alerts import check, parse_thresholds
+from locust_llm.report.diagnosis.knee import meets_slo
+from locust_llm.report.diagnosis.thresholds import ALERT_FIELDS, Thresholds
+from locust_llm.report.diagnosis.verdict import stage_verdict
 from locust_llm.report.tables import Slo
-from locust_llm.thresholds import ALERT_FIELDS, Thresholds
-from locust_llm.verdict import stage_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ from conftest import ROOT, locust_cmd, reap, run_distributed, run_locust
 from locust_llm.report.build import build_report
 from locust_llm.report.document import document
 from locust_llm.report.load import load_run
-from locust_llm.rundir import read_run_info
+from locust_llm.rundir.layout import read_run_info
 from locust_llm.sim.testing import running_sim
 from locust_llm.workloads.traces import (
     expected_hit_rate,
@@ -120,7 +120,7 @@ def test_lines_the_run_ends_before_are_recorded_not_dropped(tmp_path: Path) -> N
 def test_a_trace_replay_user_without_a_trace_file_is_one_line(tmp_path: Path) -> None:
     locustfile = tmp_path / "replay.py"
     locustfile.write_text(
-        "from locust_llm.shapes import TraceShape\n"
+        "from locust_llm.client.shapes import TraceShape\n"
         "from locust_llm.workloads.users import TraceReplayUser\n"
         "class R(TraceReplayUser):\n    trace = 'nowhere.jsonl'\n"
         "class S(TraceShape):\n    pass\n"

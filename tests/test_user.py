@@ -129,7 +129,7 @@ def test_every_option_parses_and_is_used() -> None:
     """Each --llm-* option the plugin reads exists (a typo would crash every run at start)."""
     import re
 
-    from locust_llm import options
+    from locust_llm.client import options
 
     declared = set(vars(options.defaults()))
     used: set[str] = set()

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from conftest import run_locust
 
-from locust_llm.demo import simulator
+from locust_llm.launch.sweep import simulator
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_faults_become_classified_records(tmp_path: Path) -> None:
                 *(f"--fault={f}" for f in faults)]  # fmt: skip
     with simulator(sim_args, tmp_path / "sim.log") as url:
         out = run_locust([
-            "-f", "locust_llm/sweep_locustfile.py", "--host", url, "--headless",
+            "-f", "locust_llm/client/sweep_locustfile.py", "--host", url, "--headless",
             "--only-summary", "--stop-timeout", "10s", "--llm-run-dir", str(run_dir),
             "--llm-concurrency", "8", "--llm-stage-requests", "160", "--llm-max-tokens", "8",
             "--llm-input-len", "32", "--llm-read-timeout", "0.8", "--llm-server-metrics", "none",

@@ -14,7 +14,7 @@ import pytest
 from conftest import free_port, locust_cmd, reap, run_distributed, run_locust
 from fake_openai import FakeConfig, fake_openai_server
 
-from locust_llm.rundir import read_run_info, stage_of
+from locust_llm.rundir.layout import read_run_info, stage_of
 
 pytestmark = pytest.mark.slow
 

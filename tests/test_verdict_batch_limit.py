@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.batch_limit import limit_from_gauges
 from locust_llm.report.build import build_report
 from locust_llm.report.load import load_run
 from locust_llm.sim import virtual
 from locust_llm.sim.config import SimConfig
+from locust_llm.telemetry.batch_limit import limit_from_gauges
 
 NAN = math.nan
 

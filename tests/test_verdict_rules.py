@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from locust_llm.thresholds import Thresholds
-from locust_llm.verdict import CAUSES, RULES, Context, stage_verdict
-from locust_llm.verdict_actions import CAUSE_ACTIONS
+from locust_llm.report.diagnosis.actions import CAUSE_ACTIONS
+from locust_llm.report.diagnosis.thresholds import Thresholds
+from locust_llm.report.diagnosis.verdict import CAUSES, RULES, Context, stage_verdict
 
 
 def _row(**kw: object) -> dict:

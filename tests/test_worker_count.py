@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.demo import choose_workers, simulator, usable_cores
+from locust_llm.launch.sweep import choose_workers, simulator, usable_cores
 
 CLI = [sys.executable, "-m", "locust_llm.cli"]
 needs_taskset = pytest.mark.skipif(
@@ -39,7 +39,7 @@ def test_the_cores_are_those_this_process_may_use_not_the_hosts() -> None:
     first = min(os.sched_getaffinity(0))
     out = subprocess.run(
         ["taskset", "-c", str(first), sys.executable, "-c",
-         "from locust_llm.demo import usable_cores; print(usable_cores())"],
+         "from locust_llm.launch.sweep import usable_cores; print(usable_cores())"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == "1"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.datasets import WORDS, load_dataset
 from locust_llm.errors import InputError
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.textgen import estimate_tokens, message_pieces
+from locust_llm.workloads.datasets import WORDS, load_dataset
 from locust_llm.workloads.partition import Partition
 from locust_llm.workloads.replay import Replay, TraceBook
 from locust_llm.workloads.sessions import (

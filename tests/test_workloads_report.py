@@ -32,7 +32,7 @@ class Talk(SessionUser):
 """
 EMBED_AND_CHAT = """
 from locust import constant
-from locust_llm.user import ChatUser
+from locust_llm.client.user import ChatUser
 from locust_llm.workloads.users import EmbeddingsUser
 
 class Embed(EmbeddingsUser):

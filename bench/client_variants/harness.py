@@ -1,8 +1,9 @@
 """The shared per-request work of the client-choice variants: one streamed chat request, timed.
 
 Every variant locustfile in this folder differs only in its transport (how the request is sent
-and how SSE lines come back). The work per line is the same as ``locust_llm.user``: one
-``perf_counter()`` per line as it is handed over, ``locust_llm.sse.parse_chunk`` on the payload,
+and how SSE lines come back). The work per line is the same as ``locust_llm.client.user``: one
+``perf_counter()`` per line as it is handed over, ``locust_llm.client.sse.parse_chunk`` on the
+payload,
 ``locust_llm.metrics.summarize_stream`` at the end. Each request sends its id as
 ``X-Request-Id`` so the bench matches it to the simulator's trace line exactly.
 
@@ -29,7 +30,7 @@ from locust import events
 from locust.exception import StopUser
 
 from bench.peers.common import MODEL, prompt_text
-from locust_llm import sse
+from locust_llm.client import sse
 from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
 
 PATH = "/v1/chat/completions"
@@ -66,7 +67,7 @@ def request_body() -> dict[str, Any]:
 
 
 def consume(lines: Iterable[bytes], record: RequestRecord, timing: StreamTiming) -> int | None:
-    """The per-line loop of ``locust_llm.user`` (timestamp, parse, token bookkeeping).
+    """The per-line loop of ``locust_llm.client.user`` (timestamp, parse, token bookkeeping).
 
     Reads ``lines`` to their end (so the connection can be reused); returns usage tokens.
     """

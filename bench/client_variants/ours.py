@@ -9,8 +9,8 @@ from __future__ import annotations
 from locust import constant
 
 from bench.client_variants.harness import install_gc_probe
-from locust_llm.shapes import StagesShape
-from locust_llm.user import ChatUser
+from locust_llm.client.shapes import StagesShape
+from locust_llm.client.user import ChatUser
 
 install_gc_probe()
 

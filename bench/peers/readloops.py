@@ -1,6 +1,7 @@
 """Two ways to read an SSE stream from a geventhttpclient response, for the hot-path benchmark.
 
-``readline``: what ``locust_llm.user`` does today: ``resp.readline(b"\\n")`` per line (two lines
+``readline``: what ``locust_llm.client.user`` does today: ``resp.readline(b"\\n")`` per line (two
+lines
 per token: the ``data:`` line and the blank line after it), ``perf_counter()`` after each line,
 ``sse.parse_chunk`` on every ``data:`` line.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from time import perf_counter
 from typing import Any
 
-from locust_llm import sse
+from locust_llm.client import sse
 
 Result = tuple[float, float, float, int, int, int]
 

@@ -17,5 +17,5 @@ Locust-facing modules (import locust / gevent)::
     events      LLMEvents: the custom event hooks a locustfile can listen to
     lifecycle   the listeners on Locust's events: start, drain, flush, run-dir writing
 
-``locust_llm.user`` holds the user classes locustfiles extend.
+``locust_llm.client.user`` holds the user classes locustfiles extend.
 """

@@ -4,7 +4,7 @@ Locust hands every listener an untyped ``argparse.Namespace``; :func:`from_names
 once, checks what needs checking (headers, extra body JSON, then every value through
 :func:`locust_llm.client.validate.check_options`) and returns a :class:`ClientOptions` that the
 rest of the client reads. Pure: no Locust, no gevent.
-Defaults and help texts live with the flags in :mod:`locust_llm.options`.
+Defaults and help texts live with the flags in :mod:`locust_llm.client.options`.
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ class ClientOptions:
 
 
 def from_namespace(opts: Any) -> ClientOptions:
-    """Read Locust's parsed options (or :func:`locust_llm.options.defaults`) once."""
+    """Read Locust's parsed options (or :func:`locust_llm.client.options.defaults`) once."""
     if opts is None:
-        from locust_llm.options import defaults
+        from locust_llm.client.options import defaults
 
         opts = defaults()
     from locust_llm.client.validate import check_options

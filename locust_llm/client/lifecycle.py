@@ -1,6 +1,6 @@
 """locust-llm's listeners on Locust's events: options, start, stages, drain, run-dir writing.
 
-:func:`install` runs once, when ``locust_llm.user`` is imported by a locustfile: it adds the
+:func:`install` runs once, when ``locust_llm.client.user`` is imported by a locustfile: it adds the
 ``--llm-*`` options and listens to ``init``, ``test_start``, ``test_stop``, ``report_to_master``,
 ``worker_report`` and ``quitting``; the master and workers also register the messages of
 :mod:`locust_llm.client.messages`.
@@ -33,7 +33,7 @@ from locust import events
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
-from locust_llm import llmstats, options
+from locust_llm.client import options
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
@@ -48,7 +48,6 @@ from locust_llm.client.messages import (
     RecordBatch,
     StageMessage,
 )
-from locust_llm.client.runinfo import default_run_dir, new_run_info, warning_text
 from locust_llm.client.runtime import (
     Runtime,
     all_runtimes,
@@ -58,8 +57,10 @@ from locust_llm.client.runtime import (
     runtime,
 )
 from locust_llm.errors import InputError
-from locust_llm.recorder import ensure_writable
-from locust_llm.rundir import RunInfo, claim_run_dir, write_run_info, write_run_json
+from locust_llm.live import llmstats
+from locust_llm.rundir.layout import RunInfo, claim_run_dir, write_run_info, write_run_json
+from locust_llm.rundir.recorder import ensure_writable
+from locust_llm.rundir.runinfo import default_run_dir, new_run_info, warning_text
 
 logger = logging.getLogger("locust_llm")
 
@@ -383,9 +384,9 @@ def check_before_load(rt: Runtime) -> None:
     settings, API, output lengths and data set (a dry pass: the whole file read, one prompt
     drawn) are usable; the first problem is an InputError. Workers run the same data set
     checks at test_start, with the options the master sends them."""
-    from locust_llm.distributions import parse_distribution
-    from locust_llm.shapes import StagesShape, open_loop_users, plan_stages
-    from locust_llm.user import LLMUser
+    from locust_llm.client.shapes import StagesShape, open_loop_users, plan_stages
+    from locust_llm.client.user import LLMUser
+    from locust_llm.workloads.distributions import parse_distribution
 
     shape = rt.environment.shape_class
     if shape is None or isinstance(shape, StagesShape):
@@ -435,7 +436,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
 
 def _resolve_user_classes(rt: Runtime) -> None:
     """Each LLM user class's settings, model (discovered) and, where users run, data set."""
-    from locust_llm.user import LLMUser
+    from locust_llm.client.user import LLMUser
 
     for user_class in rt.environment.user_classes or ():
         if isinstance(user_class, type) and issubclass(user_class, LLMUser):
@@ -452,7 +453,11 @@ def _resolve_user_classes(rt: Runtime) -> None:
 
 def _start_telemetry(rt: Runtime) -> None:
     """Master / single process: scrape GPU exporters, the server's /metrics and worker CPU."""
-    from locust_llm.telemetry import TelemetryScraper, locust_worker_cpu, targets_from_options
+    from locust_llm.telemetry.scraper import (
+        TelemetryScraper,
+        locust_worker_cpu,
+        targets_from_options,
+    )
 
     if rt.telemetry is not None:
         rt.telemetry.stop()

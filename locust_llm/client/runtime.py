@@ -22,20 +22,20 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 from locust.runners import MasterRunner, WorkerRunner
 
-from locust_llm import llmstats
 from locust_llm.client import config
 from locust_llm.client.arrivals import arrival_process
+from locust_llm.client.cpu_demand import CpuDemandMeter
 from locust_llm.client.events import llm_events
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
 from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
 from locust_llm.client.settings import UserSettings
 from locust_llm.client.transport import READ_ERRORS, Transport
-from locust_llm.cpu_demand import CpuDemandMeter
 from locust_llm.errors import InputError, RequestFailed
+from locust_llm.live import llmstats
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
-from locust_llm.recorder import Recorder
-from locust_llm.rundir import RunInfo, Stage
+from locust_llm.rundir.layout import RunInfo, Stage
+from locust_llm.rundir.recorder import Recorder
 
 logger = logging.getLogger("locust_llm")
 
@@ -186,7 +186,7 @@ class Runtime:
         key = (settings.dataset, settings.input_len)
         source = self._datasets.get(key)
         if source is None:
-            from locust_llm.datasets import load_dataset
+            from locust_llm.workloads.datasets import load_dataset
 
             source = self._datasets[key] = load_dataset(
                 settings.dataset,
@@ -204,7 +204,7 @@ class Runtime:
         spec = settings.max_tokens or str(config.DEFAULT_MAX_TOKENS)
         lengths = self._lengths.get(spec)
         if lengths is None:
-            from locust_llm.distributions import parse_distribution
+            from locust_llm.workloads.distributions import parse_distribution
 
             lengths = self._lengths[spec] = parse_distribution(spec, what="--llm-max-tokens")
         return int(lengths.sample(rng))

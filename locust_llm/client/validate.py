@@ -13,9 +13,9 @@ import math
 import os
 from typing import TYPE_CHECKING
 
-from locust_llm.devices import PLUGIN_FLAGS, DeviceArgs, check_tp
-from locust_llm.distributions import parse_distribution
 from locust_llm.errors import InputError
+from locust_llm.roofline.devices import PLUGIN_FLAGS, DeviceArgs, check_tp
+from locust_llm.workloads.distributions import parse_distribution
 
 if TYPE_CHECKING:
     from locust_llm.client.config import ClientOptions

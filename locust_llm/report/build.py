@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from locust_llm.client.runinfo import is_cpu_warning
-from locust_llm.devices import PLUGIN_FLAGS, DeviceArgs
 from locust_llm.errors import InputError
-from locust_llm.report.alerts import Alert, check
 from locust_llm.report.client_delay import add_client_delay
 from locust_llm.report.compare import CompareRow
-from locust_llm.report.knee import Knee, find_knee
+from locust_llm.report.diagnosis.alerts import Alert, check
+from locust_llm.report.diagnosis.knee import Knee, find_knee
+from locust_llm.report.diagnosis.thresholds import Thresholds
+from locust_llm.report.diagnosis.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
 from locust_llm.report.load import RunData
 from locust_llm.report.resources import server_limits, with_observed_limit
 from locust_llm.report.soak import SoakResult, soak_results
@@ -35,11 +35,11 @@ from locust_llm.report.tables import (
     stage_table,
 )
 from locust_llm.report.wording import DeviceWords, without_gpu_telemetry
-from locust_llm.roofline import GpuSpec, get_gpu, get_model
-from locust_llm.rundir import Stage
+from locust_llm.roofline.devices import PLUGIN_FLAGS, DeviceArgs
+from locust_llm.roofline.floors import GpuSpec, get_gpu, get_model
+from locust_llm.rundir.layout import Stage
+from locust_llm.rundir.runinfo import is_cpu_warning
 from locust_llm.sim.lag import lag_warnings
-from locust_llm.thresholds import Thresholds
-from locust_llm.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
 
 
 @dataclass
@@ -128,7 +128,7 @@ def _client_warning_verdict(
     """
     if overall.kind in ("memory_oom", "client_bound"):
         return overall
-    said = [w for w in warnings if is_cpu_warning(w)]  # coded in locust_llm.client.runinfo
+    said = [w for w in warnings if is_cpu_warning(w)]  # coded in locust_llm.rundir.runinfo
     if not said:
         return overall
     peaks = [

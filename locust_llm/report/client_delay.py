@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.report.tables import assign_stages, stage_ends
-from locust_llm.rundir import Stage
+from locust_llm.rundir.layout import Stage
 
 #: A stage whose first-token client delay p99 reaches this is client-bound: the worker reads
 #: tokens this late (the stamps stay exact, but the load it offers is the worker's, not the

@@ -5,7 +5,8 @@ Pure (numpy in, dicts out). Two sources, best first:
 1. ``server``: the server's own per-request phase histograms (vLLM's
    ``vllm:request_queue_time_seconds`` / ``..._prefill_time_...`` / ``..._decode_time_...``, TGI's
    ``tgi_request_queue_duration``), recorded as the cumulative signals ``phase_queue_s``,
-   ``phase_prefill_s``, ``phase_decode_s`` and ``phase_requests`` (:mod:`locust_llm.signals`).
+   ``phase_prefill_s``, ``phase_decode_s`` and ``phase_requests``
+   (:mod:`locust_llm.telemetry.signals`).
    The server adds a request to those sums when it finishes (vLLM), often stages after the
    client sent it, so a stage window's increase would mix stages. Instead each scrape
    interval's increase is shared among the stages in proportion to the client's successful
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from locust_llm.report.fmt import column as _f
-from locust_llm.roofline import GpuSpec, ModelSpec, step_cost
+from locust_llm.roofline.floors import GpuSpec, ModelSpec, step_cost
 
 NAN = math.nan
 

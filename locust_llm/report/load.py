@@ -3,7 +3,8 @@
 The only part of the report that touches files. A missing or unreadable file, or one without
 the columns the report needs, is an InputError whose one-line message names the file. A run
 without telemetry.parquet loads with an empty telemetry frame (resource columns become "no
-data") and a warning; ``prometheus=URL`` instead asks ``locust_llm.promapi.read_prometheus``
+data") and a warning; ``prometheus=URL`` instead asks
+``locust_llm.telemetry.promapi.read_prometheus``
 for the run's window. An unfinished run (killed, or still running) is read from its record
 journal (``requests.arrows``) and says so in its first warning.
 """
@@ -17,10 +18,10 @@ from pathlib import Path
 import pandas as pd
 
 from locust_llm.errors import InputError
-from locust_llm.journal import JOURNAL_FILE, read_journal
 from locust_llm.report.client_delay import REQUEST_COLUMNS as CLIENT_DELAY_COLUMNS
 from locust_llm.report.tables import REQUEST_ARRAYS
-from locust_llm.rundir import (
+from locust_llm.rundir.journal import JOURNAL_FILE, read_journal
+from locust_llm.rundir.layout import (
     REQUESTS_FILE,
     TELEMETRY_COLUMNS,
     TELEMETRY_FILE,
@@ -111,8 +112,9 @@ def empty_telemetry() -> pd.DataFrame:
 
 
 def prometheus_telemetry(url: str, info: RunInfo, step_s: float = 1.0) -> pd.DataFrame:
-    """Telemetry for the run's window from a Prometheus server (``locust_llm.promapi``)."""
-    from locust_llm.promapi import read_prometheus as reader
+    """Telemetry for the run's window from a Prometheus server
+    (``locust_llm.telemetry.promapi``)."""
+    from locust_llm.telemetry.promapi import read_prometheus as reader
 
     starts = [s.start_wall_s for s in info.stages] or [info.start_wall_s]
     ends = [e for e in [*(s.end_wall_s for s in info.stages), info.end_wall_s] if not math.isnan(e)]

@@ -1,7 +1,7 @@
 """Resource model per stage: compute and bandwidth utilization, and the admission limit that binds.
 
 Pure. From the stage's observed throughput, batch, token mix and the roofline
-(:mod:`locust_llm.roofline`):
+(:mod:`locust_llm.roofline.floors`):
 
 - ``mfu`` (model FLOPs utilization) = tokens computed per second x 2 x parameters per token /
   the device's peak FLOP/s; tokens computed per second are the server's own counters' rates
@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from locust_llm.batch_limit import limit_from_gauges
 from locust_llm.report.decompose import computed_prompt_tokens
 from locust_llm.report.fmt import column as _f
-from locust_llm.roofline import GpuSpec, ModelSpec, StepCost, Workload, compute, step_cost
+from locust_llm.roofline.floors import GpuSpec, ModelSpec, StepCost, Workload, compute, step_cost
+from locust_llm.telemetry.batch_limit import limit_from_gauges
 
 NAN = math.nan
 
@@ -112,7 +112,8 @@ Timeline = Callable[[str], tuple[np.ndarray, np.ndarray]]
 
 def with_observed_limit(extra: Mapping[str, Any], timeline: Timeline) -> dict[str, Any]:
     """run.json's ``extra``, plus ``max_num_seqs`` / ``max_num_seqs_source`` read from the
-    gauges (:func:`locust_llm.batch_limit.limit_from_gauges`) when neither the user, a probe
+    gauges (:func:`locust_llm.telemetry.batch_limit.limit_from_gauges`) when neither the user, a
+    probe
     nor the server's own record gave a batch limit. ``timeline(signal)`` gives a signal's
     (times, values) combined over GPUs and servers (``TelemetryIndex.timeline``)."""
     out = dict(extra)

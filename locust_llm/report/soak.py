@@ -8,7 +8,7 @@ mean of the series x 100. The stage is ``unstable`` when P99 latency drifts up, 
 down, by more than ``soak_max_drift_pct_per_h`` and by more than ``soak_sigmas`` standard errors
 of the slope (so minute-to-minute noise in a short soak is not called a trend); fewer than
 ``soak_min_minutes`` usable minutes is ``insufficient_data``. The thresholds are fields of the
-shared :class:`locust_llm.thresholds.Thresholds`.
+shared :class:`locust_llm.report.diagnosis.thresholds.Thresholds`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from locust_llm.report.diagnosis.thresholds import Thresholds
+from locust_llm.report.diagnosis.verdict import ACTIONS, Verdict
 from locust_llm.report.fmt import num
-from locust_llm.rundir import Stage
-from locust_llm.thresholds import Thresholds
-from locust_llm.verdict import ACTIONS, Verdict
+from locust_llm.rundir.layout import Stage
 
 
 @dataclass(frozen=True)

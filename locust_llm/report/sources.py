@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from locust_llm.signals import SCRAPE_UP
+from locust_llm.telemetry.signals import SCRAPE_UP
 
 
 @dataclass(frozen=True)

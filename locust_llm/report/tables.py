@@ -12,7 +12,8 @@ tokens); latency, TTFT and TPOT statistics are over completed requests, percenti
 numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
 load test cancelled itself at its end, and client-side bugs, count in neither); goodput = completed
 requests meeting every SLO given / duration. Telemetry is combined as each signal's definition
-says (:mod:`locust_llm.signals`: over the GPUs of a source, then over sources, each source at its
+says (:mod:`locust_llm.telemetry.signals`: over the GPUs of a source, then over sources, each
+source at its
 latest sample), the same way the live web tab combines it, and that timeline is averaged (and
 its peak taken) over the same window; a signal with no samples in a window is NaN ("no data"),
 never 0.
@@ -31,9 +32,9 @@ import pandas as pd
 from locust_llm.client.arrivals import UNSENT_REASONS
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report import decompose, resources
-from locust_llm.roofline import GpuSpec, ModelSpec, decode_step_seconds, step_cost
-from locust_llm.rundir import Stage
-from locust_llm.signals import Signal, get_signal
+from locust_llm.roofline.floors import GpuSpec, ModelSpec, decode_step_seconds, step_cost
+from locust_llm.rundir.layout import Stage
+from locust_llm.telemetry.signals import Signal, get_signal
 
 NAN = math.nan
 

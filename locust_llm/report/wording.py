@@ -2,7 +2,8 @@
 GPU claims.
 
 The device is what ``report`` or ``run`` was told (``--gpu``, ``--bandwidth/--flops/--memory``,
-run.json's roofline entry; :mod:`locust_llm.devices`). A GPU preset, or no device at all, keeps
+run.json's roofline entry; :mod:`locust_llm.roofline.devices`). A GPU preset, or no device at all,
+keeps
 the GPU field's words. Otherwise (:class:`DeviceWords` with noun "CPU" or "device"):
 
 - GPU telemetry (NVML / DCGM figures: :data:`GPU_COLUMNS`) does not describe the device, so the
@@ -26,13 +27,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from locust_llm.devices import device_noun
+from locust_llm.roofline.devices import device_noun
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from locust_llm.roofline import GpuSpec
-    from locust_llm.verdict import Verdict
+    from locust_llm.report.diagnosis.verdict import Verdict
+    from locust_llm.roofline.floors import GpuSpec
 
 #: stage-table columns that only a GPU's telemetry fills (NVML, DCGM / NVML GPM)
 GPU_COLUMNS: tuple[str, ...] = (

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.report.fmt import ms, num, pct
-from locust_llm.rundir import REQUESTS_FILE
+from locust_llm.rundir.layout import REQUESTS_FILE
 
 COLUMNS = (
     "endpoint",

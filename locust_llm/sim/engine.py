@@ -18,7 +18,7 @@ One step, the way vLLM's scheduler does it:
 3. step time = max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x bandwidth
    efficiency)) + the tensor-parallel all-reduces + the fixed per-step overhead + the host
    time per sequence in the step (``step_overhead_per_seq_s``), with FLOPs,
-   bytes and the all-reduce time from :func:`locust_llm.roofline.step_cost` for the actual
+   bytes and the all-reduce time from :func:`locust_llm.roofline.floors.step_cost` for the actual
    decode contexts and prefill chunks, on one of the ``tp`` GPUs (each holds its shard of the
    weights and of the KV cache).
 4. a sequence whose computed context reaches all its known tokens emits one token at the
@@ -50,7 +50,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from locust_llm.errors import InputError
-from locust_llm.roofline import (
+from locust_llm.roofline.floors import (
     GpuSpec,
     ModelSpec,
     fit_advice,

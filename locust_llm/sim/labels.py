@@ -26,7 +26,8 @@ Labels, the first rule that holds wins (thresholds are :class:`LabelRules` field
    batch past the roofline's ridge);
 7. ``bandwidth_bound_decode``: otherwise (memory bandwidth set the step time).
 
-:data:`VERDICT_KINDS` maps each label to the ``locust_llm.verdict`` kind it should produce.
+:data:`VERDICT_KINDS` maps each label to the ``locust_llm.report.diagnosis.verdict`` kind it should
+produce.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from typing import Any
 
 from locust_llm.sim.lag import lag_summary
 
-#: Each label -> the verdict kind (locust_llm.verdict.KINDS) a correct diagnosis gives.
+#: Each label -> the verdict kind (locust_llm.report.diagnosis.verdict.KINDS) a correct diagnosis
+#: gives.
 VERDICT_KINDS: dict[str, str] = {
     "kv_capacity_admission": "overloaded",
     "batch_limit_admission": "overloaded",

@@ -4,7 +4,8 @@ The simulator runs in real time on the same host as the load generator; on a bus
 steps are handed out late and the run would read as a slower GPU. Its ``/metrics`` count that
 lag (``locust_llm_sim_step_lag_seconds`` sum and count, ``locust_llm_sim_late_steps_total``),
 which the telemetry scraper records as the cumulative signals ``sim_lag_s``, ``sim_steps`` and
-``sim_late_steps`` (``locust_llm.signals``). A stage *lagged* when, over its window, the mean
+``sim_late_steps`` (``locust_llm.telemetry.signals``). A stage *lagged* when, over its window, the
+mean
 step lag reached :data:`LAG_MEAN_WARN_S` or at least :data:`LATE_SHARE_WARN` of its steps
 were more than :data:`LATE_STEP_S` late. :func:`lag_warnings` names every such stage for the
 report; :func:`lag_summary` applies the same rule to a step trace's ``lag_s`` values.
@@ -60,7 +61,7 @@ def _increase(frame: Any, signal: str, lo: float, hi: float) -> float:
 def lag_warnings(telemetry: Any, windows: Sequence[tuple[str, float, float]]) -> list[str]:
     """One warning per stage window ``(name, start, end)`` in which the simulator lagged.
 
-    ``telemetry`` is the run's long-format frame (``locust_llm.rundir.TELEMETRY_COLUMNS``);
+    ``telemetry`` is the run's long-format frame (``locust_llm.rundir.layout.TELEMETRY_COLUMNS``);
     runs against other servers have no lag signals and get no warnings.
     """
     if telemetry is None or telemetry.empty or not (telemetry["signal"] == LAG_SIGNALS[1]).any():

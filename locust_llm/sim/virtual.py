@@ -8,7 +8,7 @@ own clock, and :func:`write_run_dir` writes the run dir a real run writes (``req
 What it mirrors, and from where:
 
 - lengths: prompt tokens from ``--llm-input-len`` and max tokens from ``--llm-max-tokens``
-  (:mod:`locust_llm.distributions`, as the client draws them), or a dataset's (prompt,
+  (:mod:`locust_llm.workloads.distributions`, as the client draws them), or a dataset's (prompt,
   max_tokens) pairs replayed in order (``lengths``); the output the server gives is
   the simulator's rule: ``max_tokens`` with ``ignore_eos``, else the smaller of the drawn
   EOS length (``SimConfig.output_len``) and ``max_tokens``;
@@ -37,7 +37,8 @@ What it mirrors, and from where:
 
 - prompts: with ``dataset`` (a ``--llm-dataset`` value: ``random``, ``openqa``,
   ``shared-prefix:...``, a JSONL or ShareGPT file) each user draws its prompts from
-  :func:`locust_llm.datasets.load_dataset` with its own seeded generator, as the client does,
+  :func:`locust_llm.workloads.datasets.load_dataset` with its own seeded generator, as the client
+  does,
   and the engine gets the prompt's block hashes (and the answer's) the way the real-time front
   computes them, so the prefix cache hits what it would hit in a real run and each record
   carries ``cached_tokens`` (``usage.prompt_tokens_details.cached_tokens``); without one only
@@ -67,11 +68,10 @@ from typing import Any
 
 from locust_llm import __version__
 from locust_llm.client.arrivals import STAGE_ENDED
-from locust_llm.distributions import Distribution, parse_distribution
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
-from locust_llm.roofline import GpuSpec, ModelSpec
-from locust_llm.rundir import RunInfo, Stage
+from locust_llm.roofline.floors import GpuSpec, ModelSpec
+from locust_llm.rundir.layout import RunInfo, Stage
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.engine import Engine, RequestTooLarge, SimRequest, StepResult
 from locust_llm.sim.faults import FaultPlan
@@ -87,6 +87,7 @@ from locust_llm.sim.textgen import (
     prompt_pieces,
 )
 from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
+from locust_llm.workloads.distributions import Distribution, parse_distribution
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 SOURCE = "virtual-sim"  # telemetry.parquet source of every virtual sample
@@ -248,7 +249,7 @@ class _Driver:
         self.faults = FaultPlan(self.cfg.faults, self.cfg.seed)  # drawn as the server draws
         self.prompts = None
         if self.wl.dataset:
-            from locust_llm.datasets import load_dataset
+            from locust_llm.workloads.datasets import load_dataset
 
             random_set = self.wl.dataset == "random"
             self.prompts = load_dataset(
@@ -688,8 +689,8 @@ def simulate(
 
 def write_run_dir(run: VirtualRun, run_dir: Path | str) -> Path:
     """Write ``requests.parquet``, ``telemetry.parquet`` and ``run.json`` into ``run_dir``."""
-    from locust_llm.recorder import Recorder
-    from locust_llm.telemetry import rows_to_frame, write_frame
+    from locust_llm.rundir.recorder import Recorder
+    from locust_llm.telemetry.scraper import rows_to_frame, write_frame
 
     path = Path(run_dir)
     run.info.run_id = path.name

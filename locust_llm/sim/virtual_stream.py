@@ -1,7 +1,7 @@
 """One streamed answer in virtual time, as the client receives it: chunks, faults, read timeout.
 
 The real-time simulator's front (:mod:`locust_llm.sim.server`) turns engine tokens into chunks
-and applies the request's injected fault; the client (:mod:`locust_llm.user`) reads them and
+and applies the request's injected fault; the client (:mod:`locust_llm.client.user`) reads them and
 classifies what went wrong. :class:`VirtualStream` does both on virtual time, with the same
 rules, so a virtual run's records carry the same error kinds a real run's do
 (``tests/test_user_faults.py`` holds the real client to the same mapping):

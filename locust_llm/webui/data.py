@@ -19,10 +19,10 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from locust_llm.histogram import LatencyHistogram
-from locust_llm.llmstats import METRICS, RECENT_QUANTILES, RECENT_WINDOW_S, TOTAL, LiveStats
-from locust_llm.signals import combine
-from locust_llm.stage_tally import StageFigures
+from locust_llm.live.histogram import LatencyHistogram
+from locust_llm.live.llmstats import METRICS, RECENT_QUANTILES, RECENT_WINDOW_S, TOTAL, LiveStats
+from locust_llm.live.stage_tally import StageFigures
+from locust_llm.telemetry.signals import combine
 
 #: Runner states in which the live rates are taken up to "now".
 ACTIVE_STATES = frozenset({"spawning", "running", "cleanup", "stopping"})
@@ -39,7 +39,8 @@ LATENCY_FIELDS = (
 RATE_FIELDS = ("output_tokens_per_s", "input_tokens_per_s", "requests_per_s")
 
 #: GPU / server signals of the panel; several GPUs or servers combine as each signal's
-#: definition says (:mod:`locust_llm.signals`), the same way the report's stage table does.
+#: definition says (:mod:`locust_llm.telemetry.signals`), the same way the report's stage table
+#: does.
 PANEL_SIGNALS = (
     "gpu_util", "mem_used_bytes", "mem_total_bytes", "dram_bw_util",
     "kv_cache_usage", "running", "waiting",
@@ -151,7 +152,8 @@ def history_series(history: list[dict[str, Any]], points: int = HISTORY_POINTS) 
 def telemetry_rows(telemetry: Any) -> list[Sequence[Any]]:
     """Rows ``(time_s, source, signal, gpu, value)`` of the scraper (``[]`` when there is none).
 
-    Read defensively through :meth:`locust_llm.telemetry.TelemetryScraper.samples`: the scraper
+    Read defensively through :meth:`locust_llm.telemetry.scraper.TelemetryScraper.samples`: the
+    scraper
     may be absent or stopped, and a failure there must never fail the web tab.
     """
     samples = getattr(telemetry, "samples", None)
@@ -278,7 +280,7 @@ def stages_begun(
     """Every stage begun so far, in order: index, name, target requests, ``done`` (its requests
     that ended, cancelled ones left out, as the records received so far say; None without a
     recorder), ``settled`` (it has ended and its records and counts are all in), its live
-    figures from those records (:mod:`locust_llm.stage_tally`:
+    figures from those records (:mod:`locust_llm.live.stage_tally`:
     ``completed``, ``failed``, ``qps`` and ``output_tokens_per_s`` over the last 10 s of the
     stage up to ``now - delay_s``, ``ttft_p50_s`` of the stage's own completions, ``window_s``;
     None without a recorder) and, open loop, its arrivals (``drawn``, ``unsent`` by reason,
@@ -486,7 +488,7 @@ def stats_csv(stats: LiveStats) -> str:
     import csv
     import io
 
-    from locust_llm.llmstats import CSV_COLUMNS, _csv_row
+    from locust_llm.live.llmstats import CSV_COLUMNS, _csv_row
 
     buffer = io.StringIO()
     writer = csv.writer(buffer)

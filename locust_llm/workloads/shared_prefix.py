@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from locust_llm.datasets import HfTokenizer, Prompt
-from locust_llm.distributions import Distribution, parse_distribution
 from locust_llm.errors import InputError
+from locust_llm.workloads.datasets import HfTokenizer, Prompt
+from locust_llm.workloads.distributions import Distribution, parse_distribution
 from locust_llm.workloads.texts import block_text, exact_text
 
 PREFIX = "shared-prefix:"

@@ -13,7 +13,7 @@ import hashlib
 import random
 from functools import lru_cache
 
-from locust_llm.datasets import WORDS, HfTokenizer, _exact_text
+from locust_llm.workloads.datasets import WORDS, HfTokenizer, _exact_text
 
 
 def _rng(key: str) -> random.Random:

@@ -7,7 +7,7 @@ times (divided by ``speedup``) from the replay's origin, open loop: a pool of us
 claiming the next line of this process's partition and waiting for its time; its record keeps
 the scheduled time (dispatch delay = start - scheduled) and ``trace_line``. A line the run
 ends before sending is recorded as ``cancelled`` (counted, never silently dropped). Run it
-with :class:`locust_llm.shapes.TraceShape`, which starts the replay on every worker at one
+with :class:`locust_llm.client.shapes.TraceShape`, which starts the replay on every worker at one
 origin. A worker lost mid-replay leaves its lines not yet due to the live workers (they send
 them on the same schedule); its lines that were due and never reported get one ``cancelled``
 record each from the master ("lost with worker ..."). See docs/workloads.md.
@@ -24,10 +24,10 @@ import gevent
 from locust.exception import StopUser
 
 from locust_llm.client.apis.base import get_api
-from locust_llm.datasets import Prompt
+from locust_llm.client.user import ChatUser, LLMUser
 from locust_llm.metrics import RequestRecord, StreamTiming
-from locust_llm.user import ChatUser, LLMUser
 from locust_llm.workloads import partition as parts
+from locust_llm.workloads.datasets import Prompt
 from locust_llm.workloads.replay import TraceBook, load_replay
 from locust_llm.workloads.sessions import (
     HISTORY_MODES,

@@ -5,9 +5,9 @@ three methods:
 
 - ``build_body(request)``: the JSON body of one request;
 - ``classify(payload)``: one SSE ``data:`` payload -> ``(kind, chunk)`` with the kinds of
-  :mod:`locust_llm.sse`; ``KIND_DONE`` is how an adapter says *this payload ends the stream*
+  :mod:`locust_llm.client.sse`; ``KIND_DONE`` is how an adapter says *this payload ends the stream*
   (chat: ``[DONE]``; an API without a marker returns it for its final event);
-- ``parse_body(body)``: a whole non-streamed response -> one :class:`~locust_llm.sse.Chunk`
+- ``parse_body(body)``: a whole non-streamed response -> one :class:`~locust_llm.client.sse.Chunk`
   (``ValueError`` when it is not the API's shape: the record becomes ``bad_payload``).
 
 ``classify`` is on the per-token hot path: keep it a plain function of bytes.
@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from locust_llm import sse
-from locust_llm.datasets import Prompt
+from locust_llm.client import sse
+from locust_llm.client.sse import Chunk
 from locust_llm.errors import InputError
-from locust_llm.sse import Chunk
+from locust_llm.workloads.datasets import Prompt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +60,8 @@ class ApiAdapter:
 
 class OpenAIChunksApi(ApiAdapter):
     """An API that streams OpenAI chunks (``choices[]``, ``usage``, ``[DONE]``): chat and
-    completions. Classified by :func:`locust_llm.sse.parse_chunk`, the byte-scanning fast path
+    completions. Classified by :func:`locust_llm.client.sse.parse_chunk`, the byte-scanning fast
+    path
     (JSON is parsed only for chunks with usage, an error or a finish reason)."""
 
     classify = staticmethod(sse.parse_chunk)

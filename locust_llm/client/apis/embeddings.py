@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from locust_llm.client.apis.base import ApiAdapter, BodyRequest, register_api
-from locust_llm.sse import Chunk, read_usage
+from locust_llm.client.sse import Chunk, read_usage
 
 
 @register_api

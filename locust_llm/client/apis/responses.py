@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from locust_llm import sse
+from locust_llm.client import sse
 from locust_llm.client.apis.base import ApiAdapter, BodyRequest, register_api
-from locust_llm.sse import Chunk
+from locust_llm.client.sse import Chunk
 
 _TEXT = b'"response.output_text.delta"'
 _REASONING = (b'"response.reasoning_text.delta"', b'"response.reasoning_summary_text.delta"')

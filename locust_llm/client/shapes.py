@@ -1,0 +1,324 @@
+"""The seed's test procedure as a Locust shape: a staircase of concurrency (or rate) stages.
+
+``--llm-concurrency 1,10,50,100,200`` steps closed-loop users; each stage ends after
+``--llm-stage-requests`` completed requests (the seed's ``number``) or ``--llm-stage-duration``
+seconds. ``--llm-soak 30m@50`` appends a long hold at one concurrency. ``--llm-rate 1,2,4,8`` runs
+open-loop stages instead: a pool of users sends requests at scheduled times (Poisson, or gamma
+with ``--llm-burstiness``), each worker its share of the rate, and the record keeps the scheduled
+send time so dispatch delay is measured.
+
+Locust asks the shape for users every second, so a stage switches within ~1 s of its condition;
+the stage windows written to run.json are the instants the switch happened, and a request
+belongs to the stage whose window holds its start time. The first ``--llm-warmup`` seconds of
+each stage are kept in the records but left out of the report's tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from locust import LoadTestShape
+from locust.env import Environment
+from locust.runners import MasterRunner
+
+from locust_llm.client import lifecycle
+from locust_llm.client.config import DEFAULT_MAX_TOKENS, ClientOptions
+from locust_llm.client.messages import StageMessage
+from locust_llm.client.runtime import Runtime, runtime
+from locust_llm.errors import InputError
+from locust_llm.rundir.layout import Stage
+
+logger = logging.getLogger(__name__)
+
+SPAWN_RATE_MIN = 50.0  # users per second: stages should reach their concurrency quickly
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    """One planned stage."""
+
+    name: str
+    concurrency: int | None = None
+    rate: float | None = None
+    duration_s: float | None = None
+    requests: int | None = None
+    kind: str = "step"
+
+
+def _numbers(text: str, flag: str, cast: type = float) -> list[Any]:
+    try:
+        values = [cast(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected comma-separated numbers") from None
+    if not values or any(v <= 0 for v in values):
+        raise InputError(f"{flag} {text!r}: expected positive numbers")
+    return values
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+def parse_duration(text: str, flag: str = "duration") -> float:
+    """``90``, ``90s``, ``30m``, ``1.5h`` -> seconds."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise InputError(f"{flag} {text!r}: expected a duration such as 90s, 30m or 1h")
+    scale = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
+    seconds = float(m.group(1)) * scale
+    if seconds <= 0:
+        raise InputError(f"{flag} {text!r}: expected a duration > 0")
+    return seconds
+
+
+def _spread(values: list[Any], n: int, flag: str) -> list[Any]:
+    if len(values) == 1:
+        return values * n
+    if len(values) != n:
+        raise InputError(f"{flag}: give one value or one per stage ({n}), got {len(values)}")
+    return values
+
+
+def plan_stages(opts: ClientOptions) -> list[StagePlan]:
+    """The stages the ``--llm-*`` options ask for (an empty list when none are asked)."""
+    plans: list[StagePlan] = []
+    if opts.concurrency and opts.rate:
+        raise InputError("give --llm-concurrency (closed loop) or --llm-rate (open loop), not both")
+    levels = opts.concurrency or opts.rate
+    if levels:
+        open_loop = opts.open_loop
+        values = _numbers(
+            levels, "--llm-rate" if open_loop else "--llm-concurrency", float if open_loop else int
+        )
+        n = len(values)
+        durations = requests = None
+        if opts.stage_requests:
+            requests = _spread(
+                _numbers(opts.stage_requests, "--llm-stage-requests", int),
+                n,
+                "--llm-stage-requests",
+            )
+        if opts.stage_duration:
+            raw = [
+                parse_duration(x, "--llm-stage-duration")
+                for x in opts.stage_duration.split(",")
+                if x
+            ]
+            durations = _spread(raw, n, "--llm-stage-duration")
+        if durations is None and requests is None:
+            raise InputError("a sweep needs --llm-stage-requests or --llm-stage-duration")
+        for i, value in enumerate(values):
+            name = f"rate {value:g}/s" if open_loop else f"c={value}"
+            plans.append(
+                StagePlan(
+                    name=name,
+                    concurrency=None if open_loop else int(value),
+                    rate=float(value) if open_loop else None,
+                    duration_s=durations[i] if durations else None,
+                    requests=requests[i] if requests else None,
+                )
+            )
+    if opts.soak:
+        spec, _, conc = opts.soak.partition("@")
+        duration = parse_duration(spec, "--llm-soak")
+        if conc:
+            concurrency = _numbers(conc, "--llm-soak concurrency", int)[0]
+        elif plans and plans[-1].concurrency:
+            concurrency = plans[-1].concurrency
+        else:
+            raise InputError("--llm-soak needs DURATION@CONCURRENCY, e.g. 30m@50")
+        plans.append(
+            StagePlan(
+                name=f"soak c={concurrency}",
+                concurrency=concurrency,
+                duration_s=duration,
+                kind="soak",
+            )
+        )
+    return plans
+
+
+def open_loop_users(opts: ClientOptions, plans: list[StagePlan]) -> int:
+    """Users an open-loop run needs so that scheduled requests rarely wait for a free one."""
+    if opts.max_users:
+        return opts.max_users
+    top = max((p.rate or 0.0) for p in plans)
+    from locust_llm.workloads.distributions import parse_distribution
+
+    spec = opts.max_tokens or str(DEFAULT_MAX_TOKENS)
+    tokens = parse_distribution(spec, what="--llm-max-tokens").mean
+    return max(32, int(4 * top * max(tokens, 1.0) / 100))
+
+
+class StagesShape(LoadTestShape):
+    """Steps through the planned stages; returns None (end of test) after the last one."""
+
+    use_common_options = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._plans: list[StagePlan] | None = None
+        self._index = -1
+        self._users = 0
+
+    def _environment(self) -> Environment:
+        """The runner's environment (Locust sets ``runner`` before it calls the shape)."""
+        assert self.runner is not None, "the shape is used before Locust attached its runner"
+        return self.runner.environment
+
+    def reset_time(self) -> None:
+        """Locust calls this when a test starts (and again, on a master, at its first spawn):
+        a new test starts over from the first stage; a running one is left as it is."""
+        rt = runtime(self._environment())
+        if rt.run_info is not None and not rt.run_ended:
+            return
+        super().reset_time()
+        self._index = -1
+        lifecycle.begin_run(rt)  # a new run dir and no stages yet, before the first tick
+
+    def _setup(self) -> list[StagePlan]:
+        if self._plans is None:
+            rt = runtime(self._environment())
+            plans = plan_stages(rt.options)
+            if not plans:
+                raise InputError("the sweep locustfile needs --llm-concurrency or --llm-rate")
+            self._plans = plans
+            self._users = open_loop_users(rt.options, plans) if plans[0].rate else 0
+        return self._plans
+
+    def tick(self) -> tuple[int, float] | None:
+        plans = self._setup()
+        rt = runtime(self._environment())
+        if rt.stop_requested:  # SIGTERM: end as after the last stage (drain, run dir, quit)
+            return None
+        now = time.time()
+        stage_over = self._index < 0 or self._stage_done(rt, plans[self._index], now)
+        if stage_over and not self._advance(rt, plans, now):
+            return None
+        plan = plans[self._index]
+        users = plan.concurrency if plan.concurrency is not None else self._users
+        return users, max(float(users), SPAWN_RATE_MIN)
+
+    def _stage_done(self, rt: Runtime, plan: StagePlan, now: float) -> bool:
+        stage = rt.stages[-1]
+        if plan.duration_s is not None and now - stage.start_wall_s >= plan.duration_s:
+            return True
+        if plan.requests is not None:
+            return rt.recorder.ended_in(stage.index) >= plan.requests
+        return False
+
+    def _advance(self, rt: Runtime, plans: list[StagePlan], now: float) -> bool:
+        if rt.stages and math.isnan(rt.stages[-1].end_wall_s):
+            rt.stages[-1].end_wall_s = now
+        self._index += 1
+        if self._index >= len(plans):
+            self._broadcast(rt, stage=-1, rate=0.0, start=now)
+            return False
+        plan = plans[self._index]
+        rt.stages.append(
+            Stage(
+                index=self._index,
+                name=plan.name,
+                start_wall_s=now,
+                concurrency=plan.concurrency,
+                rate=plan.rate,
+                warmup_s=rt.options.warmup_s,
+                target_requests=plan.requests,
+                kind=plan.kind,
+            )
+        )
+        logger.info("locust-llm: stage %d/%d %s", self._index + 1, len(plans), plan.name)
+        self._broadcast(
+            rt,
+            stage=self._index,
+            rate=plan.rate or 0.0,
+            start=now,
+            requests=plan.requests,
+            open_loop=plan.rate is not None,
+        )
+        return True
+
+    def _broadcast(
+        self,
+        rt: Runtime,
+        *,
+        stage: int,
+        rate: float,
+        start: float,
+        requests: int | None = None,
+        open_loop: bool = False,
+    ) -> None:
+        """Tell every worker (or this process) the stage, its request quota and open-loop rate.
+
+        A stage's requests are handed out as permits (``locust_llm.client.gate``); the end of
+        the test (stage -1) allows no more requests.
+        """
+        if stage < 0:
+            requests = 0
+        workers: list[str] = []
+        if rt.is_master:
+            runner = self.runner
+            assert isinstance(runner, MasterRunner)  # rt.is_master means the runner is a master
+            workers = sorted(c.id for c in runner.clients.all if c.state != "missing")
+        message = StageMessage(
+            stage=stage, quota=requests, rate=rate, start=start, open_loop=open_loop
+        )
+        lifecycle.broadcast_stage(rt, message, workers)
+
+
+def replay_pool_users(peak_rate_per_s: float) -> int:
+    """Users a trace replay needs so a free one waits for every line: each user holds the next
+    line it claimed, so the pool covers the lines in flight and due within the next seconds."""
+    return max(32, math.ceil(4 * peak_rate_per_s))
+
+
+class TraceShape(StagesShape):
+    """Replays the locustfile's :class:`~locust_llm.workloads.users.TraceReplayUser` trace:
+    one stage, ``trace replay``, whose origin (trace time 0) is ``lead_s`` after it starts, sent
+    with each worker's partition so every line is sent once, by one worker, on one clock.
+
+    The stage ends when every line has ended (sent and answered), or ``drain_s`` after the last
+    line's time. Lines the run could not send are recorded as ``cancelled``.
+    """
+
+    lead_s: float = 2.0  # users spawn before the trace's time 0
+    drain_s: float = 30.0  # the last answers' time after the last line is sent
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lines = 0
+
+    def _setup(self) -> list[StagePlan]:
+        if self._plans is None:
+            from locust_llm.workloads.users import TraceReplayUser, load_replay
+
+            env = self._environment()
+            classes = [c for c in env.user_classes if issubclass(c, TraceReplayUser)]
+            if not classes:
+                raise InputError("TraceShape needs a TraceReplayUser class in the locustfile")
+            replay = load_replay(classes[0])
+            if not replay.lines:
+                raise InputError(f"trace {classes[0].trace!r}: no line inside trace_window_s")
+            self._lines = len(replay.lines)
+            users = classes[0].replay_users or replay_pool_users(replay.peak_rate_per_s())
+            duration = self.lead_s + replay.span_s + self.drain_s
+            self._plans = [StagePlan(name="trace replay", concurrency=users, duration_s=duration)]
+        return self._plans
+
+    def _stage_done(self, rt: Runtime, plan: StagePlan, now: float) -> bool:
+        from locust_llm.workloads.users import lost_lines_recorded
+
+        ended = rt.recorder.ended_in(rt.stages[-1].index)
+        lost = lost_lines_recorded(self._environment())  # with a lost worker: never to end
+        return ended + lost >= self._lines or super()._stage_done(rt, plan, now)
+
+    def _advance(self, rt: Runtime, plans: list[StagePlan], now: float) -> bool:
+        from locust_llm.workloads.partition import send_partitions
+
+        if self._index == -1:  # the replay starts: one origin for every worker
+            send_partitions(self._environment(), origin_wall_s=now + self.lead_s)
+        return super()._advance(rt, plans, now)

@@ -1,0 +1,719 @@
+"""``locust-llm demo`` and ``locust-llm run``: a whole stepped sweep, from start to verdict.
+
+``run`` drives Locust against any OpenAI-compatible server: one master and one worker per core
+(Locust processes on 127.0.0.1), the stages of ``--concurrency`` / ``--stage-requests``, the
+master scraping the server's ``/metrics`` (and GPU exporters), then the report's console
+summary (per stage QPS, tokens/s, TTFT / TPOT / E2E percentiles, errors, then the verdict) and
+where the HTML is. ``demo`` first starts the simulated server (mistral-7b on an RTX 4090 unless
+told otherwise, KV cache sized so the knee falls inside the sweep) on a free port, then does the
+same against it. Both say what they are about to run, then show one progress line per stage
+(:mod:`locust_llm.live.progress`, from the master's ``/llm/stats``: the master runs with
+``--autostart`` and its web UI on 127.0.0.1 instead of ``--headless``); Locust's own log goes
+to ``locust.log`` in the run dir."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from datetime import datetime, timezone
+from pathlib import Path
+
+from locust_llm.client.options import env_var
+from locust_llm.errors import InputError
+from locust_llm.live.progress import ProgressLine, follow, stage_durations
+
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "client" / "sweep_locustfile.py"
+
+#: The demo's default target: the simulated server with a KV cache of 1000 blocks of 16 tokens
+#: (16,000 tokens: about 50 requests of 256 + 64 tokens fit at once, so the knee falls between
+#: concurrency 50 and 100 and past it preemption thrashes).
+DEMO_SIM_ARGS = [
+    "--model",
+    "mistral-7b",
+    "--gpu",
+    "rtx4090",
+    "--num-gpu-blocks-override",
+    "1000",
+    "--max-num-seqs",
+    "256",
+    "--step-overhead-ms",
+    "2",
+    "--seed",
+    "1",
+]
+
+
+#: ``--llm-*`` options that ``run``/``demo`` set through flags of their own (flag without --llm-
+#: -> the run/demo flag's dest); every other ``--llm-*`` option is accepted by ``run`` as it is.
+SWEEP_FLAG_FOR: dict[str, str] = {
+    "concurrency": "concurrency",
+    "rate": "rate",
+    "stage-requests": "stage_requests",
+    "stage-duration": "stage_duration",
+    "max-tokens": "max_tokens",
+    "input-len": "input_len",
+    "dataset": "dataset",
+    "gpu-metrics": "gpu_metrics",
+    "ignore-eos": "ignore_eos",
+    "run-dir": "out",
+    "model": "model",
+    "api-key": "api_key",
+    "server-metrics": "server_metrics",
+    "roofline-model": "roofline_model",
+    "roofline-gpu": "roofline_gpu",
+    "roofline-bandwidth": "bandwidth",
+    "roofline-flops": "flops",
+    "roofline-memory": "memory",
+    "roofline-tp": "tp",
+}
+
+RUN_EPILOG = """
+Every --llm-* option of the Locust plugin (see `locust --help`) is accepted here as well and
+handed to the Locust master and workers, e.g. --llm-tokenizer DIR --llm-seed 7
+--llm-header 'X-Team: a' --llm-server-max-num-seqs 64. Anything after a lone -- goes to the
+Locust master unchanged (e.g. -- --csv out/stats).
+
+Environment: LOCUST_LLM_<NAME> sets --llm-<name> (dashes as underscores, e.g.
+LOCUST_LLM_TOKENIZER=/models/m, LOCUST_LLM_EXTRA_BODY='{"top_k": 1}') in the master and every
+worker, which inherit this environment. The flags above that stand for an --llm-* option
+(--concurrency, --max-tokens, --dataset, --model, ...) take their default from that option's
+variable (LOCUST_LLM_CONCURRENCY, LOCUST_LLM_MAX_TOKENS, ...). A flag on the command line wins
+over its variable.
+"""
+
+
+def _add_llm_backed(
+    parser: argparse.ArgumentParser, flags: list[tuple[str, str, str]], *, use_env: bool
+) -> None:
+    """Add ``--NAME`` flags that stand for ``--llm-NAME`` ((name, default, help) each); with
+    ``use_env`` a flag's default is its ``LOCUST_LLM_NAME`` variable when that is set."""
+    for name, fallback, help_text in flags:
+        default = os.environ.get(env_var(name), fallback) if use_env else fallback
+        parser.add_argument(f"--{name}", default=default, help=help_text)
+
+
+TRUE = ("1", "true", "yes", "on")
+
+
+def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None:
+    env = not demo  # `run` honours LOCUST_LLM_*; the demo is a fixed showcase
+    sweep = [
+        ("concurrency", "1,10,50,100,200",
+         "concurrency of each stage (default: the seed's 1,10,50,100,200)"),
+        ("stage-requests", "10,20,100,200,400",
+         "requests per stage (default: the seed's 10,20,100,200,400)"),
+        ("stage-duration", "", "seconds per stage instead of request counts"),
+        ("max-tokens", "64" if demo else "256", "output tokens per request (N or a distribution)"),
+        ("input-len", "256" if demo else "", "prompt tokens (random dataset)"),
+        ("dataset", "random", "random, openqa or a file"),
+    ]  # fmt: skip
+    _add_llm_backed(parser, sweep, use_env=env)
+    parser.add_argument(
+        "--rate",
+        default="",
+        help="open loop instead: request rates per stage (req/s), e.g. 1,2,4,8 (needs "
+        "--stage-duration)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="Locust worker processes (default: one per core this process may use"
+        + (", less the simulator's)" if demo else ")"),
+    )
+    parser.add_argument("--out", default="", help="run dir (default reports/<demo|run>-<UTC time>)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="reuse an --out dir that holds an earlier run"
+    )
+    parser.add_argument("--slo", default="", help="objectives, e.g. ttft=1,tpot=0.1 (seconds)")
+    parser.add_argument(
+        "--gpu-metrics", action="append", default=[], help="GPU exporter URL to scrape (repeatable)"
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=60.0,
+        help="seconds streams may take to finish at the end (default 60)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="give up on the whole run after this many seconds",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print only the result")
+    parser.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=demo or (env and os.environ.get(env_var("ignore-eos"), "").lower() in TRUE),
+        help="ask for exactly --max-tokens tokens (vLLM/SGLang's ignore_eos; the OpenAI API "
+        "itself rejects it; default: on for the demo, off for run)",
+    )
+
+
+def configure_demo_parser(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``locust-llm demo``."""
+    parser.add_argument("--model", default="mistral-7b", help="simulated model preset")
+    parser.add_argument("--gpu", default="rtx4090", help="simulated GPU preset")
+    parser.add_argument(
+        "--sim-arg",
+        action="append",
+        default=[],
+        help="extra flag for the simulator, e.g. --sim-arg=--oom (repeatable)",
+    )
+    _add_sweep_arguments(parser, demo=True)
+
+
+def configure_run_parser(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``locust-llm run``: its own, then every other ``--llm-*`` option as it is."""
+    parser.epilog = RUN_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--host", required=True, help="base URL of the OpenAI-compatible server")
+    server = [
+        ("model", "", "model id (default: first of /v1/models)"),
+        ("server-metrics", "", "server /metrics URL (default <host>/metrics if it answers)"),
+        ("roofline-model", "", "model preset for the floors"),
+        ("roofline-gpu", "", "GPU preset for the floors, or cpu (this host, measured)"),
+    ]
+    _add_llm_backed(parser, server, use_env=True)
+    _add_device_arguments(parser)
+    parser.add_argument("--api-key", default="", help="API key (default $OPENAI_API_KEY)")
+    _add_sweep_arguments(parser, demo=False)
+    _add_plugin_options(parser)
+
+
+#: run's device flags (dest) -> (the --llm-* option each stands for, help)
+DEVICE_FLAGS: dict[str, tuple[str, str]] = {
+    "bandwidth": ("roofline-bandwidth", "a device without a preset: memory bandwidth, e.g. 40GB/s"),
+    "flops": ("roofline-flops", "that device's dense peak, e.g. 1.2TFLOPS"),
+    "memory": ("roofline-memory", "that device's memory capacity, e.g. 64GiB"),
+    "tp": ("roofline-tp", "tensor-parallel degree of the server (default 1)"),
+}
+
+
+def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--bandwidth/--flops/--memory`` (a device by hand, instead of --roofline-gpu) and
+    ``--tp``: recorded in run.json's roofline entry, so a later report uses the same device;
+    each defaults to its ``LOCUST_LLM_ROOFLINE_*`` variable."""
+    for dest, (option, help_text) in DEVICE_FLAGS.items():
+        parser.add_argument(
+            f"--{dest}", default=os.environ.get(env_var(option), ""), help=help_text
+        )
+
+
+def device_llm_args(args: argparse.Namespace) -> list[str]:
+    """The device flags as ``--llm-roofline-*`` options, checked first (one line naming the
+    flag, exit 2, before any process starts)."""
+    from locust_llm.roofline.devices import RUN_FLAGS, DeviceArgs, check_tp, measured_cpu
+
+    device = DeviceArgs(args.roofline_gpu, args.bandwidth, args.flops, args.memory)
+    device.check(RUN_FLAGS)
+    device = measured_cpu(device)  # cpu: this host's figures now, recorded in run.json
+    tp = str(args.tp).strip()
+    if tp and not tp.isdigit():
+        raise InputError(f"--tp {tp!r}: expected a whole number >= 1")
+    check_tp(int(tp) if tp else None, flags=RUN_FLAGS)
+    values = {"bandwidth": device.bandwidth, "flops": device.flops, "memory": device.memory}
+    out: list[str] = []
+    for dest, (option, _help) in DEVICE_FLAGS.items():
+        value = str(values.get(dest, getattr(args, dest))).strip()
+        if value:
+            out += [f"--llm-{option}", value]
+    return out
+
+
+def _add_plugin_options(parser: argparse.ArgumentParser) -> None:
+    """Every ``--llm-*`` option not covered by a ``run`` flag, unset unless given."""
+    from locust_llm.client.options import OPTIONS
+
+    group = parser.add_argument_group(
+        "Locust plugin options (handed to Locust as given; defaults as in `locust --help`)"
+    )
+    for flag, _default, help_text, extra in OPTIONS:
+        if flag in SWEEP_FLAG_FOR:
+            continue
+        kwargs = {k: v for k, v in extra.items() if k == "action"}
+        group.add_argument(f"--llm-{flag}", help=help_text, default=argparse.SUPPRESS, **kwargs)
+
+
+def plugin_option_args(args: argparse.Namespace) -> list[str]:
+    """The ``--llm-*`` options given to ``run`` directly, as Locust command-line arguments."""
+    from locust_llm.client.options import OPTIONS
+
+    out: list[str] = []
+    for flag, _default, _help, extra in OPTIONS:
+        dest = "llm_" + flag.replace("-", "_")
+        if flag in SWEEP_FLAG_FOR or not hasattr(args, dest):
+            continue
+        value = getattr(args, dest)
+        if extra.get("action") == "store_true":
+            out += [f"--llm-{flag}"] if value else []
+        elif extra.get("action") == "append":
+            for item in value:
+                out += [f"--llm-{flag}", str(item)]
+        else:
+            out += [f"--llm-{flag}", str(value)]
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+@contextmanager
+def simulator(args: list[str], log_path: Path) -> Iterator[str]:
+    """Start ``locust-llm sim`` on a free port; yield its URL; stop it."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "locust_llm.cli",
+        "sim",
+        "--port",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        *args,
+    ]
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None
+        url = _first_line(proc.stdout, timeout_s=60.0)
+        if not url.startswith("http"):
+            proc.wait(timeout=10)
+            raise InputError(f"the simulator did not start (see {log_path}): {url!r}")
+        threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
+        yield url
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        log.close()
+
+
+def _first_line(stream: object, timeout_s: float) -> str:
+    """The first line a child prints, or '' if it prints none within ``timeout_s``."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+        if not sel.select(timeout_s):
+            return ""
+    return stream.readline().strip()  # type: ignore[attr-defined]
+
+
+def _drain(stream: object) -> None:
+    with suppress(ValueError, OSError):
+        stream.read()  # type: ignore[attr-defined]
+
+
+#: Seconds the master stays up after the run ends (Locust's ``--autoquit``): two polls of
+#: ``/llm/stats`` see the run ended, with every record in.
+AUTOQUIT_S = 2
+
+_STAGE = re.compile(r"locust-llm: stage (\d+)/(\d+) (.*)$")
+
+
+def run_sweep(
+    *,
+    host: str,
+    run_dir: Path,
+    llm_args: list[str],
+    workers: int,
+    stop_timeout: float,
+    timeout_s: float,
+    quiet: bool,
+    env: dict[str, str] | None = None,
+    stage_durations_s: list[float] | None = None,
+    stages: int = 0,
+) -> int:
+    """Run the sweep locustfile with one master and ``workers`` workers, started at once
+    (``--autostart``: no browser needed; the master's web UI on 127.0.0.1 serves the live
+    figures the progress line polls) and quitting when the last stage ends."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = (run_dir / "locust.log").open("w")
+    port, web_port = _free_port(), _free_port()
+    common = ["-f", str(LOCUSTFILE), "--host", host]
+    procs: list[subprocess.Popen[str]] = []
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    locust = [sys.executable, "-m", "locust"]
+    stack = ExitStack()
+    master_cmd = [
+        *locust,
+        *common,
+        "--autostart",
+        "--autoquit",  # the web UI stays up a moment once the run ends, so the progress line
+        str(AUTOQUIT_S),  # reads the last stage's settled figures
+        "--web-host",
+        "127.0.0.1",
+        "--web-port",
+        str(web_port),
+        "--only-summary",
+        "--stop-timeout",
+        f"{max(1, round(stop_timeout))}s",
+        "--llm-run-dir",
+        str(run_dir),
+        *llm_args,
+    ]
+    if workers > 0:
+        master_cmd += [
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            str(workers),
+            "--expect-workers-max-wait",
+            "60",
+        ]
+    try:
+        master = subprocess.Popen(
+            master_cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=full_env,
+            start_new_session=True,
+        )
+        procs.append(master)
+        stack.enter_context(_forwarding_signals(master))
+        for _ in range(workers):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        *locust,
+                        *common,
+                        "--worker",
+                        "--master-host",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(port),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=full_env,
+                    start_new_session=True,
+                )
+            )
+        progress = None
+        if not quiet:
+            live = sys.stdout.isatty()
+            progress = ProgressLine(
+                sys.stdout, live=live, stage_durations_s=stage_durations_s or [], stages=stages
+            )
+        return _follow(
+            master,
+            log,
+            progress=progress,
+            web_url=f"http://127.0.0.1:{web_port}",
+            deadline=time.monotonic() + timeout_s,
+        )
+    finally:
+        stack.close()
+        for proc in procs:
+            if proc.poll() is None:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+@contextmanager
+def _forwarding_signals(master: subprocess.Popen[str]) -> Iterator[None]:
+    """While the Locust processes run: SIGTERM or SIGINT to ``run``/``demo`` becomes a SIGTERM
+    to the master, which stops the load, drains, writes the run dir and quits (its workers
+    with it); the report is then built as usual. A second signal stops waiting at once (the
+    caller's cleanup still stops every child)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        caught.append(signum)
+        if len(caught) > 1:
+            raise KeyboardInterrupt
+        print(
+            f"locust-llm: got {signal.Signals(signum).name}: stopping the load test "
+            "(in-flight requests drain, then the run dir is written)",
+            file=sys.stderr,
+            flush=True,
+        )
+        with suppress(ProcessLookupError):
+            os.killpg(master.pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _follow(
+    master: subprocess.Popen[str],
+    log: object,
+    *,
+    progress: ProgressLine | None,
+    web_url: str,
+    deadline: float,
+) -> int:
+    """Copy the master's output to the log; show progress (stage starts, and the live line
+    from the master's ``/llm/stats``); pass errors on; enforce the deadline."""
+    assert master.stdout is not None
+    started = time.monotonic()
+
+    def time_up() -> None:
+        print(
+            "locust-llm: --timeout reached: stopping the load test (the run dir keeps every "
+            "record so far)",
+            file=sys.stderr,
+            flush=True,
+        )
+        with suppress(ProcessLookupError):
+            os.killpg(master.pid, signal.SIGTERM)
+
+    timer = threading.Timer(max(deadline - time.monotonic(), 1.0), time_up)
+    timer.daemon = True
+    timer.start()
+    stop = threading.Event()
+    poller = follow(web_url, progress, stop) if progress is not None else None
+    try:
+        for line in master.stdout:
+            log.write(line)  # type: ignore[attr-defined]
+            log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
+            m = _STAGE.search(line)
+            if m and progress is not None and not progress.live:
+                progress.message(
+                    f"  [{time.monotonic() - started:5.0f} s] stage {m.group(1)}/{m.group(2)}: "
+                    f"{m.group(3)}"
+                )
+            elif "ERROR" in line or "CRITICAL" in line:
+                if progress is not None and progress.live:
+                    progress.message("  " + line.rstrip())
+                else:
+                    print("  " + line.rstrip(), file=sys.stderr, flush=True)
+        return master.wait()
+    finally:
+        timer.cancel()
+        stop.set()
+        if poller is not None:
+            poller.join(timeout=10)
+
+
+def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
+    if args.rate and not args.stage_duration:
+        raise InputError("--rate: open-loop stages need --stage-duration (seconds per stage)")
+    load = ["--llm-rate", args.rate] if args.rate else ["--llm-concurrency", args.concurrency]
+    out = [
+        *load,
+        "--llm-max-tokens",
+        str(args.max_tokens),
+        "--llm-dataset",
+        args.dataset,
+    ]
+    if args.ignore_eos:
+        out.append("--llm-ignore-eos")
+    if getattr(args, "overwrite", False):
+        out.append("--llm-overwrite")
+    if args.stage_duration:
+        out += ["--llm-stage-duration", args.stage_duration]
+    else:
+        out += ["--llm-stage-requests", args.stage_requests]
+    if args.input_len:
+        out += ["--llm-input-len", str(args.input_len)]
+    for url in args.gpu_metrics:
+        out += ["--llm-gpu-metrics", url]
+    return out
+
+
+def _report(run_dir: Path, slo: str, *, model: str = "", gpu: str = "") -> int:
+    from locust_llm.report import cli as report_cli
+
+    argv = [str(run_dir), "--out", str(run_dir)]
+    if slo:
+        argv += ["--slo", slo]
+    if model:
+        argv += ["--model", model]
+    if gpu:
+        argv += ["--gpu", gpu]
+    parser = argparse.ArgumentParser(prog="locust-llm report")
+    report_cli.configure_parser(parser)
+    return int(report_cli.run(parser.parse_args(argv)) or 0)
+
+
+def _finish(code: int, run_dir: Path, slo: str, model: str = "", gpu: str = "") -> int:
+    if code not in (0, 1):  # 1: Locust saw failed requests, which the report classifies
+        print(
+            f"locust-llm: the load test ended with exit code {code}; see {run_dir}/locust.log",
+            file=sys.stderr,
+        )
+        return code
+    print()
+    report_code = _report(run_dir, slo, model=model, gpu=gpu)
+    print(f"\nRun dir: {run_dir}")
+    return report_code
+
+
+#: cores the demo's simulator takes (one asyncio process)
+DEMO_SIM_CORES = 1
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity (``taskset``, a cgroup's cpuset), else
+    every core of the host."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call on this system
+        return os.cpu_count() or 1
+
+
+def choose_workers(cores: int, *, server_cores: int = 0) -> tuple[int, str]:
+    """Locust workers per host: one per core of ``cores`` (those this process may use), less
+    ``server_cores`` for a server on the same host; at least one. Returns the count and why."""
+    workers = max(1, cores - server_cores)
+    why = f"one per core of the {cores} this process may use"
+    if server_cores:
+        why += f", {server_cores} left to the simulator"
+        if cores <= server_cores:
+            why += ": fewer cores than that, so 1"
+    return workers, why
+
+
+def resolve_workers(args: argparse.Namespace, *, server_cores: int = 0) -> str:
+    """Fill in ``args.workers`` when it was not given; the words for the announcement."""
+    if args.workers is not None:
+        return f"{args.workers} worker(s)"
+    args.workers, why = choose_workers(usable_cores(), server_cores=server_cores)
+    return f"{args.workers} worker(s) ({why})"
+
+
+def sweep_description(args: argparse.Namespace) -> str:
+    """The sweep in words: its loads and how long each stage lasts."""
+    per_stage = (
+        f"{args.stage_duration} s per stage"
+        if args.stage_duration
+        else f"{args.stage_requests} requests per stage"
+    )
+    if args.rate:
+        return f"rate {args.rate} req/s, {per_stage}"
+    return f"concurrency {args.concurrency}, {per_stage}"
+
+
+def announce_run(args: argparse.Namespace, run_dir: Path, workers: str) -> str:
+    """What ``run`` is about to do, before it starts (host, model, sweep, workers, run dir)."""
+    model = f"model {args.model}" if args.model else "model: the first of /v1/models"
+    return (
+        f"locust-llm run: {args.host.rstrip('/')}; {model}; sweep {sweep_description(args)}; "
+        f"{workers}; run dir {run_dir}"
+    )
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``locust-llm demo``."""
+    run_dir = Path(args.out) if args.out else Path("reports") / f"demo-{_stamp()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sim_args = [*DEMO_SIM_ARGS, *args.sim_arg]
+    sim_args[sim_args.index("--model") + 1] = args.model
+    sim_args[sim_args.index("--gpu") + 1] = args.gpu
+    workers = resolve_workers(args, server_cores=DEMO_SIM_CORES)
+    if not args.quiet:
+        print(
+            f"locust-llm demo: simulated {args.model} on {args.gpu}; sweep "
+            f"{sweep_description(args)}; {workers}; run dir {run_dir}",
+            flush=True,
+        )
+    with simulator(sim_args, run_dir / "sim.log") as url:
+        if not args.quiet:
+            print(f"  simulator at {url}", flush=True)
+        llm_args = [
+            *_sweep_llm_args(args),
+            "--llm-server-metrics",
+            f"{url}/metrics",
+            "--llm-roofline-model",
+            args.model,
+            "--llm-roofline-gpu",
+            args.gpu,
+        ]
+        code = run_sweep(
+            host=url,
+            run_dir=run_dir,
+            llm_args=llm_args,
+            workers=args.workers,
+            stop_timeout=args.stop_timeout,
+            timeout_s=args.timeout,
+            quiet=args.quiet,
+            stage_durations_s=stage_durations(args.stage_duration),
+            stages=len((args.rate or args.concurrency).split(",")),
+        )
+    finished = _finish(code, run_dir, args.slo, args.model, args.gpu)
+    # the demo shows alerts but is not a gate: exit 3 (alerts fired) is for `run` and `report`
+    return 0 if finished == 3 else finished
+
+
+def run_llm_args(args: argparse.Namespace) -> list[str]:
+    """The Locust master's arguments for ``run``: sweep flags, plugin options, then after ``--``."""
+    llm_args = _sweep_llm_args(args)
+    for flag, value in (
+        ("--llm-model", args.model),
+        ("--llm-server-metrics", args.server_metrics),
+        ("--llm-roofline-model", args.roofline_model),
+        ("--llm-roofline-gpu", args.roofline_gpu),
+    ):
+        if value:
+            llm_args += [flag, value]
+    llm_args += device_llm_args(args)
+    return [*llm_args, *plugin_option_args(args), *getattr(args, "passthrough", [])]
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """``locust-llm run``."""
+    run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
+    llm_args = run_llm_args(args)
+    env = {"LOCUST_LLM_API_KEY": args.api_key} if args.api_key else None
+    workers = resolve_workers(args)
+    if not args.quiet:
+        print(announce_run(args, run_dir, workers), flush=True)
+    code = run_sweep(
+        host=args.host.rstrip("/"),
+        run_dir=run_dir,
+        llm_args=llm_args,
+        workers=args.workers,
+        stop_timeout=args.stop_timeout,
+        timeout_s=args.timeout,
+        quiet=args.quiet,
+        env=env,
+        stage_durations_s=stage_durations(args.stage_duration),
+        stages=len((args.rate or args.concurrency).split(",")),
+    )
+    return _finish(code, run_dir, args.slo)  # the model and device: run.json's roofline entry

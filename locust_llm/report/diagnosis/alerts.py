@@ -1,0 +1,146 @@
+"""Alerts: per-stage checks against thresholds, the source document's defaults, all overridable.
+
+Defaults (section 4 of the source): memory pressure > 90% (the stage's peak), GPU utilization >
+95% (the stage's mean), error rate > 1%; TTFT / TPOT / E2E (P99 of the stage) only when a
+threshold is given. A check fires when the value is strictly above its threshold; no data (NaN)
+never fires. The values are the alert fields of the shared
+:class:`locust_llm.report.diagnosis.thresholds.Thresholds`
+(:data:`~locust_llm.report.diagnosis.thresholds.ALERT_FIELDS`).
+
+Memory pressure is the KV-cache usage where the server reports one (vLLM, SGLang and the
+simulator preallocate ~90% of GPU memory from the first second, so NVML memory says nothing
+there), else NVML's GPU memory used / total. Severities: ``fail`` (``locust-llm report`` and
+``run`` exit 3) for memory pressure, error rate and the SLO checks; GPU utilization > 95% is a
+``warning`` (a healthy saturated server is busy), ``fail`` only with ``--alert gpu_util_fails=on``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from locust_llm.errors import InputError
+from locust_llm.report.diagnosis.thresholds import ALERT_FIELDS, Thresholds
+from locust_llm.report.fmt import is_num, load_label, ms, pct
+
+#: alert field of Thresholds -> (stage-table column, label, is a ratio), in ALERT_FIELDS order
+#: (``gpu_mem`` reads the KV-cache peak first: :func:`_memory_pressure`)
+CHECKS: dict[str, tuple[str, str, bool]] = {
+    "gpu_mem": ("gpu_mem_util_max", "GPU memory (peak)", True),
+    "gpu_util": ("gpu_util", "GPU utilization (mean)", True),
+    "error_rate": ("error_rate", "error rate", True),
+    "ttft": ("ttft_p99_s", "P99 TTFT", False),
+    "tpot": ("tpot_p99_s", "P99 TPOT", False),
+    "e2e": ("latency_p99_s", "P99 E2E latency", False),
+}
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One threshold crossed in one stage."""
+
+    name: str
+    stage: int
+    value: float
+    threshold: float
+    message: str
+    severity: str = "fail"  # "fail": exit 3; "warning": shown only
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _parse_value(name: str, text: str, is_ratio: bool) -> float | None:
+    text = text.strip().lower()
+    if text in ("off", "none", ""):
+        return None
+    scale = 1.0
+    if is_ratio and text.endswith("%"):
+        text, scale = text[:-1], 0.01
+    elif not is_ratio and text.endswith("ms"):
+        text, scale = text[:-2], 1e-3
+    elif not is_ratio and text.endswith("s"):
+        text = text[:-1]
+    try:
+        value = float(text) * scale
+    except ValueError:
+        raise InputError(f"--alert {name}={text!r}: expected a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"--alert {name}: expected a non-negative number, got {text!r}")
+    return value
+
+
+def parse_thresholds(spec: str | None, base: Thresholds | None = None) -> Thresholds:
+    """``'gpu_mem=95%,error_rate=0.05,ttft=500ms,gpu_util=off'`` over ``base`` (defaults)."""
+    out = base or Thresholds()
+    if not spec:
+        return out
+    known = {*ALERT_FIELDS, SATURATION_FAILS}
+    changes: dict[str, Any] = {}  # only alert fields: float | None
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if sep and name == SATURATION_FAILS:
+            flag = value.strip().lower()
+            if flag not in ("on", "off", "yes", "no", "true", "false"):
+                raise InputError(f"--alert {name}={value.strip()!r}: expected on or off")
+            changes[name] = flag in ("on", "yes", "true")
+            continue
+        if not sep or name not in known:
+            raise InputError(
+                f"--alert: cannot read {item.strip()!r}; expected NAME=VALUE with NAME one of "
+                f"{', '.join(sorted(known))}"
+            )
+        changes[name] = _parse_value(name, value, CHECKS[name][2])
+    return replace(out, **changes)
+
+
+SATURATION_FAILS = "gpu_util_fails"  # --alert gpu_util_fails=on: GPU utilization fails the run
+
+
+def _memory_pressure(row: Mapping[str, Any]) -> tuple[str, str]:
+    """(column, label) memory pressure is read from: KV usage if reported, else NVML memory."""
+    if is_num(row.get("kv_cache_usage_max")):
+        return "kv_cache_usage_max", "memory pressure (KV cache, peak)"
+    return CHECKS["gpu_mem"][:2]
+
+
+def failing(alerts: Sequence[Alert]) -> list[Alert]:
+    """The alerts that fail the run (exit 3)."""
+    return [a for a in alerts if a.severity == "fail"]
+
+
+def check(rows: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> list[Alert]:
+    """Every alert that fires, stage by stage in the rows' order."""
+    alerts = []
+    for row in rows:
+        for name, (column, label, is_ratio) in CHECKS.items():
+            limit = getattr(thresholds, name)
+            if name == "gpu_mem":
+                column, label = _memory_pressure(row)
+            value = row.get(column)
+            if limit is None or not is_num(value) or not value > limit:
+                continue
+            shown = (
+                f"{pct(value, 1)} > {pct(limit, 1)}"
+                if is_ratio
+                else f"{ms(value)} ms > {ms(limit)} ms"
+            )
+            where = load_label(row.get("concurrency"), row.get("rate"))
+            warn = name == "gpu_util" and not thresholds.gpu_util_fails
+            severity = "warning" if warn else "fail"
+            alerts.append(
+                Alert(
+                    name,
+                    int(row["stage"]),
+                    float(value),
+                    float(limit),
+                    f"stage {row['stage']} (load {where}): {label} {shown} ({severity})",
+                    severity,
+                )
+            )
+    return alerts

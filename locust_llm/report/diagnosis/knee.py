@@ -1,0 +1,360 @@
+"""The knee of a sweep: how throughput scales with load, the best load range and a recommended cap.
+
+Pure. Stages other than soak with completed requests are ordered by load (concurrency, or rate in
+open loop). Each step from one load to the next is classified (the thresholds are fields of
+:class:`locust_llm.report.diagnosis.thresholds.Thresholds`):
+
+- gain = QPS ratio, load ratio = load ratio, efficiency = (gain - 1) / (load ratio - 1),
+  latency cost = P99 latency ratio;
+- ``linear`` (still scaling) when efficiency >= 0.5 (at least half of proportional scaling),
+- ``flat`` when gain is within 2% of 1, ``falling`` when it is lower, ``flattening`` otherwise.
+
+Recommended cap: walk up the loads; a stage is accepted when it meets the SLOs (error rate at most
+1%, and P99 TTFT / TPOT / E2E within those given), its verdict is not ``overloaded``, in open
+loop it achieved at least ``open_loop_achieved`` (95%) of the offered rate, and its throughput
+gain over the cap so far is worth its latency cost: gain - 1 >= max(5%, 10% of (P99 ratio - 1)).
+At a stage that is not accepted, the walk goes on from the first higher stage that is (stages
+are not always monotonic: a higher load can beat a worse middle one); it ends when none is.
+A single stage gives no cap. When the last step still scales (``linear``), "the knee lies
+above the sweep". Best range: from the last stage of the unbroken run of
+``linear`` steps from the lowest load (the knee) to the cap.
+
+The reading reads consecutive steps of one class together. A run of ``linear`` steps says
+"scales linearly" only when throughput grew by at least :data:`LINEAR_WORDING` (90%) of the load
+ratio over the run; otherwise it says by how much: "1-50 scales x17.5 for x50 the load (QPS
+0.8 -> 14.2, 35% efficiency)", efficiency = throughput ratio / load ratio. On the seed's
+table this gives "1-50 scales x40 for x50 the load; 50-100 flattens; 100-200 falls; best
+50-100; cap 100".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
+from locust_llm.report.fmt import is_num, load_label, ms, num, ratio
+from locust_llm.report.tables import Slo
+from locust_llm.roofline.floors import ModelSpec
+
+
+@dataclass(frozen=True)
+class Step:
+    """From one load to the next."""
+
+    lo_stage: int
+    hi_stage: int
+    lo_load: str
+    hi_load: str
+    gain: float
+    load_ratio: float
+    efficiency: float
+    latency_ratio: float
+    cls: str  # linear | flattening | flat | falling
+    lo_qps: float = math.nan
+    hi_qps: float = math.nan
+    lo_p99_s: float = math.nan
+    hi_p99_s: float = math.nan
+
+
+@dataclass(frozen=True)
+class Knee:
+    """The sweep's reading and conclusion."""
+
+    steps: tuple[Step, ...] = ()
+    knee_stage: int | None = None
+    cap_stage: int | None = None
+    best: str = ""  # e.g. "50-100"
+    cap: str = ""  # e.g. "100"
+    reading: str = ""
+    conclusion: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "knee_stage": self.knee_stage,
+            "cap_stage": self.cap_stage,
+            "best": self.best,
+            "cap": self.cap,
+            "reading": self.reading,
+            "conclusion": self.conclusion,
+            "notes": list(self.notes),
+            "steps": [s.__dict__ for s in self.steps],
+        }
+
+
+def _f(row: Mapping[str, Any], key: str) -> float:
+    value = row.get(key)
+    return float(value) if is_num(value) else math.nan
+
+
+def _load(row: Mapping[str, Any]) -> float:
+    c = _f(row, "concurrency")
+    return c if not math.isnan(c) else _f(row, "rate")
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    return load_label(row.get("concurrency"), row.get("rate"))
+
+
+def meets_slo(
+    row: Mapping[str, Any], slo: Slo, thresholds: Thresholds = Thresholds()
+) -> tuple[bool, str]:
+    """(ok, why not) for one stage against the SLOs and the error-rate limit."""
+    if error_rate_exceeded(_f(row, "error_rate"), thresholds):
+        return False, f"error rate {_f(row, 'error_rate') * 100:.1f}%"
+    checks = (
+        ("ttft_p99_s", slo.ttft_s, "TTFT"),
+        ("tpot_p99_s", slo.tpot_s, "TPOT"),
+        ("latency_p99_s", slo.e2e_s, "E2E"),
+    )
+    for key, limit, label in checks:
+        if limit is not None and _f(row, key) > limit:
+            return False, f"P99 {label} {ms(_f(row, key))} ms > SLO {ms(limit)} ms"
+    return True, ""
+
+
+def _classify(gain: float, efficiency: float, thresholds: Thresholds) -> str:
+    if efficiency >= thresholds.linear_efficiency:
+        return "linear"
+    if gain < 1 - thresholds.flat_band:
+        return "falling"
+    if gain <= 1 + thresholds.flat_band:
+        return "flat"
+    return "flattening"
+
+
+def moe_expected_gain(model: ModelSpec, lo_batch: float, hi_batch: float) -> float:
+    """Decode throughput ratio the weight reads alone allow from ``lo_batch`` to ``hi_batch``
+    for an MoE model: batch / bytes read per step (experts touched grow with the batch)."""
+    lo, hi = max(1, round(lo_batch)), max(1, round(hi_batch))
+    per_step = [model.params_read(b) for b in (lo, hi)]
+    return (hi / per_step[1]) / (lo / per_step[0])
+
+
+def _moe_class(
+    model: ModelSpec | None, lo: Mapping[str, Any], hi: Mapping[str, Any], gain: float, cls: str
+) -> str:
+    """``moe`` for a flattening step an MoE model's expert reads explain (gain at least 80% of
+    what they allow, the batch still growing); else ``cls``."""
+    if model is None or not model.num_experts or cls != "flattening":
+        return cls
+    batch = [_f(r, "running") if _f(r, "running") > 0 else _load(r) for r in (lo, hi)]
+    if not (batch[1] > batch[0] > 0):
+        return cls
+    expected = moe_expected_gain(model, batch[0], batch[1])
+    return "moe" if gain >= 0.8 * expected else cls
+
+
+def _latency_words(r: float) -> str:
+    if r >= 2:
+        return f"latency explodes (P99 {ratio(r)})"
+    if r >= 1.25:
+        return f"latency climbs (P99 {ratio(r)})"
+    return f"latency holds (P99 {ratio(r)})"
+
+
+#: the reading says "linearly" only when the throughput grew at least this share of the load
+#: (x9 or more for x10 the load); otherwise it says by how much it grew
+LINEAR_WORDING = 0.9
+
+
+def _times(value: float) -> str:
+    """A multiplier to three figures: x17.8, x50, x1.13."""
+    return f"x{value:.3g}" if math.isfinite(value) else "x?"
+
+
+def scaling_words(group: Sequence[Step]) -> str:
+    """How a run of scaling steps grew: "scales linearly (QPS 1 -> 9.6, x9.6 for x10 the
+    load)" near x1 per x1, else "scales x17.8 for x50 the load (QPS 0.8 -> 14.2, 36%
+    efficiency)"; efficiency = throughput ratio / load ratio over the run (1 = proportional)."""
+    gain = math.prod(s.gain for s in group)
+    load_ratio = math.prod(s.load_ratio for s in group)
+    share = gain / load_ratio if load_ratio > 0 else math.nan
+    for_load = f"{_times(gain)} for {_times(load_ratio)} the load"
+    qps = f"QPS {num(group[0].lo_qps)} -> {num(group[-1].hi_qps)}"
+    if share >= LINEAR_WORDING:
+        return f"scales linearly ({qps}, {for_load})"
+    return f"scales {for_load} ({qps}, {share:.0%} efficiency)"
+
+
+def _phrase(group: list[Step]) -> str:
+    first, last = group[0], group[-1]
+    span = f"{first.lo_load}-{last.hi_load}"
+    qps = f"QPS {num(first.lo_qps)} -> {num(last.hi_qps)}"
+    gain = last.hi_qps / first.lo_qps if first.lo_qps > 0 else math.nan
+    lat = last.hi_p99_s / first.lo_p99_s if first.lo_p99_s > 0 else math.nan
+    cls = first.cls
+    if cls == "linear":
+        return f"{span} {scaling_words(group)}"
+    if cls == "moe":
+        return (
+            f"{span} throughput grows sublinearly ({qps}, {ratio(gain)}) as an MoE model's "
+            "does while each step reads more experts: not the limit"
+        )
+    if cls == "flattening":
+        return (
+            f"{span} throughput flattens ({qps}, {ratio(gain)}) while {_latency_words(lat)}: "
+            "near the limit"
+        )
+    if cls == "flat":
+        return f"{span} throughput stays flat ({qps}) while {_latency_words(lat)}: overload"
+    return f"{span} throughput falls ({qps}) and {_latency_words(lat)}: overload"
+
+
+def find_knee(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    slo: Slo | None = None,
+    thresholds: Thresholds = Thresholds(),
+    overloaded: Sequence[int] = (),
+    model: ModelSpec | None = None,
+) -> Knee:
+    """Classify the sweep's steps and pick the best range and the cap (module docstring);
+    stages in ``overloaded`` (their verdict says so) are never the cap."""
+    slo = slo or Slo()
+    stages = sorted(
+        (
+            r
+            for r in rows
+            if r.get("kind") != "soak" and _f(r, "completed") > 0 and not math.isnan(_load(r))
+        ),
+        key=_load,
+    )
+    dedup: list[Mapping[str, Any]] = []
+    for r in stages:
+        if not dedup or _load(r) > _load(dedup[-1]):
+            dedup.append(r)
+    if not dedup:
+        return Knee(notes=("no stage with completed requests and a load: no knee",))
+    unit = "concurrency" if not math.isnan(_f(dedup[0], "concurrency")) else "rate"
+    steps = []
+    for lo, hi in itertools.pairwise(dedup):
+        gain = _f(hi, "qps") / _f(lo, "qps") if _f(lo, "qps") > 0 else math.nan
+        lr = _load(hi) / _load(lo) if _load(lo) > 0 else math.nan
+        eff = (gain - 1) / (lr - 1) if lr > 1 else math.nan
+        lat = (
+            _f(hi, "latency_p99_s") / _f(lo, "latency_p99_s")
+            if _f(lo, "latency_p99_s") > 0
+            else math.nan
+        )
+        steps.append(
+            Step(
+                int(lo["stage"]),
+                int(hi["stage"]),
+                _label(lo),
+                _label(hi),
+                gain,
+                lr,
+                eff,
+                lat,
+                _moe_class(model, lo, hi, gain, _classify(gain, eff, thresholds)),
+                _f(lo, "qps"),
+                _f(hi, "qps"),
+                _f(lo, "latency_p99_s"),
+                _f(hi, "latency_p99_s"),
+            )
+        )
+    notes: list[str] = []
+    blocked = set(overloaded)
+
+    def acceptable(i: int) -> tuple[bool, str]:
+        ok, why = meets_slo(dedup[i], slo, thresholds)
+        if not ok:
+            return False, f"misses the SLOs: {why}"
+        if int(dedup[i]["stage"]) in blocked:
+            return False, "is overloaded (see its verdict)"
+        rate, qps = _f(dedup[i], "rate"), _f(dedup[i], "qps")
+        if rate > 0 and not qps >= thresholds.open_loop_achieved * rate:
+            return False, (
+                f"achieves {num(qps, 2)} of {num(rate, 2)} req/s offered "
+                f"(< {thresholds.open_loop_achieved:.0%})"
+            )
+        return True, ""
+
+    def worth(lo: int, hi: int) -> tuple[bool, float, float]:
+        gain = _f(dedup[hi], "qps") / _f(dedup[lo], "qps") if _f(dedup[lo], "qps") > 0 else 0.0
+        p_lo, p_hi = _f(dedup[lo], "latency_p99_s"), _f(dedup[hi], "latency_p99_s")
+        lat = p_hi / p_lo if p_lo > 0 else math.nan
+        cost = lat - 1 if not math.isnan(lat) else 0.0
+        return gain - 1 >= max(thresholds.min_gain, thresholds.latency_weight * cost), gain, lat
+
+    ok0, why0 = acceptable(0)
+    cap_ix: int | None = 0 if ok0 else None
+    if not ok0:
+        notes.append(f"the lowest load ({_label(dedup[0])}) {why0}")
+    else:
+        cap = 0
+        i = 1
+        while i < len(dedup):
+            ok, why = acceptable(i)
+            good, gain, lat = worth(cap, i) if ok else (False, math.nan, math.nan)
+            if good:
+                cap, i = i, i + 1
+                continue
+            # not accepted: a higher load may still beat the cap (non-monotonic stages are
+            # chosen by the objective, not by the first drop)
+            later = [j for j in range(i + 1, len(dedup)) if acceptable(j)[0] and worth(cap, j)[0]]
+            if not ok:
+                notes.append(f"load {_label(dedup[i])} {why}")
+            else:
+                notes.append(
+                    f"load {_label(dedup[i])}: throughput {ratio(gain)} is not worth P99 "
+                    f"{ratio(lat)}"
+                )
+            if not later:
+                break
+            cap, i = later[0], later[0] + 1
+        cap_ix = cap
+    knee_ix = 0
+    for i, step in enumerate(steps, start=1):
+        if step.cls not in ("linear", "moe"):
+            break
+        knee_ix = i
+    groups: list[list[Step]] = []
+    for step in steps:
+        if groups and groups[-1][-1].cls == step.cls:
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    reading = "; ".join(_phrase(g) for g in groups)
+    if not steps:
+        notes.append("one load level only: sweep the load to find the knee")
+        cap_ix = None  # never a cap from a single stage
+        return Knee(
+            tuple(steps), None, None, "", "", reading,
+            f"one {unit} only: no cap (sweep the load)", tuple(notes),
+        )  # fmt: skip
+    if cap_ix is None:
+        return Knee(
+            tuple(steps),
+            None,
+            None,
+            "",
+            "",
+            reading,
+            f"no {unit} meets the SLOs; lower the load or fix the server",
+            tuple(notes),
+        )
+    if steps[-1].cls in ("linear", "moe"):
+        notes.append(
+            f"still scaling at the highest {unit} ({_label(dedup[-1])}): the knee lies "
+            "above it; extend the sweep"
+        )
+    knee_ix = min(knee_ix, cap_ix)
+    lo_lab, cap_lab = _label(dedup[knee_ix]), _label(dedup[cap_ix])
+    best = lo_lab if knee_ix == cap_ix else f"{lo_lab}-{cap_lab}"
+    conclusion = f"best {unit} {best}; cap {unit} at {cap_lab}"
+    return Knee(
+        tuple(steps),
+        int(dedup[knee_ix]["stage"]),
+        int(dedup[cap_ix]["stage"]),
+        best,
+        cap_lab,
+        reading,
+        conclusion,
+        tuple(notes),
+    )

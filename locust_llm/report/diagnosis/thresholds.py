@@ -1,0 +1,83 @@
+"""Every threshold the report judges by, in one frozen object shared by the verdict, the knee,
+the soak drift and the alerts (pure: no I/O).
+
+The verdict rules (:mod:`locust_llm.report.diagnosis.verdict`), the knee and cap
+(:mod:`locust_llm.report.diagnosis.knee`),
+the soak drift (:mod:`locust_llm.report.soak`) and the alerts
+(:mod:`locust_llm.report.diagnosis.alerts`)
+all read one :class:`Thresholds`; a value that
+two of them use (the 1% error rate) is one field. ``locust-llm report --alert NAME=VALUE``
+overrides the alert fields (:data:`ALERT_FIELDS`) and so, for ``error_rate``, the verdict's
+``errors`` rule and the cap's error bound too; ``error_rate=off`` switches all three off.
+Ratios are 0..1, times in seconds; ``None`` switches a check off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: The fields ``--alert`` may override (each is also an alert check).
+ALERT_FIELDS: tuple[str, ...] = ("gpu_mem", "gpu_util", "error_rate", "ttft", "tpot", "e2e")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    """The report's thresholds (ratios 0..1, seconds; ``None`` = check off)."""
+
+    # -- shared: verdict ``errors``, the knee's cap and the error-rate alert ------------------
+    error_rate: float | None = 0.01  # failed / all above this (the seed's alert level)
+
+    # -- alerts (strictly above fires) ------------------------------------------------------
+    gpu_mem: float | None = 0.90  # peak GPU memory used / total
+    gpu_util: float | None = 0.95  # mean GPU busy ratio (a warning unless gpu_util_fails)
+    gpu_util_fails: bool = False  # GPU utilization above gpu_util fails the run (exit 3)
+    ttft: float | None = None  # P99 TTFT, seconds
+    tpot: float | None = None  # P99 TPOT, seconds
+    e2e: float | None = None  # P99 end-to-end latency, seconds
+
+    # -- verdict rules ----------------------------------------------------------------------
+    min_requests: int = 5  # fewer requests in a stage: insufficient data
+    client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
+    no_queue_waiting: float = 0.5  # mean waiting below: no queue
+    no_queue_share: float = 0.25  # ... or below 1 and below this share of the mean batch
+    low_batch_fraction: float = 0.25  # running at most this share of its limit: under-used
+    saturated_gpu_util: float = 0.90
+    saturated_bw_util: float = 0.70
+    saturated_kv: float = 0.90
+    prefill_share: float = 0.5  # mean TTFT / mean E2E at or above: the prefill phase dominates
+    flat_gain: float = 1.02  # throughput ratio over the lower stage at most this: flat
+    latency_climb: float = 1.25  # P99 ratio at least this: latency climbs
+    open_loop_shortfall: float = 0.90  # achieved / offered rate below this: overloaded
+    queue_share: float = 0.5  # queue time / TTFT at or above: requests wait for admission ...
+    queue_min_steps: float = 2.0  # ... when it is longer than this many mean decode steps
+    busy_share: float = 0.5  # GPU busy below this with no queue: under-loaded
+    slot_fill: float = 0.95  # peak batch at or above this share of its limit: the limit binds
+    budget_fill: float = 0.75  # prompt tokens per step / --max-num-batched-tokens: it binds
+    prefill_saturated: float = 0.85  # prompts' compute time share: a flat batch is theirs
+    interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference
+    interference_step_share: float = 0.3  # ... or steps carrying prompt work (memory-bound decode)
+    min_telemetry_samples: int = 3  # fewer server samples in a stage: its signals are not used
+
+    # -- knee and cap -----------------------------------------------------------------------
+    linear_efficiency: float = 0.5  # (gain - 1) / (load ratio - 1) at least this: linear
+    flat_band: float = 0.02  # gain within this of 1: flat
+    open_loop_achieved: float = 0.95  # open loop: achieved / offered at least this for a cap
+    min_gain: float = 0.05  # the cap needs at least this throughput gain per step ...
+    latency_weight: float = 0.10  # ... and at least this share of the P99 increase
+
+    # -- soak stages: drift of P99 latency and throughput -----------------------------------
+    soak_max_drift_pct_per_h: float = 10.0  # drift beyond this (percent per hour): unstable ...
+    soak_sigmas: float = 2.0  # ... and beyond this many standard errors of its slope
+    soak_min_minutes: int = 3  # fewer usable minutes: insufficient data
+    soak_min_per_minute: int = 5  # requests a minute needs for its P99
+
+    def alert_values(self) -> dict[str, Any]:
+        """The alert fields and their values (what summary.json records as ``thresholds``)."""
+        return {name: getattr(self, name) for name in ALERT_FIELDS}
+
+
+def error_rate_exceeded(rate: float, thresholds: Thresholds) -> bool:
+    """True when ``rate`` is above the error-rate threshold (never when it is off or NaN)."""
+    limit = thresholds.error_rate
+    return limit is not None and rate > limit

@@ -1,0 +1,917 @@
+"""The bottleneck verdict: an ordered registry of small rules, stage row -> :class:`Verdict`.
+
+Input is the per-stage table of :mod:`locust_llm.report.tables` as mappings (one per stage,
+column -> value; NaN = no data), with the time split (:mod:`locust_llm.report.decompose`) and
+the resource model (:mod:`locust_llm.report.resources`). Pure: no I/O, no pandas.
+
+A verdict has two names: ``kind``, the source document's bottleneck vocabulary (prefill /
+decode / OOM / low concurrency, plus overloaded, client-bound, errors, insufficient data), and
+``cause``, the limiting resource and mechanism (:data:`CAUSES`, the labels of
+:mod:`locust_llm.sim.labels` so the simulator's ground truth can judge it). It states the
+requests and telemetry samples it used and a confidence: ``high`` (server telemetry and the
+roofline), ``medium`` (one of them), ``low`` (client-side evidence only, which it says).
+
+Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``check`` returns a
+:class:`Finding` or None (thresholds: :class:`locust_llm.report.diagnosis.thresholds.Thresholds`):
+
+1. ``too_few_requests`` -> ``insufficient_data``: fewer than ``min_requests`` requests, unless
+   every one failed above the error-rate threshold (a dead server): then rule 4 says ``errors``.
+2. ``oom`` -> ``memory_oom``: a request failed with error kind ``oom``.
+3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU, or its CPU demand (time running
+   or waiting for a core, :mod:`locust_llm.client.cpu_demand`), peaked at ``client_cpu`` or more; or
+   (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``
+   with at least ``CLIENT_DELAY_MIN_LATE`` requests that late and no standing queue on the
+   server (with one, the server is offered more than it takes: the stage is the server's).
+4. ``errors`` -> ``errors``: error rate above ``error_rate``.
+5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
+   at least ``queue_share`` of TTFT, a standing queue (waiting >= 1 and >= half the batch), or
+   a KV cache that preempted while requests waited (mean waiting >= ``no_queue_waiting``).
+   The cause, in the order a scheduler's admission gates are tested: the step's token budget
+   (compute-bound steps whose prompt tokens per step plus one per decoding sequence fill
+   ``budget_fill`` of ``--max-num-batched-tokens``: the step-bound cause, prompts queue for
+   prefill compute); ``batch_limit_admission`` when demand exceeds max-num-seqs / the
+   server's slots (given, probed, or read from a flat running gauge:
+   :mod:`locust_llm.telemetry.batch_limit`; an observed plateau is not taken for a limit when
+   prompts'
+   compute fills ``prefill_saturated`` of the busy time: a budget spent on prompts every step
+   holds the batch flat too) and the batch reached ``slot_fill`` of it or requests wait
+   (without a running gauge: more users than slots and TTFT mostly queue, client-side),
+   when the KV cache holds at least that many sequences (the scheduler tests the batch limit
+   before it asks for KV blocks), unless the KV cache preempted while the mean batch stayed
+   below ``slot_fill`` of the limit; ``kv_capacity_admission``
+   when the KV cache peaked at ``saturated_kv`` or preempted; else, with no KV signal, a
+   batch that stays at one plateau while load grows.
+6. ``under_loaded`` -> ``low_concurrency``: no admission queue and the device busy less than
+   ``busy_share`` (GPU utilization); without a busy signal, throughput still scaling (gain over
+   the lower stage at least ``linear_efficiency`` of the load ratio's) - client-side.
+7. ``small_batch`` -> ``low_concurrency``: no queue and the batch at most
+   ``low_batch_fraction`` of its limit; the cause is the step bound.
+8. ``step_bound`` -> ``prefill_bound`` / ``decode_bound``: the resource model's step bound.
+   ``compute`` (compute sets at least half the busy time: the prompt tokens' FLOPs at the
+   achievable efficiency, :func:`locust_llm.report.resources.compute_time_share`):
+   ``prefill_interference`` when requests spend longer decoding than waiting for their first
+   token and prompt chunks set the decode steps' time: at least
+   ``interference_prefill_share`` of the tokens computed are prompt tokens, or a decode-only
+   step would be memory-bound while at least ``interference_step_share`` of the steps carry
+   prompt work; ``compute_bound_prefill`` when prompt tokens are at least half and TTFT is the
+   longer phase; else ``compute_bound_decode``. ``memory``: ``bandwidth_bound_decode``.
+9. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
+   the server signals, and TTFT's share of E2E at ``prefill_share`` or more (prefill) or less.
+10. ``past_knee`` -> ``overloaded``: throughput flat (gain <= ``flat_gain``) while P99 climbs
+    (>= ``latency_climb``), or open loop achieving less than ``open_loop_shortfall`` of the
+    offered rate; cause from the step bound where known.
+11. ``nothing_saturated`` -> ``healthy`` (with server signals), else ``insufficient_data``.
+
+Server signals with fewer than ``min_telemetry_samples`` samples in the stage are not used:
+missing signals are never read as "not saturated".
+
+Overall: the first ``memory_oom`` or ``client_bound`` stage; otherwise the verdict of the
+highest-load stage with enough data (when ``overloaded``, the verdict at the recommended cap is
+quoted beside it). A soak stage's drift verdict (``unstable``) comes from
+:mod:`locust_llm.report.soak`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from locust_llm.metrics import ERROR_KINDS
+from locust_llm.registry import Registry
+from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, CLIENT_DELAY_MIN_LATE
+from locust_llm.report.decompose import computed_prompt_tokens, split_line
+from locust_llm.report.diagnosis.actions import (
+    CAUSE_ACTIONS,
+    ERROR_ACTIONS,
+    KIND_ACTIONS,
+    with_values,
+)
+from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
+from locust_llm.report.fmt import column as _v
+from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
+from locust_llm.report.resources import prompts_per_s, recompute_tokens_per_s
+from locust_llm.sim.labels import VERDICT_KINDS as CAUSE_KINDS
+
+KINDS: tuple[str, ...] = (
+    "prefill_bound",
+    "decode_bound",
+    "memory_oom",
+    "low_concurrency",
+    "overloaded",
+    "client_bound",
+    "errors",
+    "healthy",
+    "insufficient_data",
+    "unstable",  # soak stages only: latency or throughput drifts
+)
+
+#: cause -> (the limiting resource as people read it, the source document's bottleneck).
+CAUSES: dict[str, tuple[str, str]] = {
+    "kv_capacity_admission": ("KV capacity", "OOM / memory"),
+    "batch_limit_admission": ("batch slots", "low concurrency (batch limit)"),
+    "under_loaded": ("none (under-loaded)", "low concurrency"),
+    "prefill_interference": ("compute (prefill chunks in decode steps)", "prefill"),
+    "compute_bound_prefill": ("compute (prefill)", "prefill"),
+    "compute_bound_decode": ("compute (decode)", "decode"),
+    "bandwidth_bound_decode": ("memory bandwidth (decode)", "decode"),
+}
+
+
+SERVER_SIGNALS: tuple[str, ...] = ("gpu_util", "dram_bw_util", "kv_cache_usage", "running")
+
+#: kind -> its actions, flag placeholders left empty (soak and build quote them directly).
+ACTIONS: dict[str, tuple[str, ...]] = {k: with_values(v, {}) for k, v in KIND_ACTIONS.items()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A diagnosis: what limits the server, the numbers that show it, what to do about it."""
+
+    kind: str
+    evidence: tuple[str, ...]
+    actions: tuple[str, ...]
+    stage: int | None = None  # stage index; None for the run as a whole
+    cause: str = ""  # a CAUSES key; "" when the rule names no resource
+    rule: str = ""
+    requests: int = 0
+    telemetry_samples: int = 0
+    confidence: str = "low"
+    client_side: bool = False  # decided without server signals
+
+    @property
+    def resource(self) -> str:
+        """The limiting resource as people read it ("KV capacity"), or ""."""
+        return CAUSES[self.cause][0] if self.cause in CAUSES else ""
+
+    @property
+    def headline(self) -> str:
+        """``overloaded: KV capacity`` / ``decode_bound: memory bandwidth (decode)`` / kind."""
+        return f"{self.kind}: {self.resource}" if self.resource else self.kind
+
+    @property
+    def source_name(self) -> str:
+        """The source document's name for this bottleneck, or ""."""
+        if self.cause in CAUSES:
+            return CAUSES[self.cause][1]
+        return {"memory_oom": "OOM / memory", "low_concurrency": "low concurrency"}.get(
+            self.kind, ""
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "cause": self.cause,
+            "resource": self.resource,
+            "source_bottleneck": self.source_name,
+            "rule": self.rule,
+            "stage": self.stage,
+            "requests": self.requests,
+            "telemetry_samples": self.telemetry_samples,
+            "confidence": self.confidence,
+            "client_side": self.client_side,
+            "evidence": list(self.evidence),
+            "actions": list(self.actions),
+        }
+
+
+# -- what a rule sees -------------------------------------------------------------------------
+
+
+def _load(row: Mapping[str, Any]) -> float:
+    c = _v(row, "concurrency")
+    return c if not math.isnan(c) else _v(row, "rate")
+
+
+def _lower_neighbour(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Mapping | None:
+    """The stage with the next-lower load (soak stages excluded), or None."""
+    load = _load(row)
+    lower = [
+        r
+        for r in rows
+        if r.get("kind") != "soak"
+        and not math.isnan(_load(r))
+        and _load(r) < load
+        and _v(r, "completed") > 0
+    ]
+    return max(lower, key=_load) if lower else None
+
+
+@dataclass(frozen=True)
+class Context:
+    """One stage as the rules see it: its row, all rows, the thresholds, the server's flags."""
+
+    row: Mapping[str, Any]
+    rows: Sequence[Mapping[str, Any]]
+    thresholds: Thresholds
+    server: Mapping[str, Any] = field(default_factory=dict)
+
+    def v(self, key: str) -> float:
+        """A numeric column (NaN when missing)."""
+        return _v(self.row, key)
+
+    def server_v(self, key: str) -> float:
+        """A server signal, NaN when it is missing or rests on too few samples."""
+        if not self.telemetry_ok:
+            return math.nan
+        return self.v(key)
+
+    @property
+    def telemetry_ok(self) -> bool:
+        samples = self.v("server_samples")
+        if math.isnan(samples):  # a table without the count: trust what is there
+            return any(not math.isnan(self.v(s)) for s in SERVER_SIGNALS)
+        return samples >= self.thresholds.min_telemetry_samples
+
+    @property
+    def where(self) -> str:
+        return f"at load {load_label(self.row.get('concurrency'), self.row.get('rate'))}"
+
+    @property
+    def lower(self) -> Mapping[str, Any] | None:
+        return _lower_neighbour(self.row, self.rows)
+
+    def max_num_seqs(self) -> float:
+        value = self.server.get("max_num_seqs")
+        return float(value) if is_num(value) and value > 0 else math.nan
+
+    def slots(self) -> float:
+        value = self.server.get("total_slots")
+        return float(value) if is_num(value) and value > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule found: the kind, the cause, the evidence and extra actions."""
+
+    kind: str
+    evidence: tuple[str, ...]
+    cause: str = ""
+    extra_actions: tuple[str, ...] = ()
+    client_side: bool = False
+
+
+@dataclass(frozen=True)
+class VerdictRule:
+    """One verdict rule: ``check(context)`` -> a :class:`Finding`, or None to pass on."""
+
+    name: str
+    doc: str
+    check: Callable[[Context], Finding | None]
+
+
+RULES: Registry[VerdictRule] = Registry("verdict rule")
+
+
+def rule(name: str, doc: str) -> Callable[[Callable[[Context], Finding | None]], VerdictRule]:
+    """Register the decorated check as the next rule in order."""
+
+    def wrap(check: Callable[[Context], Finding | None]) -> VerdictRule:
+        return RULES.register(name, VerdictRule(name, doc, check))
+
+    return wrap
+
+
+# -- shared evidence --------------------------------------------------------------------------
+
+
+def _gain(ctx: Context) -> tuple[float, float, Mapping[str, Any] | None]:
+    """(throughput gain, load ratio) over the lower-load stage, and that stage."""
+    prev = ctx.lower
+    if prev is None or ctx.row.get("kind") == "soak":
+        return math.nan, math.nan, None
+    gain = ctx.v("qps") / _v(prev, "qps") if _v(prev, "qps") > 0 else math.nan
+    return gain, _load(ctx.row) / _load(prev), prev
+
+
+def _split_text(ctx: Context) -> str:
+    return split_line(ctx.row)
+
+
+def _queue_share(ctx: Context) -> float:
+    """Queue time / TTFT; 0 when the queue time is within ``queue_min_steps`` decode steps
+    (waiting for the step under way is not an admission queue)."""
+    ttft, queue = ctx.v("ttft_avg_s"), ctx.v("queue_avg_s")
+    if queue <= ctx.thresholds.queue_min_steps * ctx.v("tpot_avg_s"):
+        return 0.0
+    return queue / ttft if ttft > 0 else math.nan
+
+
+def _standing_queue(ctx: Context) -> bool:
+    waiting, running = ctx.server_v("waiting"), ctx.server_v("running")
+    return waiting >= 1 and waiting >= 0.5 * (running if running > 0 else 0)
+
+
+def _queued(ctx: Context) -> bool:
+    """Requests wait for admission: a standing queue, or, unless the waiting gauge says
+    nothing waits, a KV cache that preempted (only a cache out of blocks preempts) or queue time
+    at least ``queue_share`` of TTFT."""
+    if _standing_queue(ctx):
+        return True
+    if ctx.server_v("waiting") < ctx.thresholds.no_queue_waiting:
+        return False
+    if ctx.server_v("preemptions") > 0:
+        return True  # the KV cache ran out of blocks and sent running sequences back to wait
+    return _queue_share(ctx) >= ctx.thresholds.queue_share
+
+
+def _resources_text(ctx: Context) -> str:
+    mfu, mbu = ctx.v("mfu"), ctx.v("mbu")
+    if math.isnan(mfu + mbu):
+        return ""
+    share = ctx.v("prefill_token_share")
+    return (
+        f"resource model {ctx.where}: MFU {pct(mfu)}, MBU {pct(mbu)}; compute sets "
+        f"~{pct(ctx.v('compute_time_share'))} of the busy time -> steps "
+        f"{ctx.row.get('step_bound')}-bound; prompt tokens {pct(share)} of tokens computed "
+        f"({num(ctx.v('input_tokens_avg'), 0)} in / {num(ctx.v('output_tokens_avg'), 0)} out"
+        f"{_cache_text(ctx)})"
+    )
+
+
+def _cache_text(ctx: Context) -> str:
+    """What the prefix cache served of the prompts, when it matters (>= 10%), or ""."""
+    n_in, cached = ctx.v("input_tokens_avg"), ctx.v("cached_tokens_avg")
+    if not (n_in > 0 and cached >= 0.1 * n_in):
+        return ""
+    return f"; {num(cached, 0)} of the {num(n_in, 0)} from the prefix cache ({pct(cached / n_in)})"
+
+
+def _step_cause(ctx: Context) -> str:
+    """The cause the resource model's step bound names, or ""."""
+    bound = ctx.row.get("step_bound")
+    if bound == "memory":
+        return "bandwidth_bound_decode"
+    if bound != "compute":
+        return ""
+    th = ctx.thresholds
+    share = ctx.v("prefill_token_share")
+    decode_longer = ctx.v("decode_avg_s") > ctx.v("ttft_avg_s")
+    # prompt chunks set the decode steps' time: prompts are most of the compute, or decode
+    # steps alone would be memory-bound while many of them carry prompt work
+    chunks = ctx.row.get("decode_step_bound") == "memory" and (
+        ctx.v("prompt_step_share") >= th.interference_step_share
+    )
+    if decode_longer and (share >= th.interference_prefill_share or chunks):
+        return "prefill_interference"
+    if share >= 0.5 and not decode_longer:
+        return "compute_bound_prefill"
+    return "compute_bound_decode"
+
+
+# -- the rules, in order ------------------------------------------------------------------------
+
+
+@rule("too_few_requests", "fewer than min_requests requests in the stage")
+def _too_few(ctx: Context) -> Finding | None:
+    requests = ctx.v("requests")
+    if requests >= ctx.thresholds.min_requests:
+        return None
+    if ctx.v("completed") == 0 and error_rate_exceeded(ctx.v("error_rate"), ctx.thresholds):
+        return None  # a dead server: the errors rule says so
+    n = num(requests if not math.isnan(requests) else 0)
+    return Finding(
+        "insufficient_data", (f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})",)
+    )
+
+
+@rule("oom", "a request failed with out-of-memory")
+def _oom(ctx: Context) -> Finding | None:
+    oom, requests = ctx.v("error_rate_oom"), ctx.v("requests")
+    if not oom > 0:
+        return None
+    evidence = [
+        f"{pct(oom, 1)} of requests {ctx.where} failed with out-of-memory "
+        f"({num(round(oom * requests))} of {num(requests)})"
+    ]
+    for key, label in (
+        ("gpu_mem_util_max", "GPU memory peaked at"),
+        ("kv_cache_usage_max", "KV cache peaked at"),
+    ):
+        if not math.isnan(ctx.v(key)):
+            evidence.append(f"{label} {pct(ctx.v(key))}")
+    return Finding("memory_oom", tuple(evidence))
+
+
+@rule("client_cpu", "a Locust worker's CPU peaked at client_cpu, or it read tokens late")
+def _client(ctx: Context) -> Finding | None:
+    cpu = ctx.v("worker_cpu_max")
+    demand = ctx.v("worker_cpu_demand_max")  # ran or waited for a core: cpu_demand.py
+    delay = ctx.v("client_delay_first_p99_s")  # kernel-stamp transport: report/client_delay.py
+    late = ctx.v("client_delay_first_late")  # requests read that late (nan: not counted)
+    if not cpu >= ctx.thresholds.client_cpu and demand >= ctx.thresholds.client_cpu:
+        return Finding(
+            "client_bound",
+            (
+                f"a Locust worker's CPU demand peaked at {pct(demand)} {ctx.where} "
+                f"(>= {pct(ctx.thresholds.client_cpu)}; it got {pct(cpu)} of a core, the rest "
+                "waiting for one on a shared host): the load generator, not the server, limits "
+                "this stage",
+            ),
+        )
+    if (
+        not cpu >= ctx.thresholds.client_cpu
+        and delay >= CLIENT_DELAY_BOUND_S
+        and not late < CLIENT_DELAY_MIN_LATE
+        # a standing queue on the server: it is offered more than it takes, so late reads
+        # blur the timings (the report's client delay table) but do not limit the stage
+        and not _standing_queue(ctx)
+    ):
+        count = f", {num(late)} requests" if late == late else ""
+        return Finding(
+            "client_bound",
+            (
+                f"the worker read first tokens up to {ms(delay, 1)} ms after the kernel "
+                f"received them (p99 {ctx.where}, >= {ms(CLIENT_DELAY_BOUND_S)} ms{count}): "
+                "the load generator falls behind its streams",
+            ),
+        )
+    if not cpu >= ctx.thresholds.client_cpu:
+        return None
+    who = ctx.row.get("worker_cpu_max_id") or "a worker"
+    return Finding(
+        "client_bound",
+        (
+            f"Locust worker {who} CPU peaked at {pct(cpu)} {ctx.where} "
+            f"(>= {pct(ctx.thresholds.client_cpu)}): the load generator, not the server, "
+            "limits this stage",
+        ),
+    )
+
+
+@rule("errors", "error rate above error_rate")
+def _errors(ctx: Context) -> Finding | None:
+    rate, limit = ctx.v("error_rate"), ctx.thresholds.error_rate
+    if limit is None or not error_rate_exceeded(rate, ctx.thresholds):
+        return None
+    kinds = [(k, ctx.v(f"error_rate_{k}")) for k in ERROR_KINDS]
+    kinds = [(k, r) for k, r in kinds if r > 0]
+    detail = ", ".join(f"{k} {pct(r, 1)}" for k, r in kinds)
+    return Finding(
+        "errors",
+        (f"error rate {pct(rate, 1)} {ctx.where} > {pct(limit)} ({detail})",),
+        extra_actions=tuple(ERROR_ACTIONS[k] for k, _ in kinds if k in ERROR_ACTIONS),
+    )
+
+
+def _kv_full(ctx: Context) -> bool:
+    """The KV cache cannot take one more sequence: usage at ``saturated_kv``, or within one
+    sequence's share of the capacity, or a preemption."""
+    kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
+    seqs = ctx.v("kv_capacity_seqs")
+    room = 1.0 - 1.0 / seqs if seqs >= 1 else ctx.thresholds.saturated_kv
+    return kv_max >= min(ctx.thresholds.saturated_kv, room) or pre > 0
+
+
+def _slots_bind(ctx: Context, limit: float) -> bool:
+    """The batch limit holds requests back: more were asked for than it allows (closed loop:
+    more users than slots; else running + waiting beyond it) and the batch reached it or
+    requests wait (the caller has ruled the token budget and the KV cache out, and a
+    scheduler admits by nothing else; the gauge is read after a step's finished sequences
+    left, so it sits below the limit by those); in open loop, with requests waiting on average
+    (a peak of arrivals is no standing queue). Without a running gauge (client-side): more
+    users than slots and the TTFT mostly queue."""
+    running_max = ctx.server_v("running_max")
+    demand = ctx.v("concurrency")
+    if math.isnan(running_max):
+        return demand > limit and _queue_share(ctx) >= ctx.thresholds.queue_share
+    waiting = ctx.server_v("waiting")
+    if math.isnan(demand):  # open loop: a standing queue, not one peak of arrivals
+        demand = running_max + ctx.server_v("waiting_max")
+        return demand > limit and waiting >= 1
+    return demand > limit and (running_max >= ctx.thresholds.slot_fill * limit or waiting >= 1)
+
+
+def _admission_blocker(ctx: Context) -> tuple[str, str]:
+    """(cause, evidence) of what holds the queued requests back; ("", "") when unknown.
+
+    In order: prompts queue for the step's token budget (prefill compute); the batch limit,
+    when the KV cache holds at least that many sequences (the scheduler tests the batch limit
+    before it asks for KV blocks, so where both bind, the batch limit stops admission), unless
+    the KV cache preempted and the mean batch stayed below ``slot_fill`` of the limit (the KV
+    cache ran out first); the KV cache; a batch that stays at one plateau while load grows."""
+    th = ctx.thresholds
+    kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
+    running_max = ctx.server_v("running_max")
+    budget = _token_budget_text(ctx)
+    if budget:
+        return _step_cause(ctx), budget
+    preempted = pre > 0 and _kv_full(ctx)
+    running = ctx.server_v("running")
+    for limit, label in ((ctx.max_num_seqs(), "max-num-seqs"), (ctx.slots(), "server slots")):
+        if limit > ctx.v("kv_capacity_seqs") or not _slots_bind(ctx, limit):
+            continue
+        if preempted and not running >= th.slot_fill * limit:
+            continue  # the KV cache ran out and kept the batch below its limit: KV binds
+        source = ctx.server.get("max_num_seqs_source") if label == "max-num-seqs" else ""
+        if _prompt_saturated(ctx) and str(source).startswith("running gauge"):
+            return "", ""  # the plateau is the prefill's: the steps' bound names it
+        said = f" ({source})" if source else ""
+        if math.isnan(running_max):
+            return "batch_limit_admission", (
+                f"{num(ctx.v('concurrency'))} users for {label} {num(limit)}{said} and TTFT "
+                f"{pct(_queue_share(ctx))} queue: requests wait for a batch slot (client-side)"
+            )
+        return "batch_limit_admission", (
+            f"batch peaked at {num(running_max)} running of {label} {num(limit)}{said} with the "
+            f"KV cache at {pct(kv_max)}: requests wait for a batch slot"
+        )
+    if _kv_full(ctx):
+        return "kv_capacity_admission", (
+            f"KV cache peaked at {pct(kv_max)} ({num(pre, 0)} preemptions): sequences wait for "
+            f"KV space; ~{num(ctx.v('kv_capacity_seqs'), 0)} sequences fit at the observed "
+            "context"
+        )
+    prev = ctx.lower
+    if prev is not None and running_max > 0 and math.isnan(kv_max):
+        prev_max = _v(prev, "running_max")
+        if prev_max >= th.slot_fill * running_max and _load(ctx.row) > _load(prev):
+            return "batch_limit_admission", (
+                f"the batch stays at {num(running_max)} running while load grows "
+                f"({load_label(prev.get('concurrency'), prev.get('rate'))} -> "
+                f"{load_label(ctx.row.get('concurrency'), ctx.row.get('rate'))}) and no KV "
+                "signal: a slot or batch limit of about that size"
+            )
+    return "", ""
+
+
+def _prompt_saturated(ctx: Context) -> bool:
+    """Prompts' compute fills the busy time (``compute_time_share`` at ``prefill_saturated``,
+    compute-bound on prompts): a flat running gauge is then what a token budget spent on
+    prompts every step produces too, so an observed (not declared) plateau is not taken for
+    a batch limit."""
+    share = ctx.v("compute_time_share")
+    return share >= ctx.thresholds.prefill_saturated and _step_cause(ctx) in (
+        "compute_bound_prefill",
+        "prefill_interference",
+    )
+
+
+def _token_budget_text(ctx: Context) -> str:
+    """Evidence that prompts queue for the step's token budget (prefill compute), or "": the
+    steps are compute-bound and the tokens of one step (the prompt tokens arriving per step,
+    those recomputed after preemptions included, plus one per decoding sequence) fill
+    ``budget_fill`` of ``--max-num-batched-tokens``."""
+    budget = ctx.server.get("max_num_batched_tokens")
+    cause = _step_cause(ctx)
+    if not is_num(budget) or cause not in ("compute_bound_prefill", "prefill_interference"):
+        return ""
+    prompt_rate = prompts_per_s(ctx.row) * computed_prompt_tokens(ctx.row)
+    prompt_rate += recompute_tokens_per_s(ctx.row)
+    prompts = prompt_rate * ctx.v("tpot_avg_s")
+    running = ctx.server_v("running")
+    per_step = prompts + (running if running > 0 else 0.0)
+    if not per_step >= ctx.thresholds.budget_fill * budget:
+        return ""
+    return (
+        f"{_resources_text(ctx)}; ~{num(per_step, 0)} tokens per step ({num(prompts, 0)} of "
+        f"them prompt tokens) of a {num(budget)}-token budget (--max-num-batched-tokens): "
+        "prompts queue for prefill compute"
+    )
+
+
+@rule("admission", "requests wait for admission (queue time or a standing queue)")
+def _admission(ctx: Context) -> Finding | None:
+    share = _queue_share(ctx)
+    if not _queued(ctx):
+        return None
+    cause, blocker = _admission_blocker(ctx)
+    if not cause:
+        return None  # a queue without a binding admission limit: the steps are the limit
+    evidence = [
+        _split_text(ctx) + f": queue is {pct(share)} of TTFT",
+        f"standing queue: {num(ctx.server_v('waiting'))} waiting vs "
+        f"{num(ctx.server_v('running'))} running on average",
+        blocker,
+    ]
+    return Finding(
+        "overloaded", tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok
+    )
+
+
+@rule("under_loaded", "no admission queue and the device busy less than busy_share")
+def _under(ctx: Context) -> Finding | None:
+    th = ctx.thresholds
+    if _queued(ctx):
+        return None
+    busy = ctx.server_v("gpu_util")
+    if not math.isnan(busy):
+        if busy >= th.busy_share:
+            return None
+        return Finding(
+            "low_concurrency",
+            (
+                f"GPU busy {pct(busy)} {ctx.where} (< {pct(th.busy_share)}) with no admission "
+                f"queue ({num(ctx.server_v('waiting'))} waiting)",
+                f"QPS {num(ctx.v('qps'))}, E2E avg {ms(ctx.v('latency_avg_s'))} ms",
+            ),
+            "under_loaded",
+        )
+    gain, load_ratio, prev = _gain(ctx)
+    if prev is None or not load_ratio > 1:
+        return None
+    if (gain - 1) / (load_ratio - 1) < th.linear_efficiency:
+        return None
+    # throughput scales, but whether the device idles is unknown: the step bound, where the
+    # resource model gives one, names what each step waits on
+    evidence = [
+        f"no GPU busy signal {ctx.where}; client-side: throughput still scales, QPS "
+        f"{num(_v(prev, 'qps'))} -> {num(ctx.v('qps'))} ({ratio(gain)}) for load "
+        f"{ratio(load_ratio)}",
+        _resources_text(ctx),
+        _split_text(ctx),  # where the time goes, as the step-bound finding says it
+    ]
+    return Finding(
+        "low_concurrency",
+        tuple(e for e in evidence if e),
+        _step_cause(ctx) or "under_loaded",
+        client_side=True,
+    )
+
+
+@rule("small_batch", "no queue and the batch at most low_batch_fraction of its limit")
+def _small(ctx: Context) -> Finding | None:
+    small = _small_batch(ctx)
+    if not small:
+        return None
+    evidence = [small, _resources_text(ctx), _split_text(ctx)]
+    busy = ctx.server_v("gpu_util")
+    if not math.isnan(busy):
+        evidence.append(f"GPU busy {pct(busy)}: busy, but more load would still add throughput")
+    return Finding("low_concurrency", tuple(e for e in evidence if e), _step_cause(ctx))
+
+
+@rule("step_bound", "the resource model names what sets the step time")
+def _step(ctx: Context) -> Finding | None:
+    cause = _step_cause(ctx)
+    if not cause:
+        return None
+    evidence = [_resources_text(ctx), _split_text(ctx)]
+    decode, ttft = ctx.v("decode_avg_s"), ctx.v("ttft_avg_s")
+    evidence.append(
+        f"decode {ms(decode)} ms vs TTFT {ms(ttft)} ms per request; TPOT avg "
+        f"{ms(ctx.v('tpot_avg_s'), 1)} ms (floor {ms(ctx.v('tpot_floor_s'), 1)} ms), ITL P99 "
+        f"{ms(ctx.v('itl_p99_s'), 1)} ms"
+    )
+    busy = ctx.server_v("gpu_util")
+    if not math.isnan(busy):
+        evidence.append(f"GPU busy {pct(busy)}")
+    return Finding(
+        CAUSE_KINDS[cause],
+        tuple(e for e in evidence if e),
+        cause,
+        client_side=not ctx.telemetry_ok,
+    )
+
+
+def _small_batch(ctx: Context) -> str:
+    """Evidence that the batch is at most ``low_batch_fraction`` of its limit with no queue."""
+    if _queued(ctx):
+        return ""
+    running = ctx.server_v("running")
+    limits = [
+        (ctx.max_num_seqs(), "max-num-seqs"),
+        (ctx.slots(), "server slots"),
+        (ctx.v("kv_capacity_seqs"), "KV capacity at the observed context"),
+    ]
+    known = [(v, name) for v, name in limits if v > 0]
+    if not known or not running > 0:
+        return ""
+    limit, name = min(known)
+    if running > ctx.thresholds.low_batch_fraction * limit:
+        return ""
+    return (
+        f"batch {num(running)} running {ctx.where} is {pct(running / limit)} of its limit "
+        f"({name} {num(limit, 0)}), <= {pct(ctx.thresholds.low_batch_fraction)}; no queue: "
+        f"{num(ctx.server_v('waiting'))} waiting: the server has headroom"
+    )
+
+
+def _saturation(ctx: Context) -> list[str]:
+    th, found = ctx.thresholds, []
+    if ctx.server_v("gpu_util") >= th.saturated_gpu_util:
+        found.append(
+            f"GPU utilization {pct(ctx.server_v('gpu_util'))} >= {pct(th.saturated_gpu_util)}"
+        )
+    if ctx.server_v("dram_bw_util") >= th.saturated_bw_util:
+        found.append(f"DRAM bandwidth utilization {pct(ctx.server_v('dram_bw_util'))}")
+    if ctx.server_v("kv_cache_usage_max") >= th.saturated_kv:
+        found.append(f"KV cache peaked at {pct(ctx.server_v('kv_cache_usage_max'))}")
+    if ctx.server_v("waiting") >= 1:
+        found.append(f"{num(ctx.server_v('waiting'))} requests waiting on average")
+    return found
+
+
+@rule("phase_share", "no roofline: saturated, and TTFT's share of E2E names the phase")
+def _phase(ctx: Context) -> Finding | None:
+    saturated = _saturation(ctx)
+    if not saturated:
+        return None
+    ttft, e2e = ctx.v("ttft_avg_s"), ctx.v("latency_avg_s")
+    share = ttft / e2e if e2e > 0 else math.nan
+    prefill = share >= ctx.thresholds.prefill_share
+    text = (
+        f"TTFT avg {ms(ttft)} ms is {pct(share)} of E2E avg {ms(e2e)} ms: "
+        f"{'prefill' if prefill else 'decode'} dominates (no roofline: give --model and a "
+        f"device for the resource model); TPOT avg {ms(ctx.v('tpot_avg_s'), 1)} ms"
+    )
+    return Finding("prefill_bound" if prefill else "decode_bound", (*saturated, text))
+
+
+@rule("past_knee", "throughput flat while P99 climbs, or open loop short of the offered rate")
+def _knee(ctx: Context) -> Finding | None:
+    th, found = ctx.thresholds, []
+    gain, _, prev = _gain(ctx)
+    if prev is not None:
+        climb = (
+            ctx.v("latency_p99_s") / _v(prev, "latency_p99_s")
+            if _v(prev, "latency_p99_s") > 0
+            else math.nan
+        )
+        if gain <= th.flat_gain and climb >= th.latency_climb:
+            found.append(
+                f"from load {load_label(prev.get('concurrency'), prev.get('rate'))} to "
+                f"{load_label(ctx.row.get('concurrency'), ctx.row.get('rate'))} QPS went "
+                f"{num(_v(prev, 'qps'))} -> {num(ctx.v('qps'))} ({ratio(gain)}) while P99 "
+                f"latency went {ms(_v(prev, 'latency_p99_s'))} -> "
+                f"{ms(ctx.v('latency_p99_s'))} ms ({ratio(climb)})"
+            )
+    rate, qps = ctx.v("rate"), ctx.v("qps")
+    if rate > 0 and qps < th.open_loop_shortfall * rate:
+        found.append(
+            f"achieved {num(qps, 2)} req/s of {num(rate, 2)} req/s offered ({pct(qps / rate)})"
+        )
+    if not found:
+        return None
+    split = _split_text(ctx)
+    return Finding(
+        "overloaded",
+        tuple([*found, *([split] if split else [])]),
+        _step_cause(ctx),
+        client_side=not ctx.telemetry_ok,
+    )
+
+
+@rule("nothing_saturated", "server signals show nothing saturated (else: insufficient data)")
+def _nothing(ctx: Context) -> Finding | None:
+    if ctx.telemetry_ok:
+        return Finding(
+            "healthy",
+            (
+                f"nothing saturated {ctx.where}: GPU utilization "
+                f"{pct(ctx.server_v('gpu_util'))}, KV cache max "
+                f"{pct(ctx.server_v('kv_cache_usage_max'))}, {num(ctx.server_v('waiting'))} "
+                f"waiting; error rate {pct(ctx.v('error_rate'), 1)}",
+            ),
+        )
+    samples = ctx.v("server_samples")
+    missing = (
+        f"only {num(samples, 0)} server telemetry samples {ctx.where} (< "
+        f"{ctx.thresholds.min_telemetry_samples})"
+        if samples > 0
+        else f"no server telemetry {ctx.where} (none of {', '.join(SERVER_SIGNALS)})"
+    )
+    return Finding(
+        "insufficient_data",
+        (
+            f"{missing}: the bottleneck cannot be told from client timings",
+            f"client timings {ctx.where}: QPS {num(ctx.v('qps'))}, E2E avg "
+            f"{ms(ctx.v('latency_avg_s'))} ms (P99 {ms(ctx.v('latency_p99_s'))} ms), TTFT avg "
+            f"{ms(ctx.v('ttft_avg_s'))} ms, TPOT avg {ms(ctx.v('tpot_avg_s'), 1)} ms",
+        ),
+        client_side=True,
+    )
+
+
+# -- running the rules ------------------------------------------------------------------------
+
+
+def _client_side_note(samples: float, thresholds: Thresholds) -> str:
+    """Why a verdict rests on the client's evidence: no server signal in the stage, or too few
+    samples of one to use."""
+    if not samples > 0:
+        return (
+            "no server signals in this stage (0 server samples: nothing scraped, or nothing the "
+            "server exports that locust-llm reads): decided on client-side evidence"
+        )
+    if samples >= thresholds.min_telemetry_samples:
+        return (
+            f"{num(samples, 0)} server samples in this stage, but not of the signal this rule "
+            "reads (GPU busy, or the running gauge): decided on client-side evidence"
+        )
+    return (
+        f"only {num(samples, 0)} server sample{'s' if samples != 1 else ''} in this stage "
+        f"(server signals are used from {thresholds.min_telemetry_samples}): decided on "
+        "client-side evidence"
+    )
+
+
+def _confidence(ctx: Context, finding: Finding) -> str:
+    if finding.client_side or not ctx.telemetry_ok:
+        return "low"
+    if ctx.v("requests") < 4 * ctx.thresholds.min_requests:
+        return "low"
+    has_model = not math.isnan(ctx.v("mfu"))
+    server_split = ctx.row.get("ttft_split_source") == "server"
+    return "high" if has_model or server_split else "medium"
+
+
+def stage_verdict(
+    row: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]] = (),
+    *,
+    thresholds: Thresholds = Thresholds(),
+    max_num_seqs: int | None = None,
+    server: Mapping[str, Any] | None = None,
+) -> Verdict:
+    """The verdict for one stage: the first rule of :data:`RULES` that finds something."""
+    flags = dict(server or {})
+    if max_num_seqs:
+        flags.setdefault("max_num_seqs", max_num_seqs)
+    ctx = Context(row, rows or (row,), thresholds, flags)
+    stage = int(row["stage"]) if is_num(row.get("stage")) else None
+    for r in RULES:
+        found = r.check(ctx)
+        if found is None:
+            continue
+        actions = CAUSE_ACTIONS.get(found.cause) or KIND_ACTIONS[found.kind]
+        if found.kind == "low_concurrency":
+            actions = CAUSE_ACTIONS["under_loaded"]
+        if found.kind == "overloaded" and found.cause:
+            actions = (*KIND_ACTIONS["overloaded"][:1], *actions)
+        evidence = found.evidence
+        samples = ctx.v("server_samples")
+        if found.client_side:
+            evidence = (*evidence, _client_side_note(samples, thresholds))
+        return Verdict(
+            kind=found.kind,
+            evidence=evidence,
+            actions=(*with_values(tuple(dict.fromkeys(actions)), flags), *found.extra_actions),
+            stage=stage,
+            cause=found.cause,
+            rule=r.name,
+            requests=int(ctx.v("requests")) if not math.isnan(ctx.v("requests")) else 0,
+            telemetry_samples=int(samples) if not math.isnan(samples) else 0,
+            confidence=_confidence(ctx, found),
+            client_side=found.client_side,
+        )
+    raise AssertionError("the last rule always finds")  # pragma: no cover
+
+
+def stage_verdicts(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    thresholds: Thresholds = Thresholds(),
+    max_num_seqs: int | None = None,
+    server: Mapping[str, Any] | None = None,
+) -> list[Verdict]:
+    """One verdict per stage row, in the rows' order."""
+    return [
+        stage_verdict(r, rows, thresholds=thresholds, max_num_seqs=max_num_seqs, server=server)
+        for r in rows
+    ]
+
+
+def _as_overall(v: Verdict, evidence: Sequence[str], actions: Sequence[str]) -> Verdict:
+    return Verdict(
+        v.kind, tuple(evidence), tuple(actions), None, v.cause, v.rule, v.requests,
+        v.telemetry_samples, v.confidence, v.client_side,
+    )  # fmt: skip
+
+
+def overall_verdict(
+    rows: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[Verdict],
+    *,
+    cap_stage: int | None = None,
+    thresholds: Thresholds = Thresholds(),
+) -> Verdict:
+    """The run's verdict from its stage verdicts (see the module docstring for the rule)."""
+    by_stage = dict(zip([int(r["stage"]) for r in rows], verdicts, strict=True))
+    for kind in ("memory_oom", "client_bound"):
+        for v in verdicts:
+            if v.kind == kind:
+                return _as_overall(v, v.evidence, v.actions)
+    usable = [
+        r
+        for r, v in zip(rows, verdicts, strict=True)
+        if v.kind != "insufficient_data" or _v(r, "requests") >= thresholds.min_requests
+    ]
+    if not usable:
+        evidence = [e for v in verdicts for e in v.evidence] or ["the run has no stages"]
+        return Verdict("insufficient_data", tuple(evidence[:3]), ACTIONS["insufficient_data"])
+    top = max(usable, key=lambda r: (_load(r) if not math.isnan(_load(r)) else -1, int(r["stage"])))
+    chosen = by_stage[int(top["stage"])]
+    evidence = list(chosen.evidence)
+    actions = list(chosen.actions)
+    if chosen.kind == "overloaded" and cap_stage is not None and cap_stage in by_stage:
+        at_cap = by_stage[cap_stage]
+        cap_row = next(r for r in rows if int(r["stage"]) == cap_stage)
+        cap_load = load_label(cap_row.get("concurrency"), cap_row.get("rate"))
+        evidence.append(
+            f"at the recommended cap (load {cap_load}) the verdict is "
+            f"{at_cap.headline}: " + "; ".join(at_cap.evidence)
+        )
+        actions += [a for a in at_cap.actions if a not in actions]
+    return _as_overall(chosen, evidence, actions)

@@ -1,0 +1,127 @@
+"""The run dir's name and the first fill of its run.json: command line without secrets (pure).
+
+:func:`masked_command_line` replaces the API key and every extra header's value with ``***``
+(by flag, by value however the flag was abbreviated, and any argument that looks like a bearer
+token), so run.json, logs and reports never hold a secret. Warning texts the report reads
+are given stable codes here (:data:`CPU_WARNINGS`).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from locust_llm import __version__
+from locust_llm.client.config import ClientOptions
+from locust_llm.client.redact import Redactor, secrets_of
+from locust_llm.client.validate import roofline_device
+from locust_llm.rundir.layout import RunInfo
+from locust_llm.telemetry.batch_limit import run_info_extra
+
+_SECRET_FLAGS = ("--llm-api-key",)
+_HEADER_FLAGS = ("--llm-header",)
+
+#: run.json warnings that say Locust's CPU monitor saw > 90%: code -> text. The text starts with
+#: its code, so the report recognises the warning by that prefix, never by wording.
+CPU_WARNINGS: dict[str, str] = {
+    "cpu_high_local": "the load generator's CPU went above 90%: timings may be inflated",
+    "cpu_high_worker": "a worker's CPU went above 90%: timings may be inflated",
+}
+
+
+def _probed_host(options: ClientOptions, hosts: Sequence[str]) -> str:
+    """The server asked for its batch limit: none when server telemetry is off (``none``)."""
+    if not hosts or options.server_metrics.strip().lower() == "none":
+        return ""
+    return hosts[0]
+
+
+def warning_text(code: str) -> str:
+    """A run.json warning: ``"<code>: <text>"``."""
+    return f"{code}: {CPU_WARNINGS[code]}"
+
+
+def is_cpu_warning(text: str) -> bool:
+    """True for a warning made by :func:`warning_text` from a :data:`CPU_WARNINGS` code."""
+    return text.partition(":")[0] in CPU_WARNINGS
+
+
+def default_run_dir() -> Path:
+    """``reports/<UTC time>``."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / stamp
+
+
+def masked_command_line(argv: list[str], secrets: Iterable[str] = ()) -> list[str]:
+    """``argv`` with the API key and every extra header's value replaced by ``***``: by flag
+    (exact spelling) and by value (``secrets``: whatever the flag was abbreviated to)."""
+    redact = Redactor(secrets)
+    return [redact(arg) for arg in _masked_by_flag(argv)]
+
+
+def _masked_by_flag(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    mask_next: str | None = None
+    for arg in argv:
+        if mask_next is not None:
+            out.append(_masked(mask_next, arg))
+            mask_next = None
+            continue
+        flag, eq, value = arg.partition("=")
+        if flag in _SECRET_FLAGS or flag in _HEADER_FLAGS:
+            if eq:
+                out.append(f"{flag}={_masked(flag, value)}")
+            else:
+                out.append(arg)
+                mask_next = flag
+        elif "bearer " in arg.lower() or arg.lower().startswith("authorization:"):
+            out.append("***")
+        else:
+            out.append(arg)
+    return out
+
+
+def _masked(flag: str, value: str) -> str:
+    if flag in _HEADER_FLAGS and ":" in value:
+        return value.split(":", 1)[0] + ": ***"  # keep the header's name, not its value
+    return "***"
+
+
+def versions() -> dict[str, str]:
+    """Versions of locust-llm, Locust (from its installed metadata) and Python."""
+    try:
+        locust_version = metadata.version("locust")
+    except metadata.PackageNotFoundError:
+        locust_version = ""
+    return {"locust-llm": __version__, "locust": locust_version, "python": sys.version.split()[0]}
+
+
+def new_run_info(
+    options: ClientOptions, run_dir: Path, hosts: list[str], argv: list[str]
+) -> RunInfo:
+    """run.json as a run starts (stages, workers and the end come later)."""
+    roofline = {
+        "model": options.roofline_model,
+        **roofline_device(options).entry(options.roofline_tp),
+    }
+    return RunInfo(
+        run_id=run_dir.name,
+        command=masked_command_line(list(argv), secrets_of(options)),
+        versions=versions(),
+        host=hosts[0] if hosts else "",
+        hosts=list(hosts),
+        model=options.model,
+        start_wall_s=time.time(),
+        mode="open" if options.open_loop else "closed",
+        roofline={k: v for k, v in roofline.items() if v},
+        server_instances=options.server_instances or max(len(hosts), 1),
+        extra={
+            "machine": socket.gethostname(),
+            **run_info_extra(options.server_max_num_seqs, _probed_host(options, hosts)),
+        },
+    )
