@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from rundir_factory import make_run, seed_specs
 
+from locust_llm.report.blocks import Bullets, Chart, Paragraph, Table
 from locust_llm.report.build import Report, build_report
-from locust_llm.report.document import Bullets, Chart, Paragraph, Table, document, field_table
+from locust_llm.report.document import document, field_table
 from locust_llm.report.load import load_run
 from locust_llm.report.render_console import render_console, text_table
 from locust_llm.report.render_html import render_html

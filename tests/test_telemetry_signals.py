@@ -8,7 +8,7 @@ import pytest
 from test_telemetry_fakes import GIB, FakeExporter, exporter_text
 
 from locust_llm.errors import InputError
-from locust_llm.rundir.layout import SIGNALS
+from locust_llm.telemetry.signals import signal_docs
 from locust_llm.telemetry.vocabularies import (
     extract_signals,
     known_metrics,
@@ -23,7 +23,7 @@ def as_dict(text: str) -> dict[tuple[str, str], float]:
 
 
 def test_every_mapped_signal_is_canonical() -> None:
-    assert {m.signal for _, m in metric_maps()} <= set(SIGNALS)
+    assert {m.signal for _, m in metric_maps()} <= set(signal_docs())
     vocabularies = {v for v, _ in metric_maps()}
     assert vocabularies == {"ours", "dcgm", "vllm", "sglang", "tgi", "llamacpp", "sim"}
     assert len(known_metrics()) == len(set(known_metrics()))

@@ -14,8 +14,9 @@ from cluster_utils import metric_value
 from conftest import run_locust
 from fake_openai import FakeConfig, fake_openai_server
 
+from locust_llm.report.blocks import Table
 from locust_llm.report.build import build_report
-from locust_llm.report.document import Table, document
+from locust_llm.report.document import document
 from locust_llm.report.load import load_run
 from locust_llm.report.render_md import render_markdown
 from locust_llm.sim.testing import running_sim

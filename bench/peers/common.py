@@ -21,14 +21,16 @@ from pathlib import Path
 import psutil
 
 NAN = float("nan")
+#: where the peers live unless an env var says otherwise: beside the suite's engine builds
+PEER_HOME = Path.home() / ".cache" / "locust-llm" / "peers"
 #: per-peer virtualenvs (each peer pins its own dependencies); override with env vars
 PEER_VENVS: dict[str, Path] = {
-    "guidellm": Path(os.environ.get("LOCUST_LLM_GUIDELLM_VENV", "/work/peers-venv")),
-    "evalscope": Path(os.environ.get("LOCUST_LLM_EVALSCOPE_VENV", "/work/peers-venv2")),
-    "aiperf": Path(os.environ.get("LOCUST_LLM_AIPERF_VENV", "/work/peers-venv3")),
+    "guidellm": Path(os.environ.get("LOCUST_LLM_GUIDELLM_VENV", PEER_HOME / "guidellm")),
+    "evalscope": Path(os.environ.get("LOCUST_LLM_EVALSCOPE_VENV", PEER_HOME / "evalscope")),
+    "aiperf": Path(os.environ.get("LOCUST_LLM_AIPERF_VENV", PEER_HOME / "aiperf")),
 }
 #: the small word-level tokenizer EvalScope and AIPerf need offline (docs/metrics.md)
-TOKENIZER = Path(os.environ.get("LOCUST_LLM_PEER_TOKENIZER", "/work/peers-tok"))
+TOKENIZER = Path(os.environ.get("LOCUST_LLM_PEER_TOKENIZER", PEER_HOME / "tokenizer"))
 MODEL = "bench-model"
 PROMPT_WORDS = (48, 240)  # words per prompt, varied by index (the trace's prompt_tokens key)
 MAX_TOKENS = 256  # output cap each client asks; the simulator's EOS draw ends most answers first

@@ -128,10 +128,23 @@ def run_gpu_exporter(args: argparse.Namespace, *, nvml: Any = None) -> int:
 
 
 def console_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``locust-llm-gpu-exporter`` console script."""
-    from locust_llm.cli import main
+    """Entry point of the ``locust-llm-gpu-exporter`` console script and of ``python -m``.
 
-    return main(["gpu-exporter", *(sys.argv[1:] if argv is None else argv)])
+    The exporter stands alone (a sidecar imports nothing of the load test): it parses its own
+    arguments, with the same exit codes as ``locust-llm gpu-exporter`` (2 for bad input).
+    """
+    parser = argparse.ArgumentParser(
+        prog="locust-llm-gpu-exporter", description="serve GPU and host metrics for Prometheus"
+    )
+    configure_gpu_exporter_parser(parser)
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return run_gpu_exporter(args)
+    except InputError as exc:
+        print(f"locust-llm-gpu-exporter: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 from locust_llm.metrics import FAILURE_KINDS
+from locust_llm.report.blocks import Block, Bullets, Chart, Document, Paragraph, Section, Table
 from locust_llm.report.build import Report
 from locust_llm.report.client_delay import COLUMNS as CLIENT_DELAY_COLUMNS
 from locust_llm.report.client_delay import TABLE_HEADERS as CLIENT_DELAY_HEADERS
@@ -25,70 +26,7 @@ from locust_llm.report.decompose import split_line
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 from locust_llm.report.sources import source_lines, source_summaries
 from locust_llm.report.wording import DeviceWords
-
-
-@dataclass(frozen=True)
-class Paragraph:
-    """A paragraph; ``lead`` is a bold label before it ("Reading")."""
-
-    text: str
-    lead: str = ""
-
-
-@dataclass(frozen=True)
-class Bullets:
-    """A bullet list; ``lead`` introduces it ("Evidence"); ``empty`` is shown when it has none."""
-
-    items: tuple[str, ...]
-    lead: str = ""
-    empty: str = "none"
-    css: str = ""  # an HTML class for the items ("alert")
-
-
-@dataclass(frozen=True)
-class Table:
-    """A table of formatted cells; ``text_columns`` (indices) are left-aligned prose."""
-
-    headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    text_columns: frozenset[int] = frozenset({0})
-
-
-@dataclass(frozen=True)
-class Chart:
-    """A slot for the chart(s) the HTML draws from the report: ``key``, ``scaling``,
-    ``telemetry`` or ``histograms`` (see :mod:`locust_llm.report.render_html`)."""
-
-    name: str
-
-
-Block = Paragraph | Bullets | Table | Chart
-
-
-@dataclass(frozen=True)
-class Section:
-    """A titled part of the report; ``aside`` is a chart shown beside it (HTML only)."""
-
-    key: str  # stable id (HTML anchor, tests)
-    title: str
-    blocks: tuple[Block, ...]
-    aside: Chart | None = None
-
-
-@dataclass(frozen=True)
-class Document:
-    """The whole report: a title and its sections, in reading order."""
-
-    title: str
-    sections: tuple[Section, ...] = field(default_factory=tuple)
-
-    def section(self, key: str) -> Section:
-        """The section with ``key`` (KeyError when the report has none)."""
-        for s in self.sections:
-            if s.key == key:
-                return s
-        raise KeyError(key)
-
+from locust_llm.report.workloads import sections as workload_sections
 
 #: What each column and figure means; every renderer prints these words.
 DEFINITIONS: tuple[str, ...] = (
@@ -586,8 +524,6 @@ def _client_delay(report: Report) -> list[Section]:
 
 def document(report: Report) -> Document:
     """The report as sections, in reading order (the module docstring)."""
-    from locust_llm.report.workloads import sections as workload_sections  # imports this module
-
     info = report.run.info
     sections = [
         _overview(report),

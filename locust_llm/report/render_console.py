@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from locust_llm.report.blocks import Bullets, Paragraph, Table
 from locust_llm.report.build import Report
-from locust_llm.report.document import Bullets, Paragraph, Table, document, field_table
+from locust_llm.report.document import document, field_table
 
 
 def text_table(table: Table, indent: str = "  ") -> str:

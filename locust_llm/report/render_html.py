@@ -20,8 +20,9 @@ from html import escape
 
 import numpy as np
 
+from locust_llm.report.blocks import Block, Bullets, Chart, Paragraph, Section, Table
 from locust_llm.report.build import Report
-from locust_llm.report.document import Block, Bullets, Chart, Paragraph, Section, Table, document
+from locust_llm.report.document import document
 from locust_llm.report.fmt import load_label
 from locust_llm.report.svg import Series, histogram, line_chart
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from locust_llm.report.blocks import Block, Bullets, Chart, Paragraph, Table
 from locust_llm.report.build import Report
-from locust_llm.report.document import Block, Bullets, Chart, Paragraph, Table, document
+from locust_llm.report.document import document
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

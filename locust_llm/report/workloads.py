@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from locust_llm.report.blocks import Paragraph, Section, Table
 from locust_llm.report.fmt import ms, num, pct
 from locust_llm.rundir.layout import REQUESTS_FILE
 
@@ -225,8 +226,6 @@ def reasoning_summary(frame: pd.DataFrame) -> dict[str, float]:
 
 def sections(report: Any) -> list[Any]:
     """The workload sections of ``report`` (a ``build.Report``), in reading order."""
-    from locust_llm.report.document import Paragraph, Section, Table
-
     try:
         frame = read_columns(report.run.path)
     except (OSError, ValueError):

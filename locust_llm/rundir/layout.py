@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.telemetry.signals import signal_docs
 
 RUN_JSON = "run.json"
 REQUESTS_FILE = "requests.parquet"
@@ -32,9 +31,8 @@ TELEMETRY_FILE = "telemetry.parquet"
 #: GPU index ("" for non-GPU signals), value (nan = scrape failed / no data: a gap).
 TELEMETRY_COLUMNS: tuple[str, ...] = ("time_s", "source", "signal", "gpu", "value")
 
-#: Canonical telemetry signals a run dir may hold: name -> "meaning (unit)" (defined once, in
-#: :mod:`locust_llm.telemetry.signals`).
-SIGNALS: dict[str, str] = signal_docs()
+#: The ``signal`` column holds canonical telemetry signals, defined once in
+#: :mod:`locust_llm.telemetry.signals` (``signal_docs()``: name -> "meaning (unit)").
 
 
 @dataclass(slots=True)
