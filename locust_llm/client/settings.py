@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from locust_llm.client.config import ClientOptions, split_hosts
+from locust_llm.client.config import ClientOptions
+from locust_llm.client.readers import split_hosts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
