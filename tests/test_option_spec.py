@@ -15,7 +15,7 @@ import configargparse
 import pytest
 from conftest import ROOT
 
-from locust_llm.client import config, lengths, options, redact
+from locust_llm.client import config, lengths, options, redact, settings
 from locust_llm.client.options_cli import render_markdown
 from locust_llm.errors import InputError
 
@@ -127,3 +127,31 @@ def _imports(module: str) -> set[str]:
 )
 def test_the_option_modules_do_not_import_client_options_back(module: str) -> None:
     assert "locust_llm.client.config" not in _imports(f"locust_llm.client.{module}")
+
+
+def test_class_attributes_come_from_the_spec() -> None:
+    """The options a user class attribute overrides: UserSettings' fields and LLMUser's
+    attributes, both named as the ClientOptions field, no more and no fewer."""
+    marked = {o.field_name for o in options.OPTIONS if o.class_attribute}
+    assert marked == set(settings.CLASS_ATTRIBUTES)
+    assert {f.name for f in dataclasses.fields(settings.UserSettings)} == marked | {"hosts", "api"}
+    tree = ast.parse((ROOT / "locust_llm" / "client" / "user.py").read_text())
+    llm_user = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LLMUser")
+    declared = {
+        n.target.id
+        for n in llm_user.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    assert marked <= declared, sorted(marked - declared)
+    resolved = settings.resolve_settings(config.ClientOptions(), host=None, max_tokens=8)
+    assert resolved.max_tokens == "8" and resolved.read_timeout_s == options.READ_TIMEOUT_DEFAULT_S
+    with pytest.raises(TypeError):
+        settings.resolve_settings(config.ClientOptions(), host=None, seed=1)
+
+
+def test_the_page_names_each_options_run_flag_and_class_attribute() -> None:
+    page = (ROOT / "docs" / "options.md").read_text()
+    for option in options.OPTIONS:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{option.flag}"))
+        assert (f"the `run` flag `--{option.run_flag}`" in row) is bool(option.run_flag)
+        assert (f"`{option.field_name}` attribute" in row) is option.class_attribute

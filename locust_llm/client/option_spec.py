@@ -61,6 +61,7 @@ class Option:
     secret: bool = False  # a credential: masked wherever it shows, never on a command line
     choices: tuple[str, ...] = ()
     run_flag: str = ""  # the flag of `locust-llm run`/`demo` that stands for it (without --)
+    class_attribute: bool = False  # an LLMUser class attribute of the field's name overrides it
 
     @property
     def flag(self) -> str:

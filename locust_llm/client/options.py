@@ -53,6 +53,7 @@ OPTIONS: tuple[Option, ...] = (
         help="model id to request (default: the first id from /v1/models)",
         section=_RUN,
         run_flag="model",
+        class_attribute=True,
     ),
     Option(
         name="api-key",
@@ -85,6 +86,7 @@ OPTIONS: tuple[Option, ...] = (
         section=_RUN,
         check=validate.output_cap,
         run_flag="max-tokens",
+        class_attribute=True,
     ),
     Option(
         name="max-tokens-field",
@@ -100,6 +102,7 @@ OPTIONS: tuple[Option, ...] = (
         section=_RUN,
         check=validate.length,
         run_flag="input-len",
+        class_attribute=True,
     ),
     Option(
         name="dataset",
@@ -107,6 +110,7 @@ OPTIONS: tuple[Option, ...] = (
         help="prompt source: random, openqa, or a JSONL / ShareGPT file",
         section=_RUN,
         run_flag="dataset",
+        class_attribute=True,
     ),
     Option(
         name="tokenizer",
@@ -169,6 +173,7 @@ OPTIONS: tuple[Option, ...] = (
         kind="float",
         field="connect_timeout_s",
         check=_SECONDS,
+        class_attribute=True,
     ),
     Option(
         name="read-timeout",
@@ -178,6 +183,7 @@ OPTIONS: tuple[Option, ...] = (
         kind="float",
         field="read_timeout_s",
         check=_SECONDS,
+        class_attribute=True,
     ),
     Option(
         name="total-timeout",
@@ -187,6 +193,7 @@ OPTIONS: tuple[Option, ...] = (
         kind="float",
         field="total_timeout_s",
         check=_SECONDS,
+        class_attribute=True,
     ),
     Option(
         name="backoff-max",

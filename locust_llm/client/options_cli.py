@@ -57,6 +57,16 @@ def _usage(option: Option) -> str:
     return f"{option.flag} {metavar}" + (" (repeatable)" if option.repeatable else "")
 
 
+def _help(option: Option) -> str:
+    """The help, then where else the option is set: a user class attribute, a ``run`` flag."""
+    text = option.help
+    if option.class_attribute:
+        text += f"; a user class's `{option.field_name}` attribute overrides it"
+    if option.run_flag:
+        text += f"; the `run` flag `--{option.run_flag}`"
+    return text
+
+
 def _by_section() -> list[tuple[str, list[Option]]]:
     return [(name, list(group)) for name, group in groupby(OPTIONS, key=lambda o: o.section)]
 
@@ -73,7 +83,7 @@ def render_text() -> str:
         for option in group:
             lines.append(f"  {_usage(option)}  [default: {_shown_default(option)}]")
             lines += textwrap.wrap(
-                option.help, 96, initial_indent=" " * 6, subsequent_indent=" " * 6
+                _help(option), 96, initial_indent=" " * 6, subsequent_indent=" " * 6
             )
     return "\n".join(lines) + "\n"
 
@@ -90,7 +100,7 @@ def render_markdown() -> str:
         "(`locust.conf`, `--config FILE`): `--llm-model x`, `LOCUST_LLM_MODEL=x` and",
         "`llm-model = x` are the same setting; the command line wins over the environment, which",
         "wins over the file. Where a user class sets the matching attribute (`model = ...`), the",
-        "attribute wins.",
+        "attribute wins (the options that have one say so).",
         "",
         "Locust prints `--help` before it imports the locustfile, which is what registers these",
         "options, so `locust -f locustfiles/chat.py --help` does not list them. Instead:",
@@ -105,7 +115,7 @@ def render_markdown() -> str:
         out += ["| option | env var / config key | default | what it does |", "|---|---|---|---|"]
         out += [
             f"| `{_usage(o)}` | `{o.env_var}` / `{o.config_key}` | {_shown_default(o)} | "
-            + o.help.replace("|", "\\|")
+            + _help(o).replace("|", "\\|")
             + " |"
             for o in group
         ]
