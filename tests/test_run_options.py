@@ -150,7 +150,8 @@ def test_run_against_the_simulator_applies_options_env_and_passthrough(tmp_path:
         done = subprocess.run(
             [*CLI, "run", "--host", url, "--concurrency", "1", "--stage-requests", "3",
              "--workers", "1", "--out", str(run_dir), "--quiet", "--llm-seed", "11",
-             "--llm-server-max-num-seqs", "5", "--llm-header", "X-Test: yes", "--",
+             "--llm-server-max-num-seqs", "5", "--llm-header", "X-Test: yes",
+             "--llm-api-key", "sk-runkey-1", "--",
              "--csv", str(tmp_path / "stats")],
             capture_output=True, text=True, timeout=180, check=False, env=env,
         )  # fmt: skip
@@ -161,3 +162,6 @@ def test_run_against_the_simulator_applies_options_env_and_passthrough(tmp_path:
     command = " ".join(info["command"]) if isinstance(info["command"], list) else info["command"]
     assert "--llm-seed 11" in command and "--llm-max-tokens 6" in command
     assert (tmp_path / "stats_stats.csv").is_file()  # Locust's own --csv, passed after --
+    assert "sk-runkey-1" not in done.stdout + done.stderr  # the key went by environment
+    for path in run_dir.rglob("*"):
+        assert path.is_dir() or b"sk-runkey-1" not in path.read_bytes(), path
