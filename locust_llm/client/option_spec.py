@@ -56,9 +56,9 @@ class Option:
     section: str
     kind: Kind = "text"
     field: str = ""  # the ClientOptions field ("" = the name, dashes as underscores)
-    read: Reader | None = None  # raw value -> field value ("" = the kind's reader)
+    read: Reader | None = None  # raw value -> field value (None: the kind's reader)
     check: Check | None = None
-    secret: bool = False  # a credential: masked wherever it shows, never on a command line
+    secret: bool = False  # a credential: out of repr, masked in logs, run.json and refusals
     choices: tuple[str, ...] = ()
     run_flag: str = ""  # the flag of `locust-llm run`/`demo` that stands for it (without --)
     class_attribute: bool = False  # an LLMUser class attribute of the field's name overrides it

@@ -70,11 +70,13 @@ def plugin_option_args(args: argparse.Namespace) -> list[str]:
 
 
 def secret_env(args: argparse.Namespace) -> dict[str, str]:
-    """The secret options ``run`` was given, as the ``LOCUST_LLM_*`` variables of the Locust
-    processes (a command line is visible to every user of the host, and recorded)."""
+    """The secret options ``run`` has a flag for (the API key), as the ``LOCUST_LLM_*``
+    variables of the Locust processes: a command line is visible to every user of the host.
+    (``--llm-header`` values go on the command line, masked in run.json.)"""
     env: dict[str, str] = {}
     for option in OPTIONS:
-        value = getattr(args, SWEEP_FLAG_FOR.get(option.name, ""), None)
-        if option.secret and value:
-            env[option.env_var] = str(value)
+        if option.secret and option.run_flag:
+            value = getattr(args, SWEEP_FLAG_FOR[option.name], None)
+            if value:
+                env[option.env_var] = str(value)
     return env
