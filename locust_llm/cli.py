@@ -4,7 +4,8 @@ Every subcommand module exposes ``configure_parser(parser)`` (adds its flags) an
 ``run(args) -> int`` (the exit code). This file only wires them together, so a subcommand's
 imports (pandas for ``report``, the simulator for ``sim``, locust for ``run``/``demo``) are paid
 only when that subcommand runs. Arguments after a lone ``--`` go to Locust unchanged (``run``
-only). Exit codes: 0 ok, 2 bad input, 3 alerts fired (``report``).
+only). A refused command line never shows a secret option's value, nor the value of an option
+it does not know. Exit codes: 0 ok, 2 bad input, 3 alerts fired (``report``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from locust_llm import __version__
+from locust_llm.client.redact import refusal_redacted, shown_unknown
 from locust_llm.errors import InputError
 
 #: subcommand -> (module that implements it, one-line help)
@@ -64,7 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only=command if command in SUBCOMMANDS else None)
-    args = parser.parse_args(argv)
+    with refusal_redacted(argv):
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            parser.error(f"unrecognized arguments: {shown_unknown(unknown)}")
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2

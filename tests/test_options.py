@@ -66,7 +66,7 @@ def test_options_command_lists_every_flag_locusts_parser_has() -> None:
     for flag in parsed["flags"]:
         assert re.search(rf"^  {re.escape(flag)}\b", text, re.M), flag
         assert f"| `{flag}" in page, flag
-    assert sorted(i.flag for i in options.describe()) == parsed["flags"]
+    assert sorted(o.flag for o in options.OPTIONS) == parsed["flags"]
 
 
 def test_options_locust_is_locusts_help_with_the_llm_options() -> None:
@@ -74,14 +74,14 @@ def test_options_locust_is_locusts_help_with_the_llm_options() -> None:
     assert text.startswith("Usage: locust ")
     for own in ("--users", "--spawn-rate", "--headless", "--stop-timeout", "--master"):
         assert own in text, own
-    for info in options.describe():
-        assert info.flag in text, info.flag
+    for option in options.OPTIONS:
+        assert option.flag in text, option.flag
 
 
 def test_env_var_and_config_key_reach_locusts_parser(tmp_path: Path) -> None:
     """What the docs say of each option's env var and config key, on Locust's real parser:
     the file sets, the environment overrides the file, the command line overrides both."""
-    infos = {i.flag: i for i in options.describe()}
+    infos = {o.flag: o for o in options.OPTIONS}
     conf = tmp_path / "locust.conf"
     conf.write_text(f"{infos['--llm-model'].config_key} = from-file\n"
                     f"{infos['--llm-read-timeout'].config_key} = 7\n"

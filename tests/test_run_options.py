@@ -3,6 +3,7 @@ itself, through ``LOCUST_LLM_*`` variables, or after ``--``; and ``run --help`` 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -12,13 +13,14 @@ from pathlib import Path
 import pytest
 from cluster_utils import Cluster
 
-from locust_llm.cli import build_parser
+from locust_llm.cli import build_parser, main
 from locust_llm.client.options import OPTIONS, env_var
+from locust_llm.launch.run_options import secret_env
 from locust_llm.launch.sweep import SWEEP_FLAG_FOR, run_llm_args
 
 CLI = [str(Path(sys.executable).parent / "locust-llm")]
 #: A value each plugin option accepts (strings for the rest).
-SAMPLE = {"store_true": None, "append": "X-A: b"}
+SAMPLE = {"switch": None, "list": "X-A: b"}
 #: the device options are checked by `run` before it starts anything: real values
 DEVICE_SAMPLE = {
     "roofline-gpu": "l4",
@@ -30,8 +32,8 @@ DEVICE_SAMPLE = {
 CUSTOM = ("roofline-bandwidth", "roofline-flops", "roofline-memory")
 
 
-def _parse(argv: list[str]) -> list[str]:
-    """The Locust arguments ``locust-llm run --host http://h ARGV`` would start the master with."""
+def _args(argv: list[str]) -> argparse.Namespace:
+    """``locust-llm run --host http://h ARGV``, parsed."""
     if "--" in argv:
         cut = argv.index("--")
         argv, rest = argv[:cut], argv[cut + 1 :]
@@ -39,29 +41,70 @@ def _parse(argv: list[str]) -> list[str]:
         rest = []
     args = build_parser(only="run").parse_args(["run", "--host", "http://h", *argv])
     args.passthrough = rest
-    return run_llm_args(args)
+    return args
 
 
-@pytest.mark.parametrize("flag", [f for f, *_ in OPTIONS])
-def test_every_llm_option_reaches_locust(flag: str) -> None:
-    extra = next(e for f, _, _, e in OPTIONS if f == flag)
-    value = SAMPLE.get(extra.get("action", ""), "7")
+def _parse(argv: list[str]) -> list[str]:
+    """The Locust arguments ``locust-llm run --host http://h ARGV`` would start the master with."""
+    return run_llm_args(_args(argv))
+
+
+@pytest.mark.parametrize("spelling", ["run", "llm"])
+@pytest.mark.parametrize("flag", [o.name for o in OPTIONS])
+def test_every_llm_option_reaches_locust(flag: str, spelling: str) -> None:
+    """Every option, by run's own flag where it has one, and always as ``--llm-<name>``."""
+    kind = next(o.kind for o in OPTIONS if o.name == flag)
+    value = SAMPLE.get(kind, "7")
     value = DEVICE_SAMPLE.get(flag, value)
-    if flag in SWEEP_FLAG_FOR:  # run's own flag stands for it
-        own = "--" + SWEEP_FLAG_FOR[flag].replace("_", "-")
-        if flag in ("api-key", "run-dir"):
-            return  # the API key goes by environment (never on a command line); --out is run's
-        argv = [own] if value is None else [own, value]
-        if flag == "rate":
-            argv += ["--stage-duration", "5"]  # open-loop stages are timed
-        if flag in CUSTOM:  # a custom device needs all three
-            argv = [a for f in CUSTOM for a in (f"--{SWEEP_FLAG_FOR[f]}", DEVICE_SAMPLE[f])]
-    else:
-        argv = [f"--llm-{flag}"] if value is None else [f"--llm-{flag}", value]
+
+    def spelled(name: str) -> str:
+        own = SWEEP_FLAG_FOR.get(name)
+        return f"--{own.replace('_', '-')}" if own and spelling == "run" else f"--llm-{name}"
+
+    argv = [spelled(flag)] if value is None else [spelled(flag), value]
+    if flag == "rate":
+        argv += ["--stage-duration", "5"]  # open-loop stages are timed
+    if flag in CUSTOM:  # a custom device needs all three
+        argv = [a for f in CUSTOM for a in (spelled(f), DEVICE_SAMPLE[f])]
+    if flag == "api-key":  # by environment, never on a command line
+        args = _args(argv)
+        assert secret_env(args) == {env_var("api-key"): "7"}
+        assert "7" not in run_llm_args(args)
+        return
+    if flag == "run-dir":  # the run dir is run's (--out), not handed on as given
+        assert _args(argv).out == "7"
+        return
     out = _parse(argv)
     assert f"--llm-{flag}" in out
     if value is not None:
         assert out[out.index(f"--llm-{flag}") + 1] == value
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--llm-api-key", "sk-SECRET9", "--bogus"],
+        ["--api-key=sk-SECRET9", "--llm-seed", "1", "--nope", "x"],
+        ["--llm-api-k", "sk-SECRET9", "--workers", "sk-SECRET9"],
+        ["--llm-api-kye", "sk-SECRET9"],  # a misspelt flag: its value is not shown either
+        ["--llm-header=X-Key: sk-SECRET9", "--concurrency"],
+    ],
+)
+def test_a_refused_run_never_shows_a_secret(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--host", "http://h", *argv])
+    assert done.value.code == 2
+    out, err = capsys.readouterr()
+    assert "error:" in err
+    assert "sk-SECRET9" not in out + err
+
+
+def test_run_accepts_the_api_key_under_both_spellings() -> None:
+    for flag in ("--api-key", "--llm-api-key"):
+        assert _args([flag, "K1"]).api_key == "K1"
+    assert secret_env(_args([])) == {}
 
 
 def test_repeatable_options_pass_every_value_and_passthrough_goes_last() -> None:
@@ -107,7 +150,8 @@ def test_run_against_the_simulator_applies_options_env_and_passthrough(tmp_path:
         done = subprocess.run(
             [*CLI, "run", "--host", url, "--concurrency", "1", "--stage-requests", "3",
              "--workers", "1", "--out", str(run_dir), "--quiet", "--llm-seed", "11",
-             "--llm-server-max-num-seqs", "5", "--llm-header", "X-Test: yes", "--",
+             "--llm-server-max-num-seqs", "5", "--llm-header", "X-Test: yes",
+             "--llm-api-key", "sk-runkey-1", "--",
              "--csv", str(tmp_path / "stats")],
             capture_output=True, text=True, timeout=180, check=False, env=env,
         )  # fmt: skip
@@ -118,3 +162,6 @@ def test_run_against_the_simulator_applies_options_env_and_passthrough(tmp_path:
     command = " ".join(info["command"]) if isinstance(info["command"], list) else info["command"]
     assert "--llm-seed 11" in command and "--llm-max-tokens 6" in command
     assert (tmp_path / "stats_stats.csv").is_file()  # Locust's own --csv, passed after --
+    assert "sk-runkey-1" not in done.stdout + done.stderr  # the key went by environment
+    for path in run_dir.rglob("*"):
+        assert path.is_dir() or b"sk-runkey-1" not in path.read_bytes(), path

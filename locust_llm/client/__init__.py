@@ -2,6 +2,8 @@
 
 Pure modules (import neither locust nor gevent; unit-tested in-process)::
 
+    options     OPTIONS: every --llm-* option declared once (option_spec: what an entry is;
+                readers / validate: an entry's reader and check; lengths: the output cap)
     config      ClientOptions: the --llm-* options as one frozen, typed object
     settings    UserSettings: a user class's attributes resolved against ClientOptions
     arrivals    open-loop arrival processes (Poisson, gamma, constant) as small strategies

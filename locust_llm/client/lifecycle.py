@@ -33,7 +33,7 @@ from locust import events
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
-from locust_llm.client import options
+from locust_llm.client import lengths, options
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
@@ -386,7 +386,6 @@ def check_before_load(rt: Runtime) -> None:
     checks at test_start, with the options the master sends them."""
     from locust_llm.client.shapes import StagesShape, open_loop_users, plan_stages
     from locust_llm.client.user import LLMUser
-    from locust_llm.workloads.distributions import parse_distribution
 
     shape = rt.environment.shape_class
     if shape is None or isinstance(shape, StagesShape):
@@ -398,7 +397,7 @@ def check_before_load(rt: Runtime) -> None:
             settings = rt.settings_for(user_class)
             get_api(settings.api)
             if settings.max_tokens:
-                parse_distribution(settings.max_tokens, what=f"{user_class.__name__}.max_tokens")
+                lengths.max_tokens(settings.max_tokens, what=f"{user_class.__name__}.max_tokens")
             rt.dataset_for(settings).next_request(random.Random(0))
 
 

@@ -1,25 +1,35 @@
-"""The ``--llm-*`` command-line options, added to Locust's parser through its event.
+"""The ``--llm-*`` options, each declared once here (:data:`OPTIONS`), added to Locust's parser.
 
-Every option also reads a ``LOCUST_LLM_*`` environment variable and a Locust config-file key
-(Locust's parser is configargparse, so ``llm-model = x`` in ``locust.conf`` works). Added to
-Locust's parser by ``locust_llm.client.lifecycle``; :func:`add_arguments` is public so the
-``demo``/``run`` commands and tests can build the same parser. The client reads them once, as a
-``locust_llm.client.config.ClientOptions``.
+Each entry (:class:`~locust_llm.client.option_spec.Option`) is the one declaration its uses
+derive from: the Locust flag with its ``LOCUST_LLM_*`` environment variable and config-file key
+(Locust's parser is configargparse, so ``llm-model = x`` in ``locust.conf`` works), the
+reference ``docs/options.md`` (``locust-llm options``), the typed
+:class:`~locust_llm.client.config.ClientOptions` field and its check, and the flag of
+``locust-llm run``/``demo`` that stands for it. Added to Locust's parser by
+``locust_llm.client.lifecycle``; :func:`add_arguments` is public so the ``options`` command and
+tests can build the same parser.
 """
 
 from __future__ import annotations
 
 import argparse
-import textwrap
-from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
+import configargparse
 
-def env_var(name: str) -> str:
-    """The environment variable of option ``--llm-<name>`` (``LOCUST_LLM_<NAME>``)."""
-    return "LOCUST_LLM_" + name.upper().replace("-", "_")
+from locust_llm.client import readers, validate
+from locust_llm.client.option_spec import Option, env_var
 
+__all__ = [
+    "OPTIONS",
+    "READ_TIMEOUT_DEFAULT_S",
+    "STOP_TIMEOUT_DEFAULT_S",
+    "Option",
+    "add_arguments",
+    "by_name",
+    "defaults",
+    "env_var",
+]
 
 #: seconds without a byte before a stream counts as timed out (``--llm-read-timeout``)
 READ_TIMEOUT_DEFAULT_S = 120.0
@@ -28,232 +38,420 @@ READ_TIMEOUT_DEFAULT_S = 120.0
 #: stream still running at the stop either ends within this or stalls past the read timeout
 STOP_TIMEOUT_DEFAULT_S = READ_TIMEOUT_DEFAULT_S
 
-#: (flag without --llm-, default, help, extra kwargs)
-OPTIONS: list[tuple[str, Any, str, dict[str, Any]]] = [
-    ("model", "", "model id to request (default: the first id from /v1/models)", {}),
-    (
-        "api-key",
-        "",
-        "API key sent as a Bearer token (default: $OPENAI_API_KEY); never recorded",
-        {},
+_RUN = "requests and the run"
+_STAGES = "stages"
+_TELEMETRY = "telemetry"
+_ROOFLINE = "roofline context for the report"
+_SECONDS = validate.positive_seconds
+_NOT_NEGATIVE = validate.AtLeast(0)
+
+#: every ``--llm-*`` option, in the reference's order (sections in this order too)
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        name="model",
+        default="",
+        help="model id to request (default: the first id from /v1/models)",
+        section=_RUN,
+        run_flag="model",
+        class_attribute=True,
     ),
-    (
-        "insecure",
-        False,
-        "do not verify the server's TLS certificate (https only)",
-        {"action": "store_true"},
+    Option(
+        name="api-key",
+        default="",
+        help="API key sent as a Bearer token (default: $OPENAI_API_KEY); never recorded",
+        section=_RUN,
+        secret=True,
+        run_flag="api-key",
     ),
-    (
-        "ca-bundle",
-        "",
-        "PEM file of the CA certificates that sign the server's TLS certificate (a private "
+    Option(
+        name="insecure",
+        default=False,
+        help="do not verify the server's TLS certificate (https only)",
+        section=_RUN,
+        kind="switch",
+    ),
+    Option(
+        name="ca-bundle",
+        default="",
+        help="PEM file of the CA certificates that sign the server's TLS certificate (a private "
         "CA); default: the system's trust store",
-        {},
+        section=_RUN,
+        check=validate.pem_file,
     ),
-    (
-        "max-tokens",
-        "",
-        "output tokens asked per request: N or a distribution such as "
+    Option(
+        name="max-tokens",
+        default="",
+        help="output tokens asked per request: N or a distribution such as "
         "uniform:128,512 / normal:256,32 (default: the dataset's hint, else 256)",
-        {},
+        section=_RUN,
+        check=validate.output_cap,
+        run_flag="max-tokens",
+        class_attribute=True,
     ),
-    (
-        "max-tokens-field",
-        "max_tokens",
-        "request field carrying the output cap: max_tokens "
+    Option(
+        name="max-tokens-field",
+        default="max_tokens",
+        help="request field carrying the output cap: max_tokens "
         "(understood by most servers) or max_completion_tokens",
-        {},
+        section=_RUN,
     ),
-    ("input-len", "", "prompt length for the random dataset: N or a distribution", {}),
-    ("dataset", "random", "prompt source: random, openqa, or a JSONL / ShareGPT file", {}),
-    ("tokenizer", "", "path to a local Hugging Face tokenizer: exact prompt lengths", {}),
-    (
-        "chat-template",
-        "",
-        "chat template for counting prompt tokens as a chat server does: a .jinja file or a "
+    Option(
+        name="input-len",
+        default="",
+        help="prompt length for the random dataset: N or a distribution",
+        section=_RUN,
+        check=validate.length,
+        run_flag="input-len",
+        class_attribute=True,
+    ),
+    Option(
+        name="dataset",
+        default="random",
+        help="prompt source: random, openqa, or a JSONL / ShareGPT file",
+        section=_RUN,
+        run_flag="dataset",
+        class_attribute=True,
+    ),
+    Option(
+        name="tokenizer",
+        default="",
+        help="path to a local Hugging Face tokenizer: exact prompt lengths",
+        section=_RUN,
+    ),
+    Option(
+        name="chat-template",
+        default="",
+        help="chat template for counting prompt tokens as a chat server does: a .jinja file or a "
         "tokenizer_config.json (default: the one beside --llm-tokenizer; 'none': text only)",
-        {},
+        section=_RUN,
     ),
-    ("temperature", 0.0, "sampling temperature", {"type": float}),
-    (
-        "ignore-eos",
-        False,
-        "ask the server to ignore EOS so outputs reach max tokens",
-        {"action": "store_true"},
+    Option(
+        name="temperature",
+        default=0.0,
+        help="sampling temperature",
+        section=_RUN,
+        kind="float",
+        check=_NOT_NEGATIVE,
     ),
-    (
-        "no-stream",
-        False,
-        "non-streaming requests (no TTFT/TPOT/ITL: E2E only)",
-        {"action": "store_true"},
+    Option(
+        name="ignore-eos",
+        default=False,
+        help="ask the server to ignore EOS so outputs reach max tokens",
+        section=_RUN,
+        kind="switch",
+        run_flag="ignore-eos",
     ),
-    ("extra-body", "", "JSON object merged into every request body", {}),
-    ("header", None, "extra HTTP header 'Name: value' (repeatable)", {"action": "append"}),
-    ("connect-timeout", 10.0, "seconds to connect", {"type": float}),
-    (
-        "read-timeout",
-        READ_TIMEOUT_DEFAULT_S,
-        "seconds without a byte before a stream counts as timed out",
-        {"type": float},
+    Option(
+        name="no-stream",
+        default=False,
+        help="non-streaming requests (no TTFT/TPOT/ITL: E2E only)",
+        section=_RUN,
+        kind="switch",
     ),
-    ("total-timeout", 600.0, "seconds a whole request may take", {"type": float}),
-    (
-        "backoff-max",
-        5.0,
-        "after connection errors in a row a user waits, doubling from 0.1 s up to this many "
+    Option(
+        name="extra-body",
+        default="",
+        help="JSON object merged into every request body",
+        section=_RUN,
+        read=readers.extra_body,
+    ),
+    Option(
+        name="header",
+        default=None,
+        help="extra HTTP header 'Name: value' (repeatable)",
+        section=_RUN,
+        kind="list",
+        field="headers",
+        read=readers.headers,
+        secret=True,
+    ),
+    Option(
+        name="connect-timeout",
+        default=10.0,
+        help="seconds to connect",
+        section=_RUN,
+        kind="float",
+        field="connect_timeout_s",
+        check=_SECONDS,
+        class_attribute=True,
+    ),
+    Option(
+        name="read-timeout",
+        default=READ_TIMEOUT_DEFAULT_S,
+        help="seconds without a byte before a stream counts as timed out",
+        section=_RUN,
+        kind="float",
+        field="read_timeout_s",
+        check=_SECONDS,
+        class_attribute=True,
+    ),
+    Option(
+        name="total-timeout",
+        default=600.0,
+        help="seconds a whole request may take",
+        section=_RUN,
+        kind="float",
+        field="total_timeout_s",
+        check=_SECONDS,
+        class_attribute=True,
+    ),
+    Option(
+        name="backoff-max",
+        default=5.0,
+        help="after connection errors in a row a user waits, doubling from 0.1 s up to this many "
         "seconds (jittered), before its next request; 0: no back-off",
-        {"type": float},
+        section=_RUN,
+        kind="float",
+        field="backoff_max_s",
+        check=validate.AtLeast(0, " (0: no back-off)"),
     ),
-    (
-        "run-dir",
-        "",
-        "where run.json / requests.parquet / telemetry.parquet go "
+    Option(
+        name="run-dir",
+        default="",
+        help="where run.json / requests.parquet / telemetry.parquet go "
         "(default reports/<UTC timestamp>)",
-        {},
+        section=_RUN,
+        run_flag="out",
     ),
-    (
-        "overwrite",
-        False,
-        "reuse a --llm-run-dir that holds an earlier run: its run files and report files are "
+    Option(
+        name="overwrite",
+        default=False,
+        help="reuse a --llm-run-dir that holds an earlier run: its run files and report files are "
         "removed first (default: such a run dir is refused)",
-        {"action": "store_true"},
+        section=_RUN,
+        kind="switch",
+        run_flag="overwrite",
     ),
-    (
-        "seed",
-        0,
-        "random seed for prompts and lengths (each user its own stream: seed, worker index and "
-        "user index)",
-        {"type": int},
+    Option(
+        name="seed",
+        default=0,
+        help="random seed for prompts and lengths (each user its own stream: seed, worker index "
+        "and user index)",
+        section=_RUN,
+        kind="int",
     ),
-    (
-        "share-prompts",
-        False,
-        "every worker's user N sends the same prompts as user N of the other workers (a "
+    Option(
+        name="share-prompts",
+        default=False,
+        help="every worker's user N sends the same prompts as user N of the other workers (a "
         "prefix-cache workload); default: prompts distinct across users, workers and hosts",
-        {"action": "store_true"},
+        section=_RUN,
+        kind="switch",
     ),
-    (
-        "no-request-id",
-        False,
-        "leave out the X-Request-Id header (a UUID4 joined to the records) for servers that "
+    Option(
+        name="no-request-id",
+        default=False,
+        help="leave out the X-Request-Id header (a UUID4 joined to the records) for servers that "
         "refuse it",
-        {"action": "store_true"},
+        section=_RUN,
+        kind="switch",
+        field="request_id_header",
+        read=readers.inverted_switch,
     ),
-    (
-        "hosts",
-        "",
-        "comma-separated base URLs: requests go round robin over these server "
+    Option(
+        name="hosts",
+        default="",
+        help="comma-separated base URLs: requests go round robin over these server "
         "instances (default: --host)",
-        {},
+        section=_RUN,
+        read=readers.hosts,
     ),
-    (
-        "server-instances",
-        0,
-        "server instances behind --host (a load balancer), for the report's throughput gain per "
-        "instance (default: the number of --llm-hosts, else 1)",
-        {"type": int},
+    Option(
+        name="server-instances",
+        default=0,
+        help="server instances behind --host (a load balancer), for the report's throughput gain "
+        "per instance (default: the number of --llm-hosts, else 1)",
+        section=_RUN,
+        kind="int",
+        check=_NOT_NEGATIVE,
     ),
-    (
-        "server-max-num-seqs",
-        0,
-        "the server's batch limit (vLLM --max-num-seqs), for the report's low-concurrency rule "
-        "(default: estimated from the KV cache)",
-        {"type": int},
+    Option(
+        name="server-max-num-seqs",
+        default=0,
+        help="the server's batch limit (vLLM --max-num-seqs), for the report's low-concurrency "
+        "rule (default: estimated from the KV cache)",
+        section=_RUN,
+        kind="int",
+        check=_NOT_NEGATIVE,
     ),
-    (
-        "transport",
-        "auto",
-        "how responses are read: kernel (each token timed by the kernel's receive stamp of its "
-        "bytes; Linux, http://), ghc (geventhttpclient, timed when Python reads the line), "
+    Option(
+        name="transport",
+        default="auto",
+        help="how responses are read: kernel (each token timed by the kernel's receive stamp of "
+        "its bytes; Linux, http://), ghc (geventhttpclient, timed when Python reads the line), "
         "auto (kernel where it works, else ghc)",
-        {"choices": ["auto", "kernel", "ghc"]},
+        section=_RUN,
+        choices=("auto", "kernel", "ghc"),
     ),
-    (
-        "debug-requests",
-        3,
-        "requests a locustfile run as a plain script (Locust's run_single_user) sends "
+    Option(
+        name="debug-requests",
+        default=3,
+        help="requests a locustfile run as a plain script (Locust's run_single_user) sends "
         "before it stops",
-        {"type": int},
+        section=_RUN,
+        kind="int",
+        check=_NOT_NEGATIVE,
     ),
-    (
-        "record-batch-s",
-        1.0,
-        "seconds between record batches a worker sends the master",
-        {"type": float},
+    Option(
+        name="record-batch-s",
+        default=1.0,
+        help="seconds between record batches a worker sends the master",
+        section=_RUN,
+        kind="float",
+        check=_SECONDS,
     ),
     # stages (shapes.py)
-    ("concurrency", "", "stepped sweep: concurrency per stage, e.g. 1,10,50,100,200", {}),
-    ("stage-requests", "", "requests completed that end each stage, e.g. 10,20,100,200,400", {}),
-    ("stage-duration", "", "seconds per stage (one value or one per stage)", {}),
-    ("warmup", 0.0, "seconds at the start of each stage excluded from the tables", {"type": float}),
-    ("soak", "", "a final soak stage: DURATION[@CONCURRENCY], e.g. 30m@50", {}),
-    ("rate", "", "open loop: request rates per stage (req/s), e.g. 1,2,4,8", {}),
-    (
-        "burstiness",
-        1.0,
-        "open loop: gamma shape of inter-arrival times (1 = Poisson)",
-        {"type": float},
+    Option(
+        name="concurrency",
+        default="",
+        help="stepped sweep: concurrency per stage, e.g. 1,10,50,100,200",
+        section=_STAGES,
+        run_flag="concurrency",
     ),
-    (
-        "max-users",
-        0,
-        "open loop: users available to send scheduled requests (default 4 x the "
+    Option(
+        name="stage-requests",
+        default="",
+        help="requests completed that end each stage, e.g. 10,20,100,200,400",
+        section=_STAGES,
+        run_flag="stage-requests",
+    ),
+    Option(
+        name="stage-duration",
+        default="",
+        help="seconds per stage (one value or one per stage)",
+        section=_STAGES,
+        run_flag="stage-duration",
+    ),
+    Option(
+        name="warmup",
+        default=0.0,
+        help="seconds at the start of each stage excluded from the tables",
+        section=_STAGES,
+        kind="float",
+        field="warmup_s",
+        check=_NOT_NEGATIVE,
+    ),
+    Option(
+        name="soak",
+        default="",
+        help="a final soak stage: DURATION[@CONCURRENCY], e.g. 30m@50",
+        section=_STAGES,
+    ),
+    Option(
+        name="rate",
+        default="",
+        help="open loop: request rates per stage (req/s), e.g. 1,2,4,8",
+        section=_STAGES,
+        run_flag="rate",
+    ),
+    Option(
+        name="burstiness",
+        default=1.0,
+        help="open loop: gamma shape of inter-arrival times (1 = Poisson)",
+        section=_STAGES,
+        kind="float",
+        check=validate.AtLeast(0, " (1 = Poisson)"),  # 0: evenly spaced
+    ),
+    Option(
+        name="max-users",
+        default=0,
+        help="open loop: users available to send scheduled requests (default 4 x the "
         "highest rate x --llm-max-tokens / 100, at least 32)",
-        {"type": int},
+        section=_STAGES,
+        kind="int",
+        check=_NOT_NEGATIVE,
     ),
-    # telemetry (telemetry.py)
-    (
-        "gpu-metrics",
-        None,
-        "GPU exporter URL(s) to scrape (ours or dcgm-exporter; repeatable)",
-        {"action": "append"},
+    # telemetry (telemetry/)
+    Option(
+        name="gpu-metrics",
+        default=None,
+        help="GPU exporter URL(s) to scrape (ours or dcgm-exporter; repeatable)",
+        section=_TELEMETRY,
+        kind="list",
+        run_flag="gpu-metrics",
     ),
-    (
-        "server-metrics",
-        "",
-        "server /metrics URL (default <host>/metrics if it answers; 'none' to disable)",
-        {},
+    Option(
+        name="server-metrics",
+        default="",
+        help="server /metrics URL (default <host>/metrics if it answers; 'none' to disable)",
+        section=_TELEMETRY,
+        run_flag="server-metrics",
     ),
-    ("scrape-interval", 1.0, "seconds between telemetry scrapes", {"type": float}),
-    # roofline context for the report
-    ("roofline-model", "", "model preset / config.json for the report's floors", {}),
-    ("roofline-gpu", "", "GPU preset for the report's floors, or cpu (the host, measured)", {}),
-    (
-        "roofline-bandwidth",
-        "",
-        "a device without a preset, for the report's floors: its memory bandwidth, e.g. 40GB/s "
-        "(with --llm-roofline-flops and --llm-roofline-memory, instead of --llm-roofline-gpu)",
-        {},
+    Option(
+        name="scrape-interval",
+        default=1.0,
+        help="seconds between telemetry scrapes",
+        section=_TELEMETRY,
+        kind="float",
+        field="scrape_interval_s",
+        check=_SECONDS,
     ),
-    ("roofline-flops", "", "that device's dense peak, e.g. 1.2TFLOPS", {}),
-    ("roofline-memory", "", "that device's memory capacity, e.g. 64GiB", {}),
-    (
-        "roofline-tp",
-        0,
-        "tensor-parallel degree of the server: devices the model is split over (default 1)",
-        {"type": int},
+    # roofline context for the report (the device's checks span options: config.check_options)
+    Option(
+        name="roofline-model",
+        default="",
+        help="model preset / config.json for the report's floors",
+        section=_ROOFLINE,
+        run_flag="roofline-model",
     ),
-]
+    Option(
+        name="roofline-gpu",
+        default="",
+        help="GPU preset for the report's floors, or cpu (the host, measured)",
+        section=_ROOFLINE,
+        run_flag="roofline-gpu",
+    ),
+    Option(
+        name="roofline-bandwidth",
+        default="",
+        help="a device without a preset, for the report's floors: its memory bandwidth, e.g. "
+        "40GB/s (with --llm-roofline-flops and --llm-roofline-memory, instead of "
+        "--llm-roofline-gpu)",
+        section=_ROOFLINE,
+        run_flag="bandwidth",
+    ),
+    Option(
+        name="roofline-flops",
+        default="",
+        help="that device's dense peak, e.g. 1.2TFLOPS",
+        section=_ROOFLINE,
+        run_flag="flops",
+    ),
+    Option(
+        name="roofline-memory",
+        default="",
+        help="that device's memory capacity, e.g. 64GiB",
+        section=_ROOFLINE,
+        run_flag="memory",
+    ),
+    Option(
+        name="roofline-tp",
+        default=0,
+        help="tensor-parallel degree of the server: devices the model is split over (default 1)",
+        section=_ROOFLINE,
+        kind="int",
+        run_flag="tp",
+    ),
+)
+
+_BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+
+def by_name(name: str) -> Option:
+    """The option ``--llm-<name>``."""
+    return _BY_NAME[name]
 
 
 def add_arguments(parser: Any) -> None:
-    """Add every ``--llm-*`` option to ``parser`` (Locust's configargparse parser or argparse)."""
+    """Add every ``--llm-*`` option to ``parser`` (Locust's configargparse parser or argparse):
+    with configargparse each also reads its environment variable and config-file key."""
     group = parser.add_argument_group("locust-llm", "LLM load-test options (locust-llm)")
-    for flag, default, help_text, extra in OPTIONS:
-        kwargs = dict(extra)
-        kwargs.setdefault("default", default)
-        if "env_var" in _add_argument_params(parser):
-            kwargs["env_var"] = env_var(flag)
-        group.add_argument(f"--llm-{flag}", help=help_text, **kwargs)
-
-
-def _add_argument_params(parser: Any) -> set[str]:
-    # Locust's parser is a configargparse parser, which accepts env_var=; plain argparse does not
-    try:
-        import configargparse
-    except ImportError:
-        return set()
-    return {"env_var"} if isinstance(parser, configargparse.ArgumentParser) else set()
+    with_env = isinstance(parser, configargparse.ArgumentParser)  # it takes env_var=
+    for option in OPTIONS:
+        kwargs = option.argparse_kwargs()
+        if with_env:
+            kwargs["env_var"] = option.env_var
+        group.add_argument(option.flag, help=option.help, **kwargs)
 
 
 def defaults() -> argparse.Namespace:
@@ -261,116 +459,3 @@ def defaults() -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
     return parser.parse_args([])
-
-
-#: the first option of each section of the reference (the order of ``OPTIONS`` within)
-_SECTIONS: dict[str, str] = {
-    "model": "requests and the run",
-    "concurrency": "stages",
-    "gpu-metrics": "telemetry",
-    "roofline-model": "roofline context for the report",
-}
-
-
-@dataclass(frozen=True)
-class OptionInfo:
-    """One ``--llm-*`` option as the reference lists it (``locust-llm options``)."""
-
-    flag: str
-    env_var: str
-    config_key: str
-    default: Any
-    help: str
-    takes_value: bool
-    repeatable: bool
-    section: str
-
-
-def describe() -> list[OptionInfo]:
-    """Every ``--llm-*`` option, in declaration order, with its env var and config-file key."""
-    infos: list[OptionInfo] = []
-    section = ""
-    for flag, default, help_text, extra in OPTIONS:
-        section = _SECTIONS.get(flag, section)
-        action = extra.get("action")
-        infos.append(
-            OptionInfo(
-                flag=f"--llm-{flag}",
-                env_var=env_var(flag),
-                config_key=f"llm-{flag}",
-                default=default,
-                help=help_text,
-                takes_value=action != "store_true",
-                repeatable=action == "append",
-                section=section,
-            )
-        )
-    return infos
-
-
-def _shown_default(info: OptionInfo) -> str:
-    if not info.takes_value:
-        return "off"
-    if info.default in ("", None):
-        return "-"
-    return str(info.default)
-
-
-def _usage(info: OptionInfo) -> str:
-    if not info.takes_value:
-        return info.flag
-    metavar = info.flag.removeprefix("--llm-").upper().replace("-", "_")
-    return f"{info.flag} {metavar}" + (" (repeatable)" if info.repeatable else "")
-
-
-def _by_section() -> list[tuple[str, list[OptionInfo]]]:
-    return [(name, list(infos)) for name, infos in groupby(describe(), key=lambda i: i.section)]
-
-
-def render_text() -> str:
-    """The options as plain text, one block per option (what ``locust-llm options`` prints)."""
-    lines = [
-        "The --llm-* options of every locustfile that imports locust_llm; each also reads",
-        "LOCUST_LLM_<NAME> from the environment and llm-<name> = ... from a Locust config file.",
-        "Locust's own options: locust-llm options --locust. Reference: docs/options.md.",
-    ]
-    for section, infos in _by_section():
-        lines += ["", f"{section}:"]
-        for info in infos:
-            lines.append(f"  {_usage(info)}  [default: {_shown_default(info)}]")
-            lines += textwrap.wrap(info.help, 96, initial_indent=" " * 6, subsequent_indent=" " * 6)
-    return "\n".join(lines) + "\n"
-
-
-def render_markdown() -> str:
-    """The reference page ``docs/options.md``, generated (``locust-llm options --markdown``)."""
-    out = [
-        "# The `--llm-*` options",
-        "",
-        "Generated by `.venv/bin/locust-llm options --markdown > docs/options.md` from",
-        "`locust_llm/client/options.py`; `tests/test_options.py` fails when this page is stale.",
-        "",
-        "Every option also reads an environment variable and a key of a Locust config file",
-        "(`locust.conf`, `--config FILE`): `--llm-model x`, `LOCUST_LLM_MODEL=x` and",
-        "`llm-model = x` are the same setting; the command line wins over the environment, which",
-        "wins over the file. Where a user class sets the matching attribute (`model = ...`), the",
-        "attribute wins.",
-        "",
-        "Locust prints `--help` before it imports the locustfile, which is what registers these",
-        "options, so `locust -f locustfiles/chat.py --help` does not list them. Instead:",
-        "",
-        "```bash",
-        ".venv/bin/locust-llm options            # these options, with defaults",
-        ".venv/bin/locust-llm options --locust   # Locust's whole --help, these options included",
-        "```",
-    ]
-    for section, infos in _by_section():
-        out += ["", f"## {section.capitalize()}", ""]
-        out += ["| option | env var / config key | default | what it does |", "|---|---|---|---|"]
-        out += [
-            f"| `{_usage(i)}` | `{i.env_var}` / `{i.config_key}` | {_shown_default(i)} | "
-            + i.help.replace("|", "\\|")
-            + " |"
-            for i in infos
-        ]
-    return "\n".join(out) + "\n"

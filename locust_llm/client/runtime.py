@@ -22,12 +22,13 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 from locust.runners import MasterRunner, WorkerRunner
 
-from locust_llm.client import config
+from locust_llm.client import config, lengths
 from locust_llm.client.arrivals import arrival_process
 from locust_llm.client.cpu_demand import CpuDemandMeter
 from locust_llm.client.events import llm_events
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
+from locust_llm.client.readers import split_hosts
 from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
 from locust_llm.client.settings import UserSettings
 from locust_llm.client.transport import READ_ERRORS, Transport
@@ -96,7 +97,6 @@ class Runtime:
         self._user_index = itertools.count()
         self._settings: dict[type, UserSettings] = {}
         self._datasets: dict[tuple[str, str], Any] = {}
-        self._lengths: dict[str, Any] = {}
         self._models: dict[str, str] = {}
         self.options = config.ClientOptions()
         self.headers: dict[str, str] = {}
@@ -130,7 +130,7 @@ class Runtime:
         if self.options.hosts:
             return list(self.options.hosts)
         if self.environment.host:
-            return list(config.split_hosts(self.environment.host))
+            return list(split_hosts(self.environment.host))
         seen = [getattr(c, "host", None) for c in self.environment.user_classes or ()]
         return list(dict.fromkeys(h.rstrip("/") for h in seen if h))
 
@@ -201,13 +201,7 @@ class Runtime:
         """An explicit output length wins, then the data set's hint, then 256."""
         if not settings.max_tokens and prompt.max_tokens:
             return int(prompt.max_tokens)
-        spec = settings.max_tokens or str(config.DEFAULT_MAX_TOKENS)
-        lengths = self._lengths.get(spec)
-        if lengths is None:
-            from locust_llm.workloads.distributions import parse_distribution
-
-            lengths = self._lengths[spec] = parse_distribution(spec, what="--llm-max-tokens")
-        return int(lengths.sample(rng))
+        return int(lengths.max_tokens(settings.max_tokens).sample(rng))
 
     def model_for(self, settings: UserSettings) -> str:
         """The class's model, else --llm-model, else the first id its server lists."""

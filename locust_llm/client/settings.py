@@ -1,17 +1,24 @@
 """UserSettings: one user class's attributes resolved against the ``--llm-*`` options (pure).
 
-``LLMUser`` declares ``model``, ``api``, ``dataset``, ``max_tokens``, ``input_len`` and the
-timeouts as class attributes; ``None`` (the default) means "the ``--llm-*`` option". So two user
-classes in one locustfile can target different models, APIs or data sets. The host follows
-Locust's rule: ``--host`` (Locust sets it on every user class) wins over the class's ``host``;
-``--llm-hosts`` spreads requests over several servers and wins over both.
+``LLMUser`` declares a class attribute for each option the spec marks ``class_attribute``
+(``model``, ``dataset``, ``max_tokens``, ``input_len`` and the timeouts, named as the
+``ClientOptions`` field) and ``api``; ``None`` (the default) means "the ``--llm-*`` option". So
+two user classes in one locustfile can target different models, APIs or data sets. The host
+follows Locust's rule: ``--host`` (Locust sets it on every user class) wins over the class's
+``host``; ``--llm-hosts`` spreads requests over several servers and wins over both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from locust_llm.client.config import ClientOptions, split_hosts
+from locust_llm.client.config import ClientOptions
+from locust_llm.client.options import OPTIONS
+from locust_llm.client.readers import split_hosts
+
+#: the ClientOptions fields a user class attribute of the same name overrides
+CLASS_ATTRIBUTES: tuple[str, ...] = tuple(o.field_name for o in OPTIONS if o.class_attribute)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,37 +36,22 @@ class UserSettings:
     total_timeout_s: float
 
 
-def _pick(value: object, default: str) -> str:
-    return default if value is None else str(value)
-
-
-def _seconds(value: float | None, default: float) -> float:
-    return default if value is None else float(value)
-
-
 def resolve_settings(
     options: ClientOptions,
     *,
     host: str | None,
-    model: str | None = None,
     api: str = "chat",
-    dataset: str | None = None,
-    max_tokens: int | str | None = None,
-    input_len: int | str | None = None,
-    connect_timeout_s: float | None = None,
-    read_timeout_s: float | None = None,
-    total_timeout_s: float | None = None,
+    **attributes: object,
 ) -> UserSettings:
-    """The settings of a user class whose attributes are the keyword arguments."""
-    hosts = options.hosts or split_hosts(host or "")
-    return UserSettings(
-        hosts=hosts,
-        model=_pick(model, options.model),
-        api=api,
-        dataset=_pick(dataset, options.dataset),
-        max_tokens=_pick(max_tokens, options.max_tokens),
-        input_len=_pick(input_len, options.input_len),
-        connect_timeout_s=_seconds(connect_timeout_s, options.connect_timeout_s),
-        read_timeout_s=_seconds(read_timeout_s, options.read_timeout_s),
-        total_timeout_s=_seconds(total_timeout_s, options.total_timeout_s),
-    )
+    """The settings of a user class: ``attributes`` are its :data:`CLASS_ATTRIBUTES` (None or
+    left out: the option), each read as the option's field is (a length as a string, a time as
+    seconds)."""
+    unknown = set(attributes) - set(CLASS_ATTRIBUTES)
+    if unknown:
+        raise TypeError(f"not a user class setting: {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for name in CLASS_ATTRIBUTES:
+        option_value = getattr(options, name)
+        value = attributes.get(name)
+        values[name] = option_value if value is None else type(option_value)(value)
+    return UserSettings(hosts=options.hosts or split_hosts(host or ""), api=api, **values)

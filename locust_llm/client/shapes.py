@@ -26,8 +26,8 @@ from locust import LoadTestShape
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from locust_llm.client import lifecycle
-from locust_llm.client.config import DEFAULT_MAX_TOKENS, ClientOptions
+from locust_llm.client import lengths, lifecycle
+from locust_llm.client.config import ClientOptions
 from locust_llm.client.messages import StageMessage
 from locust_llm.client.runtime import Runtime, runtime
 from locust_llm.errors import InputError
@@ -147,10 +147,7 @@ def open_loop_users(opts: ClientOptions, plans: list[StagePlan]) -> int:
     if opts.max_users:
         return opts.max_users
     top = max((p.rate or 0.0) for p in plans)
-    from locust_llm.workloads.distributions import parse_distribution
-
-    spec = opts.max_tokens or str(DEFAULT_MAX_TOKENS)
-    tokens = parse_distribution(spec, what="--llm-max-tokens").mean
+    tokens = lengths.max_tokens(opts.max_tokens).mean
     return max(32, int(4 * top * max(tokens, 1.0) / 100))
 
 

@@ -47,7 +47,7 @@ from locust_llm.client.config import ClientOptions
 from locust_llm.client.events import llm_events
 from locust_llm.client.kernel_transport import select_transport
 from locust_llm.client.runtime import runtime
-from locust_llm.client.settings import UserSettings, resolve_settings
+from locust_llm.client.settings import CLASS_ATTRIBUTES, UserSettings, resolve_settings
 from locust_llm.client.transport import READ_ERRORS, Transport, read_failure
 from locust_llm.errors import RequestFailed
 from locust_llm.metrics import (
@@ -120,14 +120,8 @@ class LLMUser(User):
         return resolve_settings(
             options,
             host=locust_host or cls.host,
-            model=cls.model,
             api=cls.api,
-            dataset=cls.dataset,
-            max_tokens=cls.max_tokens,
-            input_len=cls.input_len,
-            connect_timeout_s=cls.connect_timeout_s,
-            read_timeout_s=cls.read_timeout_s,
-            total_timeout_s=cls.total_timeout_s,
+            **{name: getattr(cls, name) for name in CLASS_ATTRIBUTES},
         )
 
     # ---- Locust lifecycle ---------------------------------------------------------------------

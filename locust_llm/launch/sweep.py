@@ -29,6 +29,13 @@ from pathlib import Path
 
 from locust_llm.client.options import env_var
 from locust_llm.errors import InputError
+from locust_llm.launch.run_options import (
+    SWEEP_FLAG_FOR,
+    add_plugin_options,
+    add_standing_flag,
+    plugin_option_args,
+    secret_env,
+)
 from locust_llm.live.progress import ProgressLine, follow, stage_durations
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "client" / "sweep_locustfile.py"
@@ -52,35 +59,13 @@ DEMO_SIM_ARGS = [
 ]
 
 
-#: ``--llm-*`` options that ``run``/``demo`` set through flags of their own (flag without --llm-
-#: -> the run/demo flag's dest); every other ``--llm-*`` option is accepted by ``run`` as it is.
-SWEEP_FLAG_FOR: dict[str, str] = {
-    "concurrency": "concurrency",
-    "rate": "rate",
-    "stage-requests": "stage_requests",
-    "stage-duration": "stage_duration",
-    "max-tokens": "max_tokens",
-    "input-len": "input_len",
-    "dataset": "dataset",
-    "gpu-metrics": "gpu_metrics",
-    "ignore-eos": "ignore_eos",
-    "run-dir": "out",
-    "model": "model",
-    "api-key": "api_key",
-    "server-metrics": "server_metrics",
-    "roofline-model": "roofline_model",
-    "roofline-gpu": "roofline_gpu",
-    "roofline-bandwidth": "bandwidth",
-    "roofline-flops": "flops",
-    "roofline-memory": "memory",
-    "roofline-tp": "tp",
-}
-
 RUN_EPILOG = """
 Every --llm-* option of the Locust plugin (see `locust --help`) is accepted here as well and
 handed to the Locust master and workers, e.g. --llm-tokenizer DIR --llm-seed 7
---llm-header 'X-Team: a' --llm-server-max-num-seqs 64. Anything after a lone -- goes to the
-Locust master unchanged (e.g. -- --csv out/stats).
+--llm-header 'X-Team: a' --llm-server-max-num-seqs 64; the flags above that stand for one
+answer to its --llm-* spelling too (--max-tokens or --llm-max-tokens, --out or --llm-run-dir).
+The API key reaches Locust by environment, never on a command line. Anything after a lone --
+goes to the Locust master unchanged (e.g. -- --csv out/stats).
 
 Environment: LOCUST_LLM_<NAME> sets --llm-<name> (dashes as underscores, e.g.
 LOCUST_LLM_TOKENIZER=/models/m, LOCUST_LLM_EXTRA_BODY='{"top_k": 1}') in the master and every
@@ -91,17 +76,11 @@ over its variable.
 """
 
 
-def _add_llm_backed(
-    parser: argparse.ArgumentParser, flags: list[tuple[str, str, str]], *, use_env: bool
-) -> None:
-    """Add ``--NAME`` flags that stand for ``--llm-NAME`` ((name, default, help) each); with
-    ``use_env`` a flag's default is its ``LOCUST_LLM_NAME`` variable when that is set."""
-    for name, fallback, help_text in flags:
-        default = os.environ.get(env_var(name), fallback) if use_env else fallback
-        parser.add_argument(f"--{name}", default=default, help=help_text)
-
-
 TRUE = ("1", "true", "yes", "on")
+
+#: the ``--llm-roofline-*`` options of a device by hand and the server's tensor parallelism,
+#: checked by ``run`` before it starts anything (:func:`device_llm_args`)
+DEVICE_OPTIONS = ("roofline-bandwidth", "roofline-flops", "roofline-memory", "roofline-tp")
 
 
 def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None:
@@ -116,11 +95,14 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         ("input-len", "256" if demo else "", "prompt tokens (random dataset)"),
         ("dataset", "random", "random, openqa or a file"),
     ]  # fmt: skip
-    _add_llm_backed(parser, sweep, use_env=env)
-    parser.add_argument(
-        "--rate",
+    for name, default, help_text in sweep:
+        add_standing_flag(parser, name, default=default, help_text=help_text, use_env=env)
+    add_standing_flag(
+        parser,
+        "rate",
         default="",
-        help="open loop instead: request rates per stage (req/s), e.g. 1,2,4,8 (needs "
+        use_env=False,
+        help_text="open loop instead: request rates per stage (req/s), e.g. 1,2,4,8 (needs "
         "--stage-duration)",
     )
     parser.add_argument(
@@ -130,13 +112,29 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         help="Locust worker processes (default: one per core this process may use"
         + (", less the simulator's)" if demo else ")"),
     )
-    parser.add_argument("--out", default="", help="run dir (default reports/<demo|run>-<UTC time>)")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="reuse an --out dir that holds an earlier run"
+    add_standing_flag(
+        parser,
+        "run-dir",
+        default="",
+        use_env=False,
+        help_text="run dir (default reports/<demo|run>-<UTC time>)",
+    )
+    add_standing_flag(
+        parser,
+        "overwrite",
+        default=False,
+        use_env=False,
+        action="store_true",
+        help_text="reuse an --out dir that holds an earlier run",
     )
     parser.add_argument("--slo", default="", help="objectives, e.g. ttft=1,tpot=0.1 (seconds)")
-    parser.add_argument(
-        "--gpu-metrics", action="append", default=[], help="GPU exporter URL to scrape (repeatable)"
+    add_standing_flag(
+        parser,
+        "gpu-metrics",
+        default=[],
+        use_env=False,
+        action="append",
+        help_text="GPU exporter URL to scrape (repeatable)",
     )
     parser.add_argument(
         "--stop-timeout",
@@ -151,11 +149,13 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         help="give up on the whole run after this many seconds",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the result")
-    parser.add_argument(
-        "--ignore-eos",
+    add_standing_flag(
+        parser,
+        "ignore-eos",
         action=argparse.BooleanOptionalAction,
+        use_env=False,
         default=demo or (env and os.environ.get(env_var("ignore-eos"), "").lower() in TRUE),
-        help="ask for exactly --max-tokens tokens (vLLM/SGLang's ignore_eos; the OpenAI API "
+        help_text="ask for exactly --max-tokens tokens (vLLM/SGLang's ignore_eos; the OpenAI API "
         "itself rejects it; default: on for the demo, off for run)",
     )
 
@@ -178,36 +178,15 @@ def configure_run_parser(parser: argparse.ArgumentParser) -> None:
     parser.epilog = RUN_EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--host", required=True, help="base URL of the OpenAI-compatible server")
-    server = [
-        ("model", "", "model id (default: first of /v1/models)"),
-        ("server-metrics", "", "server /metrics URL (default <host>/metrics if it answers)"),
-        ("roofline-model", "", "model preset for the floors"),
-        ("roofline-gpu", "", "GPU preset for the floors, or cpu (this host, measured)"),
-    ]
-    _add_llm_backed(parser, server, use_env=True)
-    _add_device_arguments(parser)
-    parser.add_argument("--api-key", default="", help="API key (default $OPENAI_API_KEY)")
+    for name in ("model", "server-metrics", "roofline-model", "roofline-gpu"):
+        add_standing_flag(parser, name, default="", use_env=True)
+    # a device by hand (instead of --roofline-gpu) and --tp: recorded in run.json's roofline
+    # entry, so a later report uses the same device
+    for name in DEVICE_OPTIONS:
+        add_standing_flag(parser, name, default="", use_env=True)
+    add_standing_flag(parser, "api-key", default="", use_env=False)
     _add_sweep_arguments(parser, demo=False)
-    _add_plugin_options(parser)
-
-
-#: run's device flags (dest) -> (the --llm-* option each stands for, help)
-DEVICE_FLAGS: dict[str, tuple[str, str]] = {
-    "bandwidth": ("roofline-bandwidth", "a device without a preset: memory bandwidth, e.g. 40GB/s"),
-    "flops": ("roofline-flops", "that device's dense peak, e.g. 1.2TFLOPS"),
-    "memory": ("roofline-memory", "that device's memory capacity, e.g. 64GiB"),
-    "tp": ("roofline-tp", "tensor-parallel degree of the server (default 1)"),
-}
-
-
-def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--bandwidth/--flops/--memory`` (a device by hand, instead of --roofline-gpu) and
-    ``--tp``: recorded in run.json's roofline entry, so a later report uses the same device;
-    each defaults to its ``LOCUST_LLM_ROOFLINE_*`` variable."""
-    for dest, (option, help_text) in DEVICE_FLAGS.items():
-        parser.add_argument(
-            f"--{dest}", default=os.environ.get(env_var(option), ""), help=help_text
-        )
+    add_plugin_options(parser)
 
 
 def device_llm_args(args: argparse.Namespace) -> list[str]:
@@ -224,44 +203,11 @@ def device_llm_args(args: argparse.Namespace) -> list[str]:
     check_tp(int(tp) if tp else None, flags=RUN_FLAGS)
     values = {"bandwidth": device.bandwidth, "flops": device.flops, "memory": device.memory}
     out: list[str] = []
-    for dest, (option, _help) in DEVICE_FLAGS.items():
+    for name in DEVICE_OPTIONS:
+        dest = SWEEP_FLAG_FOR[name]
         value = str(values.get(dest, getattr(args, dest))).strip()
         if value:
-            out += [f"--llm-{option}", value]
-    return out
-
-
-def _add_plugin_options(parser: argparse.ArgumentParser) -> None:
-    """Every ``--llm-*`` option not covered by a ``run`` flag, unset unless given."""
-    from locust_llm.client.options import OPTIONS
-
-    group = parser.add_argument_group(
-        "Locust plugin options (handed to Locust as given; defaults as in `locust --help`)"
-    )
-    for flag, _default, help_text, extra in OPTIONS:
-        if flag in SWEEP_FLAG_FOR:
-            continue
-        kwargs = {k: v for k, v in extra.items() if k == "action"}
-        group.add_argument(f"--llm-{flag}", help=help_text, default=argparse.SUPPRESS, **kwargs)
-
-
-def plugin_option_args(args: argparse.Namespace) -> list[str]:
-    """The ``--llm-*`` options given to ``run`` directly, as Locust command-line arguments."""
-    from locust_llm.client.options import OPTIONS
-
-    out: list[str] = []
-    for flag, _default, _help, extra in OPTIONS:
-        dest = "llm_" + flag.replace("-", "_")
-        if flag in SWEEP_FLAG_FOR or not hasattr(args, dest):
-            continue
-        value = getattr(args, dest)
-        if extra.get("action") == "store_true":
-            out += [f"--llm-{flag}"] if value else []
-        elif extra.get("action") == "append":
-            for item in value:
-                out += [f"--llm-{flag}", str(item)]
-        else:
-            out += [f"--llm-{flag}", str(value)]
+            out += [f"--llm-{name}", value]
     return out
 
 
@@ -700,7 +646,7 @@ def run_run(args: argparse.Namespace) -> int:
     """``locust-llm run``."""
     run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
     llm_args = run_llm_args(args)
-    env = {"LOCUST_LLM_API_KEY": args.api_key} if args.api_key else None
+    env = secret_env(args) or None
     workers = resolve_workers(args)
     if not args.quiet:
         print(announce_run(args, run_dir, workers), flush=True)

@@ -18,13 +18,14 @@ from pathlib import Path
 
 from locust_llm import __version__
 from locust_llm.client.config import ClientOptions
+from locust_llm.client.options import OPTIONS, by_name
 from locust_llm.client.redact import Redactor, secrets_of
-from locust_llm.client.validate import roofline_device
 from locust_llm.rundir.layout import RunInfo
 from locust_llm.telemetry.batch_limit import run_info_extra
 
-_SECRET_FLAGS = ("--llm-api-key",)
-_HEADER_FLAGS = ("--llm-header",)
+#: flags whose values are secret (the spec's secret options); a header keeps its name
+_SECRET_FLAGS = tuple(option.flag for option in OPTIONS if option.secret)
+_HEADER_FLAGS = (by_name("header").flag,)
 
 #: run.json warnings that say Locust's CPU monitor saw > 90%: code -> text. The text starts with
 #: its code, so the report recognises the warning by that prefix, never by wording.
@@ -73,7 +74,7 @@ def _masked_by_flag(argv: list[str]) -> list[str]:
             mask_next = None
             continue
         flag, eq, value = arg.partition("=")
-        if flag in _SECRET_FLAGS or flag in _HEADER_FLAGS:
+        if flag in _SECRET_FLAGS:
             if eq:
                 out.append(f"{flag}={_masked(flag, value)}")
             else:
@@ -107,7 +108,7 @@ def new_run_info(
     """run.json as a run starts (stages, workers and the end come later)."""
     roofline = {
         "model": options.roofline_model,
-        **roofline_device(options).entry(options.roofline_tp),
+        **options.roofline_device().entry(options.roofline_tp),
     }
     return RunInfo(
         run_id=run_dir.name,

@@ -1,0 +1,86 @@
+"""Readers: a raw ``--llm-*`` value (from Locust's parser, an env var or a config file) to its
+typed :class:`~locust_llm.client.config.ClientOptions` field value (pure).
+
+Each reader takes the flag (for its error) and the raw value; a value that cannot be read is
+one :class:`~locust_llm.errors.InputError` naming the flag. The option spec
+(:mod:`locust_llm.client.options`) names each option's reader.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from locust_llm.errors import InputError
+
+
+def text(_flag: str, raw: Any) -> str:
+    return str(raw or "")
+
+
+def switch(_flag: str, raw: Any) -> bool:
+    return bool(raw)
+
+
+def inverted_switch(_flag: str, raw: Any) -> bool:
+    """A ``--llm-no-X`` switch read as "X is on"."""
+    return not raw
+
+
+def number(flag: str, raw: Any) -> float:
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        raise InputError(f"{flag} {raw!r}: expected a number") from None
+
+
+def whole(flag: str, raw: Any) -> int:
+    try:
+        return int(raw or 0)
+    except (TypeError, ValueError):
+        raise InputError(f"{flag} {raw!r}: expected a whole number") from None
+
+
+def strings(_flag: str, raw: Any) -> tuple[str, ...]:
+    return tuple(str(item) for item in raw or ())
+
+
+def split_hosts(text: str) -> tuple[str, ...]:
+    """``"http://a:1/, http://b:2"`` -> base URLs without trailing slashes."""
+    return tuple(h.strip().rstrip("/") for h in text.split(",") if h.strip())
+
+
+def hosts(_flag: str, raw: Any) -> tuple[str, ...]:
+    return split_hosts(str(raw or ""))
+
+
+def parse_headers(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """``--llm-header 'Name: value'`` (repeatable) -> (name, value) pairs."""
+    out = []
+    for header in values:
+        name, sep, value = header.partition(":")
+        if not sep or not name.strip():
+            raise InputError(f"--llm-header {header!r}: expected 'Name: value'")
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def headers(_flag: str, raw: Any) -> tuple[tuple[str, str], ...]:
+    return parse_headers(list(raw or ()))
+
+
+def parse_extra_body(text: str | None) -> dict[str, Any]:
+    """``--llm-extra-body`` JSON -> a dict merged into every request body."""
+    if not text:
+        return {}
+    try:
+        extra = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--llm-extra-body is not JSON: {exc}") from None
+    if not isinstance(extra, dict):
+        raise InputError("--llm-extra-body must be a JSON object")
+    return extra
+
+
+def extra_body(_flag: str, raw: Any) -> dict[str, Any]:
+    return parse_extra_body(raw or None)
