@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.workloads.datasets import Prompt
+from locust_llm.workloads.prompt import Prompt
 from locust_llm.workloads.texts import block_text
 
 MOONCAKE_BLOCK_TOKENS = 512
