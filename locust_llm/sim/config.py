@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.roofline.floors import KV_BLOCK_TOKENS, MEMORY_RESERVE_BYTES
+from locust_llm.roofline.floors import KV_BLOCK_TOKENS, MEMORY_RESERVE_BYTES, get_interconnect
 from locust_llm.workloads.distributions import parse_distribution
 
 if sys.version_info >= (3, 11):
@@ -107,8 +107,6 @@ class SimConfig:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InputError(f"{_flag(name)} must be a number >= 0, got {value!r}")
         parse_distribution(self.output_len, what="--output-len")
-        from locust_llm.roofline.floors import get_interconnect
-
         get_interconnect(self.interconnect)
         return self
 

@@ -87,6 +87,7 @@ from locust_llm.sim.textgen import (
     prompt_pieces,
 )
 from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
+from locust_llm.workloads.datasets import load_dataset
 from locust_llm.workloads.distributions import Distribution, parse_distribution
 from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
 
@@ -213,8 +214,6 @@ class _Driver:
         self.faults = FaultPlan(self.cfg.faults, self.cfg.seed)  # drawn as the server draws
         self.prompts = None
         if self.wl.dataset:
-            from locust_llm.workloads.datasets import load_dataset
-
             random_set = self.wl.dataset == "random"
             self.prompts = load_dataset(
                 self.wl.dataset,
