@@ -33,7 +33,8 @@ from pathlib import Path
 
 from locust_llm.launch.sweep import DEMO_SIM_ARGS
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.virtual import VirtualStage, VirtualWorkload, simulate
+from locust_llm.sim.virtual import VirtualWorkload, simulate
+from locust_llm.workloads.stages import StagePlan
 
 RESULTS = Path(__file__).resolve().parent / "results" / "virtual.md"
 CLI = [sys.executable, "-m", "locust_llm.cli"]
@@ -65,7 +66,7 @@ def demo_sweep() -> tuple[SimConfig, VirtualWorkload]:
     config = SimConfig(model="mistral-7b", gpu="rtx4090", num_gpu_blocks_override=1000,
                        max_num_seqs=256, step_overhead_s=0.002, seed=1)  # fmt: skip
     stages = tuple(
-        VirtualStage(concurrency=c, requests=n)
+        StagePlan(concurrency=c, requests=n)
         for c, n in zip((1, 10, 50, 100, 200), (10, 20, 100, 200, 400), strict=True)
     )
     return config, VirtualWorkload(stages=stages, input_len="256", max_tokens="64", ignore_eos=True)

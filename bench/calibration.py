@@ -35,7 +35,8 @@ from statistics import NormalDist
 
 from locust_llm.roofline.floors import ModelSpec, get_gpu, get_model
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.virtual import VirtualStage, VirtualWorkload, simulate
+from locust_llm.sim.virtual import VirtualWorkload, simulate
+from locust_llm.workloads.stages import StagePlan
 
 BAND = 0.10  # relative error allowed on a gated metric
 ROOT = Path(__file__).resolve().parent.parent
@@ -499,7 +500,7 @@ def replay(
         if spread_out
         else [point.output_tokens] * n
     )
-    stage = VirtualStage(concurrency=point.concurrency, requests=n, max_sends=n)
+    stage = StagePlan(concurrency=point.concurrency, requests=n, max_sends=n)
     workload = VirtualWorkload(
         stages=(stage,),
         lengths=tuple(zip(prompts, outputs, strict=True)),

@@ -49,6 +49,7 @@ from locust_llm.sim.config import SimConfig
 from locust_llm.sim.engine import Engine, RequestTooLarge, StepResult
 from locust_llm.sim.labels import LABELS, ground_truth, ttft_split_of_arrivals
 from locust_llm.sim.trace import request_times, step_record
+from locust_llm.workloads.stages import StagePlan
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "bench" / "results" / "verdict_accuracy.md"
@@ -170,13 +171,12 @@ def make_case(index: int, rng: random.Random) -> Case:
     if open_loop:
         top = rng.choice((1.0, 4.0, 16.0, 64.0))
         rates = sorted({round(top * f, 3) for f in (0.05, 0.25, 1.0, 4.0)})
-        stages = tuple(virtual.VirtualStage(rate=r, duration_s=20.0) for r in rates)
+        stages = tuple(StagePlan(rate=r, duration_s=20.0) for r in rates)
     else:
         top = rng.choice((8, 32, 128, 512))
         users = sorted({max(1, round(top * f)) for f in (1 / 32, 1 / 8, 1 / 2, 1, 2)})
         stages = tuple(
-            virtual.VirtualStage(concurrency=u, requests=max(20, 2 * u), duration_s=40.0)
-            for u in users
+            StagePlan(concurrency=u, requests=max(20, 2 * u), duration_s=40.0) for u in users
         )
     workload = virtual.VirtualWorkload(
         stages=stages,

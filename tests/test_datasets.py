@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from locust_llm.errors import InputError
+from locust_llm.sim.config import config_from_mapping
+from locust_llm.sim.textgen import OutputLengths
 from locust_llm.workloads.datasets import (
     DEFAULT_INPUT_LEN,
     WORDS,
@@ -418,3 +420,45 @@ def test_estimates_equal_what_the_simulated_server_counts(tmp_path: Path) -> Non
             p = source.next_request(rng)
             assert estimate_message_tokens(p.messages) == p.input_tokens_estimate  # chat
             assert estimate_tokens(p.prompt) == p.input_tokens_estimate  # completions
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "params"),
+    [  # the simulator's --output-len spellings: the same grammar as the client's lengths
+        ("fixed:8", "fixed", (8.0,)),
+        ("uniform:48:96", "uniform", (48.0, 96.0)),
+        ("exponential:100", "exp", (100.0,)),
+        ("lognormal:256:0.5", "lognormal", (256.0, 0.5)),
+        ("lognormal:100:0", "lognormal", (100.0, 0.0)),
+        ("64", "fixed", (64.0,)),  # and the client's forms, new to --output-len
+        ("normal:64,8", "normal", (64.0, 8.0)),
+    ],
+)
+def test_sim_output_len_reads_the_one_grammar(
+    spec: str, kind: str, params: tuple[float, ...]
+) -> None:
+    lengths = OutputLengths(spec, seed=3)
+    assert (lengths.distribution.kind, lengths.distribution.params) == (kind, params)
+    assert config_from_mapping({"output_len": spec}).output_len == spec
+    again = OutputLengths(spec, seed=3)
+    rng = random.Random("output-len:3")  # OutputLengths is the sampler on its own seeded stream
+    draws = [lengths.draw() for _ in range(20)]
+    assert draws == [again.draw() for _ in range(20)]
+    assert draws == [parse_distribution(spec).sample(rng) for _ in range(20)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("gauss:3", "cannot read"),
+        ("fixed:12.5", "whole numbers >= 1"),
+        ("uniform:0:5", "whole numbers >= 1"),
+        ("uniform:9:5", "HI < LO"),
+        ("lognormal:256", "needs 2 parameters"),
+        ("exponential:0", "mean"),
+    ],
+)
+def test_sim_output_len_errors_name_the_flag(spec: str, needle: str) -> None:
+    with pytest.raises(InputError, match=needle) as info:
+        config_from_mapping({"output_len": spec})
+    assert str(info.value).startswith("--output-len: ")

@@ -15,8 +15,17 @@ from locust_llm.live.progress import (
     Snapshot,
     StageSeen,
     snapshot_from_payload,
-    stage_durations,
 )
+from locust_llm.workloads.stages import StagePlan, parse_stages
+
+
+def _plan(stages: int, duration_s: float | None = None) -> tuple[StagePlan, ...]:
+    """``stages`` closed-loop stages, each ``duration_s`` long (None: ending at a count)."""
+    requests = None if duration_s else 6
+    return tuple(
+        StagePlan(concurrency=i + 1, requests=requests, duration_s=duration_s)
+        for i in range(stages)
+    )
 
 
 class Clock:
@@ -35,7 +44,7 @@ def _snap(stage: int | None, requests: int, qps: float = 2.0, ttft: float = 0.03
 
 def _drive(live: bool) -> str:
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=live, every_s=10.0, stages=2, clock=clock)
+    line = ProgressLine(out, live=live, every_s=10.0, plan=_plan(2), clock=clock)
     for t, snap in [(0, _snap(0, 0)), (1, _snap(0, 2)), (12, _snap(0, 5)), (13, _snap(1, 7)),
                     (14, _snap(1, 20)), (15, _snap(None, 38))]:  # fmt: skip
         clock.now = 100.0 + t
@@ -68,7 +77,7 @@ def test_plain_output_prints_every_interval_and_at_each_stage_end() -> None:
 
 def test_a_message_keeps_the_live_line() -> None:
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=True, stages=2, clock=clock)
+    line = ProgressLine(out, live=True, plan=_plan(2), clock=clock)
     line.update(_snap(0, 1))
     line.message("  ERROR something")
     shown = "  stage 1/2 c=1: 0/6 requests, 0 s, QPS 2.0, TTFT P50 31 ms"
@@ -79,8 +88,7 @@ def test_a_message_keeps_the_live_line() -> None:
 
 def test_duration_stages_show_elapsed_against_the_stage_length() -> None:
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=False, every_s=0.0, stage_durations_s=[30.0], stages=2,
-                        clock=clock)  # fmt: skip
+    line = ProgressLine(out, live=False, every_s=0.0, plan=_plan(2, 30.0), clock=clock)
     line.update(Snapshot(1, 2, "c=4", None, 10, math.nan, math.nan))
     clock.now += 5
     line.update(Snapshot(1, 2, "c=4", None, 15, 1.0, math.nan))
@@ -89,10 +97,11 @@ def test_duration_stages_show_elapsed_against_the_stage_length() -> None:
     )
 
 
-def test_stage_durations_parse_plain_seconds() -> None:
-    assert stage_durations("") == []
-    assert stage_durations("10,20") == [10.0, 20.0]
-    assert math.isnan(stage_durations("1m")[0])
+def test_the_planned_length_shows_in_any_unit_and_a_count_stage_shows_none() -> None:
+    plan = parse_stages(concurrency="1,4", requests="9,30", duration="1m,2h")
+    line = ProgressLine(io.StringIO(), live=False, plan=(*plan, *_plan(1)))
+    assert [line.planned_s(i) for i in range(2)] == [60.0, 7200.0]
+    assert math.isnan(line.planned_s(2)) and math.isnan(line.planned_s(3))
 
 
 def test_snapshot_reads_the_aggregated_row_and_the_stage() -> None:
@@ -116,7 +125,7 @@ def test_failed_requests_are_on_the_line_so_qps_is_not_read_as_success() -> None
     """A dead server answers fast: 10 requests a second, all failed, must not read as QPS 10
     alone. The count is the stage's own (failures of earlier stages left out)."""
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=False, every_s=0.0, stages=2, clock=clock)
+    line = ProgressLine(out, live=False, every_s=0.0, plan=_plan(2), clock=clock)
     line.update(Snapshot(0, 2, "c=1", 6, 0, math.nan, math.nan, failures=0))
     line.update(Snapshot(0, 2, "c=1", 6, 4, 2.0, math.nan, failures=4))
     line.update(Snapshot(1, 2, "c=4", 30, 10, 10.0, math.nan, failures=6))
@@ -135,7 +144,7 @@ def test_failed_requests_are_on_the_line_so_qps_is_not_read_as_success() -> None
 
 def test_users_backing_off_are_on_the_line() -> None:
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=False, every_s=0.0, stages=1, clock=clock)
+    line = ProgressLine(out, live=False, every_s=0.0, plan=_plan(1), clock=clock)
     snap = snapshot_from_payload({
         "stage": {"index": 0, "name": "c=8", "count": 1},
         "backoff": {"users_waiting": 8, "waits": 40},
@@ -151,7 +160,7 @@ def test_a_stage_shorter_than_a_poll_still_gets_its_line() -> None:
     """The first poll already sees stage 2 (stage 1's 3 requests took less than a poll), and
     the sweep's last stage ends before any poll sees it: every stage has one line."""
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=False, every_s=60.0, stages=3, clock=clock)
+    line = ProgressLine(out, live=False, every_s=60.0, plan=_plan(3), clock=clock)
     begun = (StageSeen("c=1", 3, 3), StageSeen("c=4", 8, 5))
     line.update(Snapshot(1, 3, "c=4", 8, 5, 2.0, 0.05, begun=begun))
     line.update(Snapshot(1, 3, "c=4", 8, 11, 2.0, 0.05, begun=begun))
@@ -198,8 +207,7 @@ def test_the_stage_s_own_figures_come_before_the_run_s() -> None:
     assert snap.begun[0].live and snap.begun[0].settled and not snap.begun[1].settled
     assert snap.begun[1].drawn == 80 and snap.begun[1].unsent == ()  # no reason counted
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=False, every_s=0.0, stage_durations_s=[3.0], stages=2,
-                        clock=clock)  # fmt: skip
+    line = ProgressLine(out, live=False, every_s=0.0, plan=_plan(2, 3.0), clock=clock)
     line.update(snap)
     assert out.getvalue().splitlines()[-1] == (
         "  stage 2/2 rate 40/s: 12 requests, 0/3 s, QPS 5.5, 1,234 tokens/s, TTFT P50 40 ms"
@@ -213,8 +221,7 @@ def test_an_open_loop_stage_s_unsent_arrivals_end_its_line() -> None:
     unsent arrivals, which reach the master with the workers' batch after the stage ends, and
     says how many of the arrivals drawn were never sent, and why."""
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=False, every_s=60.0, stage_durations_s=[3.0], stages=2,
-                        clock=clock)  # fmt: skip
+    line = ProgressLine(out, live=False, every_s=60.0, plan=_plan(2, 3.0), clock=clock)
     first = _stage(
         "rate 40/s",
         done=20,
@@ -242,7 +249,7 @@ def test_an_open_loop_stage_s_unsent_arrivals_end_its_line() -> None:
     assert out.getvalue().splitlines()[-1].startswith("  stage 2/2 rate 4/s: 1 requests, 61/3 s")
     # a master that never says "settled" still gets the line ended, after the wait
     out2, clock2 = io.StringIO(), Clock()
-    line2 = ProgressLine(out2, live=False, every_s=60.0, stages=2, clock=clock2)
+    line2 = ProgressLine(out2, live=False, every_s=60.0, plan=_plan(2), clock=clock2)
     line2.update(snapshot_from_payload(_payload(0, [first])))
     for _ in range(5):
         clock2.now += 1.0
@@ -250,7 +257,7 @@ def test_an_open_loop_stage_s_unsent_arrivals_end_its_line() -> None:
     assert sum("(stage done)" in t for t in out2.getvalue().splitlines()) == 1
     assert "(stage done)" in out2.getvalue().splitlines()[0]
     only = {**dry, "unsent": {"pool_ran_dry": 12, "stage_ended": 0, "run_stopped": 0}}
-    short = ProgressLine(io.StringIO(), live=False, stages=3, clock=Clock())
+    short = ProgressLine(io.StringIO(), live=False, plan=_plan(3), clock=Clock())
     short.update(snapshot_from_payload(_payload(1, [only, second])))
     assert short.out.getvalue().splitlines()[0] == (  # type: ignore[attr-defined]
         "  stage 1/3 rate 40/s: 25 requests, 12 of 120 arrivals unsent (pool ran dry), ended "
@@ -262,7 +269,7 @@ def test_a_stage_sending_behind_its_schedule_says_so_during_the_stage() -> None:
     """Before the stage's end counts its unsent arrivals, the records say the pool is behind:
     their mean dispatch delay; a pool that keeps up (a few ms late) adds nothing."""
     out, clock = io.StringIO(), Clock()
-    line = ProgressLine(out, live=False, every_s=0.0, stages=1, clock=clock)
+    line = ProgressLine(out, live=False, every_s=0.0, plan=_plan(1), clock=clock)
     for delay_s in (0.004, 1.26):
         entry = _stage("rate 40/s", done=9, qps=3.0, ttft_p50_s=0.06, dispatch_delay_s=delay_s,
                        output_tokens_per_s=96.0)  # fmt: skip

@@ -7,11 +7,12 @@ import math
 import pytest
 
 from locust_llm.errors import InputError
-from locust_llm.sim.config import config_from_mapping, load_toml, parse_distribution
+from locust_llm.sim.config import config_from_mapping, load_toml
 from locust_llm.sim.engine import Engine, RequestTooLarge
 from locust_llm.sim.faults import FaultPlan, parse_fault
 from locust_llm.sim.openai_format import ChunkFormatter
 from locust_llm.sim.textgen import VOCAB, OutputLengths, WordStream, estimate_tokens
+from locust_llm.workloads.distributions import Distribution
 
 
 def make(**kw: object) -> Engine:
@@ -151,7 +152,7 @@ def test_toml_config(tmp_path) -> None:
 
 
 def test_distributions_and_determinism() -> None:
-    assert parse_distribution("uniform:1:5") == ("uniform", (1.0, 5.0))
+    assert OutputLengths("uniform:1:5", 0).distribution == Distribution("uniform", (1.0, 5.0))
     a = [OutputLengths("lognormal:100:0.5", 7).draw() for _ in range(1)]
     draws = OutputLengths("lognormal:100:0.5", 7)
     same = OutputLengths("lognormal:100:0.5", 7)

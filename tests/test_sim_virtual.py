@@ -19,13 +19,8 @@ from locust_llm.errors import InputError
 from locust_llm.launch.sweep import DEMO_SIM_ARGS
 from locust_llm.rundir.layout import read_run_info
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.virtual import (
-    VirtualStage,
-    VirtualWorkload,
-    simulate,
-    sweep_stages,
-    write_run_dir,
-)
+from locust_llm.sim.virtual import VirtualWorkload, simulate, write_run_dir
+from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_virtual
@@ -35,7 +30,7 @@ SMALL = SimConfig(model="mistral-7b", gpu="rtx4090", num_gpu_blocks_override=400
 
 
 def closed(levels: tuple[int, ...], requests: int, **kw: object) -> VirtualWorkload:
-    stages = tuple(VirtualStage(concurrency=c, requests=requests) for c in levels)
+    stages = tuple(StagePlan(concurrency=c, requests=requests) for c in levels)
     settings: dict = {"input_len": "uniform:64,256", "max_tokens": "32", **kw}
     return VirtualWorkload(stages=stages, **settings)
 
@@ -64,7 +59,7 @@ def test_every_request_is_one_record_and_stages_end_at_their_count() -> None:
 
 
 def test_max_sends_sends_exactly_that_many_at_most_c_at_once() -> None:
-    stage = VirtualStage(concurrency=5, requests=23, max_sends=23)
+    stage = StagePlan(concurrency=5, requests=23, max_sends=23)
     run = simulate(SMALL, VirtualWorkload(stages=(stage,), max_tokens="16"), start_wall_s=0.0)
     assert len(run.records) == 23
     events = sorted(
@@ -106,7 +101,7 @@ def test_records_match_the_engine_timeline_and_the_metric_definitions() -> None:
 
 def test_open_loop_poisson_and_gamma_arrivals() -> None:
     def gaps(burstiness: float) -> list[float]:
-        stage = VirtualStage(rate=20.0, duration_s=60.0)
+        stage = StagePlan(rate=20.0, duration_s=60.0)
         wl = VirtualWorkload(stages=(stage,), max_tokens="4", burstiness=burstiness, seed=7)
         run = simulate(SMALL, wl, start_wall_s=0.0)
         starts = sorted(r.start_wall_s for r in run.records)
@@ -124,14 +119,14 @@ def test_open_loop_poisson_and_gamma_arrivals() -> None:
 
 
 def test_open_loop_count_stage_sends_exactly_its_requests() -> None:
-    wl = VirtualWorkload(stages=(VirtualStage(rate=5.0, requests=40),), max_tokens="8")
+    wl = VirtualWorkload(stages=(StagePlan(rate=5.0, requests=40),), max_tokens="8")
     run = simulate(SMALL, wl)
     assert len(run.records) == 40 and all(r.ok for r in run.records)
     assert run.info.mode == "open"
 
 
 def test_stop_timeout_cancels_what_is_still_running() -> None:
-    stage = VirtualStage(concurrency=4, duration_s=2.0)
+    stage = StagePlan(concurrency=4, duration_s=2.0)
     wl = VirtualWorkload(stages=(stage,), max_tokens="2000", ignore_eos=True, stop_timeout_s=1.0)
     run = simulate(SimConfig(model="mistral-7b", gpu="rtx4090"), wl, start_wall_s=0.0)
     kinds = Counter(r.error_kind for r in run.records)
@@ -141,7 +136,7 @@ def test_stop_timeout_cancels_what_is_still_running() -> None:
 
 def test_too_large_requests_are_400_records_and_the_loop_stays_bounded() -> None:
     tiny = SimConfig(model="mistral-7b", gpu="rtx4090", max_model_len=100)
-    wl = VirtualWorkload(stages=(VirtualStage(concurrency=2, requests=5),), input_len="200")
+    wl = VirtualWorkload(stages=(StagePlan(concurrency=2, requests=5),), input_len="200")
     run = simulate(tiny, wl)
     assert {(r.status_code, r.error_kind) for r in run.records} == {(400, "http_4xx")}
     assert 5 <= len(run.records) <= 7
@@ -150,7 +145,7 @@ def test_too_large_requests_are_400_records_and_the_loop_stays_bounded() -> None
 def test_open_loop_stages_count_every_arrival_drawn_as_sent() -> None:
     """As the client does: each stage's arrivals drawn, each one sent (a record) or unsent with
     a reason; in virtual time nothing runs dry and every arrival is sent on time."""
-    stages = (VirtualStage(rate=4.0, duration_s=5.0), VirtualStage(rate=12.0, duration_s=5.0))
+    stages = (StagePlan(rate=4.0, duration_s=5.0), StagePlan(rate=12.0, duration_s=5.0))
     run = simulate(SMALL, VirtualWorkload(stages=stages, max_tokens="8", seed=5))
     sent = Counter(r.stage for r in run.records)
     for stage in run.info.stages:
@@ -212,13 +207,13 @@ def test_phase_sums_match_the_records_they_cover() -> None:
 
 def test_bad_input_is_one_clear_line() -> None:
     with pytest.raises(InputError, match="request count or a duration"):
-        simulate(SMALL, VirtualWorkload(stages=(VirtualStage(concurrency=1),)))
+        simulate(SMALL, VirtualWorkload(stages=(StagePlan(concurrency=1),)))
     with pytest.raises(InputError, match="--input-len"):
         simulate(SMALL, closed((1,), 1, input_len="lognormal:x"))
     with pytest.raises(InputError, match="one of the two"):
-        sweep_stages(concurrency="1,2", rate="3", requests="4")
+        parse_stages(concurrency="1,2", rate="3", requests="4", flags=SWEEP_FLAGS)
     with pytest.raises(InputError, match="one per stage"):
-        sweep_stages(concurrency="1,2,4", requests="4,5")
+        parse_stages(concurrency="1,2,4", requests="4,5", flags=SWEEP_FLAGS)
 
 
 def test_run_dir_is_read_by_the_report_unchanged(tmp_path: Path) -> None:
@@ -320,7 +315,7 @@ def test_a_five_stage_sweep_runs_over_100x_faster_than_real_time() -> None:
 
 def test_fewer_users_finish_their_request_and_send_no_more() -> None:
     wl = VirtualWorkload(
-        stages=(VirtualStage(concurrency=4, requests=8), VirtualStage(concurrency=1, requests=5)),
+        stages=(StagePlan(concurrency=4, requests=8), StagePlan(concurrency=1, requests=5)),
         max_tokens="16",
     )
     run = simulate(SMALL, wl, start_wall_s=0.0)
@@ -334,7 +329,7 @@ def test_fewer_users_finish_their_request_and_send_no_more() -> None:
 
 def test_a_dataset_of_lengths_is_replayed_in_send_order() -> None:
     pairs = ((100, 5), (300, 7), (50, 3))
-    stage = VirtualStage(concurrency=1, requests=6, max_sends=6)
+    stage = StagePlan(concurrency=1, requests=6, max_sends=6)
     wl = VirtualWorkload(stages=(stage,), lengths=pairs, ignore_eos=True)
     run = simulate(SMALL, wl)
     got = [

@@ -21,8 +21,9 @@ from locust_llm.launch.sweep import simulator
 from locust_llm.rundir.layout import read_run_info
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.faults import Fault, FaultPlan
-from locust_llm.sim.virtual import VirtualStage, VirtualWorkload, simulate, write_run_dir
+from locust_llm.sim.virtual import VirtualWorkload, simulate, write_run_dir
 from locust_llm.sim.virtual_stream import VirtualStream
+from locust_llm.workloads.stages import StagePlan
 
 FAULTS = ("http500:0.08", "http503:0.08", "http429:0.08:1", "disconnect:0.08:2",
           "malformed:0.08:2", "stall:0.05:2", "slow_first_byte:0.05:0.3")  # fmt: skip
@@ -46,7 +47,7 @@ def faulty_config(**kw: object) -> SimConfig:
 
 
 def faulty_workload(requests: int = 160, **kw: object) -> VirtualWorkload:
-    stage = VirtualStage(concurrency=8, requests=requests, max_sends=requests)
+    stage = StagePlan(concurrency=8, requests=requests, max_sends=requests)
     settings: dict = {"input_len": "32", "max_tokens": "8", "read_timeout_s": 0.8, **kw}
     return VirtualWorkload(stages=(stage,), **settings)
 
@@ -121,7 +122,7 @@ def test_a_stall_shorter_than_the_read_timeout_only_delays_the_tokens() -> None:
 
 def test_a_queue_longer_than_the_read_timeout_is_timeout_records() -> None:
     config = SimConfig(model="mistral-7b", gpu="rtx4090", num_gpu_blocks_override=400, seed=1)
-    stage = VirtualStage(concurrency=64, requests=64, max_sends=64)
+    stage = StagePlan(concurrency=64, requests=64, max_sends=64)
     wl = VirtualWorkload(stages=(stage,), input_len="512", max_tokens="64", read_timeout_s=1.0)
     run = simulate(config, wl)
     kinds = Counter(r.error_kind for r in run.records)
@@ -140,7 +141,7 @@ def test_prefix_cache_in_virtual_time_serves_a_shared_prefix(tmp_path: Path) -> 
     spec = "shared-prefix:groups=1,prefix=256,suffix=32"
     config = SimConfig(model="mistral-7b", gpu="rtx4090", seed=2)
     wl = VirtualWorkload(
-        stages=(VirtualStage(concurrency=1, requests=6, max_sends=6),),
+        stages=(StagePlan(concurrency=1, requests=6, max_sends=6),),
         dataset=spec,
         max_tokens="16",
         ignore_eos=True,
@@ -166,7 +167,7 @@ def test_prefix_cache_in_virtual_time_serves_a_shared_prefix(tmp_path: Path) -> 
 
 def test_random_prompts_share_no_block_and_four_users_see_each_others_prefix() -> None:
     config = SimConfig(model="mistral-7b", gpu="rtx4090", seed=2)
-    stage = VirtualStage(concurrency=4, requests=12, max_sends=12)
+    stage = StagePlan(concurrency=4, requests=12, max_sends=12)
     random_run = simulate(
         config, VirtualWorkload(stages=(stage,), dataset="random", input_len="300")
     )
@@ -182,7 +183,7 @@ def test_random_prompts_share_no_block_and_four_users_see_each_others_prefix() -
 
 def test_run_json_records_the_tensor_parallel_degree(tmp_path: Path) -> None:
     config = SimConfig(model="llama-3.1-70b", gpu="h100-sxm", tp=4, seed=1)
-    wl = VirtualWorkload(stages=(VirtualStage(concurrency=2, requests=4),), max_tokens="8")
+    wl = VirtualWorkload(stages=(StagePlan(concurrency=2, requests=4),), max_tokens="8")
     path = write_run_dir(simulate(config, wl), tmp_path / "run")
     info = read_run_info(path)
     assert info.roofline["tp"] == 4 and info.extra["tp"] == 4
@@ -190,7 +191,7 @@ def test_run_json_records_the_tensor_parallel_degree(tmp_path: Path) -> None:
 
 
 def test_bad_dataset_and_timeout_are_one_clear_line() -> None:
-    stage = (VirtualStage(concurrency=1, requests=1),)
+    stage = (StagePlan(concurrency=1, requests=1),)
     with pytest.raises(InputError, match="read timeout"):
         simulate(SimConfig(), VirtualWorkload(stages=stage, read_timeout_s=0))
     with pytest.raises(InputError, match="no such file"):

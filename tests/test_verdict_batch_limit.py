@@ -16,6 +16,7 @@ from locust_llm.report.load import load_run
 from locust_llm.sim import virtual
 from locust_llm.sim.config import SimConfig
 from locust_llm.telemetry.batch_limit import limit_from_gauges
+from locust_llm.workloads.stages import StagePlan
 
 NAN = math.nan
 
@@ -47,7 +48,7 @@ def test_no_limit_without_a_queue_beyond_the_plateau_or_with_a_full_kv_cache() -
 
 
 def _virtual_run(tmp_path: Path, config: SimConfig, users: tuple[int, ...]) -> Path:
-    stages = tuple(virtual.VirtualStage(concurrency=u, requests=4 * u) for u in users)
+    stages = tuple(StagePlan(concurrency=u, requests=4 * u) for u in users)
     workload = virtual.VirtualWorkload(
         stages=stages, input_len="128", max_tokens="uniform:16:48", seed=3, scrape_interval_s=0.1
     )

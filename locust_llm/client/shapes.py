@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from locust import LoadTestShape
 from locust.env import Environment
@@ -31,115 +28,24 @@ from locust_llm.client.config import ClientOptions
 from locust_llm.client.messages import StageMessage
 from locust_llm.client.runtime import Runtime, runtime
 from locust_llm.errors import InputError
-from locust_llm.rundir.layout import Stage
+from locust_llm.workloads.stages import StagePlan, parse_stages
 
 logger = logging.getLogger(__name__)
 
 SPAWN_RATE_MIN = 50.0  # users per second: stages should reach their concurrency quickly
 
 
-@dataclass(frozen=True, slots=True)
-class StagePlan:
-    """One planned stage."""
-
-    name: str
-    concurrency: int | None = None
-    rate: float | None = None
-    duration_s: float | None = None
-    requests: int | None = None
-    kind: str = "step"
-
-
-def _numbers(text: str, flag: str, cast: type = float) -> list[Any]:
-    try:
-        values = [cast(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise InputError(f"{flag} {text!r}: expected comma-separated numbers") from None
-    if not values or any(v <= 0 for v in values):
-        raise InputError(f"{flag} {text!r}: expected positive numbers")
-    return values
-
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-
-
-def parse_duration(text: str, flag: str = "duration") -> float:
-    """``90``, ``90s``, ``30m``, ``1.5h`` -> seconds."""
-    m = _DURATION.match(text.strip())
-    if not m:
-        raise InputError(f"{flag} {text!r}: expected a duration such as 90s, 30m or 1h")
-    scale = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
-    seconds = float(m.group(1)) * scale
-    if seconds <= 0:
-        raise InputError(f"{flag} {text!r}: expected a duration > 0")
-    return seconds
-
-
-def _spread(values: list[Any], n: int, flag: str) -> list[Any]:
-    if len(values) == 1:
-        return values * n
-    if len(values) != n:
-        raise InputError(f"{flag}: give one value or one per stage ({n}), got {len(values)}")
-    return values
-
-
 def plan_stages(opts: ClientOptions) -> list[StagePlan]:
     """The stages the ``--llm-*`` options ask for (an empty list when none are asked)."""
-    plans: list[StagePlan] = []
-    if opts.concurrency and opts.rate:
-        raise InputError("give --llm-concurrency (closed loop) or --llm-rate (open loop), not both")
-    levels = opts.concurrency or opts.rate
-    if levels:
-        open_loop = opts.open_loop
-        values = _numbers(
-            levels, "--llm-rate" if open_loop else "--llm-concurrency", float if open_loop else int
+    return list(
+        parse_stages(
+            concurrency=opts.concurrency,
+            rate=opts.rate,
+            requests=opts.stage_requests,
+            duration=opts.stage_duration,
+            soak=opts.soak,
         )
-        n = len(values)
-        durations = requests = None
-        if opts.stage_requests:
-            requests = _spread(
-                _numbers(opts.stage_requests, "--llm-stage-requests", int),
-                n,
-                "--llm-stage-requests",
-            )
-        if opts.stage_duration:
-            raw = [
-                parse_duration(x, "--llm-stage-duration")
-                for x in opts.stage_duration.split(",")
-                if x
-            ]
-            durations = _spread(raw, n, "--llm-stage-duration")
-        if durations is None and requests is None:
-            raise InputError("a sweep needs --llm-stage-requests or --llm-stage-duration")
-        for i, value in enumerate(values):
-            name = f"rate {value:g}/s" if open_loop else f"c={value}"
-            plans.append(
-                StagePlan(
-                    name=name,
-                    concurrency=None if open_loop else int(value),
-                    rate=float(value) if open_loop else None,
-                    duration_s=durations[i] if durations else None,
-                    requests=requests[i] if requests else None,
-                )
-            )
-    if opts.soak:
-        spec, _, conc = opts.soak.partition("@")
-        duration = parse_duration(spec, "--llm-soak")
-        if conc:
-            concurrency = _numbers(conc, "--llm-soak concurrency", int)[0]
-        elif plans and plans[-1].concurrency:
-            concurrency = plans[-1].concurrency
-        else:
-            raise InputError("--llm-soak needs DURATION@CONCURRENCY, e.g. 30m@50")
-        plans.append(
-            StagePlan(
-                name=f"soak c={concurrency}",
-                concurrency=concurrency,
-                duration_s=duration,
-                kind="soak",
-            )
-        )
-    return plans
+    )
 
 
 def open_loop_users(opts: ClientOptions, plans: list[StagePlan]) -> int:
@@ -216,18 +122,7 @@ class StagesShape(LoadTestShape):
             self._broadcast(rt, stage=-1, rate=0.0, start=now)
             return False
         plan = plans[self._index]
-        rt.stages.append(
-            Stage(
-                index=self._index,
-                name=plan.name,
-                start_wall_s=now,
-                concurrency=plan.concurrency,
-                rate=plan.rate,
-                warmup_s=rt.options.warmup_s,
-                target_requests=plan.requests,
-                kind=plan.kind,
-            )
-        )
+        rt.stages.append(plan.window(self._index, now, warmup_s=rt.options.warmup_s))
         logger.info("locust-llm: stage %d/%d %s", self._index + 1, len(plans), plan.name)
         self._broadcast(
             rt,

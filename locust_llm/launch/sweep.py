@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,7 +36,8 @@ from locust_llm.launch.run_options import (
     plugin_option_args,
     secret_env,
 )
-from locust_llm.live.progress import ProgressLine, follow, stage_durations
+from locust_llm.live.progress import ProgressLine, follow
+from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "client" / "sweep_locustfile.py"
 
@@ -293,8 +294,7 @@ def run_sweep(
     timeout_s: float,
     quiet: bool,
     env: dict[str, str] | None = None,
-    stage_durations_s: list[float] | None = None,
-    stages: int = 0,
+    plan: Sequence[StagePlan] = (),
 ) -> int:
     """Run the sweep locustfile with one master and ``workers`` workers, started at once
     (``--autostart``: no browser needed; the master's web UI on 127.0.0.1 serves the live
@@ -369,9 +369,7 @@ def run_sweep(
         progress = None
         if not quiet:
             live = sys.stdout.isatty()
-            progress = ProgressLine(
-                sys.stdout, live=live, stage_durations_s=stage_durations_s or [], stages=stages
-            )
+            progress = ProgressLine(sys.stdout, live=live, plan=plan)
         return _follow(
             master,
             log,
@@ -477,9 +475,27 @@ def _follow(
             poller.join(timeout=10)
 
 
-def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
+def sweep_plan(args: argparse.Namespace) -> tuple[StagePlan, ...]:
+    """The stages ``run`` / ``demo`` ask the Locust master for (:func:`_sweep_llm_args`: the
+    rate over the concurrency, the duration over the request counts, then ``--llm-soak``)."""
+    _check_open_loop(args)
+    return parse_stages(
+        concurrency="" if args.rate else args.concurrency,
+        rate=args.rate,
+        requests="" if args.stage_duration else args.stage_requests,
+        duration=args.stage_duration,
+        soak=getattr(args, "llm_soak", "") or "",
+        flags=SWEEP_FLAGS,
+    )
+
+
+def _check_open_loop(args: argparse.Namespace) -> None:
     if args.rate and not args.stage_duration:
         raise InputError("--rate: open-loop stages need --stage-duration (seconds per stage)")
+
+
+def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
+    _check_open_loop(args)
     load = ["--llm-rate", args.rate] if args.rate else ["--llm-concurrency", args.concurrency]
     out = [
         *load,
@@ -587,6 +603,7 @@ def announce_run(args: argparse.Namespace, run_dir: Path, workers: str) -> str:
 
 def run_demo(args: argparse.Namespace) -> int:
     """``locust-llm demo``."""
+    plan = sweep_plan(args)  # bad stage flags stop here, before the simulator starts
     run_dir = Path(args.out) if args.out else Path("reports") / f"demo-{_stamp()}"
     run_dir.mkdir(parents=True, exist_ok=True)
     sim_args = [*DEMO_SIM_ARGS, *args.sim_arg]
@@ -619,8 +636,7 @@ def run_demo(args: argparse.Namespace) -> int:
             stop_timeout=args.stop_timeout,
             timeout_s=args.timeout,
             quiet=args.quiet,
-            stage_durations_s=stage_durations(args.stage_duration),
-            stages=len((args.rate or args.concurrency).split(",")),
+            plan=plan,
         )
     finished = _finish(code, run_dir, args.slo, args.model, args.gpu)
     # the demo shows alerts but is not a gate: exit 3 (alerts fired) is for `run` and `report`
@@ -644,6 +660,7 @@ def run_llm_args(args: argparse.Namespace) -> list[str]:
 
 def run_run(args: argparse.Namespace) -> int:
     """``locust-llm run``."""
+    plan = sweep_plan(args)  # bad stage flags stop here, before any process starts
     run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
     llm_args = run_llm_args(args)
     env = secret_env(args) or None
@@ -659,7 +676,6 @@ def run_run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         quiet=args.quiet,
         env=env,
-        stage_durations_s=stage_durations(args.stage_duration),
-        stages=len((args.rate or args.concurrency).split(",")),
+        plan=plan,
     )
     return _finish(code, run_dir, args.slo)  # the model and device: run.json's roofline entry

@@ -3,16 +3,18 @@
 The figures come from what the master already serves: its web UI's ``/llm/stats`` (the LLM
 tab's JSON), polled once a second on 127.0.0.1. Per stage the line shows requests done (the
 stage's own, from the records the master has received, and the stage's target when it ends at
-a count), seconds since the stage began, and the stage's own figures, which the master keeps
-from the records the workers send it every second (:mod:`locust_llm.live.stage_tally`): QPS and
-output tokens/s (completions over the stage's last 10 s), TTFT P50 (the stage's completions, not
-the run's) and its failed requests. An open-loop stage adds how late its recent requests were
-sent when the user pool falls behind ("sent 1.3 s behind schedule"), and once the stage has
-ended the arrivals drawn in it that were never sent, and why ("98 of 108 arrivals unsent (pool
-ran dry)": the load generator could not keep the offered rate), from the counts the workers
-send with their records. While the server cannot be reached it adds how many users are waiting
-out a back-off. "Done" is the stage's requests that had ended (cancelled ones left out) in the
-records the master had received, so a request-count stage ends only once they have all arrived.
+a count), seconds since the stage began (out of its planned length when it ends after a
+duration: the sweep's :class:`~locust_llm.workloads.stages.StagePlan`), and the stage's own
+figures, which the master keeps from the records the workers send it every second
+(:mod:`locust_llm.live.stage_tally`): QPS and output tokens/s (completions over the stage's last
+10 s), TTFT P50 (the stage's completions, not the run's) and its failed requests. An open-loop
+stage adds how late its recent requests were sent when the user pool falls behind ("sent 1.3 s
+behind schedule"), and once the stage has ended the arrivals drawn in it that were never sent,
+and why ("98 of 108 arrivals unsent (pool ran dry)": the load generator could not keep the
+offered rate), from the counts the workers send with their records. While the server cannot be
+reached it adds how many users are waiting out a back-off. "Done" is the stage's requests that
+had ended (cancelled ones left out) in the records the master had received, so a request-count
+stage ends only once they have all arrived.
 A master without stage figures (an older one) leaves QPS and TTFT P50 to its ``Aggregated`` row
 (Locust's 3 s worker reports).
 
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TextIO
 
 from locust_llm.report.fmt import NO_DATA, is_num, ms, num
+from locust_llm.workloads.stages import StagePlan
 
 #: Seconds between polls of ``/llm/stats``.
 POLL_S = 1.0
@@ -89,20 +92,6 @@ class Snapshot:
     backing_off: int = 0  # users waiting out a back-off after connection errors now
     #: every stage begun so far, in order
     begun: tuple[StageSeen, ...] = ()
-
-
-def stage_durations(spec: str) -> list[float]:
-    """``--stage-duration``'s seconds per stage (``"30"`` or ``"10,20,30"``); NaN where a value
-    is not a plain number of seconds (the line then shows the elapsed time alone)."""
-    out = []
-    for part in (p.strip() for p in str(spec or "").split(",")):
-        if not part:
-            continue
-        try:
-            out.append(float(part))
-        except ValueError:
-            out.append(math.nan)
-    return out
 
 
 def _number(value: Any) -> float:
@@ -198,14 +187,12 @@ class ProgressLine:
         *,
         live: bool,
         every_s: float = PLAIN_EVERY_S,
-        stage_durations_s: Sequence[float] = (),
-        stages: int = 0,
+        plan: Sequence[StagePlan] = (),
         clock: Callable[[], float] = time.monotonic,
         settle_wait_s: float = SETTLE_WAIT_S,
     ) -> None:
         self.out, self.live, self.every_s, self.clock = out, live, every_s, clock
-        self.stages = stages  # how many the sweep has (0: as /llm/stats says so far)
-        self.durations = list(stage_durations_s)
+        self.plan = tuple(plan)  # the sweep's stages (none: as /llm/stats says so far)
         self.settle_wait_s = settle_wait_s
         self.lock = threading.Lock()
         self.current: Snapshot | None = None  # the stage on the line
@@ -221,8 +208,7 @@ class ProgressLine:
         """The text for the current stage at ``now`` (uses ``snap``'s counts and figures)."""
         cur = self.current or snap
         index = cur.stage_index or 0
-        stages = self.stages or cur.stage_count
-        durations = self.durations * stages if len(self.durations) == 1 else self.durations
+        stages = len(self.plan) or cur.stage_count
         seen = snap.begun[index] if index < len(snap.begun) else None
         own = seen.done if seen is not None else None
         done = own if own is not None else max(snap.requests - self.baseline, 0)
@@ -238,7 +224,7 @@ class ProgressLine:
         else:  # a master without them: the run's, from Locust's worker reports
             qps_s, ttft_s, tokens = snap.qps, snap.ttft_p50_s, ""
         qps = f"{qps_s:.1f}" if is_num(qps_s) else NO_DATA
-        duration = durations[index] if index < len(durations) else math.nan
+        duration = self.planned_s(index)
         secs = f"{elapsed:.0f}/{duration:.0f} s" if math.isfinite(duration) else f"{elapsed:.0f} s"
         if seen is not None and seen.failed is not None:
             failed = min(seen.failed, done)
@@ -257,6 +243,11 @@ class ProgressLine:
             f"QPS {qps}{tokens}, TTFT P50 {ms(ttft_s)} ms{', ' + behind if behind else ''}"
             f"{', ' + unsent if unsent else ''}{unreachable}"
         )
+
+    def planned_s(self, index: int) -> float:
+        """The planned length of stage ``index`` in seconds; NaN when it ends at a count."""
+        planned = self.plan[index].duration_s if index < len(self.plan) else None
+        return math.nan if planned is None else planned
 
     def update(self, snap: Snapshot | None) -> None:
         """Show one poll's snapshot (None: nothing new to show)."""
@@ -294,7 +285,7 @@ class ProgressLine:
     def _between_polls(self, snap: Snapshot, index: int) -> None:
         """Lines for the stages before ``index`` that began and ended between two polls (no
         line showed them); ``index`` is the stage on screen now, or the number begun."""
-        stages = self.stages or snap.stage_count or len(snap.begun)
+        stages = len(self.plan) or snap.stage_count or len(snap.begun)
         if self.current is not None and self.current.stage_index == index:
             return
         for i in range(self.next_index, index):

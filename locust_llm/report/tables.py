@@ -664,11 +664,3 @@ def arrival_stats(stage: Stage, sent_by_stage: dict[int, int]) -> dict[str, floa
         out[f"unsent_{reason}"] = float(stage.arrivals_unsent.get(reason, 0))
     out["arrivals_unsent"] = sum(out[f"unsent_{r}"] for r in UNSENT_REASONS)
     return out
-
-
-def stage_requests(
-    requests: pd.DataFrame, stages: Sequence[Stage], run_end_wall_s: float = NAN
-) -> np.ndarray:
-    """The stage index of every request row (-1: outside every stage or in its warm-up)."""
-    ends = stage_ends(stages, run_end_wall_s)
-    return assign_stages(requests["start_wall_s"].to_numpy(float), stages, ends)

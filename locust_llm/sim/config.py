@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.roofline.floors import KV_BLOCK_TOKENS, MEMORY_RESERVE_BYTES
+from locust_llm.roofline.floors import KV_BLOCK_TOKENS, MEMORY_RESERVE_BYTES, get_interconnect
+from locust_llm.workloads.distributions import parse_distribution
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - 3.10 only
     import tomli as tomllib
-
-#: Output-length distributions: name -> number of parameters after the name.
-OUTPUT_DISTRIBUTIONS: dict[str, int] = {"fixed": 1, "uniform": 2, "exponential": 1, "lognormal": 2}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +56,8 @@ class SimConfig:
     zero_cost: bool = False  # every step takes step_overhead_s only (benchmarks the front)
     oom: bool = False  # out-of-KV fails requests with a CUDA OOM 500 instead of preempting
     # responses
-    output_len: str = "lognormal:256:0.5"  # distribution of EOS-ended output lengths
+    #: distribution of EOS-ended output lengths (:mod:`locust_llm.workloads.distributions`)
+    output_len: str = "lognormal:256:0.5"
     tokens_per_chunk: int = 1  # tokens per streamed chunk (stream interval / speculation)
     reasoning_tokens: int = (
         0  # chat answers open with this many reasoning tokens (a reasoning model)
@@ -107,35 +106,9 @@ class SimConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InputError(f"{_flag(name)} must be a number >= 0, got {value!r}")
-        parse_distribution(self.output_len)
-        from locust_llm.roofline.floors import get_interconnect
-
+        parse_distribution(self.output_len, what="--output-len")
         get_interconnect(self.interconnect)
         return self
-
-
-def parse_distribution(text: str) -> tuple[str, tuple[float, ...]]:
-    """``"lognormal:256:0.5"`` -> ``("lognormal", (256.0, 0.5))``; InputError when malformed.
-
-    fixed:N, uniform:LO:HI, exponential:MEAN, lognormal:MEAN:SIGMA (MEAN of the distribution,
-    SIGMA of the underlying normal). Draws are rounded and clamped to >= 1 token.
-    """
-    kind, *raw = str(text).split(":")
-    expected = OUTPUT_DISTRIBUTIONS.get(kind)
-    if expected is None or len(raw) != expected:
-        raise InputError(
-            f"--output-len: cannot read {text!r}; expected fixed:N, uniform:LO:HI, "
-            "exponential:MEAN or lognormal:MEAN:SIGMA"
-        )
-    try:
-        params = tuple(float(p) for p in raw)
-    except ValueError:
-        raise InputError(f"--output-len: {text!r} has a non-numeric parameter") from None
-    if any(not math.isfinite(p) or p < 0 for p in params) or params[0] <= 0:
-        raise InputError(f"--output-len: parameters of {text!r} must be positive numbers")
-    if kind == "uniform" and params[1] < params[0]:
-        raise InputError(f"--output-len: {text!r} has HI < LO")
-    return kind, params
 
 
 def _flag(name: str) -> str:

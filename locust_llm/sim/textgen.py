@@ -12,12 +12,11 @@ seed and the request's number: the same ``--seed`` replays the same answers.
 
 from __future__ import annotations
 
-import math
 import random
 import re
 from collections.abc import Iterable
 
-from locust_llm.sim.config import parse_distribution
+from locust_llm.workloads.distributions import parse_distribution
 
 _PIECES = re.compile(r"\w+|[^\w\s]")
 
@@ -102,25 +101,16 @@ def answer_pieces(seed: int, request_number: int, tokens: int, *, chat: bool) ->
 
 
 class OutputLengths:
-    """Seeded draws of EOS-ended output lengths from a ``parse_distribution`` spec."""
+    """Seeded draws of EOS-ended output lengths from a ``--output-len`` spec
+    (:func:`~locust_llm.workloads.distributions.parse_distribution`)."""
 
     def __init__(self, spec: str, seed: int) -> None:
-        self.kind, self.params = parse_distribution(spec)
+        self.distribution = parse_distribution(spec, what="--output-len")
         self._rng = random.Random(f"output-len:{seed}")
 
     def draw(self) -> int:
         """One length in tokens, >= 1."""
-        p, rng = self.params, self._rng
-        if self.kind == "fixed":
-            value = p[0]
-        elif self.kind == "uniform":
-            value = rng.uniform(p[0], p[1])
-        elif self.kind == "exponential":
-            value = rng.expovariate(1.0 / p[0])
-        else:  # lognormal with the given mean: mu = ln(mean) - sigma^2 / 2
-            mu = math.log(p[0]) - p[1] ** 2 / 2.0
-            value = rng.lognormvariate(mu, p[1])
-        return max(1, round(value))
+        return self.distribution.sample(self._rng)
 
 
 class WordStream:

@@ -87,7 +87,9 @@ from locust_llm.sim.textgen import (
     prompt_pieces,
 )
 from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
+from locust_llm.workloads.datasets import load_dataset
 from locust_llm.workloads.distributions import Distribution, parse_distribution
+from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 SOURCE = "virtual-sim"  # telemetry.parquet source of every virtual sample
@@ -97,50 +99,12 @@ ERROR_TURNAROUND_S = 0.001
 
 
 @dataclass(frozen=True, kw_only=True)
-class VirtualStage:
-    """One stage: ``concurrency`` users (closed loop) or ``rate`` requests/s (open loop).
-
-    It ends after ``requests`` completed requests of its own, or ``duration_s`` seconds of
-    virtual time, whichever comes first; at least one of the two is required.
-    """
-
-    concurrency: int | None = None
-    rate: float | None = None
-    requests: int | None = None
-    duration_s: float | None = None
-    max_sends: int | None = None  # closed loop: send no more than this (vLLM bench's prompts)
-
-    @property
-    def name(self) -> str:
-        return f"rate {self.rate:g}/s" if self.rate is not None else f"c={self.concurrency}"
-
-    def checked(self) -> VirtualStage:
-        if (self.concurrency is None) == (self.rate is None):
-            raise InputError("a virtual stage needs a concurrency or a rate (one of the two)")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise InputError(f"stage concurrency must be >= 1, got {self.concurrency}")
-        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
-            raise InputError(f"stage rate must be a positive number, got {self.rate}")
-        if self.requests is None and self.duration_s is None:
-            raise InputError(f"stage {self.name} needs a request count or a duration")
-        if self.requests is not None and self.requests < 1:
-            raise InputError(f"stage {self.name}: requests must be >= 1, got {self.requests}")
-        if self.max_sends is not None and (
-            self.rate is not None or self.max_sends < (self.requests or 1)
-        ):
-            raise InputError(
-                f"stage {self.name}: max sends is for closed loop, at least the request count"
-            )
-        if self.duration_s is not None and not self.duration_s > 0:
-            raise InputError(f"stage {self.name}: duration must be > 0 s, got {self.duration_s}")
-        return self
-
-
-@dataclass(frozen=True, kw_only=True)
 class VirtualWorkload:
     """What the virtual client sends. Lengths use the client's distribution syntax."""
 
-    stages: tuple[VirtualStage, ...]
+    #: closed loop (concurrency) or open loop (rate) stages, each ending after a request count
+    #: or a duration; ``max_sends`` caps what a closed-loop stage sends
+    stages: tuple[StagePlan, ...]
     input_len: str = "256"  # prompt tokens (--llm-input-len)
     max_tokens: str = "256"  # max_tokens per request (--llm-max-tokens)
     ignore_eos: bool = False
@@ -168,9 +132,10 @@ class VirtualWorkload:
 
     def checked(self) -> VirtualWorkload:
         if not self.stages:
-            raise InputError("a virtual run needs at least one stage")
-        for stage in self.stages:
-            stage.checked()
+            raise InputError(
+                "a virtual run needs at least one stage: give --concurrency (closed loop) or "
+                "--rate (open loop)"
+            )
         if len({s.rate is None for s in self.stages}) > 1:
             raise InputError("stages are all closed loop (concurrency) or all open loop (rate)")
         parse_distribution(self.input_len, what="--input-len")
@@ -249,8 +214,6 @@ class _Driver:
         self.faults = FaultPlan(self.cfg.faults, self.cfg.seed)  # drawn as the server draws
         self.prompts = None
         if self.wl.dataset:
-            from locust_llm.workloads.datasets import load_dataset
-
             random_set = self.wl.dataset == "random"
             self.prompts = load_dataset(
                 self.wl.dataset,
@@ -424,17 +387,7 @@ class _Driver:
         self.stage, self.stage_start, self.stage_completed = index, at_s, 0
         self.stage_sent = 0
         plan = self.wl.stages[index]
-        self.stages.append(
-            Stage(
-                index=index,
-                name=plan.name,
-                start_wall_s=self.base + at_s,
-                concurrency=plan.concurrency,
-                rate=plan.rate,
-                warmup_s=self.wl.warmup_s,
-                target_requests=plan.requests,
-            )
-        )
+        self.stages.append(plan.window(index, self.base + at_s, warmup_s=self.wl.warmup_s))
         if plan.rate is not None:
             self.plan_arrivals(plan, at_s)
             return
@@ -443,7 +396,7 @@ class _Driver:
             if user not in self.busy_users:
                 self.queue_user(user, at_s)
 
-    def plan_arrivals(self, plan: VirtualStage, at_s: float) -> None:
+    def plan_arrivals(self, plan: StagePlan, at_s: float) -> None:
         """This stage's send times: gamma gaps of mean 1/rate and shape ``burstiness``."""
         assert plan.rate is not None
         shape = self.wl.burstiness
@@ -705,49 +658,6 @@ def write_run_dir(run: VirtualRun, run_dir: Path | str) -> Path:
 # ---- `locust-llm virtual` -----------------------------------------------------------------
 
 
-def sweep_stages(
-    *, concurrency: str = "", rate: str = "", requests: str = "", duration_s: str = ""
-) -> tuple[VirtualStage, ...]:
-    """Stages from the sweep flags: ``1,2,4`` levels, one count / duration or one per stage."""
-    if bool(concurrency) == bool(rate):
-        raise InputError("give --concurrency (closed loop) or --rate (open loop), one of the two")
-    levels = _numbers(concurrency or rate, "--concurrency" if concurrency else "--rate")
-    counts = _per_stage(requests, len(levels), "--stage-requests")
-    durations = _per_stage(duration_s, len(levels), "--stage-duration")
-    if not counts and not durations:
-        raise InputError("a sweep needs --stage-requests or --stage-duration")
-    return tuple(
-        VirtualStage(
-            concurrency=int(level) if concurrency else None,
-            rate=None if concurrency else level,
-            requests=int(counts[i]) if counts else None,
-            duration_s=durations[i] if durations else None,
-        ).checked()
-        for i, level in enumerate(levels)
-    )
-
-
-def _numbers(text: str, flag: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise InputError(f"{flag} {text!r}: expected comma-separated numbers") from None
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise InputError(f"{flag} {text!r}: expected positive numbers")
-    return values
-
-
-def _per_stage(text: str, stages: int, flag: str) -> list[float]:
-    if not text:
-        return []
-    values = _numbers(text, flag)
-    if len(values) == 1:
-        return values * stages
-    if len(values) != stages:
-        raise InputError(f"{flag}: give one value or one per stage ({stages}), got {len(values)}")
-    return values
-
-
 def configure_parser(parser: Any) -> None:
     """Flags of ``locust-llm virtual``: the simulator's own flags plus the workload's."""
     from locust_llm.sim import cli as sim_cli
@@ -757,7 +667,11 @@ def configure_parser(parser: Any) -> None:
     add("--concurrency", default="", help="closed-loop users per stage, e.g. 1,2,4,8")
     add("--rate", default="", help="open-loop requests/s per stage, e.g. 1,2,4")
     add("--stage-requests", default="", help="completed requests per stage (one or per stage)")
-    add("--stage-duration", default="", help="virtual seconds per stage (one or per stage)")
+    add(
+        "--stage-duration",
+        default="",
+        help="virtual seconds per stage (one or per stage; 90, 90s, 30m, 1h)",
+    )
     add("--input-len", default="256", help="prompt tokens: N or a distribution")
     add("--max-tokens", default="256", help="max_tokens per request: N or a distribution")
     add("--ignore-eos", action="store_true", help="every request generates exactly max_tokens")
@@ -783,11 +697,12 @@ def run_virtual(args: Any) -> int:
 
     config = sim_cli.config_from_args(args)
     workload = VirtualWorkload(
-        stages=sweep_stages(
+        stages=parse_stages(
             concurrency=args.concurrency,
             rate=args.rate,
             requests=args.stage_requests,
-            duration_s=args.stage_duration,
+            duration=args.stage_duration,
+            flags=SWEEP_FLAGS,
         ),
         input_len=args.input_len,
         max_tokens=args.max_tokens,

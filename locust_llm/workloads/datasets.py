@@ -44,6 +44,11 @@ from locust_llm.errors import InputError
 from locust_llm.sim.textgen import estimate_tokens
 from locust_llm.workloads.chat_template import ChatTemplate, find_template
 from locust_llm.workloads.distributions import Distribution, parse_distribution
+from locust_llm.workloads.prompt import Prompt, PromptSource
+from locust_llm.workloads.shared_prefix import PREFIX as SHARED_PREFIX
+from locust_llm.workloads.shared_prefix import load_shared_prefix
+from locust_llm.workloads.texts import WORDS, cut_to_tokens
+from locust_llm.workloads.tokenizer import HfTokenizer
 
 #: Prompt length of the random dataset when ``--llm-input-len`` is not given (tokens).
 DEFAULT_INPUT_LEN = "256"
@@ -53,100 +58,12 @@ _SHAREGPT_HUMAN = ("human", "user")
 _SHAREGPT_SYSTEM = ("system",)
 _SHAREGPT_NOT_REPLY = (*_SHAREGPT_HUMAN, *_SHAREGPT_SYSTEM)
 
-# Short, common English words (at most 4 letters): one token each in common BPE vocabularies and
-# in estimate_tokens, so N random words are N estimated tokens.
-_WORD_TEXT = """
-    able act add age ago air all also and any area arm army art ask away baby back bad ball
-    bank base bath bear beat bed been best big bird blue boat body bone book both box boy
-    burn busy buy cake call camp can cap car card care case cat cell city coat cold come
-    cook cool copy corn cost cow cry cup cut dark day deal dear deep desk die do dog door
-    down draw drop dry duck each ear east easy eat edge egg end even ever eye face fact fair
-    fall far farm fast fear feed feel few fill find fine fire fish five flat flow fly food
-    foot form four free from full fun game gas gate get gift girl give glad go gold good
-    grow hair half hall hand hard hat have head hear heat help here high hill hold hole home
-    hope hot hour hunt idea inch iron job join joy jump just keep key kind king know lake
-    land last late law lay lead left leg less lie life like line lion list live long look
-    lose loud love low main make man many map mark may meal mean meat meet milk mind miss
-    moon more most move much must name near neck need new next nice nine nose note now off
-    oil old once one only open out over own page pair park part pass past path pay pick plan
-    play pool poor pull push put race rain read real red rest rice rich ride ring rise road
-    rock roll room root rope rose row rule run safe salt same sand save say sea seat see
-    seed sell send ship shoe shop show side sign sing sit six size skin sky slow snow soft
-    soil some son song soon star stay step stop such sun sure swim tail take talk tall team
-    tell ten test than then thin tiny tool top town tree trip true try turn two unit upon
-    use very view wait walk wall want warm wash wave way wear week well west wide wild will
-    wind wire wise wish with wood word work year
-"""
-WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
-
-
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    """One request's input.
-
-    ``messages`` (chat: ``[{"role": ..., "content": "plain string"}]``) and ``prompt`` (the same
-    text for ``/v1/completions``), the prompt's token count (exact with a tokenizer, else
-    :func:`estimate_tokens`), and the data set's output-length hint (``None`` when it gives none).
-    """
-
-    messages: list[dict[str, str]]
-    prompt: str
-    input_tokens_estimate: int
-    max_tokens: int | None = None
-
-
-class PromptSource(Protocol):
-    """Anything that hands out prompts; ``name`` says which data set (for run.json)."""
-
-    name: str
-
-    def next_request(self, rng: random.Random | None = None) -> Prompt:
-        """The next prompt, drawn with ``rng`` (the source's own seeded one when ``None``)."""
-        ...
-
 
 class _Counter(Protocol):
     def __call__(self, text: str) -> int: ...
 
 
-# --------------------------------------------------------------------------- tokenizer
-
-
-class HfTokenizer:
-    """A local Hugging Face ``tokenizer.json`` (or a folder holding one), via ``tokenizers``."""
-
-    def __init__(self, path: str | Path) -> None:
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            raise InputError(
-                f"--llm-tokenizer {path}: the 'tokenizers' package is not installed; "
-                "run: pip install tokenizers"
-            ) from None
-        file = Path(path)
-        if file.is_dir():
-            file = file / "tokenizer.json"
-        if not file.is_file():
-            raise InputError(
-                f"--llm-tokenizer {path}: no such file; expected a tokenizer.json or a folder "
-                "holding one (a local Hugging Face model folder)"
-            )
-        try:
-            self._tok = Tokenizer.from_file(str(file))
-        except Exception as exc:  # the Rust side raises plain Exceptions
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise InputError(f"--llm-tokenizer {file}: not a tokenizer.json ({first})") from None
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without special tokens (no BOS)."""
-        return self._tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=True)
-
-    def count(self, text: str) -> int:
-        """Exact token count of ``text`` (no special tokens)."""
-        return len(self.encode(text))
+# --------------------------------------------------------------------------- counting
 
 
 class _MessagesCounter(Protocol):
@@ -191,32 +108,11 @@ class RandomSource:
             text = " ".join(rng.choices(WORDS, k=target))
             tokens = target  # every word is one token by estimate_tokens
         else:
-            text, tokens = _exact_text(self._tokenizer, rng, target)
+            text, tokens = cut_to_tokens(self._tokenizer, rng, target)
         messages = [{"role": "user", "content": text}]
         if self._count_messages is not None:
             tokens = self._count_messages(messages)
         return Prompt(messages, text, tokens, None)
-
-
-def _exact_text(tok: HfTokenizer, rng: random.Random, target: int) -> tuple[str, int]:
-    """Random words cut to exactly ``target`` tokens (or as near as the tokenizer allows)."""
-    best = ("", -1)
-    for _attempt in range(4):  # a cut that merges badly is rare: fresh words fix it
-        words = rng.choices(WORDS, k=target + 8)
-        ids = tok.encode(" ".join(words))
-        while len(ids) < target:  # a tokenizer that merges words: add more
-            words += rng.choices(WORDS, k=target - len(ids) + 8)
-            ids = tok.encode(" ".join(words))
-        cut = target
-        for _ in range(4):  # decode/re-encode may merge at the cut: nudge the cut
-            text = tok.decode(ids[:cut])
-            got = tok.count(text)
-            if abs(got - target) < abs(best[1] - target):
-                best = (text, got)
-            if got == target:
-                return best
-            cut = min(max(cut + target - got, 1), len(ids))
-    return best
 
 
 # --------------------------------------------------------------------------- fixed sets
@@ -438,9 +334,7 @@ def load_dataset(
         )
     if spec == "openqa":
         return ListSource("openqa", read_openqa(), seed=seed, count=count_messages)
-    if spec.startswith("shared-prefix:"):  # docs/workloads.md
-        from locust_llm.workloads.shared_prefix import load_shared_prefix
-
+    if spec.startswith(SHARED_PREFIX):  # docs/workloads.md
         return load_shared_prefix(spec, seed=seed, tokenizer=tokenizer)
     fmt, _, rest = spec.partition(":")
     if fmt in ("jsonl", "sharegpt") and rest:

@@ -1,17 +1,20 @@
 """Token-length distributions written as short strings (``256``, ``uniform:128,512`` ...).
 
 Pure. :func:`parse_distribution` turns a flag value into a :class:`Distribution` whose
-:meth:`~Distribution.sample` draws a whole number of tokens (>= 1) from a ``random.Random``. It
-serves ``--llm-input-len`` (the random dataset) and ``--llm-max-tokens``.
+:meth:`~Distribution.sample` draws a whole number of tokens (>= 1) from a ``random.Random``. It is
+the one grammar and sampler of token lengths: the client's ``--llm-input-len`` (the random
+dataset) and ``--llm-max-tokens``, the session and shared-prefix lengths, virtual time's
+``--input-len`` / ``--max-tokens`` and the simulator's ``--output-len``
+(:class:`~locust_llm.sim.textgen.OutputLengths`).
 
 Forms (parameters separated by ``,`` or ``:``; every draw is rounded and clipped at >= 1):
 
 =========================  ============================================================
-``N`` or ``fixed:N``       always N
+``N`` or ``fixed:N``       always N (``const:N``, ``constant:N`` too)
 ``uniform:LO,HI``          a whole number from LO to HI, both included
 ``normal:MEAN,STDDEV``     normal
 ``lognormal:MEAN,SIGMA``   log-normal with mean MEAN; SIGMA is the stddev of the underlying
-                           normal (as the simulator's ``--output-len`` reads it)
+                           normal
 ``exp:MEAN``               exponential with mean MEAN (``exponential:MEAN`` too)
 =========================  ============================================================
 """

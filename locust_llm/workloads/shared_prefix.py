@@ -14,9 +14,10 @@ import random
 from dataclasses import dataclass
 
 from locust_llm.errors import InputError
-from locust_llm.workloads.datasets import HfTokenizer, Prompt
 from locust_llm.workloads.distributions import Distribution, parse_distribution
+from locust_llm.workloads.prompt import Prompt
 from locust_llm.workloads.texts import block_text, exact_text
+from locust_llm.workloads.tokenizer import HfTokenizer
 
 PREFIX = "shared-prefix:"
 _USAGE = "shared-prefix:groups=K,prefix=P,suffix=LEN[,weights=W1/W2/...]"

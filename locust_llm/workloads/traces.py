@@ -20,13 +20,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.workloads.datasets import Prompt
+from locust_llm.workloads.prompt import Prompt
 from locust_llm.workloads.texts import block_text
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -208,8 +209,6 @@ def synthetic_mooncake(
     """A Mooncake-format trace (tests, benchmarks, the sample): Poisson arrivals at
     ``rate_per_s``; each request opens with one of ``groups`` shared runs of ``shared_blocks``
     hash ids, then its own full blocks and a partial tail block of its own."""
-    import random
-
     rng = random.Random(seed)
     next_id = groups * shared_blocks
     t_s = 0.0

@@ -27,7 +27,7 @@ from locust_llm.client.apis.base import get_api
 from locust_llm.client.user import ChatUser, LLMUser
 from locust_llm.metrics import RequestRecord, StreamTiming
 from locust_llm.workloads import partition as parts
-from locust_llm.workloads.datasets import Prompt
+from locust_llm.workloads.prompt import Prompt
 from locust_llm.workloads.replay import TraceBook, load_replay
 from locust_llm.workloads.sessions import (
     HISTORY_MODES,
