@@ -13,8 +13,8 @@ Pure (numpy in, dicts out). Two sources, best first:
    requests that ended in that interval (:func:`attributed_phases`): a stage's mean queue time
    is its shares of ``phase_queue_s`` over its shares of ``phase_requests``, the same for
    prefill and decode, whenever the stage's requests finish. Without client records that end
-   between scrapes, the increase over the stage window itself (each source's increase from its
-   last sample before the window to its last inside it, summed: :func:`server_phases`). The
+   between scrapes, the increase over the stage window itself (each source's, summed, by the
+   one counter rule of :mod:`locust_llm.telemetry.counters`: :func:`server_phases`). The
    server's queue and prefill shares split the client's mean TTFT (queue + prefill = the
    table's TTFT). A server with a queue histogram but no prefill one (TGI) gives prefill =
    client TTFT - server queue.
@@ -42,6 +42,7 @@ import numpy as np
 
 from locust_llm.report.fmt import column as _f
 from locust_llm.roofline.floors import GpuSpec, ModelSpec, step_cost
+from locust_llm.telemetry.counters import SeriesLookup, counter_steps, series_increase
 
 NAN = math.nan
 
@@ -64,35 +65,6 @@ NO_QUEUE_WAITING = 0.5  # mean waiting requests below this: the gauge says nothi
 MIN_ATTRIBUTED = 0.5
 
 
-SeriesLookup = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
-
-
-def counter_increase(series: SeriesLookup, signal: str, lo: float, hi: float) -> float:
-    """Increase of cumulative ``signal`` over [lo, hi), summed over sources (NaN: no samples).
-
-    ``series`` maps a signal to (time_s, value, source, gpu) sorted by time (what
-    :class:`locust_llm.report.tables.TelemetryIndex` holds). Each source's increase runs from
-    its last finite sample before ``lo`` (else its first one inside) to its last inside; a
-    counter that went down (a restart) counts from zero.
-    """
-    if signal not in series:
-        return NAN
-    t, v, src, _ = series[signal]
-    total, seen = 0.0, False
-    for source in np.unique(src):
-        pick = (src == source) & np.isfinite(v)
-        ts, vs = t[pick], v[pick]
-        inside = np.flatnonzero((ts >= lo) & (ts < hi))
-        if inside.size == 0:
-            continue
-        before = np.flatnonzero(ts < lo)
-        start = vs[before[-1]] if before.size else vs[inside[0]]
-        end = vs[inside[-1]]
-        total += end - start if end >= start else end
-        seen = True
-    return total if seen else NAN
-
-
 @dataclass(frozen=True)
 class ServerPhases:
     """Mean phase times of the requests that finished in a window, from the server's sums."""
@@ -105,10 +77,10 @@ class ServerPhases:
 
 def server_phases(series: SeriesLookup, lo: float, hi: float) -> ServerPhases | None:
     """The server's mean phase times over [lo, hi); None without phase histograms there."""
-    count = counter_increase(series, "phase_requests", lo, hi)
+    count = series_increase(series, "phase_requests", lo, hi)
     if not count > 0:
         return None
-    queue, prefill, decode = (counter_increase(series, s, lo, hi) / count for s in PHASE_SIGNALS)
+    queue, prefill, decode = (series_increase(series, s, lo, hi) / count for s in PHASE_SIGNALS)
     if math.isnan(queue):
         return None
     return ServerPhases(queue, prefill, decode, count)
@@ -199,9 +171,7 @@ def attributed_phases(series: SeriesLookup, finished: FinishedRequests) -> dict[
         if times.size < 2:
             continue
         values = np.column_stack([_at_times(series, n, source, times) for n in names])
-        step = np.diff(values, axis=0)
-        restarted = step[:, 3] < 0  # a restart: the counters start from zero again
-        step[restarted] = values[1:][restarted]
+        step = counter_steps(values)  # a restart: the counters start from zero again
         when = _counting_event(finished, times, step[:, 3])
         order = np.argsort(when, kind="stable")
         events, stages = when[order], finished.stage[order].astype(np.int64) + 1

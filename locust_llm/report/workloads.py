@@ -5,7 +5,8 @@ Computed from the run's own records (the columns the main tables do not read:
 ``cached_tokens``, ``session_id``, ``turn``, ``trace_line``, ``batch_inputs``, ``ttfr_s``,
 ``ttfc_s``, ``reasoning_tokens``) and, for the server's own prefix-cache hit rate, from the
 telemetry counters ``prompt_tokens_cached_total`` / ``prefix_cache_queries`` (vLLM's
-``vllm:prefix_cache_{hits,queries}_total``; their increase within each stage window).
+``vllm:prefix_cache_{hits,queries}_total``; their increase over each stage window by the one
+counter rule, :mod:`locust_llm.telemetry.counters`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pandas as pd
 
 from locust_llm.report.fmt import ms, num, pct
 from locust_llm.rundir.layout import REQUESTS_FILE
+from locust_llm.telemetry.counters import series_increase
 
 COLUMNS = (
     "endpoint",
@@ -57,24 +59,15 @@ def _q(values: pd.Series, q: float) -> float:
     return float(values.quantile(q)) if len(values) else math.nan
 
 
-def _counter_increase(telemetry: Any, signal: str, lo: float, hi: float) -> float:
-    """A cumulative counter's increase in [lo, hi), per source summed (nan: no samples)."""
-    values, sources = telemetry.window(signal, lo, hi)
-    keep = np.isfinite(values)
-    values, sources = values[keep], sources[keep]
-    if not values.size:
-        return math.nan
-    return float(sum(values[sources == s].max() - values[sources == s].min() for s in set(sources)))
-
-
 def prefix_cache_rows(report: Any, frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Per stage: prompt and cached tokens from the answers' usage, the server's hit rate."""
     rows = []
     for stage, ix in _stages(report, frame):
         part = frame[ix & frame.ok.astype(bool)]
         known = part[part.cached_tokens >= 0] if "cached_tokens" in part else part.iloc[:0]
-        hits = _counter_increase(report.telemetry, "prompt_tokens_cached_total", *stage[1:])
-        queries = _counter_increase(report.telemetry, "prefix_cache_queries", *stage[1:])
+        series = report.telemetry.series
+        hits = series_increase(series, "prompt_tokens_cached_total", *stage[1:])
+        queries = series_increase(series, "prefix_cache_queries", *stage[1:])
         prompt = float(known.input_tokens.clip(lower=0).sum())
         cached = float(known.cached_tokens.sum())
         rows.append(
