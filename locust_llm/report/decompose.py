@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import column as _f
 from locust_llm.roofline.floors import GpuSpec, ModelSpec, step_cost
 from locust_llm.telemetry.counters import SeriesLookup, counter_steps, series_increase
@@ -59,10 +60,11 @@ COLUMNS: tuple[str, ...] = (
 
 PHASE_SIGNALS: tuple[str, ...] = ("phase_queue_s", "phase_prefill_s", "phase_decode_s")
 MIN_EFFICIENCY, MAX_EFFICIENCY = 0.05, 1.0
-NO_QUEUE_WAITING = 0.5  # mean waiting requests below this: the gauge says nothing queues
-#: The attributed server phases stand for a stage when they cover at least this share of its
-#: completed requests (the rest ended after the last scrape, or in a gap); else the window's.
-MIN_ATTRIBUTED = 0.5
+#: Mean waiting requests below ``no_queue_waiting``: the gauge says nothing queues. The
+#: attributed server phases stand for a stage when they cover at least ``min_attributed_share``
+#: of its completed requests (the rest ended after the last scrape, or in a gap); else the
+#: window's.
+_TH = DEFAULT_THRESHOLDS
 
 
 @dataclass(frozen=True)
@@ -328,7 +330,7 @@ def calibration_queue_s(row: Mapping[str, Any], open_loop: bool) -> float:
     completions per second), whichever is longer."""
     wait = step_wait_s(row, open_loop)
     waiting, qps = _f(row, "waiting"), _f(row, "qps")
-    if waiting >= NO_QUEUE_WAITING and qps > 0:
+    if waiting >= _TH.no_queue_waiting and qps > 0:
         return max(wait, waiting / qps)
     return wait
 
@@ -378,7 +380,8 @@ def _decompose_row(
     hi = _f(row, "end_wall_s")
     lo = hi - _f(row, "duration_s")  # the window after the warm-up, as the telemetry columns
     phases = attributed.get(int(row["stage"])) if "stage" in row else None
-    if phases is not None and not phases.requests >= MIN_ATTRIBUTED * _f(row, "completed"):
+    enough = _TH.min_attributed_share * _f(row, "completed")
+    if phases is not None and not phases.requests >= enough:
         phases = None  # most of the stage's requests finished out of the scrapes' reach
     if phases is None and not math.isnan(lo + hi):
         phases = server_phases(series, lo, hi)
@@ -406,7 +409,7 @@ def _decompose_row(
         return
     wait = step_wait_s(row, prefill_model.open_loop)
     queue = max(wait, ttft - prefill)
-    if waiting < NO_QUEUE_WAITING:  # the waiting gauge says no queue: only the step under way
+    if waiting < _TH.no_queue_waiting:  # the waiting gauge says no queue: only the step under way
         queue = min(queue, wait)
     queue = min(queue, ttft)
     row.update(

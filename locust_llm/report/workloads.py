@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import ms, num, pct
 from locust_llm.rundir.layout import REQUESTS_FILE
 from locust_llm.telemetry.counters import series_increase
@@ -42,7 +43,6 @@ COLUMNS = (
     "trace_line",
     "batch_inputs",
 )
-LATE_S = 0.005  # a replayed line sent later than this after its time counts as late
 
 
 def read_columns(run_dir: Path) -> pd.DataFrame:
@@ -171,7 +171,7 @@ def replay_summary(frame: pd.DataFrame) -> dict[str, float]:
         "delay_p50_s": _q(delay, 0.5),
         "delay_p99_s": _q(delay, 0.99),
         "delay_max_s": float(delay.max()) if len(delay) else math.nan,
-        "late": float((delay > LATE_S).sum()),
+        "late": float((delay > DEFAULT_THRESHOLDS.replay_late_s).sum()),
         "latency_from_schedule_p50_s": _q(from_schedule, 0.5),
         "latency_from_schedule_p99_s": _q(from_schedule, 0.99),
     }
@@ -336,7 +336,7 @@ def sections(report: Any) -> list[Any]:
                     (ms(r["delay_p50_s"], 2), ms(r["delay_p99_s"], 2), ms(r["delay_max_s"], 1))
                 ),
             ],
-            [f"sent more than {ms(LATE_S)} ms late", num(r["late"])],
+            [f"sent more than {ms(DEFAULT_THRESHOLDS.replay_late_s)} ms late", num(r["late"])],
             [
                 "latency from the scheduled time P50 / P99 (ms)",
                 f"{ms(r['latency_from_schedule_p50_s'])} / {ms(r['latency_from_schedule_p99_s'])}",
