@@ -192,7 +192,8 @@ def _compared_literals(tree: ast.Module) -> list[tuple[int, str, float]]:
                 continue
             if id(sub) in units or id(sub) in indexes:
                 continue
-            if isinstance(sub.value, int) and any(s in text for s in _SIZES):  # type: ignore[attr-defined]
+            integer = isinstance(sub, ast.Constant) and type(sub.value) is int
+            if integer and any(s in text for s in _SIZES):
                 continue
             out.append((node.lineno, text, number))
     return out
