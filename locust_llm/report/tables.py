@@ -302,18 +302,11 @@ class TelemetryIndex:
 
     def window(self, signal: str, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
         """(values, sources) of ``signal`` sampled in [lo, hi), every source and GPU apart."""
-        _, values, sources = self.window_with_times(signal, lo, hi)
-        return values, sources
-
-    def window_with_times(
-        self, signal: str, lo: float, hi: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(times, values, sources) of ``signal`` sampled in [lo, hi)."""
         if signal not in self.series:
-            return np.empty(0), np.empty(0), np.empty(0, dtype=object)
+            return np.empty(0), np.empty(0, dtype=object)
         t, v, src, _ = self.series[signal]
         a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "left")
-        return t[a:b], v[a:b], src[a:b]
+        return v[a:b], src[a:b]
 
     def timeline(self, signal: str) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of ``signal`` combined over GPUs and sources by its definition, at
