@@ -11,12 +11,12 @@ import pytest
 from locust_llm.report.decompose import (
     FinishedRequests,
     attributed_phases,
-    counter_increase,
     decompose,
     split_line,
 )
 from locust_llm.report.resources import ServerLimits, resource_row, server_limits
 from locust_llm.roofline.floors import get_gpu, get_model
+from locust_llm.telemetry.counters import series_increase
 from locust_llm.telemetry.vocabularies import extract_signals
 
 
@@ -28,16 +28,6 @@ def _series(points: dict[str, list[tuple[float, str, float]]]) -> dict:
         v = np.array([r[2] for r in rows], float)
         out[signal] = (t, v, src, np.array([""] * len(rows), object))
     return out
-
-
-def test_counter_increase_runs_from_the_sample_before_the_window_per_source() -> None:
-    series = _series({"phase_queue_s": [
-        (0.5, "a", 1.0), (1.5, "a", 3.0), (2.5, "a", 6.0),
-        (1.2, "b", 10.0), (2.2, "b", 12.0),
-    ]})  # fmt: skip
-    assert counter_increase(series, "phase_queue_s", 1.0, 3.0) == pytest.approx(5.0 + 2.0)
-    assert math.isnan(counter_increase(series, "phase_queue_s", 5.0, 6.0))
-    assert math.isnan(counter_increase(series, "nope", 0.0, 9.0))
 
 
 def _row(**kw: float) -> dict:
@@ -245,31 +235,11 @@ def test_phase_sums_are_attributed_to_the_stage_that_sent_each_request(event: st
         decode = float(np.mean([r["decode"] for r in mine]))
         assert got[stage].decode_s == pytest.approx(decode, rel=0.05)
     if event == "end":  # what stage 1's window would have said: it holds stage 0's ends
-        window = counter_increase(series, "phase_queue_s", 10.0, 20.0) / counter_increase(
+        window = series_increase(series, "phase_queue_s", 10.0, 20.0) / series_increase(
             series, "phase_requests", 10.0, 20.0
         )
         truth_1 = float(np.mean([r["queue"] for r in reqs if r["stage"] == 1]))
         assert abs(window - truth_1) > 0.2 * truth_1
-
-
-def test_server_counter_rates_survive_a_restart_and_sum_sources() -> None:
-    import pandas as pd
-
-    from locust_llm.report.tables import TelemetryIndex
-
-    rows = []
-    for t in range(0, 11):
-        rows.append((float(t), "generation_tokens_total", 100.0 * t, "a", ""))
-        b = 100.0 * t if t < 6 else 100.0 * (t - 6)  # b restarts at 6 s
-        rows.append((float(t), "generation_tokens_total", b, "b", ""))
-    frame = pd.DataFrame(rows, columns=["time_s", "signal", "value", "source", "gpu"])
-    tel = TelemetryIndex(frame)
-    # b's drop at 6 s: from zero again, 0 counted for that second (its restart lost it)
-    assert tel.counter_rate("generation_tokens_total", 2.0, 10.0) == pytest.approx(
-        100.0 + 700.0 / 8.0
-    )
-    assert tel.counter_rate("generation_tokens_total", 7.0, 10.0) == pytest.approx(200.0)
-    assert math.isnan(tel.counter_rate("nope", 0.0, 10.0))
 
 
 def test_server_prompt_rate_leaves_out_what_the_cache_served() -> None:

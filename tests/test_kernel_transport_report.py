@@ -7,9 +7,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, add_client_delay
+from locust_llm.report.client_delay import add_client_delay
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.diagnosis.verdict import stage_verdict
 from locust_llm.rundir.layout import Stage
+
+BOUND_S = DEFAULT_THRESHOLDS.client_delay_bound_s
 
 STAGES = [Stage(0, "c1", 0.0, 10.0, concurrency=1), Stage(1, "c2", 10.0, 20.0, concurrency=2)]
 
@@ -48,22 +51,20 @@ def test_without_kernel_stamps_the_columns_are_nan_and_the_rule_is_silent() -> N
 
 def test_client_bound_fires_on_client_delay_and_only_above_the_bound() -> None:
     base = {"stage": 0, "concurrency": 64, "requests": 500, "error_rate": 0.0}
-    late = stage_verdict({**base, "client_delay_first_p99_s": CLIENT_DELAY_BOUND_S * 2})
+    late = stage_verdict({**base, "client_delay_first_p99_s": BOUND_S * 2})
     assert late.kind == "client_bound"
     assert "after the kernel received them" in late.evidence[0]
-    in_time = stage_verdict({**base, "client_delay_first_p99_s": CLIENT_DELAY_BOUND_S / 4})
+    in_time = stage_verdict({**base, "client_delay_first_p99_s": BOUND_S / 4})
     assert in_time.kind != "client_bound"
 
 
 def test_one_late_read_is_a_hiccup_not_a_client_bound_stage() -> None:
     """Twelve requests, one read 12 ms late (the p99 of 12 is nearly the max): the stage's
     verdict is not client_bound; two late reads make it so."""
-    from locust_llm.report.client_delay import CLIENT_DELAY_MIN_LATE
-
     base = {"stage": 0, "concurrency": 4, "requests": 12, "error_rate": 0.0}
     rows: list[dict] = [{"stage": 0}, {"stage": 1}]
     add_client_delay(rows, _records([0.001, 0.012, 0.001, 0.001], [1.0] * 4), STAGES, 20)
-    assert rows[0]["client_delay_first_late"] == 1 < CLIENT_DELAY_MIN_LATE
+    assert rows[0]["client_delay_first_late"] == 1 < DEFAULT_THRESHOLDS.client_delay_min_late
     one = stage_verdict({**base, "client_delay_first_p99_s": 0.012, "client_delay_first_late": 1})
     assert one.kind != "client_bound"
     two = stage_verdict({**base, "client_delay_first_p99_s": 0.012, "client_delay_first_late": 2})

@@ -23,8 +23,8 @@ from llamacpp.model import TinyModel, write_tiny_model
 from llamacpp.server import LlamaServer, start_llama_server
 
 from locust_llm.report.build import build_report
-from locust_llm.report.decompose import counter_increase
 from locust_llm.report.load import load_run
+from locust_llm.telemetry.counters import series_increase
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def test_a_cached_stages_prefill_is_the_servers_own(server: LlamaServer, tmp_pat
     def server_prefill_s(row: dict) -> float:  # the server's prefill seconds per request
         hi = row["end_wall_s"]
         lo = hi - row["duration_s"]
-        return counter_increase(series, "prompt_seconds_total", lo, hi) / row["requests"]
+        return series_increase(series, "prompt_seconds_total", lo, hi) / row["requests"]
 
     truth_cold, truth_warm = server_prefill_s(cold), server_prefill_s(warm)
     assert truth_warm < 0.5 * truth_cold  # the cache did its work on the server

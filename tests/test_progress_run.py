@@ -21,10 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from locust_llm.launch.sweep import simulator
-from locust_llm.live.progress import BEHIND_S
 from locust_llm.live.stage_tally import TICKS_PER_S, WINDOW_S
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 
 pytestmark = pytest.mark.slow
+
+BEHIND_S = DEFAULT_THRESHOLDS.behind_schedule_s
 
 CLI = [sys.executable, "-m", "locust_llm.cli"]
 _DONE = re.compile(

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TextIO
 
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import NO_DATA, is_num, ms, num
 from locust_llm.workloads.stages import StagePlan
 
@@ -48,9 +49,6 @@ PLAIN_EVERY_S = 10.0
 #: Seconds an ended stage's line waits at most for its figures to settle (its last records and
 #: its unsent arrivals reach the master within the workers' batch interval, about 1.5 s).
 SETTLE_WAIT_S = 4.0
-#: Open loop: a mean dispatch delay from this many seconds on is shown ("sent 1.3 s behind
-#: schedule"): a user pool that keeps up sends within milliseconds, one that ran dry ever later.
-BEHIND_S = 0.25
 #: How the line names each reason an open-loop arrival was not sent (client/arrivals.py).
 UNSENT_WORDS = {"pool_ran_dry": "pool ran dry", "stage_ended": "stage ended",
                 "run_stopped": "run stopped"}  # fmt: skip
@@ -149,10 +147,12 @@ def snapshot_from_payload(payload: dict[str, Any]) -> Snapshot:
 
 def behind_text(seen: StageSeen | None) -> str:
     """``"sent 1.3 s behind schedule"`` for an open-loop stage whose recent requests were sent
-    at least :data:`BEHIND_S` late on average (the user pool ran dry before the stage's end
-    says how many arrivals it never sent); ``""`` otherwise."""
+    at least ``behind_schedule_s`` late on average (:data:`DEFAULT_THRESHOLDS`: a user pool that
+    keeps up sends within milliseconds, one that ran dry ever later; the pool ran dry before
+    the stage's end says how many arrivals it never sent); ``""`` otherwise."""
     delay = math.nan if seen is None else seen.dispatch_delay_s
-    return f"sent {delay:.1f} s behind schedule" if is_num(delay) and delay >= BEHIND_S else ""
+    behind = is_num(delay) and delay >= DEFAULT_THRESHOLDS.behind_schedule_s
+    return f"sent {delay:.1f} s behind schedule" if behind else ""
 
 
 def unsent_text(seen: StageSeen | None) -> str:

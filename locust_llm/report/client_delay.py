@@ -10,8 +10,10 @@ much later). :func:`add_client_delay` puts its per-stage distribution into the s
 ``client_delay_stamped``, the records with both stamps, and ``client_delay_first_merged``, those
 whose first token was read together with the next one, so that its stamp is an upper bound:
 the worker came later than the gap between the two tokens); the verdict's ``client_bound`` rule
-reads ``client_delay_first_p99_s`` against :data:`CLIENT_DELAY_BOUND_S`, with at least
-:data:`CLIENT_DELAY_MIN_LATE` requests that late (``client_delay_first_late``).
+reads ``client_delay_first_p99_s`` against the ``client_delay_bound_s`` threshold, with at least
+``client_delay_min_late`` requests that late (``client_delay_first_late``: the requests whose first
+token was read at least ``client_delay_bound_s`` late; thresholds:
+:class:`locust_llm.report.diagnosis.thresholds.Thresholds`).
 """
 
 from __future__ import annotations
@@ -22,16 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.tables import assign_stages, stage_ends
 from locust_llm.rundir.layout import Stage
-
-#: A stage whose first-token client delay p99 reaches this is client-bound: the worker reads
-#: tokens this late (the stamps stay exact, but the load it offers is the worker's, not the
-#: configured one).
-CLIENT_DELAY_BOUND_S = 0.010
-#: ... and at least this many of its requests were read that late: one late read (a GC pause,
-#: a neighbour's burst on a shared host) is a hiccup, not a load generator falling behind.
-CLIENT_DELAY_MIN_LATE = 2
 
 #: The requests.parquet columns read for it (``report/load.py`` loads them when present).
 REQUEST_COLUMNS: tuple[str, ...] = (
@@ -97,7 +92,9 @@ def add_client_delay(
     for row, stage in zip(rows, stages, strict=True):
         pick = (stage_ix == stage.index) & ok
         row["client_delay_stamped"] = int(np.isfinite(first[pick]).sum())
-        row["client_delay_first_late"] = int((first[pick] >= CLIENT_DELAY_BOUND_S).sum())
+        row["client_delay_first_late"] = int(
+            (first[pick] >= DEFAULT_THRESHOLDS.client_delay_bound_s).sum()
+        )
         row["client_delay_first_merged"] = (
             np.nan if merged is None else int((merged[pick] & np.isfinite(first[pick])).sum())
         )

@@ -13,8 +13,8 @@ Pure (numpy in, dicts out). Two sources, best first:
    requests that ended in that interval (:func:`attributed_phases`): a stage's mean queue time
    is its shares of ``phase_queue_s`` over its shares of ``phase_requests``, the same for
    prefill and decode, whenever the stage's requests finish. Without client records that end
-   between scrapes, the increase over the stage window itself (each source's increase from its
-   last sample before the window to its last inside it, summed: :func:`server_phases`). The
+   between scrapes, the increase over the stage window itself (each source's, summed, by the
+   one counter rule of :mod:`locust_llm.telemetry.counters`: :func:`server_phases`). The
    server's queue and prefill shares split the client's mean TTFT (queue + prefill = the
    table's TTFT). A server with a queue histogram but no prefill one (TGI) gives prefill =
    client TTFT - server queue.
@@ -40,8 +40,10 @@ from typing import Any
 
 import numpy as np
 
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import column as _f
 from locust_llm.roofline.floors import GpuSpec, ModelSpec, step_cost
+from locust_llm.telemetry.counters import SeriesLookup, counter_steps, series_increase
 
 NAN = math.nan
 
@@ -58,39 +60,11 @@ COLUMNS: tuple[str, ...] = (
 
 PHASE_SIGNALS: tuple[str, ...] = ("phase_queue_s", "phase_prefill_s", "phase_decode_s")
 MIN_EFFICIENCY, MAX_EFFICIENCY = 0.05, 1.0
-NO_QUEUE_WAITING = 0.5  # mean waiting requests below this: the gauge says nothing queues
-#: The attributed server phases stand for a stage when they cover at least this share of its
-#: completed requests (the rest ended after the last scrape, or in a gap); else the window's.
-MIN_ATTRIBUTED = 0.5
-
-
-SeriesLookup = Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
-
-
-def counter_increase(series: SeriesLookup, signal: str, lo: float, hi: float) -> float:
-    """Increase of cumulative ``signal`` over [lo, hi), summed over sources (NaN: no samples).
-
-    ``series`` maps a signal to (time_s, value, source, gpu) sorted by time (what
-    :class:`locust_llm.report.tables.TelemetryIndex` holds). Each source's increase runs from
-    its last finite sample before ``lo`` (else its first one inside) to its last inside; a
-    counter that went down (a restart) counts from zero.
-    """
-    if signal not in series:
-        return NAN
-    t, v, src, _ = series[signal]
-    total, seen = 0.0, False
-    for source in np.unique(src):
-        pick = (src == source) & np.isfinite(v)
-        ts, vs = t[pick], v[pick]
-        inside = np.flatnonzero((ts >= lo) & (ts < hi))
-        if inside.size == 0:
-            continue
-        before = np.flatnonzero(ts < lo)
-        start = vs[before[-1]] if before.size else vs[inside[0]]
-        end = vs[inside[-1]]
-        total += end - start if end >= start else end
-        seen = True
-    return total if seen else NAN
+#: Mean waiting requests below ``no_queue_waiting``: the gauge says nothing queues. The
+#: attributed server phases stand for a stage when they cover at least ``min_attributed_share``
+#: of its completed requests (the rest ended after the last scrape, or in a gap); else the
+#: window's.
+_TH = DEFAULT_THRESHOLDS
 
 
 @dataclass(frozen=True)
@@ -105,10 +79,10 @@ class ServerPhases:
 
 def server_phases(series: SeriesLookup, lo: float, hi: float) -> ServerPhases | None:
     """The server's mean phase times over [lo, hi); None without phase histograms there."""
-    count = counter_increase(series, "phase_requests", lo, hi)
+    count = series_increase(series, "phase_requests", lo, hi)
     if not count > 0:
         return None
-    queue, prefill, decode = (counter_increase(series, s, lo, hi) / count for s in PHASE_SIGNALS)
+    queue, prefill, decode = (series_increase(series, s, lo, hi) / count for s in PHASE_SIGNALS)
     if math.isnan(queue):
         return None
     return ServerPhases(queue, prefill, decode, count)
@@ -199,9 +173,7 @@ def attributed_phases(series: SeriesLookup, finished: FinishedRequests) -> dict[
         if times.size < 2:
             continue
         values = np.column_stack([_at_times(series, n, source, times) for n in names])
-        step = np.diff(values, axis=0)
-        restarted = step[:, 3] < 0  # a restart: the counters start from zero again
-        step[restarted] = values[1:][restarted]
+        step = counter_steps(values)  # a restart: the counters start from zero again
         when = _counting_event(finished, times, step[:, 3])
         order = np.argsort(when, kind="stable")
         events, stages = when[order], finished.stage[order].astype(np.int64) + 1
@@ -358,7 +330,7 @@ def calibration_queue_s(row: Mapping[str, Any], open_loop: bool) -> float:
     completions per second), whichever is longer."""
     wait = step_wait_s(row, open_loop)
     waiting, qps = _f(row, "waiting"), _f(row, "qps")
-    if waiting >= NO_QUEUE_WAITING and qps > 0:
+    if waiting >= _TH.no_queue_waiting and qps > 0:
         return max(wait, waiting / qps)
     return wait
 
@@ -408,7 +380,8 @@ def _decompose_row(
     hi = _f(row, "end_wall_s")
     lo = hi - _f(row, "duration_s")  # the window after the warm-up, as the telemetry columns
     phases = attributed.get(int(row["stage"])) if "stage" in row else None
-    if phases is not None and not phases.requests >= MIN_ATTRIBUTED * _f(row, "completed"):
+    enough = _TH.min_attributed_share * _f(row, "completed")
+    if phases is not None and not phases.requests >= enough:
         phases = None  # most of the stage's requests finished out of the scrapes' reach
     if phases is None and not math.isnan(lo + hi):
         phases = server_phases(series, lo, hi)
@@ -436,7 +409,7 @@ def _decompose_row(
         return
     wait = step_wait_s(row, prefill_model.open_loop)
     queue = max(wait, ttft - prefill)
-    if waiting < NO_QUEUE_WAITING:  # the waiting gauge says no queue: only the step under way
+    if waiting < _TH.no_queue_waiting:  # the waiting gauge says no queue: only the step under way
         queue = min(queue, wait)
     queue = min(queue, ttft)
     row.update(

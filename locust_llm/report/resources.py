@@ -23,7 +23,7 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
 - ``prompt_step_share``: the share of steps that carry prompt work (see above);
   ``decode_step_bound``: what bounds a decode-only step of the observed batch at the
   achievable efficiencies (``compute`` past the roofline's ridge);
-- ``step_bound``: ``compute`` when ``compute_time_share`` >= :data:`COMPUTE_BOUND_SHARE`
+- ``step_bound``: ``compute`` when ``compute_time_share`` >= ``compute_bound_share``
   (compute set most of the step time), else ``memory``;
 - ``prefill_token_share``: input tokens / all tokens computed (the server's rates when known);
 - the admission limits in sequences: ``kv_capacity_seqs`` (observed: running / KV-cache usage;
@@ -46,11 +46,15 @@ from typing import Any
 import numpy as np
 
 from locust_llm.report.decompose import computed_prompt_tokens
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import column as _f
 from locust_llm.roofline.floors import GpuSpec, ModelSpec, StepCost, Workload, compute, step_cost
 from locust_llm.telemetry.batch_limit import limit_from_gauges
 
 NAN = math.nan
+#: Its judgements (compute-bound steps: ``compute_bound_share``; peak KV usage from which running
+#: / usage is trusted as the capacity, below it the roofline's: ``observed_kv_min``).
+_TH = DEFAULT_THRESHOLDS
 
 #: Achievable compute efficiency of serving kernels (the simulator's calibrated default,
 #: bench/results/calibration.md): FLOPs take FLOPs / (peak x this) seconds.
@@ -58,12 +62,6 @@ COMPUTE_EFFICIENCY = 0.7
 
 #: Achievable bandwidth efficiency (the same source): bytes take bytes / (bandwidth x this).
 BANDWIDTH_EFFICIENCY = 0.85
-
-#: Share of the busy time set by compute from which the steps are called compute-bound.
-COMPUTE_BOUND_SHARE = 0.5
-
-#: KV usage from which running / usage is trusted as the capacity (below: the roofline's).
-OBSERVED_KV_MIN = 0.05
 
 COLUMNS: tuple[str, ...] = (
     "mfu",
@@ -182,10 +180,10 @@ def resource_row(
             out["prompt_step_share"] = prompt_step_share(row)
         if not math.isnan(share + out["mbu"]):
             out["compute_time_share"] = share
-            out["step_bound"] = "compute" if share >= COMPUTE_BOUND_SHARE else "memory"
+            out["step_bound"] = "compute" if share >= _TH.compute_bound_share else "memory"
     kv_usage = _f(row, "kv_cache_usage_max")
     running_max = _f(row, "running_max")
-    if running_max > 0 and kv_usage >= OBSERVED_KV_MIN:
+    if running_max > 0 and kv_usage >= _TH.observed_kv_min:
         out["kv_capacity_seqs"] = running_max / kv_usage
     elif model is not None and gpu is not None and not math.isnan(gpu.memory_bytes) and context:
         floors = compute(

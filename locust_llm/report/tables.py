@@ -34,6 +34,8 @@ from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report import decompose, resources
 from locust_llm.roofline.floors import GpuSpec, ModelSpec, decode_step_seconds, step_cost
 from locust_llm.rundir.layout import Stage
+from locust_llm.telemetry.counters import SeriesLookup, series_increase, series_rate
+from locust_llm.telemetry.counters import increase as counter_increase
 from locust_llm.telemetry.signals import Signal, get_signal
 
 NAN = math.nan
@@ -300,58 +302,11 @@ class TelemetryIndex:
 
     def window(self, signal: str, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
         """(values, sources) of ``signal`` sampled in [lo, hi), every source and GPU apart."""
-        _, values, sources = self.window_with_times(signal, lo, hi)
-        return values, sources
-
-    def window_with_times(
-        self, signal: str, lo: float, hi: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(times, values, sources) of ``signal`` sampled in [lo, hi)."""
         if signal not in self.series:
-            return np.empty(0), np.empty(0), np.empty(0, dtype=object)
+            return np.empty(0), np.empty(0, dtype=object)
         t, v, src, _ = self.series[signal]
         a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "left")
-        return t[a:b], v[a:b], src[a:b]
-
-    def bracketed_increases(self, signal: str, lo: float, hi: float) -> list[float]:
-        """Per source, a counter's increase from its last finite sample at or before ``lo`` (else
-        its first after) to its first at or after ``hi`` (else its last before)."""
-        if signal not in self.series:
-            return []
-        t, v, src, _ = self.series[signal]
-        out = []
-        for source in np.unique(src):
-            keep = (src == source) & np.isfinite(v)
-            ts, vs = t[keep], v[keep]
-            if ts.size < 2:
-                continue
-            a = max(int(np.searchsorted(ts, lo, "right")) - 1, 0)
-            b = min(int(np.searchsorted(ts, hi, "left")), ts.size - 1)
-            if b > a:
-                out.append(float(vs[b] - vs[a]))
-        return out
-
-    def counter_rate(self, signal: str, lo: float, hi: float) -> float:
-        """A counter's rate over [lo, hi), summed over sources: each source's increase from its
-        last finite sample at or before ``lo`` to its last at or before ``hi`` (a drop is a
-        restart: counted from zero), over the time between those samples (NaN: no source with
-        two such samples)."""
-        if signal not in self.series:
-            return NAN
-        t, v, src, _ = self.series[signal]
-        total, seen = 0.0, False
-        for source in np.unique(src):
-            keep = (src == source) & np.isfinite(v)
-            ts, vs = t[keep], v[keep]
-            a = max(int(np.searchsorted(ts, lo, "right")) - 1, 0)
-            b = int(np.searchsorted(ts, hi, "right")) - 1
-            if b > a and ts[b] > ts[a]:
-                steps = np.diff(vs[a : b + 1])
-                restarted = steps < 0  # the counter restarted: it counts from zero again
-                steps[restarted] = vs[a + 1 : b + 1][restarted]
-                total += float(steps.sum()) / float(ts[b] - ts[a])
-                seen = True
-        return total if seen else NAN
+        return v[a:b], src[a:b]
 
     def timeline(self, signal: str) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of ``signal`` combined over GPUs and sources by its definition, at
@@ -443,13 +398,7 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
         row[signal], row[f"{signal}_max"] = combined(signal)
     row["dram_bw_util"] = combined("dram_bw_util")[0]
     row["power_w"] = combined("power_w")[0]
-    pre, pre_src = samples("preemptions")  # a counter: its increase per source, then combined
-    if pre.size:
-        increases = [pre[pre_src == s].max() - pre[pre_src == s].min() for s in np.unique(pre_src)]
-        how = get_signal("preemptions").over_instances
-        row["preemptions"] = float(_reduce_rows(pd.Series(increases), how))
-    else:
-        row["preemptions"] = NAN
+    row["preemptions"] = series_increase(tel.series, "preemptions", lo, hi)  # summed
     row.update(_counter_stats(tel, lo, hi))
     cpu, cpu_src = samples("worker_cpu_util")  # the busiest worker (over_instances: max)
     row["worker_cpu_max"] = float(cpu.max()) if cpu.size else NAN
@@ -468,40 +417,69 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
 
 
 def _counter_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
-    """Increments of the server's cumulative counters inside a stage window.
+    """Increments of the server's cumulative counters over a stage window, each source's by the
+    one counter rule (:mod:`locust_llm.telemetry.counters`: from its value at the window's start
+    to its value at its end, a drop being a restart), summed over sources.
 
-    ``server_output_tokens``: what the server counted generating from its last scrape at or
-    before the window's start to its first scrape at or after its end (so a stage's edge is off
-    by what finished within one scrape interval of it). ``server_prompt_tps``,
+    ``server_output_tokens``: what the server counted generating, to its first scrape at or
+    after the window's end (so a stage's edge is off by what finished within one scrape
+    interval of it). ``server_prompt_tps``,
     ``server_cached_tps``, ``server_output_tps``: its prompt tokens (prefix-cache hits
     included, except where it counts them apart), its cache hits and the tokens it generated,
-    per second over the scrapes in the window. ``busy_slots_per_decode``:
+    per second over the window's scrapes. ``busy_slots_per_decode``:
     llama.cpp's average since start, turned into the window's own: the increase of average x
     decode calls over the increase of decode calls.
     """
-    out = {"server_output_tokens": NAN, "busy_slots_per_decode": NAN}
-    increases = tel.bracketed_increases("generation_tokens_total", lo, hi)
-    if increases:
-        out["server_output_tokens"] = float(sum(increases))
+    series = tel.series
+    out = {
+        "server_output_tokens": series_increase(
+            series, "generation_tokens_total", lo, hi, past_end=True
+        )
+    }
     # what the server did per second in the window, whatever the client's completions: prompt
     # tokens (counted as each prompt's prefill ends; cache hits included, or apart where the
     # server counts them apart: llama.cpp) and the prefix cache's hits (resources.py decides)
-    prompt = tel.counter_rate("prompt_tokens_total", lo, hi)
+    prompt = series_rate(series, "prompt_tokens_total", lo, hi)
     out["server_prompt_tps"], out["server_cached_tps"] = prompt, NAN
     if math.isnan(prompt):
-        out["server_prompt_tps"] = tel.counter_rate("prompt_tokens_computed_total", lo, hi)
+        out["server_prompt_tps"] = series_rate(series, "prompt_tokens_computed_total", lo, hi)
     else:
-        out["server_cached_tps"] = tel.counter_rate("prompt_tokens_cached_total", lo, hi)
-    out["server_output_tps"] = tel.counter_rate("generation_tokens_total", lo, hi)
-    calls_t, calls, calls_src = tel.window_with_times("decode_calls_total", lo, hi)
-    avg_t, avg, avg_src = tel.window_with_times("busy_slots_per_decode", lo, hi)
-    for source in set(calls_src) & set(avg_src):
-        c = dict(zip(calls_t[calls_src == source], calls[calls_src == source], strict=True))
-        a = dict(zip(avg_t[avg_src == source], avg[avg_src == source], strict=True))
-        both = sorted(t for t in c if t in a and np.isfinite(c[t]) and np.isfinite(a[t]))
-        if len(both) >= 2 and c[both[-1]] > c[both[0]]:
-            busy = a[both[-1]] * c[both[-1]] - a[both[0]] * c[both[0]]
-            out["busy_slots_per_decode"] = float(busy / (c[both[-1]] - c[both[0]]))
+        out["server_cached_tps"] = series_rate(series, "prompt_tokens_cached_total", lo, hi)
+    out["server_output_tps"] = series_rate(series, "generation_tokens_total", lo, hi)
+    out["busy_slots_per_decode"] = _busy_slots_per_decode(series, lo, hi)
+    return out
+
+
+def _busy_slots_per_decode(series: SeriesLookup, lo: float, hi: float) -> float:
+    """llama.cpp's busy slots per decode call over [lo, hi]: the since-start average times the
+    calls is a counter (busy slots summed over calls); its increase over the calls' increase,
+    both summed over sources, from the scrapes that hold both (NaN: no calls measured)."""
+    if "decode_calls_total" not in series or "busy_slots_per_decode" not in series:
+        return NAN
+    busy, calls = [], []
+    for t, c, a in _aligned(series, "decode_calls_total", "busy_slots_per_decode"):
+        busy.append(counter_increase(t, a * c, lo, hi))
+        calls.append(counter_increase(t, c, lo, hi))
+    known = [(b, c) for b, c in zip(busy, calls, strict=True) if c > 0 and not math.isnan(b)]
+    if not known:
+        return NAN
+    return float(sum(b for b, _ in known) / sum(c for _, c in known))
+
+
+def _aligned(
+    series: SeriesLookup, first: str, second: str
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per source holding both signals: (times, first's values, second's values) at the
+    scrapes that hold both."""
+    t1, v1, s1, _ = series[first]
+    t2, v2, s2, _ = series[second]
+    out = []
+    for source in sorted(set(s1) & set(s2)):
+        a = pd.Series(v1[s1 == source], index=t1[s1 == source])
+        b = pd.Series(v2[s2 == source], index=t2[s2 == source])
+        both = pd.concat([a.groupby(level=0).last(), b.groupby(level=0).last()], axis=1).dropna()
+        values = both.to_numpy(float)
+        out.append((both.index.to_numpy(float), values[:, 0], values[:, 1]))
     return out
 
 

@@ -5,7 +5,8 @@ Computed from the run's own records (the columns the main tables do not read:
 ``cached_tokens``, ``session_id``, ``turn``, ``trace_line``, ``batch_inputs``, ``ttfr_s``,
 ``ttfc_s``, ``reasoning_tokens``) and, for the server's own prefix-cache hit rate, from the
 telemetry counters ``prompt_tokens_cached_total`` / ``prefix_cache_queries`` (vLLM's
-``vllm:prefix_cache_{hits,queries}_total``; their increase within each stage window).
+``vllm:prefix_cache_{hits,queries}_total``; their increase over each stage window by the one
+counter rule, :mod:`locust_llm.telemetry.counters`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.report.blocks import Paragraph, Section, Table
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import ms, num, pct
 from locust_llm.rundir.layout import REQUESTS_FILE
+from locust_llm.telemetry.counters import series_increase
 
 COLUMNS = (
     "endpoint",
@@ -41,7 +44,6 @@ COLUMNS = (
     "trace_line",
     "batch_inputs",
 )
-LATE_S = 0.005  # a replayed line sent later than this after its time counts as late
 
 
 def read_columns(run_dir: Path) -> pd.DataFrame:
@@ -58,24 +60,15 @@ def _q(values: pd.Series, q: float) -> float:
     return float(values.quantile(q)) if len(values) else math.nan
 
 
-def _counter_increase(telemetry: Any, signal: str, lo: float, hi: float) -> float:
-    """A cumulative counter's increase in [lo, hi), per source summed (nan: no samples)."""
-    values, sources = telemetry.window(signal, lo, hi)
-    keep = np.isfinite(values)
-    values, sources = values[keep], sources[keep]
-    if not values.size:
-        return math.nan
-    return float(sum(values[sources == s].max() - values[sources == s].min() for s in set(sources)))
-
-
 def prefix_cache_rows(report: Any, frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Per stage: prompt and cached tokens from the answers' usage, the server's hit rate."""
     rows = []
     for stage, ix in _stages(report, frame):
         part = frame[ix & frame.ok.astype(bool)]
         known = part[part.cached_tokens >= 0] if "cached_tokens" in part else part.iloc[:0]
-        hits = _counter_increase(report.telemetry, "prompt_tokens_cached_total", *stage[1:])
-        queries = _counter_increase(report.telemetry, "prefix_cache_queries", *stage[1:])
+        series = report.telemetry.series
+        hits = series_increase(series, "prompt_tokens_cached_total", *stage[1:])
+        queries = series_increase(series, "prefix_cache_queries", *stage[1:])
         prompt = float(known.input_tokens.clip(lower=0).sum())
         cached = float(known.cached_tokens.sum())
         rows.append(
@@ -179,7 +172,7 @@ def replay_summary(frame: pd.DataFrame) -> dict[str, float]:
         "delay_p50_s": _q(delay, 0.5),
         "delay_p99_s": _q(delay, 0.99),
         "delay_max_s": float(delay.max()) if len(delay) else math.nan,
-        "late": float((delay > LATE_S).sum()),
+        "late": float((delay > DEFAULT_THRESHOLDS.replay_late_s).sum()),
         "latency_from_schedule_p50_s": _q(from_schedule, 0.5),
         "latency_from_schedule_p99_s": _q(from_schedule, 0.99),
     }
@@ -342,7 +335,7 @@ def sections(report: Any) -> list[Any]:
                     (ms(r["delay_p50_s"], 2), ms(r["delay_p99_s"], 2), ms(r["delay_max_s"], 1))
                 ),
             ],
-            [f"sent more than {ms(LATE_S)} ms late", num(r["late"])],
+            [f"sent more than {ms(DEFAULT_THRESHOLDS.replay_late_s)} ms late", num(r["late"])],
             [
                 "latency from the scheduled time P50 / P99 (ms)",
                 f"{ms(r['latency_from_schedule_p50_s'])} / {ms(r['latency_from_schedule_p99_s'])}",

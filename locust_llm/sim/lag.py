@@ -19,6 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from locust_llm.telemetry.counters import summed_increase
+
 #: A step handed out later than this is a *late* step (seconds).
 LATE_STEP_S = 0.01
 #: Mean lag per step from which a window counts as lagged (seconds). An idle host's wake-up
@@ -48,14 +50,16 @@ def lag_summary(lags_s: Sequence[float]) -> tuple[float, float, bool]:
 
 
 def _increase(frame: Any, signal: str, lo: float, hi: float) -> float:
-    """How much a cumulative signal grew over [lo, hi), from the last sample before lo."""
+    """How much a cumulative signal grew over the window (summed over sources, restarts counted
+    from zero: :func:`locust_llm.telemetry.counters.summed_increase`)."""
     part = frame[frame["signal"] == signal]
-    before = part[part["time_s"] < lo]["value"]
-    inside = part[(part["time_s"] >= lo) & (part["time_s"] < hi)]["value"]
-    if inside.empty:
-        return math.nan
-    base = float(before.iloc[-1]) if not before.empty else float(inside.iloc[0])
-    return float(inside.iloc[-1]) - base
+    return summed_increase(
+        part["time_s"].to_numpy(float),
+        part["value"].to_numpy(float),
+        part["source"].astype(str).to_numpy(),
+        lo,
+        hi,
+    )
 
 
 def lag_warnings(telemetry: Any, windows: Sequence[tuple[str, float, float]]) -> list[str]:

@@ -19,9 +19,12 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from locust_llm.live.histogram import LatencyHistogram
 from locust_llm.live.llmstats import METRICS, RECENT_QUANTILES, RECENT_WINDOW_S, TOTAL, LiveStats
 from locust_llm.live.stage_tally import StageFigures
+from locust_llm.telemetry.counters import summed_increase
 from locust_llm.telemetry.signals import combine
 
 #: Runner states in which the live rates are taken up to "now".
@@ -206,21 +209,22 @@ def prefix_cache_hit_rate(
     rows: Sequence[Sequence[Any]], window_s: float = HIT_RATE_WINDOW_S
 ) -> float | None:
     """Prompt tokens the servers' prefix caches served / looked up over the newest
-    ``window_s`` of their counters (each server's increase, summed); None without lookups."""
-    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for time_s, source, signal, _gpu, value in rows:
-        if signal in _CACHE_COUNTERS and value == value:
-            spans.setdefault((str(source), str(signal)), []).append((float(time_s), float(value)))
-    if not spans:
+    ``window_s`` of their counters (each server's increase over its scrapes in that span,
+    summed: :mod:`locust_llm.telemetry.counters`); None without lookups or hits measured."""
+    picked = [r for r in rows if r[2] in _CACHE_COUNTERS and r[4] == r[4]]
+    if not picked:
         return None
-    newest = max(t for points in spans.values() for t, _ in points)
-    increase = dict.fromkeys(_CACHE_COUNTERS, 0.0)
-    for (_source, signal), points in spans.items():
-        recent = sorted(p for p in points if p[0] >= newest - window_s)
-        if recent:
-            increase[signal] += recent[-1][1] - recent[0][1]
-    queries = increase["prefix_cache_queries"]
-    return increase["prompt_tokens_cached_total"] / queries if queries > 0 else None
+    newest = max(float(r[0]) for r in picked)
+    recent = [r for r in picked if float(r[0]) >= newest - window_s]
+    increase = {}
+    for signal in _CACHE_COUNTERS:
+        mine = [r for r in recent if r[2] == signal]
+        times = np.array([float(r[0]) for r in mine])
+        values = np.array([float(r[4]) for r in mine])
+        sources = np.array([str(r[1]) for r in mine])
+        increase[signal] = summed_increase(times, values, sources)
+    hits, queries = increase["prompt_tokens_cached_total"], increase["prefix_cache_queries"]
+    return hits / queries if queries > 0 and not math.isnan(hits) else None
 
 
 def signal_series(rows: Sequence[Sequence[Any]], since_s: float) -> dict[str, list]:

@@ -20,7 +20,7 @@ above the sweep". Best range: from the last stage of the unbroken run of
 ``linear`` steps from the lowest load (the knee) to the cap.
 
 The reading reads consecutive steps of one class together. A run of ``linear`` steps says
-"scales linearly" only when throughput grew by at least :data:`LINEAR_WORDING` (90%) of the load
+"scales linearly" only when throughput grew by at least ``linear_wording`` (90%) of the load
 ratio over the run; otherwise it says by how much: "1-50 scales x17.5 for x50 the load (QPS
 0.8 -> 14.2, 35% efficiency)", efficiency = throughput ratio / load ratio. On the seed's
 table this gives "1-50 scales x40 for x50 the load; 50-100 flattens; 100-200 falls; best
@@ -35,7 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
+from locust_llm.report.diagnosis.thresholds import (
+    DEFAULT_THRESHOLDS,
+    Thresholds,
+    error_rate_exceeded,
+)
 from locust_llm.report.fmt import is_num, load_label, ms, num, ratio
 from locust_llm.report.tables import Slo
 from locust_llm.roofline.floors import ModelSpec
@@ -136,30 +140,30 @@ def moe_expected_gain(model: ModelSpec, lo_batch: float, hi_batch: float) -> flo
 
 
 def _moe_class(
-    model: ModelSpec | None, lo: Mapping[str, Any], hi: Mapping[str, Any], gain: float, cls: str
+    thresholds: Thresholds,
+    model: ModelSpec | None,
+    lo: Mapping[str, Any],
+    hi: Mapping[str, Any],
+    gain: float,
+    cls: str,
 ) -> str:
-    """``moe`` for a flattening step an MoE model's expert reads explain (gain at least 80% of
-    what they allow, the batch still growing); else ``cls``."""
+    """``moe`` for a flattening step an MoE model's expert reads explain (gain at least
+    ``moe_gain_share`` (80%) of what they allow, the batch still growing); else ``cls``."""
     if model is None or not model.num_experts or cls != "flattening":
         return cls
     batch = [_f(r, "running") if _f(r, "running") > 0 else _load(r) for r in (lo, hi)]
     if not (batch[1] > batch[0] > 0):
         return cls
     expected = moe_expected_gain(model, batch[0], batch[1])
-    return "moe" if gain >= 0.8 * expected else cls
+    return "moe" if gain >= thresholds.moe_gain_share * expected else cls
 
 
-def _latency_words(r: float) -> str:
-    if r >= 2:
+def _latency_words(r: float, thresholds: Thresholds) -> str:
+    if r >= thresholds.latency_explodes:
         return f"latency explodes (P99 {ratio(r)})"
-    if r >= 1.25:
+    if r >= thresholds.latency_climb:
         return f"latency climbs (P99 {ratio(r)})"
     return f"latency holds (P99 {ratio(r)})"
-
-
-#: the reading says "linearly" only when the throughput grew at least this share of the load
-#: (x9 or more for x10 the load); otherwise it says by how much it grew
-LINEAR_WORDING = 0.9
 
 
 def _times(value: float) -> str:
@@ -167,21 +171,22 @@ def _times(value: float) -> str:
     return f"x{value:.3g}" if math.isfinite(value) else "x?"
 
 
-def scaling_words(group: Sequence[Step]) -> str:
+def scaling_words(group: Sequence[Step], thresholds: Thresholds = DEFAULT_THRESHOLDS) -> str:
     """How a run of scaling steps grew: "scales linearly (QPS 1 -> 9.6, x9.6 for x10 the
     load)" near x1 per x1, else "scales x17.8 for x50 the load (QPS 0.8 -> 14.2, 36%
-    efficiency)"; efficiency = throughput ratio / load ratio over the run (1 = proportional)."""
+    efficiency)"; efficiency = throughput ratio / load ratio over the run (1 = proportional),
+    "linearly" from ``linear_wording`` (x9 or more for x10 the load)."""
     gain = math.prod(s.gain for s in group)
     load_ratio = math.prod(s.load_ratio for s in group)
     share = gain / load_ratio if load_ratio > 0 else math.nan
     for_load = f"{_times(gain)} for {_times(load_ratio)} the load"
     qps = f"QPS {num(group[0].lo_qps)} -> {num(group[-1].hi_qps)}"
-    if share >= LINEAR_WORDING:
+    if share >= thresholds.linear_wording:
         return f"scales linearly ({qps}, {for_load})"
     return f"scales {for_load} ({qps}, {share:.0%} efficiency)"
 
 
-def _phrase(group: list[Step]) -> str:
+def _phrase(group: list[Step], thresholds: Thresholds) -> str:
     first, last = group[0], group[-1]
     span = f"{first.lo_load}-{last.hi_load}"
     qps = f"QPS {num(first.lo_qps)} -> {num(last.hi_qps)}"
@@ -189,7 +194,7 @@ def _phrase(group: list[Step]) -> str:
     lat = last.hi_p99_s / first.lo_p99_s if first.lo_p99_s > 0 else math.nan
     cls = first.cls
     if cls == "linear":
-        return f"{span} {scaling_words(group)}"
+        return f"{span} {scaling_words(group, thresholds)}"
     if cls == "moe":
         return (
             f"{span} throughput grows sublinearly ({qps}, {ratio(gain)}) as an MoE model's "
@@ -197,12 +202,14 @@ def _phrase(group: list[Step]) -> str:
         )
     if cls == "flattening":
         return (
-            f"{span} throughput flattens ({qps}, {ratio(gain)}) while {_latency_words(lat)}: "
+            f"{span} throughput flattens ({qps}, {ratio(gain)}) while "
+            f"{_latency_words(lat, thresholds)}: "
             "near the limit"
         )
     if cls == "flat":
-        return f"{span} throughput stays flat ({qps}) while {_latency_words(lat)}: overload"
-    return f"{span} throughput falls ({qps}) and {_latency_words(lat)}: overload"
+        words = _latency_words(lat, thresholds)
+        return f"{span} throughput stays flat ({qps}) while {words}: overload"
+    return f"{span} throughput falls ({qps}) and {_latency_words(lat, thresholds)}: overload"
 
 
 def find_knee(
@@ -251,7 +258,7 @@ def find_knee(
                 lr,
                 eff,
                 lat,
-                _moe_class(model, lo, hi, gain, _classify(gain, eff, thresholds)),
+                _moe_class(thresholds, model, lo, hi, gain, _classify(gain, eff, thresholds)),
                 _f(lo, "qps"),
                 _f(hi, "qps"),
                 _f(lo, "latency_p99_s"),
@@ -320,7 +327,7 @@ def find_knee(
             groups[-1].append(step)
         else:
             groups.append([step])
-    reading = "; ".join(_phrase(g) for g in groups)
+    reading = "; ".join(_phrase(g, thresholds) for g in groups)
     if not steps:
         notes.append("one load level only: sweep the load to find the knee")
         cap_ix = None  # never a cap from a single stage

@@ -6,9 +6,15 @@ The verdict rules (:mod:`locust_llm.report.diagnosis.verdict`), the knee and cap
 the soak drift (:mod:`locust_llm.report.soak`) and the alerts
 (:mod:`locust_llm.report.diagnosis.alerts`)
 all read one :class:`Thresholds`; a value that
-two of them use (the 1% error rate) is one field. ``locust-llm report --alert NAME=VALUE``
-overrides the alert fields (:data:`ALERT_FIELDS`) and so, for ``error_rate``, the verdict's
-``errors`` rule and the cap's error bound too; ``error_rate=off`` switches all three off.
+two of them use (the 1% error rate) is one field. So do the stage table's judgements that the
+verdict reads (:mod:`locust_llm.report.decompose`, :mod:`locust_llm.report.resources`,
+:mod:`locust_llm.report.client_delay`), the workload sections' late count
+(:mod:`locust_llm.report.workloads`) and the live console's "behind schedule"
+(:mod:`locust_llm.live.progress`), through :data:`DEFAULT_THRESHOLDS` where no other is given.
+No module defines a judgement threshold of its own (``tests/test_thresholds.py`` checks).
+``locust-llm report --alert NAME=VALUE`` overrides the alert fields (:data:`ALERT_FIELDS`) and
+so, for ``error_rate``, the verdict's ``errors`` rule and the cap's error bound too;
+``error_rate=off`` switches all three off.
 Ratios are 0..1, times in seconds; ``None`` switches a check off.
 """
 
@@ -38,9 +44,13 @@ class Thresholds:
 
     # -- verdict rules ----------------------------------------------------------------------
     min_requests: int = 5  # fewer requests in a stage: insufficient data
+    confident_requests: int = 20  # fewer (4 x min_requests): the verdict's confidence is low
     client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
-    no_queue_waiting: float = 0.5  # mean waiting below: no queue
+    client_delay_bound_s: float = 0.010  # first-token client delay P99 at or above (s) ...
+    client_delay_min_late: int = 2  # ... with at least this many requests read that late
+    no_queue_waiting: float = 0.5  # mean waiting below: no queue (verdict and time split)
     no_queue_share: float = 0.25  # ... or below 1 and below this share of the mean batch
+    standing_queue_share: float = 0.5  # waiting (at least 1) at this share of running: a queue
     low_batch_fraction: float = 0.25  # running at most this share of its limit: under-used
     saturated_gpu_util: float = 0.90
     saturated_bw_util: float = 0.70
@@ -55,9 +65,14 @@ class Thresholds:
     slot_fill: float = 0.95  # peak batch at or above this share of its limit: the limit binds
     budget_fill: float = 0.75  # prompt tokens per step / --max-num-batched-tokens: it binds
     prefill_saturated: float = 0.85  # prompts' compute time share: a flat batch is theirs
+    compute_bound_share: float = 0.5  # compute's share of the busy time: compute-bound steps
+    compute_prefill_share: float = 0.5  # prompt tokens / tokens computed: compute is prompts'
+    cache_note_share: float = 0.10  # prefix-cache hits / prompt tokens: the evidence names it
     interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference
     interference_step_share: float = 0.3  # ... or steps carrying prompt work (memory-bound decode)
     min_telemetry_samples: int = 3  # fewer server samples in a stage: its signals are not used
+    min_attributed_share: float = 0.5  # server phases attributed to this share of completions
+    observed_kv_min: float = 0.05  # peak KV usage from which running / usage is the capacity
 
     # -- knee and cap -----------------------------------------------------------------------
     linear_efficiency: float = 0.5  # (gain - 1) / (load ratio - 1) at least this: linear
@@ -65,6 +80,9 @@ class Thresholds:
     open_loop_achieved: float = 0.95  # open loop: achieved / offered at least this for a cap
     min_gain: float = 0.05  # the cap needs at least this throughput gain per step ...
     latency_weight: float = 0.10  # ... and at least this share of the P99 increase
+    moe_gain_share: float = 0.8  # gain / what an MoE's expert reads allow: sublinear, not limit
+    linear_wording: float = 0.9  # throughput ratio / load ratio over a run: "scales linearly"
+    latency_explodes: float = 2.0  # P99 ratio at least this: "latency explodes" (climbs: above)
 
     # -- soak stages: drift of P99 latency and throughput -----------------------------------
     soak_max_drift_pct_per_h: float = 10.0  # drift beyond this (percent per hour): unstable ...
@@ -72,9 +90,18 @@ class Thresholds:
     soak_min_minutes: int = 3  # fewer usable minutes: insufficient data
     soak_min_per_minute: int = 5  # requests a minute needs for its P99
 
+    # -- counts and notes outside the diagnosis ---------------------------------------------
+    replay_late_s: float = 0.005  # a replayed trace line sent later than this (s): late
+    behind_schedule_s: float = 0.25  # live, open loop: mean dispatch delay (s) shown as behind
+
     def alert_values(self) -> dict[str, Any]:
         """The alert fields and their values (what summary.json records as ``thresholds``)."""
         return {name: getattr(self, name) for name in ALERT_FIELDS}
+
+
+#: The defaults, for the code that judges without a table handed to it (the stage table's
+#: columns, the live console).
+DEFAULT_THRESHOLDS = Thresholds()
 
 
 def error_rate_exceeded(rate: float, thresholds: Thresholds) -> bool:

@@ -19,12 +19,13 @@ Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``
 2. ``oom`` -> ``memory_oom``: a request failed with error kind ``oom``.
 3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU, or its CPU demand (time running
    or waiting for a core, :mod:`locust_llm.client.cpu_demand`), peaked at ``client_cpu`` or more; or
-   (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``
-   with at least ``CLIENT_DELAY_MIN_LATE`` requests that late and no standing queue on the
+   (kernel-stamp transport) the first-token client delay p99 reached ``client_delay_bound_s``
+   with at least ``client_delay_min_late`` requests that late and no standing queue on the
    server (with one, the server is offered more than it takes: the stage is the server's).
 4. ``errors`` -> ``errors``: error rate above ``error_rate``.
 5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
-   at least ``queue_share`` of TTFT, a standing queue (waiting >= 1 and >= half the batch), or
+   at least ``queue_share`` of TTFT, a standing queue (waiting >= 1 and >=
+   ``standing_queue_share`` of the batch), or
    a KV cache that preempted while requests waited (mean waiting >= ``no_queue_waiting``).
    The cause, in the order a scheduler's admission gates are tested: the step's token budget
    (compute-bound steps whose prompt tokens per step plus one per decoding sequence fill
@@ -80,7 +81,6 @@ from typing import Any
 
 from locust_llm.metrics import ERROR_KINDS
 from locust_llm.registry import Registry
-from locust_llm.report.client_delay import CLIENT_DELAY_BOUND_S, CLIENT_DELAY_MIN_LATE
 from locust_llm.report.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.diagnosis.actions import (
     CAUSE_ACTIONS,
@@ -300,7 +300,8 @@ def _queue_share(ctx: Context) -> float:
 
 def _standing_queue(ctx: Context) -> bool:
     waiting, running = ctx.server_v("waiting"), ctx.server_v("running")
-    return waiting >= 1 and waiting >= 0.5 * (running if running > 0 else 0)
+    share = ctx.thresholds.standing_queue_share
+    return waiting >= 1 and waiting >= share * (running if running > 0 else 0)
 
 
 def _queued(ctx: Context) -> bool:
@@ -331,9 +332,10 @@ def _resources_text(ctx: Context) -> str:
 
 
 def _cache_text(ctx: Context) -> str:
-    """What the prefix cache served of the prompts, when it matters (>= 10%), or ""."""
+    """What the prefix cache served of the prompts, when it matters (``cache_note_share``),
+    or ""."""
     n_in, cached = ctx.v("input_tokens_avg"), ctx.v("cached_tokens_avg")
-    if not (n_in > 0 and cached >= 0.1 * n_in):
+    if not (n_in > 0 and cached >= ctx.thresholds.cache_note_share * n_in):
         return ""
     return f"; {num(cached, 0)} of the {num(n_in, 0)} from the prefix cache ({pct(cached / n_in)})"
 
@@ -355,7 +357,7 @@ def _step_cause(ctx: Context) -> str:
     )
     if decode_longer and (share >= th.interference_prefill_share or chunks):
         return "prefill_interference"
-    if share >= 0.5 and not decode_longer:
+    if share >= th.compute_prefill_share and not decode_longer:
         return "compute_bound_prefill"
     return "compute_bound_decode"
 
@@ -412,8 +414,8 @@ def _client(ctx: Context) -> Finding | None:
         )
     if (
         not cpu >= ctx.thresholds.client_cpu
-        and delay >= CLIENT_DELAY_BOUND_S
-        and not late < CLIENT_DELAY_MIN_LATE
+        and delay >= ctx.thresholds.client_delay_bound_s
+        and not late < ctx.thresholds.client_delay_min_late
         # a standing queue on the server: it is offered more than it takes, so late reads
         # blur the timings (the report's client delay table) but do not limit the stage
         and not _standing_queue(ctx)
@@ -423,7 +425,8 @@ def _client(ctx: Context) -> Finding | None:
             "client_bound",
             (
                 f"the worker read first tokens up to {ms(delay, 1)} ms after the kernel "
-                f"received them (p99 {ctx.where}, >= {ms(CLIENT_DELAY_BOUND_S)} ms{count}): "
+                f"received them (p99 {ctx.where}, "
+                f">= {ms(ctx.thresholds.client_delay_bound_s)} ms{count}): "
                 "the load generator falls behind its streams",
             ),
         )
@@ -810,7 +813,7 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
 def _confidence(ctx: Context, finding: Finding) -> str:
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
-    if ctx.v("requests") < 4 * ctx.thresholds.min_requests:
+    if ctx.v("requests") < ctx.thresholds.confident_requests:
         return "low"
     has_model = not math.isnan(ctx.v("mfu"))
     server_split = ctx.row.get("ttft_split_source") == "server"
