@@ -13,55 +13,10 @@ used and a confidence: ``high`` (server telemetry and the roofline), ``medium`` 
 ``low`` (client-side evidence only, which it says).
 
 Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``check`` returns a
-:class:`Finding` or None (thresholds: :class:`locust_llm.report.diagnosis.thresholds.Thresholds`):
-
-1. ``too_few_requests`` -> ``insufficient_data``: fewer than ``min_requests`` requests, unless
-   every one failed above the error-rate threshold (a dead server): then rule 4 says ``errors``.
-2. ``oom`` -> ``memory_oom``: a request failed with error kind ``oom``.
-3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU, or its CPU demand (time running
-   or waiting for a core, :mod:`locust_llm.client.cpu_demand`), peaked at ``client_cpu`` or more; or
-   (kernel-stamp transport) the first-token client delay p99 reached ``CLIENT_DELAY_BOUND_S``
-   with at least ``CLIENT_DELAY_MIN_LATE`` requests that late and no standing queue on the
-   server (with one, the server is offered more than it takes: the stage is the server's).
-4. ``errors`` -> ``errors``: error rate above ``error_rate``.
-5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
-   at least ``queue_share`` of TTFT, a standing queue (waiting >= 1 and >= half the batch), or
-   a KV cache that preempted while requests waited (mean waiting >= ``no_queue_waiting``).
-   The cause, in the order a scheduler's admission gates are tested: the step's token budget
-   (compute-bound steps whose prompt tokens per step plus one per decoding sequence fill
-   ``budget_fill`` of ``--max-num-batched-tokens``: the step-bound cause, prompts queue for
-   prefill compute); ``batch_limit_admission`` when demand exceeds max-num-seqs / the
-   server's slots (given, probed, or read from a flat running gauge:
-   :mod:`locust_llm.telemetry.batch_limit`; an observed plateau is not taken for a limit when
-   prompts'
-   compute fills ``prefill_saturated`` of the busy time: a budget spent on prompts every step
-   holds the batch flat too) and the batch reached ``slot_fill`` of it or requests wait
-   (without a running gauge: more users than slots and TTFT mostly queue, client-side),
-   when the KV cache holds at least that many sequences (the scheduler tests the batch limit
-   before it asks for KV blocks), unless the KV cache preempted while the mean batch stayed
-   below ``slot_fill`` of the limit; ``kv_capacity_admission``
-   when the KV cache peaked at ``saturated_kv`` or preempted; else, with no KV signal, a
-   batch that stays at one plateau while load grows.
-6. ``under_loaded`` -> ``low_concurrency``: no admission queue and the device busy less than
-   ``busy_share`` (GPU utilization); without a busy signal, throughput still scaling (gain over
-   the lower stage at least ``linear_efficiency`` of the load ratio's) - client-side.
-7. ``small_batch`` -> ``low_concurrency``: no queue and the batch at most
-   ``low_batch_fraction`` of its limit; the cause is the step bound.
-8. ``step_bound`` -> ``prefill_bound`` / ``decode_bound``: the resource model's step bound.
-   ``compute`` (compute sets at least half the busy time: the prompt tokens' FLOPs at the
-   achievable efficiency, :func:`locust_llm.report.resources.compute_time_share`):
-   ``prefill_interference`` when requests spend longer decoding than waiting for their first
-   token and prompt chunks set the decode steps' time: at least
-   ``interference_prefill_share`` of the tokens computed are prompt tokens, or a decode-only
-   step would be memory-bound while at least ``interference_step_share`` of the steps carry
-   prompt work; ``compute_bound_prefill`` when prompt tokens are at least half and TTFT is the
-   longer phase; else ``compute_bound_decode``. ``memory``: ``bandwidth_bound_decode``.
-9. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
-   the server signals, and TTFT's share of E2E at ``prefill_share`` or more (prefill) or less.
-10. ``past_knee`` -> ``overloaded``: throughput flat (gain <= ``flat_gain``) while P99 climbs
-    (>= ``latency_climb``), or open loop achieving less than ``open_loop_shortfall`` of the
-    offered rate; cause from the step bound where known.
-11. ``nothing_saturated`` -> ``healthy`` (with server signals), else ``insufficient_data``.
+:class:`Finding` or None (thresholds: :class:`locust_llm.report.diagnosis.thresholds.Thresholds`).
+Each rule declares what triggers it, the kinds and causes it may name and the thresholds it
+reads; ``docs/rules.md`` lists them in order, generated from these rule objects
+(:mod:`locust_llm.report.diagnosis.rules_doc`).
 
 Server signals with fewer than ``min_telemetry_samples`` samples in the stage are not used:
 missing signals are never read as "not saturated".
@@ -400,8 +355,10 @@ def _oom(ctx: Context) -> Finding | None:
 @rule(
     "client_cpu",
     "a Locust worker's CPU, or its CPU demand (time running or waiting for a core), peaked at "
-    "`client_cpu` or more; or (kernel-stamp transport) the worker read first tokens late "
-    "(the client-delay bound of `report/client_delay.py`) with no standing queue on the server",
+    "`client_cpu` or more; or (kernel-stamp transport) the first-token client delay p99 "
+    "reached the client-delay bound of `report/client_delay.py` for at least its minimum "
+    "count of late requests, with no standing queue on the server (with one, the server is "
+    "offered more than it takes: the stage is the server's)",
     kinds=("client_bound",),
     reads=("client_cpu", "min_telemetry_samples"),
 )
@@ -594,7 +551,8 @@ def _token_budget_text(ctx: Context) -> str:
     "cause, in the order a scheduler tests its admission gates: the step's token budget "
     "(compute-bound steps whose tokens per step fill `budget_fill` of "
     "--max-num-batched-tokens: the step bound's cause, prompts queue for prefill compute); "
-    "`batch_limit_admission` when demand exceeds max-num-seqs or the server's slots and the "
+    "`batch_limit_admission` when demand exceeds max-num-seqs or the server's slots (given, "
+    "probed, or read from a flat running gauge) and the "
     "batch reached `slot_fill` of it or requests wait (without a running gauge: more users than "
     "slots and TTFT at least `queue_share` queue, client-side), with the KV cache holding that "
     "many sequences (not when the KV cache preempted while the mean batch stayed below `slot_fill` "
