@@ -9,8 +9,9 @@ import pytest
 from rundir_factory import make_run, regime
 
 from locust_llm.report.build import build_report
+from locust_llm.report.diagnosis.causes import KINDS
 from locust_llm.report.diagnosis.thresholds import Thresholds
-from locust_llm.report.diagnosis.verdict import KINDS, Verdict, stage_verdict
+from locust_llm.report.diagnosis.verdict import Verdict, stage_verdict
 from locust_llm.report.fmt import ms, pct
 from locust_llm.report.load import load_run
 

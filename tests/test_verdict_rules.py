@@ -7,8 +7,9 @@ import math
 import pytest
 
 from locust_llm.report.diagnosis.actions import CAUSE_ACTIONS
+from locust_llm.report.diagnosis.causes import CAUSES
 from locust_llm.report.diagnosis.thresholds import Thresholds
-from locust_llm.report.diagnosis.verdict import CAUSES, RULES, Context, stage_verdict
+from locust_llm.report.diagnosis.verdict import RULES, Context, stage_verdict
 
 
 def _row(**kw: object) -> dict:

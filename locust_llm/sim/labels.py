@@ -26,8 +26,8 @@ Labels, the first rule that holds wins (thresholds are :class:`LabelRules` field
    batch past the roofline's ridge);
 7. ``bandwidth_bound_decode``: otherwise (memory bandwidth set the step time).
 
-:data:`VERDICT_KINDS` maps each label to the ``locust_llm.report.diagnosis.verdict`` kind it should
-produce.
+:data:`LABELS` are the verdict's causes and :data:`VERDICT_KINDS` maps each to the verdict kind it
+should produce, both taken from :mod:`locust_llm.report.diagnosis.causes` (declared there once).
 """
 
 from __future__ import annotations
@@ -37,20 +37,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES
 from locust_llm.sim.lag import lag_summary
 
-#: Each label -> the verdict kind (locust_llm.report.diagnosis.verdict.KINDS) a correct diagnosis
-#: gives.
-VERDICT_KINDS: dict[str, str] = {
-    "kv_capacity_admission": "overloaded",
-    "batch_limit_admission": "overloaded",
-    "under_loaded": "low_concurrency",
-    "prefill_interference": "prefill_bound",
-    "compute_bound_prefill": "prefill_bound",
-    "compute_bound_decode": "decode_bound",
-    "bandwidth_bound_decode": "decode_bound",
-}
-LABELS: tuple[str, ...] = tuple(VERDICT_KINDS)
+#: Each label -> the verdict kind a correct diagnosis gives (the labels are the verdict's causes,
+#: declared once in :mod:`locust_llm.report.diagnosis.causes`).
+VERDICT_KINDS: dict[str, str] = CAUSE_KINDS
+LABELS: tuple[str, ...] = tuple(CAUSES)
 
 _KV_BLOCKERS = ("kv_blocks", "preemption")
 

@@ -1,13 +1,12 @@
 """What to do about each diagnosed cause, and why it helps (pure data + one formatter).
 
-Every verdict kind (:data:`locust_llm.report.diagnosis.verdict.KINDS`) and every cause (the
-limiting resource and
-mechanism, :data:`locust_llm.report.diagnosis.verdict.CAUSES`) has its actions here; each action
-says why it
-helps that cause. Actions never advise the change that made the problem: a compute-bound or
-interference verdict is not told to quantize (bandwidth is not what limits), an OOM is not told
-to lower ``--max-num-batched-tokens`` (a too-small token budget is itself a cause of failed
-requests). Where the server's current flag value is known it is quoted (:func:`with_values`).
+Every verdict kind and every cause (the limiting resource and mechanism), both declared in
+:mod:`locust_llm.report.diagnosis.causes`, has its actions here, and nothing else does
+(``tests/test_causes.py``); each action says why it helps that cause. Actions never advise the
+change that made the problem: a compute-bound or interference verdict is not told to quantize
+(bandwidth is not what limits), an OOM is not told to lower ``--max-num-batched-tokens`` (a
+too-small token budget is itself a cause of failed requests). Where the server's current flag
+value is known it is quoted (:func:`with_values`).
 """
 
 from __future__ import annotations

@@ -6,62 +6,17 @@ the resource model (:mod:`locust_llm.report.resources`). Pure: no I/O, no pandas
 
 A verdict has two names: ``kind``, the source document's bottleneck vocabulary (prefill /
 decode / OOM / low concurrency, plus overloaded, client-bound, errors, insufficient data), and
-``cause``, the limiting resource and mechanism (:data:`CAUSES`, the labels of
-:mod:`locust_llm.sim.labels` so the simulator's ground truth can judge it). It states the
-requests and telemetry samples it used and a confidence: ``high`` (server telemetry and the
-roofline), ``medium`` (one of them), ``low`` (client-side evidence only, which it says).
+``cause``, the limiting resource and mechanism; both are declared once in
+:mod:`locust_llm.report.diagnosis.causes` (whose causes are also the simulator's ground-truth
+labels, so its traces can judge the verdict). It states the requests and telemetry samples it
+used and a confidence: ``high`` (server telemetry and the roofline), ``medium`` (one of them),
+``low`` (client-side evidence only, which it says).
 
 Rules (:data:`RULES`), first match wins; each is a :class:`VerdictRule` whose ``check`` returns a
-:class:`Finding` or None (thresholds: :class:`locust_llm.report.diagnosis.thresholds.Thresholds`):
-
-1. ``too_few_requests`` -> ``insufficient_data``: fewer than ``min_requests`` requests, unless
-   every one failed above the error-rate threshold (a dead server): then rule 4 says ``errors``.
-2. ``oom`` -> ``memory_oom``: a request failed with error kind ``oom``.
-3. ``client_cpu`` -> ``client_bound``: a Locust worker's CPU, or its CPU demand (time running
-   or waiting for a core, :mod:`locust_llm.client.cpu_demand`), peaked at ``client_cpu`` or more; or
-   (kernel-stamp transport) the first-token client delay p99 reached ``client_delay_bound_s``
-   with at least ``client_delay_min_late`` requests that late and no standing queue on the
-   server (with one, the server is offered more than it takes: the stage is the server's).
-4. ``errors`` -> ``errors``: error rate above ``error_rate``.
-5. ``admission`` -> ``overloaded``: requests wait for admission: queue time (server or model)
-   at least ``queue_share`` of TTFT, a standing queue (waiting >= 1 and >=
-   ``standing_queue_share`` of the batch), or
-   a KV cache that preempted while requests waited (mean waiting >= ``no_queue_waiting``).
-   The cause, in the order a scheduler's admission gates are tested: the step's token budget
-   (compute-bound steps whose prompt tokens per step plus one per decoding sequence fill
-   ``budget_fill`` of ``--max-num-batched-tokens``: the step-bound cause, prompts queue for
-   prefill compute); ``batch_limit_admission`` when demand exceeds max-num-seqs / the
-   server's slots (given, probed, or read from a flat running gauge:
-   :mod:`locust_llm.telemetry.batch_limit`; an observed plateau is not taken for a limit when
-   prompts'
-   compute fills ``prefill_saturated`` of the busy time: a budget spent on prompts every step
-   holds the batch flat too) and the batch reached ``slot_fill`` of it or requests wait
-   (without a running gauge: more users than slots and TTFT mostly queue, client-side),
-   when the KV cache holds at least that many sequences (the scheduler tests the batch limit
-   before it asks for KV blocks), unless the KV cache preempted while the mean batch stayed
-   below ``slot_fill`` of the limit; ``kv_capacity_admission``
-   when the KV cache peaked at ``saturated_kv`` or preempted; else, with no KV signal, a
-   batch that stays at one plateau while load grows.
-6. ``under_loaded`` -> ``low_concurrency``: no admission queue and the device busy less than
-   ``busy_share`` (GPU utilization); without a busy signal, throughput still scaling (gain over
-   the lower stage at least ``linear_efficiency`` of the load ratio's) - client-side.
-7. ``small_batch`` -> ``low_concurrency``: no queue and the batch at most
-   ``low_batch_fraction`` of its limit; the cause is the step bound.
-8. ``step_bound`` -> ``prefill_bound`` / ``decode_bound``: the resource model's step bound.
-   ``compute`` (compute sets at least half the busy time: the prompt tokens' FLOPs at the
-   achievable efficiency, :func:`locust_llm.report.resources.compute_time_share`):
-   ``prefill_interference`` when requests spend longer decoding than waiting for their first
-   token and prompt chunks set the decode steps' time: at least
-   ``interference_prefill_share`` of the tokens computed are prompt tokens, or a decode-only
-   step would be memory-bound while at least ``interference_step_share`` of the steps carry
-   prompt work; ``compute_bound_prefill`` when prompt tokens are at least half and TTFT is the
-   longer phase; else ``compute_bound_decode``. ``memory``: ``bandwidth_bound_decode``.
-9. ``phase_share`` -> ``prefill_bound`` / ``decode_bound`` without a roofline: saturated by
-   the server signals, and TTFT's share of E2E at ``prefill_share`` or more (prefill) or less.
-10. ``past_knee`` -> ``overloaded``: throughput flat (gain <= ``flat_gain``) while P99 climbs
-    (>= ``latency_climb``), or open loop achieving less than ``open_loop_shortfall`` of the
-    offered rate; cause from the step bound where known.
-11. ``nothing_saturated`` -> ``healthy`` (with server signals), else ``insufficient_data``.
+:class:`Finding` or None (thresholds: :class:`locust_llm.report.diagnosis.thresholds.Thresholds`).
+Each rule declares what triggers it, the kinds and causes it may name and the thresholds it
+reads; ``docs/rules.md`` lists them in order, generated from these rule objects
+(:mod:`locust_llm.report.diagnosis.rules_doc`).
 
 Server signals with fewer than ``min_telemetry_samples`` samples in the stage are not used:
 missing signals are never read as "not saturated".
@@ -88,36 +43,11 @@ from locust_llm.report.diagnosis.actions import (
     KIND_ACTIONS,
     with_values,
 )
+from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 from locust_llm.report.resources import prompts_per_s, recompute_tokens_per_s
-from locust_llm.sim.labels import VERDICT_KINDS as CAUSE_KINDS
-
-KINDS: tuple[str, ...] = (
-    "prefill_bound",
-    "decode_bound",
-    "memory_oom",
-    "low_concurrency",
-    "overloaded",
-    "client_bound",
-    "errors",
-    "healthy",
-    "insufficient_data",
-    "unstable",  # soak stages only: latency or throughput drifts
-)
-
-#: cause -> (the limiting resource as people read it, the source document's bottleneck).
-CAUSES: dict[str, tuple[str, str]] = {
-    "kv_capacity_admission": ("KV capacity", "OOM / memory"),
-    "batch_limit_admission": ("batch slots", "low concurrency (batch limit)"),
-    "under_loaded": ("none (under-loaded)", "low concurrency"),
-    "prefill_interference": ("compute (prefill chunks in decode steps)", "prefill"),
-    "compute_bound_prefill": ("compute (prefill)", "prefill"),
-    "compute_bound_decode": ("compute (decode)", "decode"),
-    "bandwidth_bound_decode": ("memory bandwidth (decode)", "decode"),
-}
-
 
 SERVER_SIGNALS: tuple[str, ...] = ("gpu_util", "dram_bw_util", "kv_cache_usage", "running")
 
@@ -143,7 +73,7 @@ class Verdict:
     @property
     def resource(self) -> str:
         """The limiting resource as people read it ("KV capacity"), or ""."""
-        return CAUSES[self.cause][0] if self.cause in CAUSES else ""
+        return CAUSES[self.cause].resource if self.cause in CAUSES else ""
 
     @property
     def headline(self) -> str:
@@ -153,11 +83,7 @@ class Verdict:
     @property
     def source_name(self) -> str:
         """The source document's name for this bottleneck, or ""."""
-        if self.cause in CAUSES:
-            return CAUSES[self.cause][1]
-        return {"memory_oom": "OOM / memory", "low_concurrency": "low concurrency"}.get(
-            self.kind, ""
-        )
+        return source_name(self.kind, self.cause)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -254,23 +180,54 @@ class Finding:
 
 @dataclass(frozen=True)
 class VerdictRule:
-    """One verdict rule: ``check(context)`` -> a :class:`Finding`, or None to pass on."""
+    """One verdict rule: ``check(context)`` -> a :class:`Finding`, or None to pass on.
+
+    ``doc`` says what triggers it (threshold names in backticks), ``kinds`` and ``causes`` what
+    its findings may name, ``reads`` the :class:`Thresholds` fields it reads (``docs/rules.md``
+    is generated from these: :mod:`locust_llm.report.diagnosis.rules_doc`)."""
 
     name: str
     doc: str
     check: Callable[[Context], Finding | None]
+    kinds: tuple[str, ...] = ()
+    causes: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
 
 RULES: Registry[VerdictRule] = Registry("verdict rule")
 
 
-def rule(name: str, doc: str) -> Callable[[Callable[[Context], Finding | None]], VerdictRule]:
+def rule(
+    name: str,
+    doc: str,
+    *,
+    kinds: tuple[str, ...],
+    causes: tuple[str, ...] = (),
+    reads: tuple[str, ...] = (),
+) -> Callable[[Callable[[Context], Finding | None]], VerdictRule]:
     """Register the decorated check as the next rule in order."""
 
     def wrap(check: Callable[[Context], Finding | None]) -> VerdictRule:
-        return RULES.register(name, VerdictRule(name, doc, check))
+        return RULES.register(name, VerdictRule(name, doc, check, kinds, causes, reads))
 
     return wrap
+
+
+#: The thresholds :func:`_step_cause` reads.
+_STEP_READS: tuple[str, ...] = (
+    "interference_prefill_share",
+    "interference_step_share",
+    "compute_prefill_share",
+)
+#: The thresholds :func:`_queued` reads (with the server signals' sample count).
+_QUEUE_READS: tuple[str, ...] = (
+    "no_queue_waiting",
+    "queue_share",
+    "queue_min_steps",
+    "standing_queue_share",
+    "cache_note_share",
+    "min_telemetry_samples",
+)
 
 
 # -- shared evidence --------------------------------------------------------------------------
@@ -365,7 +322,13 @@ def _step_cause(ctx: Context) -> str:
 # -- the rules, in order ------------------------------------------------------------------------
 
 
-@rule("too_few_requests", "fewer than min_requests requests in the stage")
+@rule(
+    "too_few_requests",
+    "fewer than `min_requests` requests in the stage, unless none completed and the error rate "
+    "is above `error_rate` (a dead server: the `errors` rule says so)",
+    kinds=("insufficient_data",),
+    reads=("min_requests", "error_rate"),
+)
 def _too_few(ctx: Context) -> Finding | None:
     requests = ctx.v("requests")
     if requests >= ctx.thresholds.min_requests:
@@ -378,7 +341,7 @@ def _too_few(ctx: Context) -> Finding | None:
     )
 
 
-@rule("oom", "a request failed with out-of-memory")
+@rule("oom", "a request failed with error kind `oom` (out of memory)", kinds=("memory_oom",))
 def _oom(ctx: Context) -> Finding | None:
     oom, requests = ctx.v("error_rate_oom"), ctx.v("requests")
     if not oom > 0:
@@ -396,7 +359,22 @@ def _oom(ctx: Context) -> Finding | None:
     return Finding("memory_oom", tuple(evidence))
 
 
-@rule("client_cpu", "a Locust worker's CPU peaked at client_cpu, or it read tokens late")
+@rule(
+    "client_cpu",
+    "a Locust worker's CPU, or its CPU demand (time running or waiting for a core), peaked at "
+    "`client_cpu` or more; or (kernel-stamp transport) the first-token client delay p99 "
+    "reached `client_delay_bound_s` for at least `client_delay_min_late` requests, with no "
+    "standing queue on the server (waiting >= 1 and >= `standing_queue_share` of the batch; "
+    "with one, the server is offered more than it takes: the stage is the server's)",
+    kinds=("client_bound",),
+    reads=(
+        "client_cpu",
+        "client_delay_bound_s",
+        "client_delay_min_late",
+        "standing_queue_share",
+        "min_telemetry_samples",
+    ),
+)
 def _client(ctx: Context) -> Finding | None:
     cpu = ctx.v("worker_cpu_max")
     demand = ctx.v("worker_cpu_demand_max")  # ran or waited for a core: cpu_demand.py
@@ -443,7 +421,12 @@ def _client(ctx: Context) -> Finding | None:
     )
 
 
-@rule("errors", "error rate above error_rate")
+@rule(
+    "errors",
+    "error rate above `error_rate` (the error kinds listed, with actions per kind)",
+    kinds=("errors",),
+    reads=("error_rate",),
+)
 def _errors(ctx: Context) -> Finding | None:
     rate, limit = ctx.v("error_rate"), ctx.thresholds.error_rate
     if limit is None or not error_rate_exceeded(rate, ctx.thresholds):
@@ -574,7 +557,39 @@ def _token_budget_text(ctx: Context) -> str:
     )
 
 
-@rule("admission", "requests wait for admission (queue time or a standing queue)")
+@rule(
+    "admission",
+    "requests wait for admission: queue time at least `queue_share` of TTFT and longer than "
+    "`queue_min_steps` decode steps, a standing queue (waiting >= 1 and >= half the batch), or "
+    "a KV cache that preempted, unless the waiting gauge reads below `no_queue_waiting`. The "
+    "cause, in the order a scheduler tests its admission gates: the step's token budget "
+    "(compute-bound steps whose tokens per step fill `budget_fill` of "
+    "--max-num-batched-tokens: the step bound's cause, prompts queue for prefill compute); "
+    "`batch_limit_admission` when demand exceeds max-num-seqs or the server's slots (given, "
+    "probed, or read from a flat running gauge) and the "
+    "batch reached `slot_fill` of it or requests wait (without a running gauge: more users than "
+    "slots and TTFT at least `queue_share` queue, client-side), with the KV cache holding that "
+    "many sequences (not when the KV cache preempted while the mean batch stayed below `slot_fill` "
+    "of the limit, nor for a plateau read off the running gauge when prompts' compute fills "
+    "`prefill_saturated` of the busy time); `kv_capacity_admission` when the KV cache peaked "
+    "at `saturated_kv` (or within one sequence of full) or preempted; else, with no KV "
+    "signal, a batch that stays at one plateau (`slot_fill`) while load grows",
+    kinds=("overloaded",),
+    causes=(
+        "kv_capacity_admission",
+        "batch_limit_admission",
+        "compute_bound_prefill",
+        "prefill_interference",
+    ),
+    reads=(
+        *_QUEUE_READS,
+        "budget_fill",
+        "slot_fill",
+        "saturated_kv",
+        "prefill_saturated",
+        *_STEP_READS,
+    ),
+)
 def _admission(ctx: Context) -> Finding | None:
     share = _queue_share(ctx)
     if not _queued(ctx):
@@ -593,7 +608,15 @@ def _admission(ctx: Context) -> Finding | None:
     )
 
 
-@rule("under_loaded", "no admission queue and the device busy less than busy_share")
+@rule(
+    "under_loaded",
+    "no admission queue and the GPU busy less than `busy_share`; without a busy signal, "
+    "throughput still scaling (gain over the lower stage at least `linear_efficiency` of the "
+    "load ratio's): client-side, its cause the step bound",
+    kinds=("low_concurrency",),
+    causes=("under_loaded", *STEP_CAUSES),
+    reads=(*_QUEUE_READS, "busy_share", "linear_efficiency", *_STEP_READS),
+)
 def _under(ctx: Context) -> Finding | None:
     th = ctx.thresholds
     if _queued(ctx):
@@ -633,7 +656,15 @@ def _under(ctx: Context) -> Finding | None:
     )
 
 
-@rule("small_batch", "no queue and the batch at most low_batch_fraction of its limit")
+@rule(
+    "small_batch",
+    "no queue and the batch at most `low_batch_fraction` of its limit (max-num-seqs, the "
+    "server's slots or the KV capacity): busy, but more load still adds throughput; the cause "
+    "is the step bound",
+    kinds=("low_concurrency",),
+    causes=STEP_CAUSES,
+    reads=(*_QUEUE_READS, "low_batch_fraction", *_STEP_READS),
+)
 def _small(ctx: Context) -> Finding | None:
     small = _small_batch(ctx)
     if not small:
@@ -645,7 +676,20 @@ def _small(ctx: Context) -> Finding | None:
     return Finding("low_concurrency", tuple(e for e in evidence if e), _step_cause(ctx))
 
 
-@rule("step_bound", "the resource model names what sets the step time")
+@rule(
+    "step_bound",
+    "the resource model names what sets the step time. Compute-bound steps (compute sets at "
+    "least half the busy time, see Resources in docs/report.md): "
+    "`prefill_interference` when decoding outlasts TTFT and prompt chunks set the decode "
+    "steps' time (prompt tokens at least `interference_prefill_share` of the tokens computed, "
+    "or a decode-only step would be memory-bound while at least `interference_step_share` of "
+    "the steps carry prompt work); `compute_bound_prefill` when prompt tokens are at least "
+    "half and TTFT is the longer phase; else `compute_bound_decode`. Memory-bound steps: "
+    "`bandwidth_bound_decode`",
+    kinds=("prefill_bound", "decode_bound"),
+    causes=STEP_CAUSES,
+    reads=(*_STEP_READS, "cache_note_share", "min_telemetry_samples"),
+)
 def _step(ctx: Context) -> Finding | None:
     cause = _step_cause(ctx)
     if not cause:
@@ -706,7 +750,20 @@ def _saturation(ctx: Context) -> list[str]:
     return found
 
 
-@rule("phase_share", "no roofline: saturated, and TTFT's share of E2E names the phase")
+@rule(
+    "phase_share",
+    "no roofline: saturated (GPU utilization at `saturated_gpu_util`, DRAM bandwidth at "
+    "`saturated_bw_util`, the KV cache at `saturated_kv`, or requests waiting), and TTFT's "
+    "share of E2E at `prefill_share` or more (prefill) or less (decode)",
+    kinds=("prefill_bound", "decode_bound"),
+    reads=(
+        "saturated_gpu_util",
+        "saturated_bw_util",
+        "saturated_kv",
+        "prefill_share",
+        "min_telemetry_samples",
+    ),
+)
 def _phase(ctx: Context) -> Finding | None:
     saturated = _saturation(ctx)
     if not saturated:
@@ -722,7 +779,21 @@ def _phase(ctx: Context) -> Finding | None:
     return Finding("prefill_bound" if prefill else "decode_bound", (*saturated, text))
 
 
-@rule("past_knee", "throughput flat while P99 climbs, or open loop short of the offered rate")
+@rule(
+    "past_knee",
+    "throughput flat (gain over the lower stage at most `flat_gain`) while P99 latency climbs "
+    "(at least `latency_climb`), or an open loop achieving less than `open_loop_shortfall` of "
+    "the offered rate; the cause is the step bound where known",
+    kinds=("overloaded",),
+    causes=STEP_CAUSES,
+    reads=(
+        "flat_gain",
+        "latency_climb",
+        "open_loop_shortfall",
+        *_STEP_READS,
+        "min_telemetry_samples",
+    ),
+)
 def _knee(ctx: Context) -> Finding | None:
     th, found = ctx.thresholds, []
     gain, _, prev = _gain(ctx)
@@ -756,7 +827,13 @@ def _knee(ctx: Context) -> Finding | None:
     )
 
 
-@rule("nothing_saturated", "server signals show nothing saturated (else: insufficient data)")
+@rule(
+    "nothing_saturated",
+    "server signals (at least `min_telemetry_samples` samples in the stage) show nothing "
+    "saturated; without them: insufficient data",
+    kinds=("healthy", "insufficient_data"),
+    reads=("min_telemetry_samples",),
+)
 def _nothing(ctx: Context) -> Finding | None:
     if ctx.telemetry_ok:
         return Finding(
@@ -808,6 +885,10 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
         f"(server signals are used from {thresholds.min_telemetry_samples}): decided on "
         "client-side evidence"
     )
+
+
+#: The thresholds the confidence of every finding reads (besides the rule's own).
+CONFIDENCE_READS: tuple[str, ...] = ("confident_requests",)
 
 
 def _confidence(ctx: Context, finding: Finding) -> str:
