@@ -1050,6 +1050,8 @@ def docs_section(rows: list[Row]) -> str:
         "count their arrivals as the client does (drawn, each sent or unsent with its reason; "
         "in virtual time all are sent on time). It takes the simulator's flags plus the "
         "sweep's (`--concurrency` or `--rate`, `--stage-requests` / `--stage-duration`, "
+        "read by the client's stage parser, `locust_llm.workloads.stages`, so a duration may be "
+        "`90`, `90s`, `30m` or `1h`; "
         "`--input-len`, `--max-tokens`, "
         "`--ignore-eos`, `--burstiness`, `--dataset`, `--read-timeout`); a closed-loop user "
         "sends its next request 1 ms after its stream ends. Speed and its agreement with a "

@@ -13,8 +13,8 @@ from conftest import run_locust
 from locust_llm.client import sse
 from locust_llm.client.apis.base import BodyRequest, get_api, registered_apis
 from locust_llm.sim.testing import running_sim
-from locust_llm.sim.textgen import estimate_tokens
 from locust_llm.workloads.datasets import Prompt
+from locust_llm.workloads.textgen import estimate_tokens
 
 PROMPT = Prompt([{"role": "user", "content": "Name a river"}], "Name a river", 3, None)
 SIM = {"zero_cost": True, "step_overhead_s": 0.002, "output_len": "fixed:6"}

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from locust_llm.report.diagnosis.lag import lag_warnings
 from locust_llm.report.tables import TelemetryIndex, _telemetry_stats
-from locust_llm.sim.lag import lag_warnings
 from locust_llm.telemetry.counters import (
     counter_steps,
     increase,

@@ -12,7 +12,6 @@ import pytest
 
 from locust_llm.errors import InputError
 from locust_llm.sim.config import config_from_mapping
-from locust_llm.sim.textgen import OutputLengths
 from locust_llm.workloads.datasets import (
     DEFAULT_INPUT_LEN,
     WORDS,
@@ -21,6 +20,7 @@ from locust_llm.workloads.datasets import (
     sniff_format,
 )
 from locust_llm.workloads.distributions import parse_distribution
+from locust_llm.workloads.textgen import OutputLengths
 
 # ----------------------------------------------------------------------------- distributions
 
@@ -105,7 +105,7 @@ def test_samples_are_deterministic_given_the_seed() -> None:
 
 
 def test_estimate_is_the_simulators() -> None:
-    from locust_llm.sim import textgen
+    from locust_llm.workloads import textgen
 
     assert estimate_tokens is textgen.estimate_tokens  # client and simulated server agree
     assert estimate_tokens("") == 0
@@ -398,7 +398,7 @@ def test_bad_tokenizer_paths(tmp_path: Path) -> None:
 
 
 def test_estimates_equal_what_the_simulated_server_counts(tmp_path: Path) -> None:
-    from locust_llm.sim.textgen import estimate_message_tokens
+    from locust_llm.workloads.textgen import estimate_message_tokens
 
     path = _write(
         tmp_path / "m.jsonl",

@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from locust_llm.report.decompose import (
+from locust_llm.report.diagnosis.decompose import (
     FinishedRequests,
     attributed_phases,
     decompose,
     split_line,
 )
-from locust_llm.report.resources import ServerLimits, resource_row, server_limits
+from locust_llm.report.diagnosis.resources import ServerLimits, resource_row, server_limits
 from locust_llm.roofline.floors import get_gpu, get_model
 from locust_llm.telemetry.counters import series_increase
 from locust_llm.telemetry.vocabularies import extract_signals
@@ -243,7 +243,7 @@ def test_phase_sums_are_attributed_to_the_stage_that_sent_each_request(event: st
 
 
 def test_server_prompt_rate_leaves_out_what_the_cache_served() -> None:
-    from locust_llm.report.resources import server_token_rates
+    from locust_llm.report.diagnosis.resources import server_token_rates
 
     row = {"server_prompt_tps": 1000.0, "server_output_tps": 200.0, "server_cached_tps": 400.0}
     # the answers say 25% of the prompts came from the cache: their share wins

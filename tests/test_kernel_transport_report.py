@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from locust_llm.report.client_delay import add_client_delay
+from locust_llm.report.diagnosis.client_delay import add_client_delay
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.diagnosis.verdict import stage_verdict
 from locust_llm.rundir.layout import Stage

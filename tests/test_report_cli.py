@@ -14,8 +14,7 @@ from locust_llm.cli import main
 from locust_llm.errors import InputError
 from locust_llm.report.diagnosis.alerts import parse_thresholds
 from locust_llm.report.diagnosis.knee import find_knee
-from locust_llm.report.diagnosis.thresholds import Thresholds
-from locust_llm.report.tables import Slo
+from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
 
 
 @pytest.fixture(scope="module")

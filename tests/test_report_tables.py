@@ -11,11 +11,12 @@ import pytest
 from rundir_factory import make_run, regime, seed_specs
 
 from locust_llm.report.build import build_report
+from locust_llm.report.diagnosis.thresholds import Slo
 from locust_llm.report.load import load_run
 from locust_llm.report.render_html import render_html, with_gaps
 from locust_llm.report.render_md import render_markdown
 from locust_llm.report.svg import segments
-from locust_llm.report.tables import COLUMNS, Slo
+from locust_llm.report.tables import COLUMNS
 
 
 @pytest.fixture(scope="module")

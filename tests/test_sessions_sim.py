@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from conftest import free_port, locust_cmd, reap, run_distributed, run_locust
 
-from locust_llm.report.decompose import predicted_prefill_s
+from locust_llm.report.diagnosis.decompose import predicted_prefill_s
 from locust_llm.roofline.floors import get_gpu, get_model
 from locust_llm.sim.testing import running_sim
 

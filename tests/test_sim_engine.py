@@ -11,8 +11,8 @@ from locust_llm.sim.config import config_from_mapping, load_toml
 from locust_llm.sim.engine import Engine, RequestTooLarge
 from locust_llm.sim.faults import FaultPlan, parse_fault
 from locust_llm.sim.openai_format import ChunkFormatter
-from locust_llm.sim.textgen import VOCAB, OutputLengths, WordStream, estimate_tokens
 from locust_llm.workloads.distributions import Distribution
+from locust_llm.workloads.textgen import VOCAB, OutputLengths, WordStream, estimate_tokens
 
 
 def make(**kw: object) -> Engine:

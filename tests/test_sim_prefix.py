@@ -12,13 +12,13 @@ from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.testing import running_sim, stream_chat
-from locust_llm.sim.textgen import (
+from locust_llm.sim.trace import read_trace
+from locust_llm.workloads.textgen import (
     estimate_message_tokens,
     estimate_tokens,
     message_pieces,
     prompt_pieces,
 )
-from locust_llm.sim.trace import read_trace
 
 FAST = {"step_overhead_s": 0.0, "bandwidth_efficiency": 1.0, "compute_efficiency": 1.0}
 

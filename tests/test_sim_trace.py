@@ -11,10 +11,10 @@ import urllib.request
 import pandas as pd
 import pytest
 
+from locust_llm.report.diagnosis.lag import lag_summary, lag_warnings
 from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine
 from locust_llm.sim.labels import VERDICT_KINDS, ground_truth
-from locust_llm.sim.lag import lag_summary, lag_warnings
 from locust_llm.sim.testing import SimThread, burst_connect_times, running_sim, stream_chat
 from locust_llm.sim.trace import read_trace, request_times, step_record
 from locust_llm.telemetry.vocabularies import extract_signals

@@ -12,9 +12,8 @@ import pytest
 
 from locust_llm.report.diagnosis.alerts import check, parse_thresholds
 from locust_llm.report.diagnosis.knee import meets_slo
-from locust_llm.report.diagnosis.thresholds import ALERT_FIELDS, Thresholds
+from locust_llm.report.diagnosis.thresholds import ALERT_FIELDS, Slo, Thresholds
 from locust_llm.report.diagnosis.verdict import stage_verdict
-from locust_llm.report.tables import Slo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,9 +96,16 @@ JUDGING = ("report", "live", "webui")
 LAYOUT = {"fmt.py", "svg.py", "render_html.py", "render_md.py", "render_console.py"}
 #: Numbers in judging modules that equal a threshold's default but mean something else.
 NOT_THRESHOLDS = {
-    ("report/resources.py", "COMPUTE_EFFICIENCY"): "the roofline's achievable efficiency",
-    ("report/resources.py", "BANDWIDTH_EFFICIENCY"): "the roofline's achievable efficiency",
-    ("report/decompose.py", "MIN_EFFICIENCY"): "the calibrated prefill efficiency's clamp",
+    ("report/diagnosis/resources.py", "COMPUTE_EFFICIENCY"): "the roofline's achievable efficiency",
+    (
+        "report/diagnosis/resources.py",
+        "BANDWIDTH_EFFICIENCY",
+    ): "the roofline's achievable efficiency",
+    (
+        "report/diagnosis/decompose.py",
+        "MIN_EFFICIENCY",
+    ): "the calibrated prefill efficiency's clamp",
+    ("report/diagnosis/lag.py", "LATE_STEP_S"): "the simulator's late-step counter's definition",
     ("live/progress.py", "PLAIN_EVERY_S"): "a print interval",
     ("live/progress.py", "poll_stats(timeout_s=)"): "an HTTP timeout",
     ("live/stage_tally.py", "WINDOW_S"): "a window, not a limit",

@@ -11,7 +11,6 @@ import pytest
 
 from locust_llm.errors import InputError
 from locust_llm.sim.prefix_cache import block_hashes
-from locust_llm.sim.textgen import estimate_tokens, message_pieces
 from locust_llm.workloads.datasets import WORDS, load_dataset
 from locust_llm.workloads.partition import Partition
 from locust_llm.workloads.replay import Replay, TraceBook
@@ -23,6 +22,7 @@ from locust_llm.workloads.sessions import (
     load_sessions,
 )
 from locust_llm.workloads.shared_prefix import parse_spec
+from locust_llm.workloads.textgen import estimate_tokens, message_pieces
 from locust_llm.workloads.traces import (
     TraceLine,
     expected_hit_rate,

@@ -15,31 +15,23 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.errors import InputError
-from locust_llm.report.client_delay import add_client_delay
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.diagnosis.alerts import Alert, check
+from locust_llm.report.diagnosis.client_delay import add_client_delay
 from locust_llm.report.diagnosis.knee import Knee, find_knee
-from locust_llm.report.diagnosis.thresholds import Thresholds
+from locust_llm.report.diagnosis.lag import lag_warnings
+from locust_llm.report.diagnosis.resources import server_limits, with_observed_limit
+from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
 from locust_llm.report.diagnosis.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
 from locust_llm.report.load import RunData
-from locust_llm.report.resources import server_limits, with_observed_limit
 from locust_llm.report.soak import SoakResult, soak_results
 from locust_llm.report.sources import source_warnings
-from locust_llm.report.tables import (
-    Floors,
-    Slo,
-    TelemetryIndex,
-    assign_stages,
-    request_arrays,
-    stage_ends,
-    stage_table,
-)
+from locust_llm.report.tables import Floors, TelemetryIndex, request_arrays, stage_table
 from locust_llm.report.wording import DeviceWords, without_gpu_telemetry
 from locust_llm.roofline.devices import PLUGIN_FLAGS, DeviceArgs
 from locust_llm.roofline.floors import GpuSpec, get_gpu, get_model
-from locust_llm.rundir.layout import Stage
+from locust_llm.rundir.layout import Stage, assign_stages, stage_ends
 from locust_llm.rundir.runinfo import is_cpu_warning
-from locust_llm.sim.lag import lag_warnings
 
 
 @dataclass

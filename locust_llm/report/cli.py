@@ -14,12 +14,11 @@ from locust_llm.errors import InputError
 from locust_llm.report.build import Report, build_report
 from locust_llm.report.compare import compare_runs
 from locust_llm.report.diagnosis.alerts import failing, parse_thresholds
-from locust_llm.report.diagnosis.thresholds import Thresholds
+from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
 from locust_llm.report.load import load_run
 from locust_llm.report.render_console import render_console
 from locust_llm.report.render_html import render_html
 from locust_llm.report.render_md import render_markdown
-from locust_llm.report.tables import Slo
 from locust_llm.roofline.devices import DeviceArgs, check_tp
 from locust_llm.roofline.floors import GpuSpec
 

@@ -19,10 +19,10 @@ from typing import Any
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.blocks import Block, Bullets, Chart, Document, Paragraph, Section, Table
 from locust_llm.report.build import Report
-from locust_llm.report.client_delay import COLUMNS as CLIENT_DELAY_COLUMNS
-from locust_llm.report.client_delay import TABLE_HEADERS as CLIENT_DELAY_HEADERS
-from locust_llm.report.client_delay import client_delay_rows
-from locust_llm.report.decompose import split_line
+from locust_llm.report.diagnosis.client_delay import COLUMNS as CLIENT_DELAY_COLUMNS
+from locust_llm.report.diagnosis.client_delay import TABLE_HEADERS as CLIENT_DELAY_HEADERS
+from locust_llm.report.diagnosis.client_delay import client_delay_rows
+from locust_llm.report.diagnosis.decompose import split_line
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 from locust_llm.report.sources import source_lines, source_summaries
 from locust_llm.report.wording import DeviceWords

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from locust_llm.errors import InputError
-from locust_llm.report.client_delay import REQUEST_COLUMNS as CLIENT_DELAY_COLUMNS
+from locust_llm.report.diagnosis.client_delay import REQUEST_COLUMNS as CLIENT_DELAY_COLUMNS
 from locust_llm.report.tables import REQUEST_ARRAYS
 from locust_llm.rundir.journal import JOURNAL_FILE, read_journal
 from locust_llm.rundir.layout import (

@@ -31,9 +31,10 @@ import pandas as pd
 
 from locust_llm.client.arrivals import UNSENT_REASONS
 from locust_llm.metrics import FAILURE_KINDS
-from locust_llm.report import decompose, resources
+from locust_llm.report.diagnosis import decompose, resources
+from locust_llm.report.diagnosis.thresholds import Slo
 from locust_llm.roofline.floors import GpuSpec, ModelSpec, decode_step_seconds, step_cost
-from locust_llm.rundir.layout import Stage
+from locust_llm.rundir.layout import Stage, assign_stages, stage_ends
 from locust_llm.telemetry.counters import SeriesLookup, series_increase, series_rate
 from locust_llm.telemetry.counters import increase as counter_increase
 from locust_llm.telemetry.signals import Signal, get_signal
@@ -127,19 +128,6 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Slo:
-    """Service-level objectives for goodput (seconds; None = not given)."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-
-    @property
-    def given(self) -> bool:
-        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.e2e_s))
-
-
 @dataclass(frozen=True)
 class Floors:
     """What is served, for roofline floors: model shapes and device ceilings."""
@@ -147,30 +135,6 @@ class Floors:
     model: ModelSpec
     gpu: GpuSpec
     tp: int = 1  # tensor-parallel degree: GPUs the model is split over
-
-
-def stage_ends(stages: Sequence[Stage], run_end_wall_s: float = NAN) -> list[float]:
-    """Each stage's end: its own, else the next stage's start, else the run's end (may be NaN)."""
-    ordered = sorted(stages, key=lambda s: s.start_wall_s)
-    ends = {}
-    for i, s in enumerate(ordered):
-        end = s.end_wall_s
-        if math.isnan(end):
-            end = ordered[i + 1].start_wall_s if i + 1 < len(ordered) else run_end_wall_s
-        ends[s.index] = end
-    return [ends[s.index] for s in stages]
-
-
-def assign_stages(
-    start_wall_s: np.ndarray, stages: Sequence[Stage], ends: Sequence[float]
-) -> np.ndarray:
-    """Per request: the index of the stage window holding its start, -1 for none or warm-up."""
-    out = np.full(len(start_wall_s), -1, dtype=np.int64)
-    for stage, end in zip(stages, ends, strict=True):
-        hi = end if not math.isnan(end) else math.inf
-        inside = (start_wall_s >= stage.start_wall_s + stage.warmup_s) & (start_wall_s < hi)
-        out[inside] = stage.index
-    return out
 
 
 def _pcts(values: np.ndarray, qs: Sequence[float]) -> list[float]:
@@ -551,8 +515,8 @@ def stage_table(
     limits: resources.ServerLimits | None = None,
 ) -> pd.DataFrame:
     """One row per stage (columns :data:`COLUMNS`), in the stages' order; the time split
-    (:mod:`~locust_llm.report.decompose`) and the resource model
-    (:mod:`~locust_llm.report.resources`) included."""
+    (:mod:`~locust_llm.report.diagnosis.decompose`) and the resource model
+    (:mod:`~locust_llm.report.diagnosis.resources`) included."""
     arrays = request_arrays(requests)
     ends = stage_ends(stages, run_end_wall_s)
     stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from locust_llm.errors import InputError
 
@@ -195,3 +198,27 @@ def stage_of(start_wall_s: float, stages: list[Stage]) -> int:
         if stage.start_wall_s <= start_wall_s < end:
             return stage.index
     return -1
+
+
+def stage_ends(stages: Sequence[Stage], run_end_wall_s: float = math.nan) -> list[float]:
+    """Each stage's end: its own, else the next stage's start, else the run's end (may be NaN)."""
+    ordered = sorted(stages, key=lambda s: s.start_wall_s)
+    ends = {}
+    for i, s in enumerate(ordered):
+        end = s.end_wall_s
+        if math.isnan(end):
+            end = ordered[i + 1].start_wall_s if i + 1 < len(ordered) else run_end_wall_s
+        ends[s.index] = end
+    return [ends[s.index] for s in stages]
+
+
+def assign_stages(
+    start_wall_s: np.ndarray, stages: Sequence[Stage], ends: Sequence[float]
+) -> np.ndarray:
+    """Per request: the index of the stage window holding its start, -1 for none or warm-up."""
+    out = np.full(len(start_wall_s), -1, dtype=np.int64)
+    for stage, end in zip(stages, ends, strict=True):
+        hi = end if not math.isnan(end) else math.inf
+        inside = (start_wall_s >= stage.start_wall_s + stage.warmup_s) & (start_wall_s < hi)
+        out[inside] = stage.index
+    return out

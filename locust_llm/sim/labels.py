@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES
-from locust_llm.sim.lag import lag_summary
+from locust_llm.report.diagnosis.lag import lag_summary
 
 #: Each label -> the verdict kind a correct diagnosis gives (the labels are the verdict's causes,
 #: declared once in :mod:`locust_llm.report.diagnosis.causes`).
@@ -85,7 +85,7 @@ class GroundTruth:
     cached_token_share: float  # prompt tokens served by the prefix cache / prompt tokens
     lag_mean_s: float
     lag_max_s: float
-    simulator_lagged: bool  # the real-time loop fell behind (see locust_llm.sim.lag)
+    simulator_lagged: bool  # the real-time loop fell behind (see locust_llm.report.diagnosis.lag)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

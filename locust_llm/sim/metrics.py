@@ -40,9 +40,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from locust_llm.gpu.collector import GpuCollector
+from locust_llm.report.diagnosis.lag import LATE_STEP_S
 from locust_llm.sim.engine import Engine, SimRequest
 from locust_llm.sim.gpu import SimGpuSource
-from locust_llm.sim.lag import LATE_STEP_S
 
 TTFT_BUCKETS = (
     0.001,

@@ -38,7 +38,8 @@ from locust_llm.sim.openai_format import (
 )
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.scheduler import RealTimeScheduler
-from locust_llm.sim.textgen import (
+from locust_llm.sim.trace import TraceWriter, request_times, step_record
+from locust_llm.workloads.textgen import (
     OutputLengths,
     WordStream,
     answer_pieces,
@@ -47,7 +48,6 @@ from locust_llm.sim.textgen import (
     message_pieces,
     prompt_pieces,
 )
-from locust_llm.sim.trace import TraceWriter, request_times, step_record
 
 CUDA_OOM = (
     "CUDA out of memory. Tried to allocate {mib} MiB (GPU 0; {total:.2f} GiB total capacity; "

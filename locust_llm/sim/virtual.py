@@ -78,7 +78,11 @@ from locust_llm.sim.faults import FaultPlan
 from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.metrics import phase_times
 from locust_llm.sim.prefix_cache import block_hashes
-from locust_llm.sim.textgen import (
+from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
+from locust_llm.workloads.datasets import load_dataset
+from locust_llm.workloads.distributions import Distribution, parse_distribution
+from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
+from locust_llm.workloads.textgen import (
     OutputLengths,
     answer_pieces,
     estimate_message_tokens,
@@ -86,10 +90,6 @@ from locust_llm.sim.textgen import (
     message_pieces,
     prompt_pieces,
 )
-from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
-from locust_llm.workloads.datasets import load_dataset
-from locust_llm.workloads.distributions import Distribution, parse_distribution
-from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 SOURCE = "virtual-sim"  # telemetry.parquet source of every virtual sample

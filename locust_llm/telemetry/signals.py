@@ -203,7 +203,8 @@ _builtin(
 )  # fmt: skip
 _builtin(
     "sim_lag_s", "seconds",
-    "simulated server: summed step lag behind its real-time schedule (locust_llm.sim.lag)",
+    "simulated server: summed step lag behind its real-time schedule "
+    "(locust_llm.report.diagnosis.lag)",
     over_instances="sum", cumulative=True,
 )  # fmt: skip
 _builtin(

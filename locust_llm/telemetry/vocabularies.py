@@ -286,7 +286,7 @@ register_vocabulary(Vocabulary("llamacpp", "llama.cpp server with --metrics (lla
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("sim", "locust-llm's simulated server (locust_llm_sim_*)", (
-    # its own lag behind the real-time schedule (locust_llm.sim.lag)
+    # its own lag behind the real-time schedule (locust_llm.report.diagnosis.lag)
     MetricMap("locust_llm_sim_step_lag_seconds_sum", "sim_lag_s"),
     MetricMap("locust_llm_sim_step_lag_seconds_count", "sim_steps"),
     MetricMap("locust_llm_sim_late_steps_total", "sim_late_steps"),

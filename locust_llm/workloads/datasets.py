@@ -8,7 +8,7 @@ expected). :func:`load_dataset` reads a ``--llm-dataset`` value:
   (:mod:`locust_llm.workloads.distributions`); every prompt differs from its first word on, so a
   prefix
   cache cannot help. The length is estimated with the simulator's
-  :func:`~locust_llm.sim.textgen.estimate_tokens` (so the simulated server's ``prompt_tokens``
+  :func:`~locust_llm.workloads.textgen.estimate_tokens` (so the simulated server's ``prompt_tokens``
   match it) or, with a local Hugging Face tokenizer (``--llm-tokenizer``, needs the
   ``tokenizers`` package), exact: the length of the message text is ``--llm-input-len``.
 - ``openqa``: a built-in set of a few hundred varied questions written for this project
@@ -41,12 +41,12 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from locust_llm.errors import InputError
-from locust_llm.sim.textgen import estimate_tokens
 from locust_llm.workloads.chat_template import ChatTemplate, find_template
 from locust_llm.workloads.distributions import Distribution, parse_distribution
 from locust_llm.workloads.prompt import Prompt, PromptSource
 from locust_llm.workloads.shared_prefix import PREFIX as SHARED_PREFIX
 from locust_llm.workloads.shared_prefix import load_shared_prefix
+from locust_llm.workloads.textgen import estimate_tokens
 from locust_llm.workloads.texts import WORDS, cut_to_tokens
 from locust_llm.workloads.tokenizer import HfTokenizer
 

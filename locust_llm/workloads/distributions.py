@@ -5,7 +5,7 @@ Pure. :func:`parse_distribution` turns a flag value into a :class:`Distribution`
 the one grammar and sampler of token lengths: the client's ``--llm-input-len`` (the random
 dataset) and ``--llm-max-tokens``, the session and shared-prefix lengths, virtual time's
 ``--input-len`` / ``--max-tokens`` and the simulator's ``--output-len``
-(:class:`~locust_llm.sim.textgen.OutputLengths`).
+(:class:`~locust_llm.workloads.textgen.OutputLengths`).
 
 Forms (parameters separated by ``,`` or ``:``; every draw is rounded and clipped at >= 1):
 

@@ -17,7 +17,7 @@ class Prompt:
 
     ``messages`` (chat: ``[{"role": ..., "content": "plain string"}]``) and ``prompt`` (the same
     text for ``/v1/completions``), the prompt's token count (exact with a tokenizer, else
-    :func:`~locust_llm.sim.textgen.estimate_tokens`), and the data set's output-length hint
+    :func:`~locust_llm.workloads.textgen.estimate_tokens`), and the data set's output-length hint
     (``None`` when it gives none).
     """
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.sim.textgen import estimate_message_tokens
 from locust_llm.workloads.distributions import Distribution, parse_distribution
+from locust_llm.workloads.textgen import estimate_message_tokens
 from locust_llm.workloads.texts import block_text
 
 HISTORY_MODES = ("server", "dataset")

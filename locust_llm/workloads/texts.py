@@ -1,7 +1,7 @@
 """Prompt text of a given token length: the common-word list, keyed blocks, exact cuts (pure).
 
 :data:`WORDS` are short common words, each one token by the simulator's estimate
-(:func:`locust_llm.sim.textgen.estimate_tokens`) and one or two with real BPE tokenizers: N
+(:func:`locust_llm.workloads.textgen.estimate_tokens`) and one or two with real BPE tokenizers: N
 random words are N estimated tokens. ``block_text(key, tokens)`` is the same words for the same
 key, in every process and run: it is what makes two prompts share a prefix (a shared-prefix
 group, a trace's hash id). :func:`cut_to_tokens` cuts random words to an exact count with a

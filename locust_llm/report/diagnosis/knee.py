@@ -37,11 +37,11 @@ from typing import Any
 
 from locust_llm.report.diagnosis.thresholds import (
     DEFAULT_THRESHOLDS,
+    Slo,
     Thresholds,
     error_rate_exceeded,
 )
 from locust_llm.report.fmt import is_num, load_label, ms, num, ratio
-from locust_llm.report.tables import Slo
 from locust_llm.roofline.floors import ModelSpec
 
 

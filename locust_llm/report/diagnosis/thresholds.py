@@ -7,8 +7,9 @@ the soak drift (:mod:`locust_llm.report.soak`) and the alerts
 (:mod:`locust_llm.report.diagnosis.alerts`)
 all read one :class:`Thresholds`; a value that
 two of them use (the 1% error rate) is one field. So do the stage table's judgements that the
-verdict reads (:mod:`locust_llm.report.decompose`, :mod:`locust_llm.report.resources`,
-:mod:`locust_llm.report.client_delay`), the workload sections' late count
+verdict reads (:mod:`locust_llm.report.diagnosis.decompose`,
+:mod:`locust_llm.report.diagnosis.resources`,
+:mod:`locust_llm.report.diagnosis.client_delay`), the workload sections' late count
 (:mod:`locust_llm.report.workloads`) and the live console's "behind schedule"
 (:mod:`locust_llm.live.progress`), through :data:`DEFAULT_THRESHOLDS` where no other is given.
 No module defines a judgement threshold of its own (``tests/test_thresholds.py`` checks).
@@ -93,6 +94,10 @@ class Thresholds:
     # -- counts and notes outside the diagnosis ---------------------------------------------
     replay_late_s: float = 0.005  # a replayed trace line sent later than this (s): late
     behind_schedule_s: float = 0.25  # live, open loop: mean dispatch delay (s) shown as behind
+    # a simulated server lagged in a stage: mean step lag (s) at or above this (an idle host's
+    # wake-up jitter alone is ~1 ms: the demo on an idle 2-core machine, 1.2 ms mean) ...
+    sim_lag_mean_s: float = 0.003
+    sim_late_share: float = 0.01  # ... or this share of its steps late (lag.LATE_STEP_S)
 
     def alert_values(self) -> dict[str, Any]:
         """The alert fields and their values (what summary.json records as ``thresholds``)."""
@@ -108,3 +113,16 @@ def error_rate_exceeded(rate: float, thresholds: Thresholds) -> bool:
     """True when ``rate`` is above the error-rate threshold (never when it is off or NaN)."""
     limit = thresholds.error_rate
     return limit is not None and rate > limit
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slo:
+    """Service-level objectives for goodput (seconds; None = not given)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.e2e_s))

@@ -1,8 +1,9 @@
 """The bottleneck verdict: an ordered registry of small rules, stage row -> :class:`Verdict`.
 
 Input is the per-stage table of :mod:`locust_llm.report.tables` as mappings (one per stage,
-column -> value; NaN = no data), with the time split (:mod:`locust_llm.report.decompose`) and
-the resource model (:mod:`locust_llm.report.resources`). Pure: no I/O, no pandas.
+column -> value; NaN = no data), with the time split (:mod:`locust_llm.report.diagnosis.decompose`)
+and
+the resource model (:mod:`locust_llm.report.diagnosis.resources`). Pure: no I/O, no pandas.
 
 A verdict has two names: ``kind``, the source document's bottleneck vocabulary (prefill /
 decode / OOM / low concurrency, plus overloaded, client-bound, errors, insufficient data), and
@@ -36,7 +37,6 @@ from typing import Any
 
 from locust_llm.metrics import ERROR_KINDS
 from locust_llm.registry import Registry
-from locust_llm.report.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.diagnosis.actions import (
     CAUSE_ACTIONS,
     ERROR_ACTIONS,
@@ -44,10 +44,11 @@ from locust_llm.report.diagnosis.actions import (
     with_values,
 )
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
+from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
+from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.fmt import column as _v
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
-from locust_llm.report.resources import prompts_per_s, recompute_tokens_per_s
 
 SERVER_SIGNALS: tuple[str, ...] = ("gpu_util", "dram_bw_util", "kv_cache_usage", "running")
 

@@ -4,10 +4,9 @@ The simulator runs in real time on the same host as the load generator; on a bus
 steps are handed out late and the run would read as a slower GPU. Its ``/metrics`` count that
 lag (``locust_llm_sim_step_lag_seconds`` sum and count, ``locust_llm_sim_late_steps_total``),
 which the telemetry scraper records as the cumulative signals ``sim_lag_s``, ``sim_steps`` and
-``sim_late_steps`` (``locust_llm.telemetry.signals``). A stage *lagged* when, over its window, the
-mean
-step lag reached :data:`LAG_MEAN_WARN_S` or at least :data:`LATE_SHARE_WARN` of its steps
-were more than :data:`LATE_STEP_S` late. :func:`lag_warnings` names every such stage for the
+``sim_late_steps`` (``locust_llm.telemetry.signals``). A stage *lagged* when, over its window,
+the mean step lag reached ``Thresholds.sim_lag_mean_s`` or at least ``sim_late_share`` of its
+steps were more than :data:`LATE_STEP_S` late. :func:`lag_warnings` names every such stage for the
 report; :func:`lag_summary` applies the same rule to a step trace's ``lag_s`` values.
 
 Pure (pandas only for the telemetry frame).
@@ -19,24 +18,21 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.telemetry.counters import summed_increase
 
-#: A step handed out later than this is a *late* step (seconds).
+#: A step handed out later than this is a *late* step (seconds): the definition the
+#: simulator's ``late_steps`` counter counts by (``sim/metrics.py``), not a judgement.
 LATE_STEP_S = 0.01
-#: Mean lag per step from which a window counts as lagged (seconds). An idle host's wake-up
-#: jitter alone is about 1 ms (the demo on an idle 2-core machine: 1.2 ms mean, no late step),
-#: which no stage should be flagged for.
-LAG_MEAN_WARN_S = 0.003
-#: Share of late steps from which a window counts as lagged.
-LATE_SHARE_WARN = 0.01
 
 #: The cumulative telemetry signals the simulator's lag metrics feed.
 LAG_SIGNALS = ("sim_lag_s", "sim_steps", "sim_late_steps")
 
 
 def lagged(mean_lag_s: float, late_share: float) -> bool:
-    """The rule: mean lag >= LAG_MEAN_WARN_S or late steps >= LATE_SHARE_WARN of all."""
-    return mean_lag_s >= LAG_MEAN_WARN_S or late_share >= LATE_SHARE_WARN
+    """The rule: mean lag >= ``sim_lag_mean_s`` or late steps >= ``sim_late_share`` of all."""
+    th = DEFAULT_THRESHOLDS
+    return mean_lag_s >= th.sim_lag_mean_s or late_share >= th.sim_late_share
 
 
 def lag_summary(lags_s: Sequence[float]) -> tuple[float, float, bool]:

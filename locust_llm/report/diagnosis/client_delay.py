@@ -25,8 +25,7 @@ import numpy as np
 import pandas as pd
 
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
-from locust_llm.report.tables import assign_stages, stage_ends
-from locust_llm.rundir.layout import Stage
+from locust_llm.rundir.layout import Stage, assign_stages, stage_ends
 
 #: The requests.parquet columns read for it (``report/load.py`` loads them when present).
 REQUEST_COLUMNS: tuple[str, ...] = (

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from locust_llm.report.decompose import computed_prompt_tokens
+from locust_llm.report.diagnosis.decompose import computed_prompt_tokens
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import column as _f
 from locust_llm.roofline.floors import GpuSpec, ModelSpec, StepCost, Workload, compute, step_cost
