@@ -85,6 +85,7 @@ def test_nothing_outside_the_locust_facing_modules_imports_locust_or_gevent() ->
     assert not offenders, offenders
     # and the Locust-facing ones really are what the list says (the probe sees Locust)
     assert "locust" in found["locust_llm.client.user"] and found["locust_llm.client.gate"] == []
+    assert found["locust_llm.client.stream"] == []  # the per-token read loop, pure
 
 
 def test_the_lazy_root_exports_llm_user_and_imports_locust_only_then() -> None:

@@ -7,6 +7,7 @@ Pure modules (import neither locust nor gevent; unit-tested in-process)::
     arrivals    open-loop arrival processes (Poisson, gamma, constant) as small strategies
     gate        StageGate: request permits per stage and open-loop send slots
     messages    typed payloads of the messages between master and workers
+    stream      one response read into one record: the per-token loop (sse + metrics)
     runinfo     run-dir naming, the command line without secrets, run.json's first fill
     apis/       API adapters (chat, completions) and their registry
 
