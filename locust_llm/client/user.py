@@ -58,8 +58,6 @@ logger = logging.getLogger("locust_llm")
 
 _TERMINATOR_WAIT_S = 0.05
 
-lifecycle.install()
-
 
 class LLMUser(User):
     """Base of the LLM users: one streamed request per task, exactly one record per request.
@@ -268,6 +266,9 @@ class LLMUser(User):
             return usage_tokens
         finally:
             self.transport.release(base_url, resp)
+
+
+lifecycle.install(LLMUser)  # the --llm-* options and Locust listeners, once per process
 
 
 class ChatUser(LLMUser):
