@@ -37,6 +37,7 @@ LOCUST_FACING = (
     "locust_llm.client.sweep_locustfile",
     "locust_llm.client.runtime",
     "locust_llm.client.transport",
+    "locust_llm.client.discovery",
     "locust_llm.client.http11",
     "locust_llm.client.kernel_transport",
     "locust_llm.client.events",
