@@ -36,6 +36,8 @@ from locust_llm.live import llmstats
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
 from locust_llm.rundir.layout import RunInfo, Stage
 from locust_llm.rundir.recorder import Recorder
+from locust_llm.workloads.datasets import load_dataset
+from locust_llm.workloads.distributions import parse_distribution
 
 logger = logging.getLogger("locust_llm")
 
@@ -184,8 +186,6 @@ class Runtime:
         key = (settings.dataset, settings.input_len)
         source = self._datasets.get(key)
         if source is None:
-            from locust_llm.workloads.datasets import load_dataset
-
             source = self._datasets[key] = load_dataset(
                 settings.dataset,
                 input_len=settings.input_len or None,
@@ -202,8 +202,6 @@ class Runtime:
         spec = settings.max_tokens or str(config.DEFAULT_MAX_TOKENS)
         lengths = self._lengths.get(spec)
         if lengths is None:
-            from locust_llm.workloads.distributions import parse_distribution
-
             lengths = self._lengths[spec] = parse_distribution(spec, what="--llm-max-tokens")
         return int(lengths.sample(rng))
 
