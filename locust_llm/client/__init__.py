@@ -15,6 +15,7 @@ Locust-facing modules (import locust / gevent)::
 
     runtime     Runtime: one per Locust Environment (options, gate, recorder, live stats)
     transport   the HTTP connections a user keeps, one per server (geventhttpclient)
+    discovery   the model a server serves (GET /v1/models), for classes that name none
     events      LLMEvents: the custom event hooks a locustfile can listen to
     lifecycle   the listeners on Locust's events: start, drain, flush, run-dir writing
 
