@@ -37,6 +37,7 @@ LOCUST_FACING = (
     "locust_llm.client.sweep_locustfile",
     "locust_llm.client.runtime",
     "locust_llm.client.transport",
+    "locust_llm.client.discovery",
     "locust_llm.client.http11",
     "locust_llm.client.kernel_transport",
     "locust_llm.client.events",
@@ -85,6 +86,7 @@ def test_nothing_outside_the_locust_facing_modules_imports_locust_or_gevent() ->
     assert not offenders, offenders
     # and the Locust-facing ones really are what the list says (the probe sees Locust)
     assert "locust" in found["locust_llm.client.user"] and found["locust_llm.client.gate"] == []
+    assert found["locust_llm.client.stream"] == []  # the per-token read loop, pure
 
 
 def test_the_lazy_root_exports_llm_user_and_imports_locust_only_then() -> None:

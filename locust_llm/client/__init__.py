@@ -9,6 +9,7 @@ Pure modules (import neither locust nor gevent; unit-tested in-process)::
     arrivals    open-loop arrival processes (Poisson, gamma, constant) as small strategies
     gate        StageGate: request permits per stage and open-loop send slots
     messages    typed payloads of the messages between master and workers
+    stream      one response read into one record: the per-token loop (sse + metrics)
     runinfo     run-dir naming, the command line without secrets, run.json's first fill
     apis/       API adapters (chat, completions) and their registry
 
@@ -16,6 +17,7 @@ Locust-facing modules (import locust / gevent)::
 
     runtime     Runtime: one per Locust Environment (options, gate, recorder, live stats)
     transport   the HTTP connections a user keeps, one per server (geventhttpclient)
+    discovery   the model a server serves (GET /v1/models), for classes that name none
     events      LLMEvents: the custom event hooks a locustfile can listen to
     lifecycle   the listeners on Locust's events: start, drain, flush, run-dir writing
 

@@ -3,7 +3,10 @@
 :func:`install` runs once, when ``locust_llm.client.user`` is imported by a locustfile: it adds the
 ``--llm-*`` options and listens to ``init``, ``test_start``, ``test_stop``, ``report_to_master``,
 ``worker_report`` and ``quitting``; the master and workers also register the messages of
-:mod:`locust_llm.client.messages`.
+:mod:`locust_llm.client.messages`. This module imports neither the user classes nor the shapes:
+the user module passes its base class to :func:`install` (the classes whose settings are checked
+and resolved at start), and a shape that checks options before the load says so
+(:class:`ChecksOptions`).
 
 Ending a distributed run without losing records: Locust's master, when it quits on its own
 (``-t`` or the end of a shape), sends workers ``quit`` and waits only 0.5 s. So when the master's
@@ -22,11 +25,14 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import os
 import random
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import gevent
 from locust import events
@@ -35,6 +41,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm.client import lengths, options
 from locust_llm.client.apis.base import get_api
+from locust_llm.client.config import ClientOptions
 from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
     MSG_DRAINED,
@@ -61,6 +68,8 @@ from locust_llm.live import llmstats
 from locust_llm.rundir.layout import RunInfo, claim_run_dir, write_run_info, write_run_json
 from locust_llm.rundir.recorder import ensure_writable
 from locust_llm.rundir.runinfo import default_run_dir, new_run_info, warning_text
+from locust_llm.telemetry.scraper import TelemetryScraper, locust_worker_cpu, targets_from_options
+from locust_llm.webui import routes as webtab
 
 logger = logging.getLogger("locust_llm")
 
@@ -68,6 +77,25 @@ DRAIN_GRACE_S = 15.0
 QUIT_GRACE_S = 5.0  # after a signal's stop and quit, Locust's main has this long to exit
 PERSIST_INTERVAL_S = 1.0  # records reach the disk (fsync'd) at least this often
 _installed = False
+#: the LLM user base classes (``install``'s argument): their subclasses are checked at start
+_user_bases: tuple[type, ...] = ()
+
+
+@runtime_checkable
+class ChecksOptions(Protocol):
+    """A stage shape that checks the options it reads before any load is sent
+    (:class:`~locust_llm.client.shapes.StagesShape`: the stage plan parses)."""
+
+    def check_options(self, options: ClientOptions) -> None: ...
+
+
+def llm_user_classes(environment: Any) -> list[type]:
+    """The locustfile's user classes that are LLM users (subclasses of an installed base)."""
+    return [
+        c
+        for c in environment.user_classes or ()
+        if isinstance(c, type) and issubclass(c, _user_bases)
+    ]
 
 
 # ---- stages (called by the stage shape) ----------------------------------------------------------
@@ -337,8 +365,6 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         mark_initialised(environment)
         return
     if environment.web_ui is not None:
-        from locust_llm.webui import routes as webtab
-
         webtab.install(environment, rt)
     if isinstance(runner, MasterRunner):
         runner.register_message(
@@ -380,25 +406,19 @@ def _on_init(environment: Any, **_kw: Any) -> None:
 
 
 def check_before_load(rt: Runtime) -> None:
-    """Master / single process, at start: the stage plan parses and every LLM user class's
-    settings, API, output lengths and data set (a dry pass: the whole file read, one prompt
-    drawn) are usable; the first problem is an InputError. Workers run the same data set
-    checks at test_start, with the options the master sends them."""
-    from locust_llm.client.shapes import StagesShape, open_loop_users, plan_stages
-    from locust_llm.client.user import LLMUser
-
+    """Master / single process, at start: the shape's options (a stage shape: its plan parses)
+    and every LLM user class's settings, API, output lengths and data set (a dry pass: the
+    whole file read, one prompt drawn) are usable; the first problem is an InputError. Workers
+    run the same data set checks at test_start, with the options the master sends them."""
     shape = rt.environment.shape_class
-    if shape is None or isinstance(shape, StagesShape):
-        plans = plan_stages(rt.options)
-        if rt.options.open_loop and plans:
-            open_loop_users(rt.options, plans)
-    for user_class in rt.environment.user_classes or ():
-        if isinstance(user_class, type) and issubclass(user_class, LLMUser):
-            settings = rt.settings_for(user_class)
-            get_api(settings.api)
-            if settings.max_tokens:
-                lengths.max_tokens(settings.max_tokens, what=f"{user_class.__name__}.max_tokens")
-            rt.dataset_for(settings).next_request(random.Random(0))
+    if isinstance(shape, ChecksOptions):
+        shape.check_options(rt.options)
+    for user_class in llm_user_classes(rt.environment):
+        settings = rt.settings_for(user_class)
+        get_api(settings.api)
+        if settings.max_tokens:
+            lengths.max_tokens(settings.max_tokens, what=f"{user_class.__name__}.max_tokens")
+        rt.dataset_for(settings).next_request(random.Random(0))
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
@@ -435,29 +455,20 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
 
 def _resolve_user_classes(rt: Runtime) -> None:
     """Each LLM user class's settings, model (discovered) and, where users run, data set."""
-    from locust_llm.client.user import LLMUser
-
-    for user_class in rt.environment.user_classes or ():
-        if isinstance(user_class, type) and issubclass(user_class, LLMUser):
-            settings = rt.settings_for(user_class)
-            if not settings.hosts:
-                raise InputError(
-                    f"{user_class.__name__}: no host (--host, --llm-hosts or the class's host)"
-                )
-            rt.model_for(settings)
-            get_api(settings.api)  # an unknown API name fails here, listing the known ones
-            if not rt.is_master:
-                rt.dataset_for(settings)
+    for user_class in llm_user_classes(rt.environment):
+        settings = rt.settings_for(user_class)
+        if not settings.hosts:
+            raise InputError(
+                f"{user_class.__name__}: no host (--host, --llm-hosts or the class's host)"
+            )
+        rt.model_for(settings)
+        get_api(settings.api)  # an unknown API name fails here, listing the known ones
+        if not rt.is_master:
+            rt.dataset_for(settings)
 
 
 def _start_telemetry(rt: Runtime) -> None:
     """Master / single process: scrape GPU exporters, the server's /metrics and worker CPU."""
-    from locust_llm.telemetry.scraper import (
-        TelemetryScraper,
-        locust_worker_cpu,
-        targets_from_options,
-    )
-
     if rt.telemetry is not None:
         rt.telemetry.stop()
     runner = rt.environment.runner
@@ -576,7 +587,6 @@ def _install_signal_handlers(rt: Runtime) -> None:
     fires ``quitting``, whose listener stops the test the same way first. SIGINT stays
     Locust's (KeyboardInterrupt -> shutdown -> ``quitting``).
     """
-    import signal
 
     def handle(signum: int, _frame: Any) -> None:
         if rt.stop_requested:
@@ -584,8 +594,6 @@ def _install_signal_handlers(rt: Runtime) -> None:
         rt.stop_requested = True
         logger.info("locust-llm: got %s: stopping the test", signal.Signals(signum).name)
         gevent.spawn(_stop_then_quit, rt)
-
-    import threading
 
     if threading.current_thread() is threading.main_thread():  # signal.signal's own rule
         signal.signal(signal.SIGTERM, handle)
@@ -620,8 +628,6 @@ def _end_main_greenlet() -> None:
     """Still here QUIT_GRACE_S after the stop and quit: Locust's main is stuck in a loop of its
     own that no greenlet can end (a master's wait for workers). The run dir is final (or no
     run began), so exit without Locust's own teardown."""
-    import os
-
     logger.info("locust-llm: stopped by a signal; exiting")
     logging.shutdown()
     sys.stdout.flush()
@@ -662,9 +668,12 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
         print(llmstats.format_table(rt.stats), flush=True)
 
 
-def install() -> None:
-    """Register the listeners on Locust's global events (once)."""
-    global _installed
+def install(user_base: type) -> None:
+    """Register the listeners on Locust's global events (once); ``user_base``'s subclasses are
+    the LLM user classes checked and resolved at start (``client.user`` passes ``LLMUser``)."""
+    global _installed, _user_bases
+    if user_base not in _user_bases:
+        _user_bases = (*_user_bases, user_base)
     if _installed:
         return
     _installed = True

@@ -25,24 +25,23 @@ from locust.runners import MasterRunner, WorkerRunner
 from locust_llm.client import config, lengths
 from locust_llm.client.arrivals import arrival_process
 from locust_llm.client.cpu_demand import CpuDemandMeter
+from locust_llm.client.discovery import discover_model
 from locust_llm.client.events import llm_events
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
 from locust_llm.client.readers import split_hosts
 from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
 from locust_llm.client.settings import UserSettings
-from locust_llm.client.transport import READ_ERRORS, Transport
 from locust_llm.errors import InputError, RequestFailed
 from locust_llm.live import llmstats
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
 from locust_llm.rundir.layout import RunInfo, Stage
 from locust_llm.rundir.recorder import Recorder
+from locust_llm.workloads.datasets import load_dataset
 
 logger = logging.getLogger("locust_llm")
 
-_DISCOVERY_CONNECT_S = 5.0
 _BACKOFF_NOTE_EVERY_S = 10.0
-_DISCOVERY_READ_S = 10.0
 
 
 class GeventWaiter:
@@ -186,8 +185,6 @@ class Runtime:
         key = (settings.dataset, settings.input_len)
         source = self._datasets.get(key)
         if source is None:
-            from locust_llm.workloads.datasets import load_dataset
-
             source = self._datasets[key] = load_dataset(
                 settings.dataset,
                 input_len=settings.input_len or None,
@@ -216,37 +213,7 @@ class Runtime:
 
     def discover_model(self, host: str) -> str:
         """The first model id ``host`` lists at /v1/models ('' if it lists none)."""
-        import json
-
-        transport = Transport(
-            connect_timeout_s=_DISCOVERY_CONNECT_S,
-            read_timeout_s=_DISCOVERY_READ_S,
-            insecure=self.options.insecure,
-            ca_bundle=self.options.ca_bundle,
-        )
-        base_path = host.split("://", 1)[-1].partition("/")[2]
-        path = ("/" + base_path.rstrip("/") if base_path else "") + "/v1/models"
-        headers = {k: v for k, v in self.options.request_headers().items() if k != "Accept"}
-        name_it = "name the model with --llm-model (locust-llm run: --model)"
-        try:
-            status, body = transport.get(host, path, headers)
-        except READ_ERRORS as exc:
-            raise InputError(
-                f"cannot reach {host} ({exc}) to list its models (GET {path}): is the server "
-                "up and --host right?"
-            ) from None
-        finally:
-            transport.close()
-        if status >= 400:
-            raise InputError(f"GET {host}{path}: HTTP {status}, no model list; {name_it}")
-        try:
-            data = json.loads(body).get("data") or []
-            return str(data[0]["id"]) if data else ""
-        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
-            raise InputError(
-                f"GET {host}{path}: not an OpenAI model list ({type(exc).__name__}: {exc}); "
-                f"{name_it}"
-            ) from None
+        return discover_model(host, self.options)
 
     def models_in_use(self) -> list[str]:
         """Model ids resolved so far (for run.json)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import Any, Protocol, runtime_checkable
 
 from locust import LoadTestShape
 from locust.env import Environment
@@ -28,6 +29,8 @@ from locust_llm.client.config import ClientOptions
 from locust_llm.client.messages import StageMessage
 from locust_llm.client.runtime import Runtime, runtime
 from locust_llm.errors import InputError
+from locust_llm.workloads.partition import send_partitions
+from locust_llm.workloads.replay import Replay
 from locust_llm.workloads.stages import StagePlan, parse_stages
 
 logger = logging.getLogger(__name__)
@@ -82,6 +85,13 @@ class StagesShape(LoadTestShape):
         super().reset_time()
         self._index = -1
         lifecycle.begin_run(rt)  # a new run dir and no stages yet, before the first tick
+
+    def check_options(self, options: ClientOptions) -> None:
+        """Before any load (:class:`locust_llm.client.lifecycle.ChecksOptions`): the stage plan
+        the options ask for parses."""
+        plans = plan_stages(options)
+        if options.open_loop and plans:
+            open_loop_users(options, plans)
 
     def _setup(self) -> list[StagePlan]:
         if self._plans is None:
@@ -168,6 +178,21 @@ def replay_pool_users(peak_rate_per_s: float) -> int:
     return max(32, math.ceil(4 * peak_rate_per_s))
 
 
+@runtime_checkable
+class ReplaySource(Protocol):
+    """A user class that replays a trace, as :class:`TraceShape` finds it among the locustfile's
+    user classes (:class:`locust_llm.workloads.users.TraceReplayUser`; the shape does not
+    import it)."""
+
+    def load_replay(self) -> Replay:
+        """The trace the class replays (a classmethod)."""
+        ...
+
+    def lost_lines(self, environment: Any) -> int:
+        """Master: the lines recorded as lost with their worker in this run."""
+        ...
+
+
 class TraceShape(StagesShape):
     """Replays the locustfile's :class:`~locust_llm.workloads.users.TraceReplayUser` trace:
     one stage, ``trace replay``, whose origin (trace time 0) is ``lead_s`` after it starts, sent
@@ -183,16 +208,16 @@ class TraceShape(StagesShape):
     def __init__(self) -> None:
         super().__init__()
         self._lines = 0
+        self._source: Any = None  # the ReplaySource user class
 
     def _setup(self) -> list[StagePlan]:
         if self._plans is None:
-            from locust_llm.workloads.users import TraceReplayUser, load_replay
-
             env = self._environment()
-            classes = [c for c in env.user_classes if issubclass(c, TraceReplayUser)]
+            classes = [c for c in env.user_classes if issubclass(c, ReplaySource)]
             if not classes:
                 raise InputError("TraceShape needs a TraceReplayUser class in the locustfile")
-            replay = load_replay(classes[0])
+            self._source = classes[0]
+            replay = self._source.load_replay()
             if not replay.lines:
                 raise InputError(f"trace {classes[0].trace!r}: no line inside trace_window_s")
             self._lines = len(replay.lines)
@@ -202,15 +227,11 @@ class TraceShape(StagesShape):
         return self._plans
 
     def _stage_done(self, rt: Runtime, plan: StagePlan, now: float) -> bool:
-        from locust_llm.workloads.users import lost_lines_recorded
-
         ended = rt.recorder.ended_in(rt.stages[-1].index)
-        lost = lost_lines_recorded(self._environment())  # with a lost worker: never to end
+        lost = self._source.lost_lines(self._environment())  # with a lost worker: never to end
         return ended + lost >= self._lines or super()._stage_done(rt, plan, now)
 
     def _advance(self, rt: Runtime, plans: list[StagePlan], now: float) -> bool:
-        from locust_llm.workloads.partition import send_partitions
-
         if self._index == -1:  # the replay starts: one origin for every worker
             send_partitions(self._environment(), origin_wall_s=now + self.lead_s)
         return super()._advance(rt, plans, now)

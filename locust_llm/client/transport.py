@@ -26,7 +26,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from locust_llm.errors import RequestFailed
 
-#: What a broken read raises (mapped by :func:`read_failure`).
+#: What a broken read raises (mapped by :func:`locust_llm.client.stream.read_failure`).
 READ_ERRORS = (OSError, HTTPConnectionClosed, HTTPParseError)
 
 
@@ -163,10 +163,3 @@ def tls_context_factory(insecure: bool, ca_bundle: str = "") -> Callable[..., ss
         return ssl.create_default_context(cafile=_kw.get("cafile"))
 
     return factory
-
-
-def read_failure(exc: BaseException) -> RequestFailed:
-    """The failure of a read that broke after the response head: timeout or broken stream."""
-    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
-        return RequestFailed("timeout", f"read timed out: {exc}")
-    return RequestFailed("stream_broken", f"{type(exc).__name__}: {exc}")

@@ -14,9 +14,11 @@ Subclass one in a locustfile; every task is one request. Settings are class attr
 
 Each request fires exactly one Locust ``request`` event (name = endpoint, response_time = E2E in
 ms, response_length = output tokens, ``context=self.context()``, ``start_time``; the failure as
-the exception). Lines are read with ``readline(b"\\n")``, which returns as soon as a line's bytes
-are in, so every chunk is timestamped (``perf_counter``) on arrival; bigger fixed-size reads
-batch tokens and skew TTFT and TPOT (see docs/client.md for the measurement).
+the exception). The response is read by :mod:`locust_llm.client.stream` (pure): lines with
+``readline(b"\\n")``, which returns as soon as a line's bytes are in, so every chunk is
+timestamped (``perf_counter``) on arrival; bigger fixed-size reads batch tokens and skew TTFT and
+TPOT (see docs/client.md for the measurement). This module adds what needs Locust and gevent:
+the total timeout, the connection's keep-alive and the events.
 
 A failure never kills the user: every request sent ends as exactly one ``RequestRecord``,
 successful or with one of ``metrics.ERROR_KINDS``: ``cancelled`` when the load test itself
@@ -32,7 +34,6 @@ import logging
 import random
 import time
 import uuid
-from time import perf_counter
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -40,7 +41,7 @@ import gevent
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from locust_llm.client import lifecycle, sse
+from locust_llm.client import lifecycle
 from locust_llm.client.apis.base import ApiAdapter, BodyRequest, get_api
 from locust_llm.client.backoff import Backoff
 from locust_llm.client.config import ClientOptions
@@ -48,23 +49,14 @@ from locust_llm.client.events import llm_events
 from locust_llm.client.kernel_transport import select_transport
 from locust_llm.client.runtime import runtime
 from locust_llm.client.settings import CLASS_ATTRIBUTES, UserSettings, resolve_settings
-from locust_llm.client.transport import READ_ERRORS, Transport, read_failure
+from locust_llm.client.stream import Exchange, StreamReader
+from locust_llm.client.transport import READ_ERRORS, Transport
 from locust_llm.errors import RequestFailed
-from locust_llm.metrics import (
-    NAN,
-    RequestRecord,
-    StreamTiming,
-    classify_http_error,
-    summarize_stream,
-)
+from locust_llm.metrics import NAN, RequestRecord
 
 logger = logging.getLogger("locust_llm")
 
-_ERROR_BODY_LIMIT = 4096
-_HEAD_BYTES = 48  # first bytes of a non-SSE answer quoted in its bad_payload message
 _TERMINATOR_WAIT_S = 0.05
-
-lifecycle.install()
 
 
 class LLMUser(User):
@@ -112,6 +104,12 @@ class LLMUser(User):
             on_reconnect=self.runtime.count_reconnect,
         )
         self.backoff = Backoff(cap_s=self.options.backoff_max_s)
+        self.reader = StreamReader(
+            self.adapter,
+            stream=not self.options.no_stream,
+            read_errors=READ_ERRORS,
+            on_first_token=llm_events.first_token.fire,
+        )
 
     @classmethod
     def resolve_settings(cls, options: ClientOptions, locust_host: str | None) -> UserSettings:
@@ -187,17 +185,18 @@ class LLMUser(User):
     def send(self, *, scheduled_wall_s: float = NAN) -> RequestRecord:
         """Send one request now and return its record (already recorded and reported)."""
         rt = self.runtime
-        record = RequestRecord(
-            request_id=str(uuid.uuid4()),  # UUID4: some servers refuse any other X-Request-Id
-            endpoint=self.endpoint,
-            worker_id=rt.worker_id,
-            user_id=self.user_index,
-            stage=rt.gate.stage,
-            scheduled_wall_s=scheduled_wall_s,
+        ex = Exchange(
+            RequestRecord(
+                request_id=str(uuid.uuid4()),  # UUID4: some servers refuse any other X-Request-Id
+                endpoint=self.endpoint,
+                worker_id=rt.worker_id,
+                user_id=self.user_index,
+                stage=rt.gate.stage,
+                scheduled_wall_s=scheduled_wall_s,
+            )
         )
+        record = ex.record
         rt.request_started()
-        timing = StreamTiming(t0=0.0)
-        usage_tokens: int | None = None
         base_url = ""
         try:
             with gevent.Timeout(
@@ -206,25 +205,24 @@ class LLMUser(User):
                 base_url = self.next_host()
                 body = self._prepare(record)
                 path = urlsplit(base_url).path.rstrip("/") + self.endpoint
-                usage_tokens = self._exchange(base_url, path, body, record, timing)
-            record.ok = True
+                usage_tokens = self._exchange(base_url, path, body, ex)
+            ex.succeeded(usage_tokens)
         except RequestFailed as exc:
-            record.error_kind, record.error_message = exc.kind, exc.message[:300]
+            ex.failed(exc)
         except Exception as exc:  # our own bug: never lose a request, never blame the server
-            record.error_kind = "client_error"
-            record.error_message = f"{type(exc).__name__}: {exc}"[:300]
+            ex.failed(exc)  # client_error
             logger.exception("locust-llm: client error in %s", type(self).__name__)
             self.environment.events.user_error.fire(
                 user_instance=self, exception=exc, tb=exc.__traceback__
             )
         except gevent.GreenletExit:
-            record.error_kind, record.error_message = "cancelled", "stopped by the load test"
-            self._finish(record, timing, usage_tokens)
+            ex.cancelled()
+            self._finish(ex)
             self.transport.drop(base_url)
             raise
         if not record.ok and base_url:
             self.transport.drop(base_url)
-        return self._finish(record, timing, usage_tokens)
+        return self._finish(ex)
 
     def _prepare(self, record: RequestRecord) -> bytes:
         """Draw the prompt and output cap; fill the record's model and input estimate."""
@@ -241,182 +239,30 @@ class LLMUser(User):
         sessions and trace replay override it and tag ``record`` (session, turn, trace line)."""
         return self.runtime.dataset_for(self.settings).next_request(self.rng)
 
-    def _finish(
-        self, record: RequestRecord, timing: StreamTiming, usage_tokens: int | None
-    ) -> RequestRecord:
-        if timing.t0 and timing.end_time != timing.end_time:  # nan: set the end now
-            timing.end_time = perf_counter()
-        if timing.t0:
-            summarize_stream(record, timing, usage_tokens)
-        if record.start_wall_s != record.start_wall_s:  # never sent: stamp it now
-            record.start_wall_s = time.time()
-        self.runtime.request_done(self, record, timing)
+    def _finish(self, ex: Exchange) -> RequestRecord:
+        record = ex.finish()
+        self.runtime.request_done(self, record, ex.timing)
         return record
 
-    def _exchange(
-        self, base_url: str, path: str, body: bytes, record: RequestRecord, timing: StreamTiming
-    ) -> int | None:
-        """Write the request, read the response; fills ``timing``. Returns usage tokens."""
+    def _exchange(self, base_url: str, path: str, body: bytes, ex: Exchange) -> int | None:
+        """Write the request, read the response into ``ex``. Returns usage tokens."""
         headers = self.runtime.headers
         if self.options.request_id_header:
-            headers = {**headers, "X-Request-Id": record.request_id}
-
-        def stamp() -> None:  # just before the request is written (again, after a reconnect)
-            record.start_wall_s = time.time()
-            timing.t0 = perf_counter()
-
-        resp = self.transport.post(base_url, path, body, headers, before_send=stamp)
-        status = resp.status_code
-        record.status_code = status
+            headers = {**headers, "X-Request-Id": ex.record.request_id}
+        resp = self.transport.post(base_url, path, body, headers, before_send=ex.stamp_send)
         try:
-            if status >= 400:
-                text = self._read_error_body(resp)
-                detail = text[:200].strip() or "(empty body)"  # no cause invented for it
-                raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
-            if self.options.no_stream or not self.adapter.streams:
-                return self._read_whole(resp, record, timing)
-            timing.stamped = hasattr(resp, "arrival_s")
-            content_type = str(resp.get("content-type", "") or "")
-            if content_type and "text/event-stream" not in content_type.lower():
-                raise not_sse_failure(resp, self._read_head(resp))
-            return self._read_stream(resp, record, timing)
+            usage_tokens = self.reader.read(resp, ex, self.answer_sink)
+            if self.reader.streamed and not resp.message_complete:
+                # the chunked terminator may follow [DONE] a bit later: wait for it, or the
+                # connection cannot be reused (every request would pay a new connect)
+                with gevent.Timeout(_TERMINATOR_WAIT_S, False):
+                    resp.read()
+            return usage_tokens
         finally:
             self.transport.release(base_url, resp)
 
-    @staticmethod
-    def _read_head(resp: Any) -> bytes:
-        try:
-            return bytes(resp.read(_HEAD_BYTES))
-        except READ_ERRORS:
-            return b""
 
-    @staticmethod
-    def _read_error_body(resp: Any) -> str:
-        try:
-            return resp.read(_ERROR_BODY_LIMIT).decode("utf-8", "replace")
-        except Exception:  # a broken error body is still an HTTP error
-            return ""
-
-    def _read_whole(self, resp: Any, record: RequestRecord, timing: StreamTiming) -> int | None:
-        try:
-            data = resp.read()
-        except READ_ERRORS as exc:
-            raise read_failure(exc) from None
-        timing.end_time = perf_counter()
-        try:
-            chunk = self.adapter.parse_body(data)
-        except ValueError as exc:
-            raise RequestFailed("bad_payload", str(exc)) from None
-        _take_usage(record, chunk)
-        if self.answer_sink is not None:
-            self.answer_sink.append(data)
-        return chunk.completion_tokens if chunk.completion_tokens >= 0 else None
-
-    def _read_stream(self, resp: Any, record: RequestRecord, timing: StreamTiming) -> int | None:
-        """The per-chunk loop: the hot path of the whole tool."""
-        times = timing.chunk_times
-        tokens = timing.chunk_tokens
-        classify = self.adapter.classify
-        data_payload = sse.data_payload
-        first_token = llm_events.first_token
-        sink = self.answer_sink
-        usage_tokens: int | None = None
-        prev_usage = 0
-        readline = resp.readline
-        stamped = hasattr(resp, "arrival_s")  # kernel transport: when the line's bytes arrived
-        done = False
-        sse_seen = False  # an SSE data line came (else the answer is not a stream at all)
-        head = b""  # the answer's first bytes, quoted if it is not
-        while True:
-            try:
-                line = readline(b"\n")
-            except READ_ERRORS as exc:
-                raise read_failure(exc) from None
-            user_now = now = perf_counter()
-            if stamped:
-                now = resp.arrival_s
-            if not line:
-                break
-            payload = data_payload(line)
-            if payload is None:
-                if not sse_seen and len(head) < _HEAD_BYTES:
-                    head += line[: _HEAD_BYTES - len(head)]
-                continue
-            sse_seen = True
-            kind, chunk = classify(payload)
-            if kind == sse.KIND_CHUNK:
-                assert chunk is not None
-                if chunk.error is not None:
-                    raise RequestFailed(classify_http_error(500, chunk.error), chunk.error[:200])
-                if chunk.completion_tokens >= 0:
-                    usage_tokens = chunk.completion_tokens
-                    _take_usage(record, chunk)
-                if chunk.content or chunk.reasoning:
-                    if not times:
-                        first_token.fire(record=record, ttft_s=now - timing.t0)
-                        timing.first_user_time = user_now
-                    timing.last_user_time = user_now
-                    times.append(now)
-                    if chunk.completion_tokens >= 0:  # continuous usage: tokens in this chunk
-                        tokens.append(chunk.completion_tokens - prev_usage)
-                        prev_usage = chunk.completion_tokens
-                    else:
-                        tokens.append(0)
-                    if chunk.content:
-                        if timing.first_content_time != timing.first_content_time:
-                            timing.first_content_time = now
-                        if sink is not None:
-                            sink.append(payload)
-                    if (
-                        chunk.reasoning
-                        and timing.first_reasoning_time != timing.first_reasoning_time
-                    ):
-                        timing.first_reasoning_time = now
-            elif kind == sse.KIND_DONE:
-                if chunk is not None and chunk.completion_tokens >= 0:  # an end event with usage
-                    usage_tokens = chunk.completion_tokens  # (the Responses API's completed)
-                    _take_usage(record, chunk)
-                done = True
-                timing.end_time = now
-                break
-            elif kind == sse.KIND_BAD:
-                timing.end_time = now
-                raise RequestFailed("bad_payload", f"malformed chunk: {line[:120]!r}")
-        if not done:
-            timing.end_time = perf_counter()
-            if not sse_seen:
-                raise not_sse_failure(resp, head)
-            raise RequestFailed(
-                "stream_broken", f"stream closed after {len(times)} chunks without [DONE]"
-            )
-        if not resp.message_complete:  # the chunked terminator may follow [DONE] a bit later:
-            with gevent.Timeout(_TERMINATOR_WAIT_S, False):  # wait for it, or the connection
-                resp.read()  # cannot be reused (every request would pay a new connect)
-        return usage_tokens
-
-
-def not_sse_failure(resp: Any, head: bytes) -> RequestFailed:
-    """A 200 answer to a streamed request that held no SSE data line: an HTML error page, a
-    plain JSON body, binary. Names its content type and quotes its first bytes."""
-    content_type = str(resp.get("content-type", "") or "no content type").split(";")[0].strip()
-    shown = head.strip()[:_HEAD_BYTES]
-    return RequestFailed(
-        "bad_payload",
-        f"expected text/event-stream, got {content_type}: {shown!r}"
-        if shown
-        else f"expected text/event-stream, got {content_type} with an empty body",
-    )
-
-
-def _take_usage(record: RequestRecord, chunk: sse.Chunk) -> None:
-    """A usage chunk's prompt, reasoning and cached token counts onto the record."""
-    if chunk.prompt_tokens >= 0:
-        record.input_tokens = chunk.prompt_tokens
-        record.input_tokens_estimated = False
-    if chunk.reasoning_tokens >= 0:
-        record.reasoning_tokens = chunk.reasoning_tokens
-    if chunk.cached_tokens >= 0:
-        record.cached_tokens = chunk.cached_tokens
+lifecycle.install(LLMUser)  # the --llm-* options and Locust listeners, once per process
 
 
 class ChatUser(LLMUser):

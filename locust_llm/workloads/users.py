@@ -21,14 +21,16 @@ import uuid
 from typing import Any, ClassVar, NoReturn
 
 import gevent
+from locust import events
 from locust.exception import StopUser
 
 from locust_llm.client.apis.base import get_api
+from locust_llm.client.events import llm_events
 from locust_llm.client.user import ChatUser, LLMUser
 from locust_llm.metrics import RequestRecord, StreamTiming
 from locust_llm.workloads import partition as parts
 from locust_llm.workloads.prompt import Prompt
-from locust_llm.workloads.replay import TraceBook, load_replay
+from locust_llm.workloads.replay import Replay, TraceBook, load_replay
 from locust_llm.workloads.sessions import (
     HISTORY_MODES,
     Conversation,
@@ -184,6 +186,17 @@ class TraceReplayUser(ChatUser):
     def wait_time(self) -> float:  # type: ignore[override]
         return 0.0
 
+    # what TraceShape reads of the class (shapes.ReplaySource)
+    @classmethod
+    def load_replay(cls) -> Replay:
+        """The trace this class replays (read once per process)."""
+        return load_replay(cls)
+
+    @staticmethod
+    def lost_lines(environment: Any) -> int:
+        """Master: the lines recorded as lost with their worker in this run."""
+        return lost_lines_recorded(environment)
+
     def _trace_book(self) -> TraceBook:
         book: TraceBook = _book(self, lambda: TraceBook(load_replay(type(self))))
         return book
@@ -331,10 +344,6 @@ def _forget_lost_lines(environment: Any, **_kw: Any) -> None:
 
 
 def _install_hand_over() -> None:
-    from locust import events
-
-    from locust_llm.client.events import llm_events
-
     if _on_worker_lost not in llm_events.worker_lost._handlers:
         llm_events.worker_lost.add_listener(_on_worker_lost)
         events.test_start.add_listener(_forget_lost_lines)

@@ -1,0 +1,304 @@
+"""One response read into one record: the client's per-token loop, pure (no Locust, no gevent).
+
+A transport hands over a response whose head is in (:class:`Response`: lines by ``readline``,
+the rest by ``read``; the kernel-stamping transport adds ``arrival_s``, when the latest line's
+bytes reached the socket). :meth:`StreamReader.read` reads it: every SSE line stamped as it
+arrives (the reader's clock, or the kernel's stamp), classified by the API adapter
+(:func:`locust_llm.client.sse.parse_chunk` for the OpenAI shapes), the first token announced,
+in-stream errors, usage and the end detected; an HTTP error, a non-SSE answer or a
+non-streamed body are read too. Any failure is a :class:`~locust_llm.errors.RequestFailed`
+with its error kind.
+
+:class:`Exchange` holds one request's record and raw timings; whatever happens it ends as
+exactly one record (:meth:`Exchange.finish`, which runs
+:func:`locust_llm.metrics.summarize_stream`). :func:`read_to_record` is the whole path for
+one response. The Locust user (:mod:`locust_llm.client.user`) drives the same pieces with the
+real transport, inside its total timeout; the unit tests drive them with a scripted response
+and a fake clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any, Protocol
+
+from locust_llm.client import sse
+from locust_llm.client.apis.base import ApiAdapter
+from locust_llm.errors import RequestFailed
+from locust_llm.metrics import RequestRecord, StreamTiming, classify_http_error, summarize_stream
+
+ERROR_BODY_LIMIT = 4096  # bytes of an HTTP error's body read for its message and kind
+HEAD_BYTES = 48  # first bytes of a non-SSE answer quoted in its bad_payload message
+MESSAGE_LIMIT = 300  # characters of a failure's message kept on the record
+
+
+class Response(Protocol):
+    """What the reader needs of a transport's response (geventhttpclient's, ``http11``'s).
+
+    A kernel-stamping response also has ``arrival_s`` (perf_counter seconds: when the bytes of
+    the latest line arrived); the transport's ``message_complete`` is the caller's concern.
+    """
+
+    status_code: int
+
+    def readline(self, sep: bytes = b"\n") -> bytes: ...
+
+    def read(self, length: int = ...) -> bytes: ...
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+
+class Exchange:
+    """One request's record and raw timings, from the send stamp to the one final record."""
+
+    __slots__ = ("clock", "record", "timing", "usage_tokens", "wall")
+
+    def __init__(
+        self,
+        record: RequestRecord,
+        *,
+        clock: Callable[[], float] = perf_counter,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.record = record
+        self.timing = StreamTiming(t0=0.0)
+        self.usage_tokens: int | None = None  # the server's completion tokens (success only)
+        self.clock = clock
+        self.wall = wall
+
+    def stamp_send(self) -> None:
+        """Just before the request is written (again, after a reconnect): t0 and its wall time."""
+        self.record.start_wall_s = self.wall()
+        self.timing.t0 = self.clock()
+
+    def succeeded(self, usage_tokens: int | None) -> None:
+        self.record.ok = True
+        self.usage_tokens = usage_tokens
+
+    def failed(self, exc: BaseException) -> None:
+        """A classified failure keeps its kind; anything else is locust-llm's own bug."""
+        record = self.record
+        if isinstance(exc, RequestFailed):
+            record.error_kind, record.error_message = exc.kind, exc.message[:MESSAGE_LIMIT]
+        else:
+            record.error_kind = "client_error"
+            record.error_message = f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT]
+
+    def cancelled(self) -> None:
+        """The load test itself stopped the request."""
+        self.record.error_kind, self.record.error_message = "cancelled", "stopped by the load test"
+
+    def finish(self) -> RequestRecord:
+        """The record with its timings: the end stamped now if the read set none; a request
+        never sent gets its wall time now and no timings."""
+        record, timing = self.record, self.timing
+        if timing.t0:
+            if timing.end_time != timing.end_time:  # nan
+                timing.end_time = self.clock()
+            summarize_stream(record, timing, self.usage_tokens)
+        if record.start_wall_s != record.start_wall_s:
+            record.start_wall_s = self.wall()
+        return record
+
+
+class StreamReader:
+    """Reads responses of one API: an SSE stream chunk by chunk, or one whole body.
+
+    ``read_errors``: what the transport's reads raise when the connection breaks (mapped by
+    :func:`read_failure`); ``on_first_token(record=, ttft_s=)`` runs once per request, when the
+    first token-bearing chunk arrives.
+    """
+
+    __slots__ = ("adapter", "clock", "on_first_token", "read_errors", "streamed")
+
+    def __init__(
+        self,
+        adapter: ApiAdapter,
+        *,
+        stream: bool = True,
+        read_errors: tuple[type[BaseException], ...] = (OSError,),
+        clock: Callable[[], float] = perf_counter,
+        on_first_token: Callable[..., object] | None = None,
+    ) -> None:
+        self.adapter = adapter
+        #: the response is an SSE stream (else one body, read whole)
+        self.streamed = stream and adapter.streams
+        self.read_errors = read_errors
+        self.clock = clock
+        self.on_first_token = on_first_token
+
+    def read(self, resp: Response, ex: Exchange, sink: list[bytes] | None = None) -> int | None:
+        """Read ``resp`` into ``ex``'s record and timing; returns the usage's completion tokens
+        (None: the server gave none). ``sink`` gets the answer's content payloads (or its whole
+        body). Raises RequestFailed."""
+        record, timing = ex.record, ex.timing
+        status = resp.status_code
+        record.status_code = status
+        if status >= 400:
+            text = _read_error_body(resp)
+            detail = text[:200].strip() or "(empty body)"  # no cause invented for it
+            raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
+        if not self.streamed:
+            return self._read_whole(resp, record, timing, sink)
+        timing.stamped = hasattr(resp, "arrival_s")
+        content_type = str(resp.get("content-type", "") or "")
+        if content_type and "text/event-stream" not in content_type.lower():
+            raise not_sse_failure(resp, self._read_head(resp))
+        return self._read_stream(resp, record, timing, sink)
+
+    def _read_head(self, resp: Response) -> bytes:
+        try:
+            return bytes(resp.read(HEAD_BYTES))
+        except self.read_errors:
+            return b""
+
+    def _read_whole(
+        self, resp: Response, record: RequestRecord, timing: StreamTiming, sink: list[bytes] | None
+    ) -> int | None:
+        try:
+            data = resp.read()
+        except self.read_errors as exc:
+            raise read_failure(exc) from None
+        timing.end_time = self.clock()
+        try:
+            chunk = self.adapter.parse_body(data)
+        except ValueError as exc:
+            raise RequestFailed("bad_payload", str(exc)) from None
+        take_usage(record, chunk)
+        if sink is not None:
+            sink.append(data)
+        return chunk.completion_tokens if chunk.completion_tokens >= 0 else None
+
+    def _read_stream(
+        self, resp: Response, record: RequestRecord, timing: StreamTiming, sink: list[bytes] | None
+    ) -> int | None:
+        """The per-chunk loop: the hot path of the whole tool."""
+        times = timing.chunk_times
+        tokens = timing.chunk_tokens
+        classify = self.adapter.classify
+        data_payload = sse.data_payload
+        first_token = self.on_first_token
+        read_errors = self.read_errors
+        clock = self.clock
+        usage_tokens: int | None = None
+        prev_usage = 0
+        readline = resp.readline
+        stamped = hasattr(resp, "arrival_s")  # kernel transport: when the line's bytes arrived
+        done = False
+        sse_seen = False  # an SSE data line came (else the answer is not a stream at all)
+        head = b""  # the answer's first bytes, quoted if it is not
+        while True:
+            try:
+                line = readline(b"\n")
+            except read_errors as exc:
+                raise read_failure(exc) from None
+            user_now = now = clock()
+            if stamped:
+                now = resp.arrival_s  # type: ignore[attr-defined]
+            if not line:
+                break
+            payload = data_payload(line)
+            if payload is None:
+                if not sse_seen and len(head) < HEAD_BYTES:
+                    head += line[: HEAD_BYTES - len(head)]
+                continue
+            sse_seen = True
+            kind, chunk = classify(payload)
+            if kind == sse.KIND_CHUNK:
+                assert chunk is not None
+                if chunk.error is not None:
+                    raise RequestFailed(classify_http_error(500, chunk.error), chunk.error[:200])
+                if chunk.completion_tokens >= 0:
+                    usage_tokens = chunk.completion_tokens
+                    take_usage(record, chunk)
+                if chunk.content or chunk.reasoning:
+                    if not times:
+                        if first_token is not None:
+                            first_token(record=record, ttft_s=now - timing.t0)
+                        timing.first_user_time = user_now
+                    timing.last_user_time = user_now
+                    times.append(now)
+                    if chunk.completion_tokens >= 0:  # continuous usage: tokens in this chunk
+                        tokens.append(chunk.completion_tokens - prev_usage)
+                        prev_usage = chunk.completion_tokens
+                    else:
+                        tokens.append(0)
+                    if chunk.content:
+                        if timing.first_content_time != timing.first_content_time:
+                            timing.first_content_time = now
+                        if sink is not None:
+                            sink.append(payload)
+                    if (
+                        chunk.reasoning
+                        and timing.first_reasoning_time != timing.first_reasoning_time
+                    ):
+                        timing.first_reasoning_time = now
+            elif kind == sse.KIND_DONE:
+                if chunk is not None and chunk.completion_tokens >= 0:  # an end event with usage
+                    usage_tokens = chunk.completion_tokens  # (the Responses API's completed)
+                    take_usage(record, chunk)
+                done = True
+                timing.end_time = now
+                break
+            elif kind == sse.KIND_BAD:
+                timing.end_time = now
+                raise RequestFailed("bad_payload", f"malformed chunk: {line[:120]!r}")
+        if not done:
+            timing.end_time = clock()
+            if not sse_seen:
+                raise not_sse_failure(resp, head)
+            raise RequestFailed(
+                "stream_broken", f"stream closed after {len(times)} chunks without [DONE]"
+            )
+        return usage_tokens
+
+
+def read_to_record(
+    reader: StreamReader, resp: Response, ex: Exchange, sink: list[bytes] | None = None
+) -> RequestRecord:
+    """One response, sent at ``ex``'s t0, read to its one record (successful or failed)."""
+    try:
+        ex.succeeded(reader.read(resp, ex, sink))
+    except RequestFailed as exc:
+        ex.failed(exc)
+    return ex.finish()
+
+
+def read_failure(exc: BaseException) -> RequestFailed:
+    """The failure of a read that broke after the response head: timeout or broken stream."""
+    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
+        return RequestFailed("timeout", f"read timed out: {exc}")
+    return RequestFailed("stream_broken", f"{type(exc).__name__}: {exc}")
+
+
+def not_sse_failure(resp: Response, head: bytes) -> RequestFailed:
+    """A 200 answer to a streamed request that held no SSE data line: an HTML error page, a
+    plain JSON body, binary. Names its content type and quotes its first bytes."""
+    content_type = str(resp.get("content-type", "") or "no content type").split(";")[0].strip()
+    shown = head.strip()[:HEAD_BYTES]
+    return RequestFailed(
+        "bad_payload",
+        f"expected text/event-stream, got {content_type}: {shown!r}"
+        if shown
+        else f"expected text/event-stream, got {content_type} with an empty body",
+    )
+
+
+def take_usage(record: RequestRecord, chunk: sse.Chunk) -> None:
+    """A usage chunk's prompt, reasoning and cached token counts onto the record."""
+    if chunk.prompt_tokens >= 0:
+        record.input_tokens = chunk.prompt_tokens
+        record.input_tokens_estimated = False
+    if chunk.reasoning_tokens >= 0:
+        record.reasoning_tokens = chunk.reasoning_tokens
+    if chunk.cached_tokens >= 0:
+        record.cached_tokens = chunk.cached_tokens
+
+
+def _read_error_body(resp: Response) -> str:
+    try:
+        return resp.read(ERROR_BODY_LIMIT).decode("utf-8", "replace")
+    except Exception:  # a broken error body is still an HTTP error
+        return ""
