@@ -1,6 +1,6 @@
 """Master memory under a long run: the durable recorder against the old keep-everything list.
 
-``day``: the master's recorder (``locust_llm.rundir.recorder.Recorder`` with its journal) receives a
+``day``: the master's recorder (``locust_llm.client.recorder.Recorder`` with its journal) receives a
 24-hour-equivalent of records (``--rate`` records/s x ``--hours``), in the batches workers
 send, flushed to the journal (lz4 Arrow IPC, fsync'd) every ``--flush-s`` seconds of run time;
 the process's RSS is sampled at each tenth of the run. Then the journal is finalised to
@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from locust_llm.client.messages import RecordBatch  # noqa: E402
+from locust_llm.client.recorder import Recorder  # noqa: E402
 from locust_llm.metrics import RequestRecord  # noqa: E402
 from locust_llm.rundir.layout import RunInfo  # noqa: E402
-from locust_llm.rundir.recorder import Recorder  # noqa: E402
 
 MIB = 1024 * 1024
 

@@ -164,7 +164,7 @@ def timer_floor_ms(lines: list[float], speedup: float) -> tuple[float, float]:
 
 
 SESSIONS = """
-from locust_llm.workloads.users import SessionUser
+from locust_llm.client.workload_users import SessionUser
 
 class Talk(SessionUser):
     sessions = "synthetic"

@@ -28,6 +28,7 @@ MOVED: dict[str, str] = {
     "locust_llm.promapi": "locust_llm.telemetry.promapi",
     "locust_llm.signals": "locust_llm.telemetry.signals",
     "locust_llm.vocabularies": "locust_llm.telemetry.vocabularies",
+    "locust_llm.workloads.users": "locust_llm.client.workload_users",
     "locust_llm.verdict": "locust_llm.report.diagnosis.verdict",
     "locust_llm.thresholds": "locust_llm.report.diagnosis.thresholds",
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from locust import constant, run_single_user
 
-from locust_llm.workloads.users import EmbeddingsUser
+from locust_llm.client.workload_users import EmbeddingsUser
 
 
 class Embeddings(EmbeddingsUser):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from locust import run_single_user
 
-from locust_llm.workloads.users import SessionUser
+from locust_llm.client.workload_users import SessionUser
 
 
 class Sessions(SessionUser):

@@ -18,7 +18,7 @@ from pathlib import Path
 from locust import run_single_user
 
 from locust_llm.client.shapes import TraceShape
-from locust_llm.workloads.users import TraceReplayUser
+from locust_llm.client.workload_users import TraceReplayUser
 
 SAMPLE = Path(__file__).parent / "traces" / "sample_mooncake.jsonl"
 

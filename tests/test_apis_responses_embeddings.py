@@ -103,7 +103,7 @@ def test_the_official_client_reads_the_simulators_embeddings() -> None:
 LOCUSTFILE = """
 from locust import constant
 from locust_llm.client.user import LLMUser
-from locust_llm.workloads.users import EmbeddingsUser
+from locust_llm.client.workload_users import EmbeddingsUser
 
 class Responses(LLMUser):
     api = "responses"

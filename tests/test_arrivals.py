@@ -8,7 +8,10 @@ import random
 
 import pytest
 
-from locust_llm.client.arrivals import (
+from locust_llm.client.gate import StageGate
+from locust_llm.client.messages import RecordBatch
+from locust_llm.client.recorder import Recorder
+from locust_llm.workloads.arrivals import (
     POOL_RAN_DRY,
     RUN_STOPPED,
     STAGE_ENDED,
@@ -16,9 +19,6 @@ from locust_llm.client.arrivals import (
     ArrivalSchedule,
     Constant,
 )
-from locust_llm.client.gate import StageGate
-from locust_llm.client.messages import RecordBatch
-from locust_llm.rundir.recorder import Recorder
 
 
 class Clock:

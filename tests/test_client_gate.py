@@ -15,9 +15,9 @@ from collections import deque
 
 import pytest
 
-from locust_llm.client.arrivals import Constant, Gamma, Poisson, arrival_process
 from locust_llm.client.gate import StageGate, ThreadWaiter
 from locust_llm.client.messages import PermitAsk, PermitGrant, StageMessage
+from locust_llm.workloads.arrivals import Constant, Gamma, Poisson, arrival_process
 
 
 class FakeClock:

@@ -21,11 +21,12 @@ from locust_llm.client.apis.base import (
     registered_apis,
 )
 from locust_llm.client.messages import PermitAsk, PermitGrant, RecordBatch, StageMessage
+from locust_llm.client.recorder import Recorder
+from locust_llm.client.runinfo import masked_command_line
 from locust_llm.client.settings import resolve_settings
 from locust_llm.errors import InputError
 from locust_llm.metrics import FAILURE_KINDS, RECORD_FIELDS, RequestRecord
-from locust_llm.rundir.recorder import Recorder
-from locust_llm.rundir.runinfo import is_cpu_warning, masked_command_line, warning_text
+from locust_llm.rundir.layout import is_cpu_warning, warning_text
 from locust_llm.workloads.datasets import Prompt
 
 #: The Locust-facing modules: the only ones allowed to import locust or gevent (``webui`` is the
@@ -33,7 +34,7 @@ from locust_llm.workloads.datasets import Prompt
 LOCUST_FACING = (
     "locust_llm.client.user",
     "locust_llm.client.shapes",
-    "locust_llm.workloads.users",
+    "locust_llm.client.workload_users",
     "locust_llm.client.sweep_locustfile",
     "locust_llm.client.runtime",
     "locust_llm.client.transport",

@@ -20,7 +20,7 @@ WIRED = (
     "locust_llm.client.lifecycle",
     "locust_llm.client.shapes",
     "locust_llm.client.user",
-    "locust_llm.workloads.users",
+    "locust_llm.client.workload_users",
 )
 
 
@@ -107,7 +107,7 @@ from locust_llm.client.shapes import ReplaySource, StagesShape, TraceShape
 from locust_llm.client.config import ClientOptions
 from locust_llm.client.user import Chat, ChatUser, LLMUser
 from locust_llm.errors import InputError
-from locust_llm.workloads.users import SessionUser, TraceReplayUser
+from locust_llm.client.workload_users import SessionUser, TraceReplayUser
 
 class Env:
     user_classes = [Chat, User, SessionUser, "not a class"]

@@ -11,12 +11,12 @@ from locust_llm.client import config
 from locust_llm.client.backoff import Backoff
 from locust_llm.client.gate import StageGate, ThreadWaiter
 from locust_llm.client.options import defaults
+from locust_llm.client.recorder import Recorder
 from locust_llm.client.redact import Redactor, redactor_for
+from locust_llm.client.runinfo import masked_command_line
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord
 from locust_llm.rundir.journal import RecordJournal, journal_to_parquet, read_journal
-from locust_llm.rundir.recorder import Recorder
-from locust_llm.rundir.runinfo import masked_command_line
 
 
 def _rows(n: int, start: int = 0) -> list[tuple[object, ...]]:

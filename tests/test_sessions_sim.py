@@ -21,7 +21,7 @@ from locust_llm.roofline.floors import get_gpu, get_model
 from locust_llm.sim.testing import running_sim
 
 LOCUSTFILE = """
-from locust_llm.workloads.users import SessionUser
+from locust_llm.client.workload_users import SessionUser
 
 class Talk(SessionUser):
     sessions = "synthetic"

@@ -12,6 +12,7 @@ from operator import attrgetter
 import numpy as np
 import pytest
 
+from locust_llm.client.recorder import Recorder
 from locust_llm.live.histogram import REL_ERROR
 from locust_llm.live.stage_tally import (
     _KEEP_TICKS,
@@ -20,7 +21,6 @@ from locust_llm.live.stage_tally import (
     StageTallies,
 )
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord
-from locust_llm.rundir.recorder import Recorder
 
 astuple = attrgetter(*RECORD_FIELDS)  # a record as the recorder keeps it
 KINDS = ("", "", "", "", "", "http_5xx", "timeout", "cancelled", "client_error")

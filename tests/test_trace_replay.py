@@ -121,7 +121,7 @@ def test_a_trace_replay_user_without_a_trace_file_is_one_line(tmp_path: Path) ->
     locustfile = tmp_path / "replay.py"
     locustfile.write_text(
         "from locust_llm.client.shapes import TraceShape\n"
-        "from locust_llm.workloads.users import TraceReplayUser\n"
+        "from locust_llm.client.workload_users import TraceReplayUser\n"
         "class R(TraceReplayUser):\n    trace = 'nowhere.jsonl'\n"
         "class S(TraceShape):\n    pass\n"
     )

@@ -138,7 +138,7 @@ def test_each_stage_begun_has_its_own_live_figures_settled_after_the_records_del
     """On a master the stage's figures wait out the workers' record batches (1 s + transit):
     a stage is "settled" once that long has passed since its end, or, at a request count,
     once all of its records are in; in one process records go straight in."""
-    from locust_llm.rundir.recorder import Recorder
+    from locust_llm.client.recorder import Recorder
 
     recorder = Recorder(is_worker=False)
     # stage 0: 2 a second from 100 s; stage 1: 5 requests, all in by 108.3 s
@@ -215,7 +215,7 @@ def test_users_backing_off_are_live_in_the_payload_and_the_metrics() -> None:
     """The master's recorder: its own users waiting plus each worker's last batch; a lost
     worker's waiting users leave the total."""
     from locust_llm.client.messages import RecordBatch
-    from locust_llm.rundir.recorder import Recorder
+    from locust_llm.client.recorder import Recorder
 
     recorder = Recorder(is_worker=False)
     recorder.backing_off, recorder.backoffs = 1, 2

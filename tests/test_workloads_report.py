@@ -23,7 +23,7 @@ from locust_llm.sim.testing import running_sim
 from locust_llm.webui.data import prefix_cache_hit_rate
 
 SESSIONS = """
-from locust_llm.workloads.users import SessionUser
+from locust_llm.client.workload_users import SessionUser
 
 class Talk(SessionUser):
     session_turns = "fixed:3"
@@ -34,7 +34,7 @@ class Talk(SessionUser):
 EMBED_AND_CHAT = """
 from locust import constant
 from locust_llm.client.user import ChatUser
-from locust_llm.workloads.users import EmbeddingsUser
+from locust_llm.client.workload_users import EmbeddingsUser
 
 class Embed(EmbeddingsUser):
     batch_size = 3

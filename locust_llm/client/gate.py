@@ -7,7 +7,7 @@ for more (the ``ask_permits`` callback) whenever it runs out, so the stage's req
 whichever workers have users free and no more than the stage's number start in all.
 
 Open loop (``--llm-rate``): each process draws its own send times from an arrival process
-(:mod:`locust_llm.client.arrivals`) at its share of the rate; a user claims the next slot and
+(:mod:`locust_llm.workloads.arrivals`) at its share of the rate; a user claims the next slot and
 waits for it. A slot whose stage ended before it came due is dropped, not sent in the next.
 Every slot drawn is accounted (:attr:`StageGate.schedule`'s counts per stage): sent, or never
 sent because the user pool ran dry, the stage ended before its time, or the run stopped.
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from locust_llm.client.arrivals import (
+from locust_llm.workloads.arrivals import (
     RUN_STOPPED,
     STAGE_ENDED,
     ArrivalProcess,

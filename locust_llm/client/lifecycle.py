@@ -55,6 +55,8 @@ from locust_llm.client.messages import (
     RecordBatch,
     StageMessage,
 )
+from locust_llm.client.recorder import ensure_writable
+from locust_llm.client.runinfo import default_run_dir, new_run_info
 from locust_llm.client.runtime import (
     Runtime,
     all_runtimes,
@@ -65,9 +67,13 @@ from locust_llm.client.runtime import (
 )
 from locust_llm.errors import InputError
 from locust_llm.live import llmstats
-from locust_llm.rundir.layout import RunInfo, claim_run_dir, write_run_info, write_run_json
-from locust_llm.rundir.recorder import ensure_writable
-from locust_llm.rundir.runinfo import default_run_dir, new_run_info, warning_text
+from locust_llm.rundir.layout import (
+    RunInfo,
+    claim_run_dir,
+    warning_text,
+    write_run_info,
+    write_run_json,
+)
 from locust_llm.telemetry.scraper import TelemetryScraper, locust_worker_cpu, targets_from_options
 from locust_llm.webui import routes as webtab
 

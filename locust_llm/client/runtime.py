@@ -23,20 +23,20 @@ from gevent.lock import Semaphore
 from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm.client import config, lengths
-from locust_llm.client.arrivals import arrival_process
 from locust_llm.client.cpu_demand import CpuDemandMeter
 from locust_llm.client.discovery import discover_model
 from locust_llm.client.events import llm_events
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
 from locust_llm.client.readers import split_hosts
+from locust_llm.client.recorder import Recorder
 from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
 from locust_llm.client.settings import UserSettings
 from locust_llm.errors import InputError, RequestFailed
 from locust_llm.live import llmstats
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
 from locust_llm.rundir.layout import RunInfo, Stage
-from locust_llm.rundir.recorder import Recorder
+from locust_llm.workloads.arrivals import arrival_process
 from locust_llm.workloads.datasets import load_dataset
 
 logger = logging.getLogger("locust_llm")

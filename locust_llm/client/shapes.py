@@ -28,8 +28,8 @@ from locust_llm.client import lengths, lifecycle
 from locust_llm.client.config import ClientOptions
 from locust_llm.client.messages import StageMessage
 from locust_llm.client.runtime import Runtime, runtime
+from locust_llm.client.shares import send_partitions
 from locust_llm.errors import InputError
-from locust_llm.workloads.partition import send_partitions
 from locust_llm.workloads.replay import Replay
 from locust_llm.workloads.stages import StagePlan, parse_stages
 
@@ -181,7 +181,7 @@ def replay_pool_users(peak_rate_per_s: float) -> int:
 @runtime_checkable
 class ReplaySource(Protocol):
     """A user class that replays a trace, as :class:`TraceShape` finds it among the locustfile's
-    user classes (:class:`locust_llm.workloads.users.TraceReplayUser`; the shape does not
+    user classes (:class:`locust_llm.client.workload_users.TraceReplayUser`; the shape does not
     import it)."""
 
     def load_replay(self) -> Replay:
@@ -194,7 +194,7 @@ class ReplaySource(Protocol):
 
 
 class TraceShape(StagesShape):
-    """Replays the locustfile's :class:`~locust_llm.workloads.users.TraceReplayUser` trace:
+    """Replays the locustfile's :class:`~locust_llm.client.workload_users.TraceReplayUser` trace:
     one stage, ``trace replay``, whose origin (trace time 0) is ``lead_s`` after it starts, sent
     with each worker's partition so every line is sent once, by one worker, on one clock.
 

@@ -1,7 +1,7 @@
 """Live figures of each stage from the records the master receives: QPS, output tokens/s, TTFT P50.
 
 The master (or single process) sees every record once, within a second of its end (the
-workers' record batches, :mod:`locust_llm.rundir.recorder`). :class:`StageTallies` folds each one
+workers' record batches, :mod:`locust_llm.client.recorder`). :class:`StageTallies` folds each one
 into
 its stage's :class:`StageTally` as it arrives, so a poll of ``/llm/stats`` never re-scans the
 records: per stage it keeps the completed and failed counts, a TTFT histogram

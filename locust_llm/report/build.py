@@ -30,8 +30,7 @@ from locust_llm.report.tables import Floors, TelemetryIndex, request_arrays, sta
 from locust_llm.report.wording import DeviceWords, without_gpu_telemetry
 from locust_llm.roofline.devices import PLUGIN_FLAGS, DeviceArgs
 from locust_llm.roofline.floors import GpuSpec, get_gpu, get_model
-from locust_llm.rundir.layout import Stage, assign_stages, stage_ends
-from locust_llm.rundir.runinfo import is_cpu_warning
+from locust_llm.rundir.layout import Stage, assign_stages, is_cpu_warning, stage_ends
 
 
 @dataclass
@@ -120,7 +119,7 @@ def _client_warning_verdict(
     """
     if overall.kind in ("memory_oom", "client_bound"):
         return overall
-    said = [w for w in warnings if is_cpu_warning(w)]  # coded in locust_llm.rundir.runinfo
+    said = [w for w in warnings if is_cpu_warning(w)]  # coded in locust_llm.rundir.layout
     if not said:
         return overall
     peaks = [

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from locust_llm.client.arrivals import UNSENT_REASONS
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.diagnosis import decompose, resources
 from locust_llm.report.diagnosis.thresholds import Slo
@@ -38,11 +37,12 @@ from locust_llm.rundir.layout import Stage, assign_stages, stage_ends
 from locust_llm.telemetry.counters import SeriesLookup, series_increase, series_rate
 from locust_llm.telemetry.counters import increase as counter_increase
 from locust_llm.telemetry.signals import Signal, get_signal
+from locust_llm.workloads.arrivals import UNSENT_REASONS
 
 NAN = math.nan
 
 #: Open loop: the stage's arrivals drawn, sent (records) and never sent (total, then by
-#: reason: :data:`locust_llm.client.arrivals.UNSENT_REASONS`); drawn = sent + unsent.
+#: reason: :data:`locust_llm.workloads.arrivals.UNSENT_REASONS`); drawn = sent + unsent.
 ARRIVAL_COLUMNS: tuple[str, ...] = (
     "arrivals_drawn",
     "arrivals_sent",

@@ -222,3 +222,21 @@ def assign_stages(
         inside = (start_wall_s >= stage.start_wall_s + stage.warmup_s) & (start_wall_s < hi)
         out[inside] = stage.index
     return out
+
+
+#: run.json warnings that say Locust's CPU monitor saw > 90%: code -> text. The text starts with
+#: its code, so the report recognises the warning by that prefix, never by wording.
+CPU_WARNINGS: dict[str, str] = {
+    "cpu_high_local": "the load generator's CPU went above 90%: timings may be inflated",
+    "cpu_high_worker": "a worker's CPU went above 90%: timings may be inflated",
+}
+
+
+def warning_text(code: str) -> str:
+    """A run.json warning: ``"<code>: <text>"``."""
+    return f"{code}: {CPU_WARNINGS[code]}"
+
+
+def is_cpu_warning(text: str) -> bool:
+    """True for a warning made by :func:`warning_text` from a :data:`CPU_WARNINGS` code."""
+    return text.partition(":")[0] in CPU_WARNINGS

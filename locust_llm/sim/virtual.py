@@ -67,7 +67,6 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm import __version__
-from locust_llm.client.arrivals import STAGE_ENDED
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
 from locust_llm.roofline.floors import GpuSpec, ModelSpec
@@ -79,6 +78,7 @@ from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.metrics import phase_times
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
+from locust_llm.workloads.arrivals import STAGE_ENDED
 from locust_llm.workloads.datasets import load_dataset
 from locust_llm.workloads.distributions import Distribution, parse_distribution
 from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
@@ -642,7 +642,7 @@ def simulate(
 
 def write_run_dir(run: VirtualRun, run_dir: Path | str) -> Path:
     """Write ``requests.parquet``, ``telemetry.parquet`` and ``run.json`` into ``run_dir``."""
-    from locust_llm.rundir.recorder import Recorder
+    from locust_llm.client.recorder import Recorder
     from locust_llm.telemetry.scraper import rows_to_frame, write_frame
 
     path = Path(run_dir)

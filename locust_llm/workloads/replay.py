@@ -3,7 +3,7 @@
 :class:`Replay` is a trace's lines inside its window with the speed-up; :func:`load_replay`
 reads the one a ``TraceReplayUser`` class describes (once per process). :class:`TraceBook` hands
 this process's lines (its partition, plus the lines it adopted from a lost worker) to its users
-in time order. The user class is :class:`locust_llm.workloads.users.TraceReplayUser`.
+in time order. The user class is :class:`locust_llm.client.workload_users.TraceReplayUser`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``/v1/embeddings``: a batch of inputs in, one vector each out; never streamed.
 
 The request is ``{"model", "input": [text, ...]}`` (one input per request unless the user
-class batches: :class:`locust_llm.workloads.users.EmbeddingsUser`); the answer is one JSON
+class batches: :class:`locust_llm.client.workload_users.EmbeddingsUser`); the answer is one JSON
 body with ``data[]`` (one embedding per input) and ``usage.prompt_tokens``. The record has
 no TTFT (no token is generated); E2E is the request's latency, ``input_tokens`` the batch's
 tokens and ``batch_inputs`` its inputs, from which the report takes inputs/s and tokens/s.

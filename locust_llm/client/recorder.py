@@ -23,12 +23,12 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from locust_llm.client.arrivals import ArrivalCounts
 from locust_llm.client.messages import RecordBatch
 from locust_llm.live.stage_tally import StageTallies
 from locust_llm.metrics import RECORD_FIELDS, RequestRecord
 from locust_llm.rundir.journal import JOURNAL_FILE, RecordJournal, journal_to_parquet
 from locust_llm.rundir.layout import REQUESTS_FILE, RunInfo, write_run_info
+from locust_llm.workloads.arrivals import ArrivalCounts
 
 logger = logging.getLogger(__name__)
 

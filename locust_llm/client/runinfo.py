@@ -3,7 +3,7 @@
 :func:`masked_command_line` replaces the API key and every extra header's value with ``***``
 (by flag, by value however the flag was abbreviated, and any argument that looks like a bearer
 token), so run.json, logs and reports never hold a secret. Warning texts the report reads
-are given stable codes here (:data:`CPU_WARNINGS`).
+have stable codes in :mod:`locust_llm.rundir.layout` (``CPU_WARNINGS``).
 """
 
 from __future__ import annotations
@@ -27,29 +27,12 @@ from locust_llm.telemetry.batch_limit import run_info_extra
 _SECRET_FLAGS = tuple(option.flag for option in OPTIONS if option.secret)
 _HEADER_FLAGS = (by_name("header").flag,)
 
-#: run.json warnings that say Locust's CPU monitor saw > 90%: code -> text. The text starts with
-#: its code, so the report recognises the warning by that prefix, never by wording.
-CPU_WARNINGS: dict[str, str] = {
-    "cpu_high_local": "the load generator's CPU went above 90%: timings may be inflated",
-    "cpu_high_worker": "a worker's CPU went above 90%: timings may be inflated",
-}
-
 
 def _probed_host(options: ClientOptions, hosts: Sequence[str]) -> str:
     """The server asked for its batch limit: none when server telemetry is off (``none``)."""
     if not hosts or options.server_metrics.strip().lower() == "none":
         return ""
     return hosts[0]
-
-
-def warning_text(code: str) -> str:
-    """A run.json warning: ``"<code>: <text>"``."""
-    return f"{code}: {CPU_WARNINGS[code]}"
-
-
-def is_cpu_warning(text: str) -> bool:
-    """True for a warning made by :func:`warning_text` from a :data:`CPU_WARNINGS` code."""
-    return text.partition(":")[0] in CPU_WARNINGS
 
 
 def default_run_dir() -> Path:

@@ -24,11 +24,12 @@ import gevent
 from locust import events
 from locust.exception import StopUser
 
+from locust_llm.client import shares as parts
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.events import llm_events
 from locust_llm.client.user import ChatUser, LLMUser
 from locust_llm.metrics import RequestRecord, StreamTiming
-from locust_llm.workloads import partition as parts
+from locust_llm.workloads.partition import Partition
 from locust_llm.workloads.prompt import Prompt
 from locust_llm.workloads.replay import Replay, TraceBook, load_replay
 from locust_llm.workloads.sessions import (
@@ -66,7 +67,7 @@ def _book(user: Any, make: Any) -> Any:
     return book[1]
 
 
-def _share(user: Any) -> parts.Partition:
+def _share(user: Any) -> Partition:
     """This worker's share, once the master has said it (a new worker waits for the answer)."""
     part = parts.partition(user.environment)
     while not part.known:
