@@ -35,6 +35,7 @@ LOCUST_FACING = (
     "locust_llm.client.user",
     "locust_llm.client.shapes",
     "locust_llm.client.workload_users",
+    "locust_llm.client.shares",
     "locust_llm.client.sweep_locustfile",
     "locust_llm.client.runtime",
     "locust_llm.client.transport",

@@ -219,9 +219,9 @@ class TraceShape(StagesShape):
             self._source = classes[0]
             replay = self._source.load_replay()
             if not replay.lines:
-                raise InputError(f"trace {classes[0].trace!r}: no line inside trace_window_s")
+                raise InputError(f"trace {self._source.trace!r}: no line inside trace_window_s")
             self._lines = len(replay.lines)
-            users = classes[0].replay_users or replay_pool_users(replay.peak_rate_per_s())
+            users = self._source.replay_users or replay_pool_users(replay.peak_rate_per_s())
             duration = self.lead_s + replay.span_s + self.drain_s
             self._plans = [StagePlan(name="trace replay", concurrency=users, duration_s=duration)]
         return self._plans
