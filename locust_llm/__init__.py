@@ -21,7 +21,7 @@ _LAZY = {
     "ChatUser": "locust_llm.client.user",
     "CompletionUser": "locust_llm.client.user",
     "llm_events": "locust_llm.client.events",
-    "ClientOptions": "locust_llm.client.config",
+    "ClientOptions": "locust_llm.options.config",
     "register_api": "locust_llm.client.apis.base",
     "RequestRecord": "locust_llm.metrics",
     "ModelSpec": "locust_llm.roofline.floors",

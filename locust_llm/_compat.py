@@ -22,7 +22,6 @@ MOVED: dict[str, str] = {
     "locust_llm.shapes": "locust_llm.client.shapes",
     "locust_llm.sweep_locustfile": "locust_llm.client.sweep_locustfile",
     "locust_llm.sse": "locust_llm.client.sse",
-    "locust_llm.options": "locust_llm.client.options",
     "locust_llm.datasets": "locust_llm.workloads.datasets",
     "locust_llm.distributions": "locust_llm.workloads.distributions",
     "locust_llm.promapi": "locust_llm.telemetry.promapi",
@@ -38,6 +37,7 @@ PACKAGE_WAS: dict[str, str] = {
     "locust_llm.roofline": "locust_llm.roofline.floors",
     "locust_llm.telemetry": "locust_llm.telemetry.scraper",
     "locust_llm.rundir": "locust_llm.rundir.layout",
+    "locust_llm.options": "locust_llm.options.table",
 }
 
 

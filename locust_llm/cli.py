@@ -31,7 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("locust_llm.sim.cli", "start the simulated OpenAI-compatible server"),
     "virtual": ("locust_llm.sim.virtual", "run a sweep against the simulator in virtual time"),
     "gpu-exporter": ("locust_llm.gpu.cli", "serve GPU and host metrics for Prometheus"),
-    "options": ("locust_llm.client.options_cli", "list every --llm-* option a locustfile accepts"),
+    "options": ("locust_llm.launch.options_cli", "list every --llm-* option a locustfile accepts"),
 }
 
 #: Subcommands that hand the arguments after a lone ``--`` to Locust unchanged.

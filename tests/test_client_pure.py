@@ -11,8 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from locust_llm.client import config, sse
-from locust_llm.client import options as options_module
+from locust_llm.client import sse
 from locust_llm.client.apis.base import (
     ApiAdapter,
     BodyRequest,
@@ -23,9 +22,11 @@ from locust_llm.client.apis.base import (
 from locust_llm.client.messages import PermitAsk, PermitGrant, RecordBatch, StageMessage
 from locust_llm.client.recorder import Recorder
 from locust_llm.client.runinfo import masked_command_line
-from locust_llm.client.settings import resolve_settings
 from locust_llm.errors import InputError
 from locust_llm.metrics import FAILURE_KINDS, RECORD_FIELDS, RequestRecord
+from locust_llm.options import config
+from locust_llm.options import table as options_module
+from locust_llm.options.settings import resolve_settings
 from locust_llm.rundir.layout import is_cpu_warning, warning_text
 from locust_llm.workloads.datasets import Prompt
 

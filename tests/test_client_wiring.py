@@ -104,7 +104,7 @@ import json
 from locust import User
 from locust_llm.client import lifecycle
 from locust_llm.client.shapes import ReplaySource, StagesShape, TraceShape
-from locust_llm.client.config import ClientOptions
+from locust_llm.options.config import ClientOptions
 from locust_llm.client.user import Chat, ChatUser, LLMUser
 from locust_llm.errors import InputError
 from locust_llm.client.workload_users import SessionUser, TraceReplayUser

@@ -15,9 +15,11 @@ import configargparse
 import pytest
 from conftest import ROOT
 
-from locust_llm.client import config, lengths, options, redact, settings
-from locust_llm.client.options_cli import render_markdown
+from locust_llm.client import redact
 from locust_llm.errors import InputError
+from locust_llm.launch.options_cli import render_markdown
+from locust_llm.options import config, lengths, settings
+from locust_llm.options import table as options
 
 #: a value each kind reads from its environment variable, and what the field then holds
 ENV_SAMPLE = {"text": "x", "switch": "true", "float": "2.5", "int": "17", "list": "[A: 1, B: 2]"}
@@ -126,7 +128,7 @@ def _imports(module: str) -> set[str]:
     ["option_spec", "readers", "validate", "lengths", "options"],
 )
 def test_the_option_modules_do_not_import_client_options_back(module: str) -> None:
-    assert "locust_llm.client.config" not in _imports(f"locust_llm.client.{module}")
+    assert "locust_llm.options.config" not in _imports(f"locust_llm.client.{module}")
 
 
 def test_class_attributes_come_from_the_spec() -> None:

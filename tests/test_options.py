@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from locust_llm.client import options
+from locust_llm.options import table as options
 
 BIN = Path(sys.executable).parent
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.client import config
 from locust_llm.client.backoff import Backoff
 from locust_llm.client.gate import StageGate, ThreadWaiter
-from locust_llm.client.options import defaults
 from locust_llm.client.recorder import Recorder
 from locust_llm.client.redact import Redactor, redactor_for
 from locust_llm.client.runinfo import masked_command_line
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord
+from locust_llm.options import config
+from locust_llm.options.table import defaults
 from locust_llm.rundir.journal import RecordJournal, journal_to_parquet, read_journal
 
 

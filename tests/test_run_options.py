@@ -14,9 +14,9 @@ import pytest
 from cluster_utils import Cluster
 
 from locust_llm.cli import build_parser, main
-from locust_llm.client.options import OPTIONS, env_var
 from locust_llm.launch.run_options import secret_env
 from locust_llm.launch.sweep import SWEEP_FLAG_FOR, run_llm_args
+from locust_llm.options.table import OPTIONS, env_var
 
 CLI = [str(Path(sys.executable).parent / "locust-llm")]
 #: A value each plugin option accepts (strings for the rest).

@@ -162,7 +162,7 @@ def test_the_window_is_run_json_s_stage_and_old_run_dirs_still_load(tmp_path) ->
 
 #: the Locust shape's plan of its options (a subprocess: the shape imports locust)
 SHAPE_PLAN = """
-from locust_llm.client.config import ClientOptions
+from locust_llm.options.config import ClientOptions
 from locust_llm.client.shapes import plan_stages
 opts = ClientOptions(concurrency="1,3", stage_requests="4,9", soak="10s", stage_duration="1m")
 print(repr(plan_stages(opts)))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from conftest import run_locust
 
-from locust_llm.client.options import READ_TIMEOUT_DEFAULT_S, STOP_TIMEOUT_DEFAULT_S
+from locust_llm.options.table import READ_TIMEOUT_DEFAULT_S, STOP_TIMEOUT_DEFAULT_S
 from locust_llm.sim.testing import running_sim
 
 pytestmark = pytest.mark.slow

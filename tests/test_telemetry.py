@@ -22,8 +22,8 @@ from test_telemetry_fakes import (
     exporter_text,
 )
 
-from locust_llm.client import options as options_module
 from locust_llm.errors import InputError
+from locust_llm.options import table as options_module
 from locust_llm.rundir.layout import TELEMETRY_COLUMNS, TELEMETRY_FILE
 from locust_llm.telemetry.scraper import (
     TelemetryScraper,

@@ -130,7 +130,7 @@ def test_every_option_parses_and_is_used() -> None:
     and the ClientOptions field of each is read somewhere past its declaration."""
     import re
 
-    from locust_llm.client import options
+    from locust_llm.options import table as options
 
     declared = set(vars(options.defaults()))
     read = set(re.findall(r"(?:opts|options)\.(llm_[a-z_]+)\b", _all_sources()))

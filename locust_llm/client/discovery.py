@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from locust_llm.client.config import ClientOptions
 from locust_llm.client.transport import READ_ERRORS, Transport
 from locust_llm.errors import InputError
+from locust_llm.options.config import ClientOptions
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 10.0

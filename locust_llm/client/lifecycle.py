@@ -39,9 +39,7 @@ from locust import events
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
-from locust_llm.client import lengths, options
 from locust_llm.client.apis.base import get_api
-from locust_llm.client.config import ClientOptions
 from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
     MSG_DRAINED,
@@ -67,6 +65,9 @@ from locust_llm.client.runtime import (
 )
 from locust_llm.errors import InputError
 from locust_llm.live import llmstats
+from locust_llm.options import lengths
+from locust_llm.options import table as options
+from locust_llm.options.config import ClientOptions
 from locust_llm.rundir.layout import (
     RunInfo,
     claim_run_dir,

@@ -18,10 +18,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, redirect_stderr
 from typing import TYPE_CHECKING
 
-from locust_llm.client.options import OPTIONS
+from locust_llm.options.table import OPTIONS
 
 if TYPE_CHECKING:
-    from locust_llm.client.config import ClientOptions
+    from locust_llm.options.config import ClientOptions
 
 MASK = "***"
 _MIN_SECRET_LEN = 3  # shorter values ("1", "on") would mask ordinary text everywhere

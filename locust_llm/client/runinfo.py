@@ -17,9 +17,9 @@ from importlib import metadata
 from pathlib import Path
 
 from locust_llm import __version__
-from locust_llm.client.config import ClientOptions
-from locust_llm.client.options import OPTIONS, by_name
 from locust_llm.client.redact import Redactor, secrets_of
+from locust_llm.options.config import ClientOptions
+from locust_llm.options.table import OPTIONS, by_name
 from locust_llm.rundir.layout import RunInfo
 from locust_llm.telemetry.batch_limit import run_info_extra
 

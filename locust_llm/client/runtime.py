@@ -1,6 +1,6 @@
 """Runtime: what locust-llm keeps for one Locust Environment in one process.
 
-One per Environment (:func:`runtime`): the :class:`~locust_llm.client.config.ClientOptions`,
+One per Environment (:func:`runtime`): the :class:`~locust_llm.options.config.ClientOptions`,
 the stage gate, the recorder, the live stats, the run dir and its run.json, the data sets,
 output-length distributions and model ids the user classes resolved. Users call
 :meth:`Runtime.request_done` once per request: Locust's ``request`` event, the live stats, the
@@ -22,19 +22,19 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 from locust.runners import MasterRunner, WorkerRunner
 
-from locust_llm.client import config, lengths
 from locust_llm.client.cpu_demand import CpuDemandMeter
 from locust_llm.client.discovery import discover_model
 from locust_llm.client.events import llm_events
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
-from locust_llm.client.readers import split_hosts
 from locust_llm.client.recorder import Recorder
 from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
-from locust_llm.client.settings import UserSettings
 from locust_llm.errors import InputError, RequestFailed
 from locust_llm.live import llmstats
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
+from locust_llm.options import config, lengths
+from locust_llm.options.readers import split_hosts
+from locust_llm.options.settings import UserSettings
 from locust_llm.rundir.layout import RunInfo, Stage
 from locust_llm.workloads.arrivals import arrival_process
 from locust_llm.workloads.datasets import load_dataset

@@ -24,12 +24,13 @@ from locust import LoadTestShape
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from locust_llm.client import lengths, lifecycle
-from locust_llm.client.config import ClientOptions
+from locust_llm.client import lifecycle
 from locust_llm.client.messages import StageMessage
 from locust_llm.client.runtime import Runtime, runtime
 from locust_llm.client.shares import send_partitions
 from locust_llm.errors import InputError
+from locust_llm.options import lengths
+from locust_llm.options.config import ClientOptions
 from locust_llm.workloads.replay import Replay
 from locust_llm.workloads.stages import StagePlan, parse_stages
 

@@ -1,7 +1,7 @@
 """LLMUser, ChatUser, CompletionUser: stream one completion per task and time every token.
 
 Subclass one in a locustfile; every task is one request. Settings are class attributes, each
-``None`` by default, meaning "the ``--llm-*`` option" (see :mod:`locust_llm.client.settings`)::
+``None`` by default, meaning "the ``--llm-*`` option" (see :mod:`locust_llm.options.settings`)::
 
     class Small(ChatUser):
         host = "http://127.0.0.1:8000"   # Locust's own attribute; --host overrides it
@@ -44,15 +44,15 @@ from locust.exception import StopUser
 from locust_llm.client import lifecycle
 from locust_llm.client.apis.base import ApiAdapter, BodyRequest, get_api
 from locust_llm.client.backoff import Backoff
-from locust_llm.client.config import ClientOptions
 from locust_llm.client.events import llm_events
 from locust_llm.client.kernel_transport import select_transport
 from locust_llm.client.runtime import runtime
-from locust_llm.client.settings import CLASS_ATTRIBUTES, UserSettings, resolve_settings
 from locust_llm.client.stream import Exchange, StreamReader
 from locust_llm.client.transport import READ_ERRORS, Transport
 from locust_llm.errors import RequestFailed
 from locust_llm.metrics import NAN, RequestRecord
+from locust_llm.options.config import ClientOptions
+from locust_llm.options.settings import CLASS_ATTRIBUTES, UserSettings, resolve_settings
 
 logger = logging.getLogger("locust_llm")
 

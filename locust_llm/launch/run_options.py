@@ -14,7 +14,7 @@ import argparse
 import os
 from typing import Any
 
-from locust_llm.client.options import OPTIONS, by_name
+from locust_llm.options.table import OPTIONS, by_name
 
 #: ``--llm-*`` options that ``run``/``demo`` set through flags of their own (flag without
 #: --llm- -> the run/demo flag's dest); every other ``--llm-*`` option is accepted as it is.

@@ -27,7 +27,6 @@ from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
-from locust_llm.client.options import env_var
 from locust_llm.errors import InputError
 from locust_llm.launch.run_options import (
     SWEEP_FLAG_FOR,
@@ -37,6 +36,7 @@ from locust_llm.launch.run_options import (
     secret_env,
 )
 from locust_llm.live.progress import ProgressLine, follow
+from locust_llm.options.table import env_var
 from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "client" / "sweep_locustfile.py"

@@ -353,7 +353,7 @@ def _cpu_ratio(percent: Any) -> float:
 def targets_from_options(options: Any, host: str | None) -> list[str]:
     """The scrape targets the ``--llm-*`` options ask for (``auto`` or empty probes
     ``<host>/metrics`` once; ``none`` turns it off). The options are declared in
-    :mod:`locust_llm.client.options`."""
+    :mod:`locust_llm.options.table`."""
     targets = [check_url(u) for u in (getattr(options, "llm_gpu_metrics", None) or [])]
     server = getattr(options, "llm_server_metrics", "auto") or "auto"
     if server == "auto":

@@ -1,10 +1,10 @@
 """The ``--llm-*`` options, each declared once here (:data:`OPTIONS`), added to Locust's parser.
 
-Each entry (:class:`~locust_llm.client.option_spec.Option`) is the one declaration its uses
+Each entry (:class:`~locust_llm.options.spec.Option`) is the one declaration its uses
 derive from: the Locust flag with its ``LOCUST_LLM_*`` environment variable and config-file key
 (Locust's parser is configargparse, so ``llm-model = x`` in ``locust.conf`` works), the
 reference ``docs/options.md`` (``locust-llm options``), the typed
-:class:`~locust_llm.client.config.ClientOptions` field and its check, and the flag of
+:class:`~locust_llm.options.config.ClientOptions` field and its check, and the flag of
 ``locust-llm run``/``demo`` that stands for it. Added to Locust's parser by
 ``locust_llm.client.lifecycle``; :func:`add_arguments` is public so the ``options`` command and
 tests can build the same parser.
@@ -17,8 +17,8 @@ from typing import Any
 
 import configargparse
 
-from locust_llm.client import readers, validate
-from locust_llm.client.option_spec import Option, env_var
+from locust_llm.options import readers, validate
+from locust_llm.options.spec import Option, env_var
 
 __all__ = [
     "OPTIONS",

@@ -1,11 +1,11 @@
 """ClientOptions: the ``--llm-*`` options as one frozen, typed object, built once at the edge.
 
 Locust hands every listener an untyped ``argparse.Namespace``; :func:`from_namespace` reads it
-once through the option spec (:data:`locust_llm.client.options.OPTIONS`: each entry's reader
+once through the option spec (:data:`locust_llm.options.table.OPTIONS`: each entry's reader
 fills its field), runs every entry's check and the checks that span options
 (:func:`check_options`), and returns a :class:`ClientOptions` that the rest of the client reads.
 Pure: no Locust, no gevent. Defaults, help texts and checks live with the flags in
-:mod:`locust_llm.client.options`; ``tests/test_options.py`` fails when a field and its entry
+:mod:`locust_llm.options.table`; ``tests/test_options.py`` fails when a field and its entry
 drift apart.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from locust_llm.client.options import OPTIONS, READ_TIMEOUT_DEFAULT_S, defaults
+from locust_llm.options.table import OPTIONS, READ_TIMEOUT_DEFAULT_S, defaults
 from locust_llm.roofline.devices import PLUGIN_FLAGS, DeviceArgs, check_tp
 
 #: ClientOptions fields that hold Locust's own options; every other field is an ``--llm-*`` one

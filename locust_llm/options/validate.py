@@ -3,7 +3,7 @@
 Each check takes the flag and the option's typed value and refuses a value the load test cannot
 run with (a time of 0, a length distribution that does not parse, a negative count) as one
 ``InputError`` naming the flag and what it expects. The option spec
-(:mod:`locust_llm.client.options`) names each option's check; ``config.check_options`` runs them
+(:mod:`locust_llm.options.table`) names each option's check; ``config.check_options`` runs them
 all, then the checks that span several options.
 """
 
@@ -13,8 +13,8 @@ import math
 import os
 from typing import Any
 
-from locust_llm.client import lengths
 from locust_llm.errors import InputError
+from locust_llm.options import lengths
 from locust_llm.workloads.distributions import parse_distribution
 
 

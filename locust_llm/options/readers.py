@@ -1,9 +1,9 @@
 """Readers: a raw ``--llm-*`` value (from Locust's parser, an env var or a config file) to its
-typed :class:`~locust_llm.client.config.ClientOptions` field value (pure).
+typed :class:`~locust_llm.options.config.ClientOptions` field value (pure).
 
 Each reader takes the flag (for its error) and the raw value; a value that cannot be read is
 one :class:`~locust_llm.errors.InputError` naming the flag. The option spec
-(:mod:`locust_llm.client.options`) names each option's reader.
+(:mod:`locust_llm.options.table`) names each option's reader.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What one ``--llm-*`` option is: the :class:`Option` record every use of an option derives from.
 
 An entry names the option once (``--llm-<name>``) and holds its default, help, kind, how its raw
-value becomes its :class:`~locust_llm.client.config.ClientOptions` field (``read``), the check
+value becomes its :class:`~locust_llm.options.config.ClientOptions` field (``read``), the check
 of that field's value, whether it is a secret, and the flag of ``locust-llm run``/``demo`` that
 stands for it. From it come the argparse/configargparse keyword arguments (the Locust flag and
 its ``LOCUST_LLM_*`` environment variable), the config-file key, the reference page and the
-pass-through of ``run``. The table of entries is :data:`locust_llm.client.options.OPTIONS`.
+pass-through of ``run``. The table of entries is :data:`locust_llm.options.table.OPTIONS`.
 Pure: no Locust.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from locust_llm.client import readers
+from locust_llm.options import readers
 
 #: text: a string; switch: on when given; float/int: a number; list: repeatable, one value a use
 Kind = Literal["text", "switch", "float", "int", "list"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from locust_llm.client.config import ClientOptions
-from locust_llm.client.options import OPTIONS
-from locust_llm.client.readers import split_hosts
+from locust_llm.options.config import ClientOptions
+from locust_llm.options.readers import split_hosts
+from locust_llm.options.table import OPTIONS
 
 #: the ClientOptions fields a user class attribute of the same name overrides
 CLASS_ATTRIBUTES: tuple[str, ...] = tuple(o.field_name for o in OPTIONS if o.class_attribute)
