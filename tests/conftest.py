@@ -20,6 +20,36 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+#: Test files outside the quick tier: they start processes (the CLI, Locust, servers, ruff and
+#: mypy) or take seconds each. Every other test not marked slow, browser or gpu is marked
+#: ``quick``: pure and in-process, the tier `pytest -m quick` runs in under a minute.
+NOT_QUICK = frozenset(
+    {
+        # static checks and packaging (scripts/check.sh runs the tools themselves)
+        "test_static.py", "test_packaging.py", "test_compose.py", "test_bootstrap.py",
+        # the command line, run as a user runs it
+        "test_options.py", "test_run_options.py", "test_run_devices.py", "test_report_cli.py",
+        "test_reliability_inputs.py", "test_gpu_cli.py", "test_roofline.py", "test_sim_docs.py",
+        "test_workloads_docs.py", "test_calibration.py", "test_cpu_demand.py",
+        "test_worker_count.py",
+        # real servers, Locust or long simulations
+        "test_client_pure.py", "test_http11.py", "test_kernel_transport.py",
+        "test_trace_replay.py", "test_sessions_sim.py", "test_verdict_accuracy.py",
+        "test_workloads_report.py", "test_apis_responses_embeddings.py",
+        "test_sim_reasoning.py", "test_telemetry.py", "test_verdict_batch_limit.py",
+        "test_decompose.py", "test_report_document.py", "test_sim_virtual.py", "test_sim_tp.py",
+        "test_sim_faults.py", "test_sim_trace.py", "test_client_wiring.py",
+    }
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        full_only = {"slow", "browser", "gpu"} & {m.name for m in item.iter_markers()}
+        if not full_only and item.path.name not in NOT_QUICK:
+            item.add_marker(pytest.mark.quick)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if "locust" in sys.modules or ("gevent.monkey" in sys.modules and _patched()):
         raise pytest.UsageError(

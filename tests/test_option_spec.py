@@ -125,10 +125,10 @@ def _imports(module: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "module",
-    ["option_spec", "readers", "validate", "lengths", "options"],
+    ["spec", "readers", "validate", "lengths", "table"],
 )
 def test_the_option_modules_do_not_import_client_options_back(module: str) -> None:
-    assert "locust_llm.options.config" not in _imports(f"locust_llm.client.{module}")
+    assert "locust_llm.options.config" not in _imports(f"locust_llm.options.{module}")
 
 
 def test_class_attributes_come_from_the_spec() -> None:
