@@ -28,6 +28,7 @@ from locust_llm.rundir.layout import (
     RunInfo,
     read_run_info,
 )
+from locust_llm.telemetry.promapi import read_prometheus
 
 #: requests.parquet columns the report cannot do without
 REQUIRED_REQUEST_COLUMNS: tuple[str, ...] = (
@@ -114,14 +115,13 @@ def empty_telemetry() -> pd.DataFrame:
 def prometheus_telemetry(url: str, info: RunInfo, step_s: float = 1.0) -> pd.DataFrame:
     """Telemetry for the run's window from a Prometheus server
     (``locust_llm.telemetry.promapi``)."""
-    from locust_llm.telemetry.promapi import read_prometheus as reader
 
     starts = [s.start_wall_s for s in info.stages] or [info.start_wall_s]
     ends = [e for e in [*(s.end_wall_s for s in info.stages), info.end_wall_s] if not math.isnan(e)]
     start, end = min(starts), max(ends, default=math.nan)
     if math.isnan(start) or math.isnan(end):
         raise InputError(f"--prometheus {url}: run.json has no start/end time to query")
-    frame = reader(url, start, end, step_s)
+    frame = read_prometheus(url, start, end, step_s)
     missing = [c for c in TELEMETRY_COLUMNS if c not in frame]
     if missing:
         raise InputError(f"--prometheus {url}: the answer lacks column {missing[0]!r}")

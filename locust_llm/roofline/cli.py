@@ -14,6 +14,7 @@ import struct
 
 from locust_llm.errors import InputError
 from locust_llm.roofline import floors as roofline
+from locust_llm.roofline.devices import DeviceArgs
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +97,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _gpu_from_args(args: argparse.Namespace) -> roofline.GpuSpec:
-    from locust_llm.roofline.devices import DeviceArgs
 
     custom = [value or "" for value in (args.bandwidth, args.flops, args.memory)]
     gpu = args.gpu or ("" if any(custom) else "rtx4090")

@@ -67,10 +67,12 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm import __version__
+from locust_llm.client.recorder import Recorder
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
 from locust_llm.roofline.floors import GpuSpec, ModelSpec
 from locust_llm.rundir.layout import RunInfo, Stage
+from locust_llm.sim import cli as sim_cli
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.engine import Engine, RequestTooLarge, SimRequest, StepResult
 from locust_llm.sim.faults import FaultPlan
@@ -78,6 +80,7 @@ from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.metrics import phase_times
 from locust_llm.sim.prefix_cache import block_hashes
 from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
+from locust_llm.telemetry.scraper import rows_to_frame, write_frame
 from locust_llm.workloads.arrivals import STAGE_ENDED
 from locust_llm.workloads.datasets import load_dataset
 from locust_llm.workloads.distributions import Distribution, parse_distribution
@@ -642,8 +645,6 @@ def simulate(
 
 def write_run_dir(run: VirtualRun, run_dir: Path | str) -> Path:
     """Write ``requests.parquet``, ``telemetry.parquet`` and ``run.json`` into ``run_dir``."""
-    from locust_llm.client.recorder import Recorder
-    from locust_llm.telemetry.scraper import rows_to_frame, write_frame
 
     path = Path(run_dir)
     run.info.run_id = path.name
@@ -660,7 +661,6 @@ def write_run_dir(run: VirtualRun, run_dir: Path | str) -> Path:
 
 def configure_parser(parser: Any) -> None:
     """Flags of ``locust-llm virtual``: the simulator's own flags plus the workload's."""
-    from locust_llm.sim import cli as sim_cli
 
     sim_cli.configure_parser(parser)
     add = parser.add_argument
@@ -692,8 +692,6 @@ def configure_parser(parser: Any) -> None:
 def run_virtual(args: Any) -> int:
     """``locust-llm virtual``: simulate the sweep, write the run dir, print where it is."""
     from datetime import datetime, timezone
-
-    from locust_llm.sim import cli as sim_cli
 
     config = sim_cli.config_from_args(args)
     workload = VirtualWorkload(

@@ -41,6 +41,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from locust_llm.gpu.names import GPU_METRICS, HOST_METRICS
 from locust_llm.registry import Registry
 from locust_llm.telemetry.promtext import Sample, parse_samples
 from locust_llm.telemetry.signals import get_signal, reduce_values
@@ -207,7 +208,6 @@ def _dcgm_memory_total(
 
 def _exporter_vocabularies() -> tuple[Vocabulary, Vocabulary]:
     """Ours and dcgm-exporter's, from the exporter's own name table."""
-    from locust_llm.gpu.names import GPU_METRICS, HOST_METRICS
 
     mapped = [m for m in GPU_METRICS if m.field in GPU_FIELD_SIGNALS]
     ours = [MetricMap(m.sample_name, GPU_FIELD_SIGNALS[m.field]) for m in mapped]

@@ -22,7 +22,15 @@ from typing import Any
 import numpy as np
 
 from locust_llm.live.histogram import LatencyHistogram
-from locust_llm.live.llmstats import METRICS, RECENT_QUANTILES, RECENT_WINDOW_S, TOTAL, LiveStats
+from locust_llm.live.llmstats import (
+    CSV_COLUMNS,
+    METRICS,
+    RECENT_QUANTILES,
+    RECENT_WINDOW_S,
+    TOTAL,
+    LiveStats,
+    _csv_row,
+)
 from locust_llm.live.stage_tally import StageFigures
 from locust_llm.telemetry.counters import summed_increase
 from locust_llm.telemetry.signals import combine
@@ -491,8 +499,6 @@ def stats_csv(stats: LiveStats) -> str:
     """``llm_stats.csv`` as text (the same columns the run dir gets)."""
     import csv
     import io
-
-    from locust_llm.live.llmstats import CSV_COLUMNS, _csv_row
 
     buffer = io.StringIO()
     writer = csv.writer(buffer)
