@@ -344,3 +344,15 @@ def make_run(
             tel.loc[(rel >= gap[0]) & (rel < gap[1]), "value"] = np.nan
         tel.to_parquet(path / TELEMETRY_FILE, index=False)
     return path
+
+
+def counter_series(points: dict[str, list[tuple[float, str, float]]]) -> dict:
+    """Telemetry series as the report's lookup holds them: signal -> (times, values, sources,
+    GPU labels), from ``{signal: [(time_s, source, value), ...]}``."""
+    out = {}
+    for signal, rows in points.items():
+        t = np.array([r[0] for r in rows], float)
+        src = np.array([r[1] for r in rows], object)
+        v = np.array([r[2] for r in rows], float)
+        out[signal] = (t, v, src, np.array([""] * len(rows), object))
+    return out

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from rundir_factory import counter_series
 
 from locust_llm.report.diagnosis.lag import lag_warnings
 from locust_llm.report.tables import TelemetryIndex, _telemetry_stats
@@ -193,18 +194,8 @@ def test_a_source_that_measured_nothing_is_left_out_and_none_is_nan() -> None:
     assert math.isnan(summed_rate(t[2:], v[2:], src[2:]))
 
 
-def _series(points: dict[str, list[tuple[float, str, float]]]) -> dict:
-    out = {}
-    for signal, rows in points.items():
-        t = np.array([r[0] for r in rows], float)
-        src = np.array([r[1] for r in rows], object)
-        v = np.array([r[2] for r in rows], float)
-        out[signal] = (t, v, src, np.array([""] * len(rows), object))
-    return out
-
-
 def test_series_increase_runs_from_the_sample_before_the_window_per_source() -> None:
-    series = _series({"phase_queue_s": [
+    series = counter_series({"phase_queue_s": [
         (0.5, "a", 1.0), (1.5, "a", 3.0), (2.5, "a", 6.0),
         (1.2, "b", 10.0), (2.2, "b", 12.0),
     ]})  # fmt: skip

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from rundir_factory import counter_series
 
 from locust_llm.report.diagnosis.decompose import (
     FinishedRequests,
@@ -18,16 +19,6 @@ from locust_llm.report.diagnosis.resources import ServerLimits, resource_row, se
 from locust_llm.roofline.floors import get_gpu, get_model
 from locust_llm.telemetry.counters import series_increase
 from locust_llm.telemetry.vocabularies import extract_signals
-
-
-def _series(points: dict[str, list[tuple[float, str, float]]]) -> dict:
-    out = {}
-    for signal, rows in points.items():
-        t = np.array([r[0] for r in rows], float)
-        src = np.array([r[1] for r in rows], object)
-        v = np.array([r[2] for r in rows], float)
-        out[signal] = (t, v, src, np.array([""] * len(rows), object))
-    return out
 
 
 def _row(**kw: float) -> dict:
@@ -46,7 +37,7 @@ def test_server_histograms_win_and_are_differenced_per_stage() -> None:
         _row(),
         _row(stage=1, concurrency=8.0, start_wall_s=10.0, end_wall_s=20.0, ttft_avg_s=0.6),
     ]
-    series = _series({
+    series = counter_series({
         "phase_queue_s": [(9.0, "s", 0.0), (19.0, "s", 4.0)],
         "phase_prefill_s": [(9.0, "s", 0.5), (19.0, "s", 1.5)],
         "phase_decode_s": [(9.0, "s", 9.0), (19.0, "s", 19.0)],
@@ -203,7 +194,7 @@ def _counted_series(reqs: list[dict], event: str, scrape_s: float, until_s: floa
         points["phase_prefill_s"].append((t, "s", sum(r["prefill"] for r in counted)))
         points["phase_decode_s"].append((t, "s", sum(r["decode"] for r in counted)))
         points["phase_requests"].append((t, "s", float(len(counted))))
-    return _series(points)
+    return counter_series(points)
 
 
 @pytest.mark.parametrize("event", ["end", "first"])
