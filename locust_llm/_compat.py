@@ -72,10 +72,14 @@ def install() -> None:
 
 
 def forward(package: str, name: str) -> Any:
-    """``package.name`` where ``package`` was a module: read from its old content's new home."""
+    """``package.name`` where ``package`` was a module: read from its old content's new home.
+
+    A submodule's name is left to the import system (``from package import submodule`` asks
+    for the attribute first), so a submodule never imports the new home as a side effect.
+    """
+    if name.startswith("__") or importlib.util.find_spec(f"{package}.{name}") is not None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
     new = PACKAGE_WAS[package]
-    if name.startswith("__"):
-        raise AttributeError(name)
     value = getattr(importlib.import_module(new), name)
     _warn(f"{package}.{name}", f"{new}.{name}")
     return value
