@@ -17,10 +17,11 @@ import pytest
 
 from locust_llm.errors import InputError
 from locust_llm.launch.sweep import DEMO_SIM_ARGS
+from locust_llm.options.table import SWEEP_FLAGS
 from locust_llm.rundir.layout import read_run_info
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.virtual import VirtualWorkload, simulate, write_run_dir
-from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
+from locust_llm.workloads.stages import StagePlan, parse_stages
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_virtual

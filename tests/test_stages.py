@@ -11,10 +11,10 @@ import pytest
 
 from locust_llm.errors import InputError
 from locust_llm.launch.sweep import sweep_plan
+from locust_llm.options.table import SWEEP_FLAGS, stage_flags
 from locust_llm.rundir.layout import RunInfo, Stage, read_run_info
 from locust_llm.workloads.stages import (
     LOCUST_FLAGS,
-    SWEEP_FLAGS,
     StagePlan,
     parse_duration,
     parse_stages,
@@ -110,6 +110,7 @@ def test_bad_input_names_the_flag_and_what_was_wrong(
 
 def test_the_sweep_commands_own_flag_names_show_in_errors() -> None:
     assert LOCUST_FLAGS.requests == "--llm-stage-requests"
+    assert stage_flags() == LOCUST_FLAGS  # the default is the spec's plugin flags
     with pytest.raises(InputError, match=r"^--stage-requests: give one value or one per stage"):
         parse_stages(concurrency="1,2,4", requests="4,5", flags=SWEEP_FLAGS)
     with pytest.raises(InputError, match=r"give --concurrency .* or --rate .*one of the two"):
@@ -164,6 +165,7 @@ def test_the_window_is_run_json_s_stage_and_old_run_dirs_still_load(tmp_path) ->
 SHAPE_PLAN = """
 from locust_llm.options.config import ClientOptions
 from locust_llm.client.shapes import plan_stages
+from locust_llm.options.table import SWEEP_FLAGS, stage_flags
 opts = ClientOptions(concurrency="1,3", stage_requests="4,9", soak="10s", stage_duration="1m")
 print(repr(plan_stages(opts)))
 """

@@ -36,8 +36,8 @@ from locust_llm.launch.run_options import (
     secret_env,
 )
 from locust_llm.live.progress import ProgressLine, follow
-from locust_llm.options.table import env_var
-from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
+from locust_llm.options.table import SWEEP_FLAGS, env_var
+from locust_llm.workloads.stages import StagePlan, parse_stages
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "client" / "sweep_locustfile.py"
 

@@ -19,6 +19,7 @@ import configargparse
 
 from locust_llm.options import readers, validate
 from locust_llm.options.spec import Option, env_var
+from locust_llm.workloads.stages import StageFlags
 
 __all__ = [
     "OPTIONS",
@@ -459,3 +460,19 @@ def defaults() -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
     return parser.parse_args([])
+
+
+def stage_flags(*, sweep: bool = False) -> StageFlags:
+    """The flags a stage plan's errors name: the plugin's ``--llm-*`` options, or (``sweep``)
+    the flags of ``run``, ``demo`` and ``virtual`` that stand for them."""
+
+    def flag(name: str) -> str:
+        option = by_name(name)
+        return f"--{option.run_flag}" if sweep and option.run_flag else option.flag
+
+    names = ("concurrency", "rate", "stage-requests", "stage-duration", "soak")
+    return StageFlags(*(flag(name) for name in names))
+
+
+#: ``locust-llm run`` / ``demo`` / ``virtual``'s stage flags (the soak only as the plugin's)
+SWEEP_FLAGS = stage_flags(sweep=True)

@@ -70,6 +70,7 @@ from locust_llm import __version__
 from locust_llm.client.recorder import Recorder
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
+from locust_llm.options.table import SWEEP_FLAGS
 from locust_llm.roofline.floors import GpuSpec, ModelSpec
 from locust_llm.rundir.layout import RunInfo, Stage
 from locust_llm.sim import cli as sim_cli
@@ -84,7 +85,7 @@ from locust_llm.telemetry.scraper import rows_to_frame, write_frame
 from locust_llm.workloads.arrivals import STAGE_ENDED
 from locust_llm.workloads.datasets import load_dataset
 from locust_llm.workloads.distributions import Distribution, parse_distribution
-from locust_llm.workloads.stages import SWEEP_FLAGS, StagePlan, parse_stages
+from locust_llm.workloads.stages import StagePlan, parse_stages
 from locust_llm.workloads.textgen import (
     OutputLengths,
     answer_pieces,

@@ -16,9 +16,9 @@ Bad input is one :class:`~locust_llm.errors.InputError` line naming the flag, th
 was expected. The same parser serves the Locust shape (:mod:`locust_llm.client.shapes`, with the
 ``--llm-*`` flag names), ``locust-llm virtual`` (:mod:`locust_llm.sim.virtual`), and ``run`` /
 ``demo``'s progress line (:mod:`locust_llm.launch.sweep`, with their short flag names:
-:data:`SWEEP_FLAGS`). A stage begun becomes run.json's record of it with
-:meth:`StagePlan.window` (:class:`~locust_llm.rundir.layout.Stage`, whose format this module
-leaves as it is).
+``locust_llm.options.table.SWEEP_FLAGS``, derived from the option spec). A stage begun becomes
+run.json's record of it with :meth:`StagePlan.window` (:class:`~locust_llm.rundir.layout.Stage`,
+whose format this module leaves as it is).
 """
 
 from __future__ import annotations
@@ -112,13 +112,10 @@ class StageFlags:
     soak: str
 
 
-#: the Locust plugin's options (``locust --llm-concurrency ...``)
+#: the Locust plugin's options (``locust --llm-concurrency ...``), the default; ``run``, ``demo``
+#: and ``virtual`` name their own flags (``locust_llm.options.table.SWEEP_FLAGS``, from the spec)
 LOCUST_FLAGS = StageFlags(
     "--llm-concurrency", "--llm-rate", "--llm-stage-requests", "--llm-stage-duration", "--llm-soak"
-)
-#: ``locust-llm run`` / ``demo`` / ``virtual``'s own flags (the soak only as the plugin's option)
-SWEEP_FLAGS = StageFlags(
-    "--concurrency", "--rate", "--stage-requests", "--stage-duration", "--llm-soak"
 )
 
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)?$")
