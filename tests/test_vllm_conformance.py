@@ -174,6 +174,8 @@ def test_token_counts_equal_the_engines_counters(sweep: Sweep) -> None:
         assert not rec["input_tokens_estimated"].any()
         assert int(rec["input_tokens"].sum()) == stage.engine["vllm:prompt_tokens_total"]
         assert int(rec["output_tokens"].sum()) == stage.engine["vllm:generation_tokens_total"]
+        # distinct prompts: no two share a whole KV block (the ChatML opening is 5 tokens)
+        assert stage.engine["vllm:prompt_tokens_cached_total"] == 0
 
 
 def _comparison(sweep: Sweep) -> pd.DataFrame:
@@ -197,43 +199,41 @@ def _comparison(sweep: Sweep) -> pd.DataFrame:
 
 #: E2E and the last token's time: ours minus vLLM's is the time before vLLM's arrival stamp (HTTP,
 #: chat template, tokenization) plus the last chunk's way out after its finish stamp (SSE, loopback,
-#: our read: 0.4-49 ms of it between the kernel's receive stamp and Python's read). Measured on
-#: this 2-core machine with the suite running beside it, 21 stages of 7 sweeps: 19 within 2-18 ms,
-#: 0.3-2.4% of E2E means of 0.4-0.9 s; 2 (both at c=4, the 8 requests) 47 and 68 ms, 9-10%, with
-#: our read delay small: vLLM's front end, sharing a core with the client and the other tests,
-#: answered late. Asserted: 3% (or 25 ms for a short E2E) in most stages, 15% in every stage.
-END_REL, END_ABS_S, END_WORST_REL = 0.03, 0.025, 0.15
-#: TTFT: vLLM stamps the first token when its front end's output loop takes it from the engine
-#: core; the chunk is written later, when the request's stream coroutine runs. On 2 busy cores
-#: that wait reached 0.45 s (once a whole stream came in one burst at the end) while our own read
-#: (kernel stamp -> Python) took 0.2-25 ms; TTFT means came 2-13 ms above vLLM's in a quiet sweep
-#: (10-27%: TTFT is 20-60 ms here) and up to 221 ms above when /metrics was scraped every 0.1 s.
-#: So only the order and a bound are asserted. A late first chunk shortens our TPOT (first to last
-#: token) as much: TPOT is bounded above (measured within 0.5% in a quiet sweep, down to -49% in a
-#: bursty one), and TTFT + (n - 1) x TPOT is held to the E2E tolerance.
-TTFT_MAX_EXCESS_S = 0.5
+#: our read: 0.6-15 ms between the kernel's receive stamp and Python's read). Measured on this
+#: 2-core machine, 12 stages of 4 sweeps (2 alone, 2 beside the llama.cpp conformance files, as
+#: `-n 2` runs them): 2.9-16.8 ms, 0.14-0.91% of E2E means of 1.5-2.8 s. Asserted: 3%. (With a
+#: model 7x smaller, 6 ms a token, vLLM's front end, sharing a core with the client and the other
+#: tests, fell behind the engine: E2E up to 30% above its histograms, 3 stages of 24 over 3%.)
+END_REL = 0.03
+#: TTFT: ours minus vLLM's is the same time before its arrival stamp plus the first chunk's way
+#: out: vLLM stamps the first token when its front end's output loop takes it from the engine core,
+#: and writes the chunk when the request's stream coroutine runs next. Measured 2.4-111 ms above
+#: vLLM's means (3-61% of TTFTs of 50-380 ms; the 111 ms at c=8 beside the llama.cpp tests), so
+#: 3% cannot hold: asserted are the order and a 0.25 s bound. A late first chunk shortens our TPOT
+#: (first to last token) as much (-7.7% then; within 1.7% otherwise): TPOT is bounded above by
+#: 3%, and TTFT + (n - 1) x TPOT is held to the E2E tolerance.
+TTFT_MAX_EXCESS_S = 0.25
 SLACK_S = 0.001  # clock reads on both sides
 
 
 def test_our_latency_means_match_the_engines_histograms(sweep: Sweep) -> None:
     table = _comparison(sweep)
-    print(table.to_string(float_format=lambda x: f"{x:.4f}"))
+    text = table.to_string(float_format=lambda x: f"{x:.4f}")
+    (sweep.run_dir.parent / "comparison.txt").write_text(text + "\n")  # beside the run dir
+    print(text)
     for stage in sweep.stages:
         rec = stage.records
         first = (rec["first_token_user_s"] - rec["first_token_kernel_s"]).mean() * 1e3
         last = (rec["last_token_user_s"] - rec["last_token_kernel_s"]).mean() * 1e3
         print(f"c={stage.concurrency}: our read delay, first token {first:.2f} ms, last {last:.2f}")
-    within = []
     for row in table.to_dict("records"):
         ours, theirs = row["ours_ms"] / 1e3, row["vllm_ms"] / 1e3
         if row["metric"] in ("e2e_s", "last_token_s"):
-            assert theirs - SLACK_S <= ours <= theirs * (1 + END_WORST_REL), row
-            within.append(ours <= theirs + max(END_REL * theirs, END_ABS_S))
+            assert theirs - SLACK_S <= ours <= theirs * (1 + END_REL), row
         elif row["metric"] == "ttft_s":
             assert theirs - SLACK_S <= ours <= theirs + TTFT_MAX_EXCESS_S, row
         else:  # tpot_s
             assert ours <= theirs * (1 + END_REL), row
-    assert sum(within) > len(within) / 2, table
 
 
 def test_vllm_vocabulary_names_are_what_the_engine_exposes(sweep: Sweep) -> None:

@@ -3,8 +3,9 @@
 :func:`tiny_llama` writes once per machine, under the build script's cache
 (``$LOCUST_LLM_CACHE`` or ``~/.cache/locust-llm``), in a couple of seconds:
 
-* ``config.json``: ``LlamaForCausalLM``, 6 layers, 384 wide, 6 query heads over 2 KV heads,
-  bf16, 4096 positions;
+* ``config.json``: ``LlamaForCausalLM``, 12 layers, 768 wide, 12 query heads over 4 KV heads,
+  bf16, 4096 positions (about 77 M parameters, 154 MB: 30-50 ms a token on one core, slow enough
+  that vLLM's front end and the client, sharing the other core, keep up with the engine);
 * ``model.safetensors``: random bf16 weights, written with numpy alone (the safetensors format
   is an 8-byte header length, a JSON header and the raw tensors), so the test venv needs no torch;
 * ``tokenizer.json`` + ``tokenizer_config.json``: a byte-level BPE vocabulary trained here with
@@ -39,11 +40,11 @@ from locust_llm.workloads.texts import WORDS
 class LlamaShape:
     """The model's sizes (the cache key, with :data:`FORMAT`)."""
 
-    hidden: int = 384
-    layers: int = 6
-    heads: int = 6
-    kv_heads: int = 2
-    intermediate: int = 1024
+    hidden: int = 768
+    layers: int = 12
+    heads: int = 12
+    kv_heads: int = 4
+    intermediate: int = 2048
     vocab: int = 1024  # the BPE trainer's target; the trained size is used
     positions: int = 4096
     seed: int = 0
