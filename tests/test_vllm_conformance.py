@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from cluster_utils import Cluster, read_run
 from vllm.model import tiny_llama
-from vllm.server import VllmServer, start_vllm
+from vllm.server import VllmServer, engine_python, start_vllm
 
 from locust_llm.telemetry.promtext import parse_samples
 from locust_llm.telemetry.vocabularies import metric_maps
@@ -154,6 +154,7 @@ class Sweep:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
     tmp = tmp_path_factory.mktemp("vllm")
+    engine_python()  # says how to install vLLM before a model is written for it
     model = tiny_llama()
     with start_vllm(model, tmp, extra=("--enable-mfu-metrics",)) as server:
         return Sweep(tmp, server, model)

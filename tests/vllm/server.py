@@ -38,7 +38,7 @@ def engine_python() -> Path:
     if not (venv / ".installed").is_file():
         raise AssertionError(
             f"{venv} is missing: install it once with `bash scripts/bootstrap.sh --test` (or "
-            f"`bash {BUILD_SCRIPT.relative_to(ROOT)}`; about 1 minute and 3.4 GB)"
+            f"`bash {BUILD_SCRIPT.relative_to(ROOT)}`; 1-2.5 minutes and 3.4 GB)"
         )
     return venv / "bin" / "python"
 
