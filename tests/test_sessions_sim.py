@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import free_port, locust_cmd, reap, run_distributed, run_locust
@@ -80,12 +81,15 @@ def test_ttft_by_turn_falls_by_what_the_cached_prefix_predicts(tmp_path: Path) -
     prompt tokens) predicts each cached turn's TTFT from its uncached tokens alone."""
     on, _ = _run(tmp_path, "on", cache=True, users=1, seconds=5, words=1024)
     off, _ = _run(tmp_path, "off", cache=False, users=1, seconds=5, words=1024)
-    fit = pd.Series(off.ttft_s.values, index=off.input_tokens.values)
-    slope = fit.index.to_series().cov(fit) / fit.index.to_series().var()
-    base = fit.mean() - slope * fit.index.to_series().mean()
     by_turn_off = off.groupby("turn").ttft_s.median()
     by_turn_on = on.groupby("turn").ttft_s.median()
     assert by_turn_off.is_monotonic_increasing and by_turn_off[3] > 2 * by_turn_off[0]
+    # the line through the uncached run's per-turn medians (one late request on a busy host
+    # cannot tilt it), and how far those medians stray from it: this host's timing noise in
+    # this run, the slack every comparison below allows
+    tokens_off = off.input_tokens.groupby(off.turn).median()
+    slope, base = np.polyfit(tokens_off.to_numpy(float), by_turn_off.to_numpy(float), 1)
+    noise = float((by_turn_off - (base + slope * tokens_off)).abs().max())
     uncached = (on.input_tokens - on.cached_tokens).groupby(on.turn).median()
     predicted = base + slope * uncached
     # the uncached tokens also attend to the cached ones: the roofline says how much longer
@@ -98,12 +102,13 @@ def test_ttft_by_turn_falls_by_what_the_cached_prefix_predicts(tmp_path: Path) -
             model, gpu, prompt[turn], 16, 1, cached_tokens=prompt[turn] - uncached[turn]
         )
         upper = base + slope * uncached[turn] * attending / alone
-        assert 0.75 * predicted[turn] <= by_turn_on[turn] <= 1.25 * upper, (turn, by_turn_on)
+        low, high = 0.75 * predicted[turn] - noise, 1.25 * upper + noise
+        assert low <= by_turn_on[turn] <= high, (turn, noise, by_turn_on)
     # the saving against no cache is the cached tokens' prefill time
     cached = on.cached_tokens.groupby(on.turn).median()
     saving = by_turn_off - by_turn_on
     for turn in (1, 2, 3):
-        assert saving[turn] == pytest.approx(slope * cached[turn], rel=0.2), turn
+        assert saving[turn] == pytest.approx(slope * cached[turn], rel=0.2, abs=2 * noise), turn
     assert saving[3] > saving[2] > saving[1] > 0
 
 
