@@ -29,8 +29,10 @@ pytestmark = pytest.mark.slow
 BEHIND_S = DEFAULT_THRESHOLDS.behind_schedule_s
 
 CLI = [sys.executable, "-m", "locust_llm.cli"]
+#: a stage's closing line; its seconds are counted from when a poll (once a second) first saw
+#: the stage, so a busy host can show a 3 s stage as 2/3 s
 _DONE = re.compile(
-    r"^  stage (\d)/2 rate (\d+)/s: (\d+) requests, 3/3 s, QPS ([\d.]+), ([\d,]+) tokens/s, "
+    r"^  stage (\d)/2 rate (\d+)/s: (\d+) requests, [23]/3 s, QPS ([\d.]+), ([\d,]+) tokens/s, "
     r"TTFT P50 ([\d,]+) ms(?:, sent ([\d.]+) s behind schedule)?"
     r"(?:, (\d+) of (\d+) arrivals unsent \(([a-z ,\d]+)\))? \(stage done\)$",
     re.M,
