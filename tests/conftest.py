@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import quiet_host  # noqa: E402  (tests/ is on the path from the line above)
 
 #: Test files outside the quick tier: they start processes (the CLI, Locust, servers, ruff and
 #: mypy) or take seconds each. Every other test not marked slow, browser or gpu is marked
@@ -143,6 +144,13 @@ def run_distributed(
     finally:
         reap(*procs)
     return master.returncode, output
+
+
+@pytest.fixture(autouse=True)
+def _host_shared() -> Iterator[None]:
+    """Every test shares the host; a conformance measurement takes it alone (quiet_host)."""
+    with quiet_host.shared():
+        yield
 
 
 @pytest.fixture

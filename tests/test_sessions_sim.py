@@ -89,9 +89,13 @@ def test_ttft_by_turn_falls_by_what_the_cached_prefix_predicts(tmp_path: Path) -
     # this run, the slack every comparison below allows
     tokens_off = off.input_tokens.groupby(off.turn).median()
     slope, base = np.polyfit(tokens_off.to_numpy(float), by_turn_off.to_numpy(float), 1)
-    noise = float((by_turn_off - (base + slope * tokens_off)).abs().max())
     uncached = (on.input_tokens - on.cached_tokens).groupby(on.turn).median()
     predicted = base + slope * uncached
+    # the cached run is another 5 s of this host: its first turn (nothing cached yet) strays
+    # from the line by that run's own noise, which its later turns bear as well
+    assert uncached[0] == on.input_tokens.groupby(on.turn).median()[0]
+    noise_off = (by_turn_off - (base + slope * tokens_off)).abs().max()
+    noise = float(max(noise_off, abs(by_turn_on[0] - predicted[0])))
     # the uncached tokens also attend to the cached ones: the roofline says how much longer
     # that prefill is than one of the uncached tokens alone (a few % per cached turn)
     model, gpu = get_model(PHYSICS["model"]), get_gpu(PHYSICS["gpu"])

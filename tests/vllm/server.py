@@ -16,6 +16,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from llamacpp.server import LlamaServer, _free_port, _ready, _spawn
@@ -63,17 +64,23 @@ class VllmServer(LlamaServer):
         )
 
 
-def warm_up(server: VllmServer) -> None:
-    """One short streamed chat request: the first request after start-up pays one-time costs in
-    vLLM's front end (hundreds of ms between its first-token stamp and the first chunk sent)."""
-    body = {"model": server.name, "messages": [{"role": "user", "content": "warm up"}],
-            "max_tokens": 4, "stream": True}  # fmt: skip
-    request = urllib.request.Request(
-        server.url + "/v1/chat/completions", json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-    )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=60) as response:
-        response.read()
+def warm_up(server: VllmServer, concurrency: int = 1) -> None:
+    """``concurrency`` short streamed chat requests at once: the first request after start-up pays
+    one-time costs in vLLM's front end (hundreds of ms between its first-token stamp and the first
+    chunk sent), and the first batches of a size pay the engine's for that size."""
+    body = {"model": server.name, "messages": [{"role": "user", "content": "warm up " * 16}],
+            "max_tokens": 8, "stream": True}  # fmt: skip
+
+    def one(_: int) -> None:
+        request = urllib.request.Request(
+            server.url + "/v1/chat/completions", json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(concurrency)))
 
 
 def _healthy(server: LlamaServer) -> bool:
