@@ -13,9 +13,6 @@ differences are made of); the vLLM vocabulary's names must be ones the engine ex
 
 from __future__ import annotations
 
-import math
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +22,7 @@ import pytest
 import quiet_host
 from cluster_utils import Cluster, read_run
 from vllm.model import tiny_llama
+from vllm.scrapes import Scraper, stage_increases
 from vllm.server import VllmServer, engine_python, start_vllm, warm_up
 
 from locust_llm.telemetry.promtext import parse_samples
@@ -36,7 +34,6 @@ CONCURRENCY = (1, 4, 8)
 STAGE_REQUESTS = (4, 8, 16)
 MAX_TOKENS = 48
 INPUT_LEN = 64
-SCRAPE_EVERY_S = 0.25  # stages are ~0.9 s apart; /metrics costs the front end
 
 #: vLLM histogram -> our record column it measures.
 HISTOGRAMS = {
@@ -45,45 +42,6 @@ HISTOGRAMS = {
     "vllm:request_time_per_output_token_seconds": "tpot_s",
 }
 COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
-
-
-@dataclass(frozen=True)
-class Scrape:
-    at: float
-    values: dict[str, float]  # sample name -> sum over its series
-
-
-class Scraper:
-    """Scrapes the engine's ``/metrics`` every :data:`SCRAPE_EVERY_S` in a thread."""
-
-    def __init__(self, server: VllmServer) -> None:
-        self.server = server
-        self.texts: list[tuple[float, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.texts.append((time.time(), self.server.get("/metrics")))
-            self._stop.wait(SCRAPE_EVERY_S)
-
-    def __enter__(self) -> Scraper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.texts.append((time.time(), self.server.get("/metrics")))
-
-    def scrapes(self) -> list[Scrape]:
-        out = []
-        for at, text in self.texts:
-            values: dict[str, float] = {}
-            for name, _labels, value in parse_samples(text):
-                values[name] = values.get(name, 0.0) + value
-            out.append(Scrape(at, values))
-        return out
 
 
 @dataclass(frozen=True)
@@ -128,28 +86,10 @@ class Sweep:
         self.telemetry = pd.read_parquet(self.run_dir / "telemetry.parquet")
 
     def _stage_views(self) -> Iterator[StageView]:
-        first = self.scrapes[0].values
-        done = 0
-        start = first
-        for index, (concurrency, n) in enumerate(zip(CONCURRENCY, STAGE_REQUESTS, strict=True)):
-            done += n
-            end = self._scrape_after(first, done)
-            engine = {k: end.get(k, math.nan) - start.get(k, math.nan) for k in end}
+        increases = stage_increases(self.scrapes, STAGE_REQUESTS, HISTOGRAMS)
+        for index, (concurrency, engine) in enumerate(zip(CONCURRENCY, increases, strict=True)):
             records = self.requests[self.requests["stage"] == index]
             yield StageView(concurrency, records, engine)
-            start = end
-
-    def _scrape_after(self, first: dict[str, float], done: int) -> dict[str, float]:
-        """The first scrape at which ``done`` requests of the run had finished and had their first
-        token, and no later request had its first token."""
-        for scrape in self.scrapes:
-            counts = [
-                scrape.values.get(h + "_count", 0.0) - first.get(h + "_count", 0.0)
-                for h in HISTOGRAMS
-            ]
-            if all(c == done for c in counts):
-                return scrape.values
-        raise AssertionError(f"no scrape saw exactly {done} requests of the run finished")
 
 
 @pytest.fixture(scope="module")

@@ -204,7 +204,8 @@ def _stage_verdicts(report: Report) -> Section:
 
 
 def _time_split(report: Report) -> Section:
-    """Per stage: TTFT = queue + prefill (source), decode, and Little's law beside it."""
+    """Per stage: TTFT = queue + prefill + outside the engine (source), decode, and Little's law
+    beside it."""
     rows = [
         [
             str(r["stage"]),
@@ -212,6 +213,7 @@ def _time_split(report: Report) -> Section:
             ms(r["ttft_avg_s"]),
             ms(r["queue_avg_s"]),
             ms(r["prefill_avg_s"]),
+            ms(r["outside_avg_s"]),
             ms(r["decode_avg_s"]),
             ms(r["queue_little_s"]),
             r["ttft_split_source"] or "n/a",
@@ -224,13 +226,14 @@ def _time_split(report: Report) -> Section:
         if split_line(r)
     )
     headers = [
-        "stage", load_header(report), "TTFT avg", "queue", "prefill", "decode",
-        "queue (Little)", "source",
+        "stage", load_header(report), "TTFT avg", "queue", "prefill", "outside engine",
+        "decode", "queue (Little)", "source",
     ]  # fmt: skip
     return Section(
         "time-split",
-        "Where the time goes (ms): TTFT = queue + prefill, E2E = TTFT + decode",
-        (_table(headers, rows, 7), Bullets(lines, empty="no TTFT split (no TTFT measured)")),
+        "Where the time goes (ms): TTFT = queue + prefill + outside the engine, "
+        "E2E = TTFT + decode",
+        (_table(headers, rows, 8), Bullets(lines, empty="no TTFT split (no TTFT measured)")),
     )
 
 

@@ -14,10 +14,12 @@ Pure (numpy in, dicts out). Two sources, best first:
    is its shares of ``phase_queue_s`` over its shares of ``phase_requests``, the same for
    prefill and decode, whenever the stage's requests finish. Without client records that end
    between scrapes, the increase over the stage window itself (each source's, summed, by the
-   one counter rule of :mod:`locust_llm.telemetry.counters`: :func:`server_phases`). The
-   server's queue and prefill shares split the client's mean TTFT (queue + prefill = the
-   table's TTFT). A server with a queue histogram but no prefill one (TGI) gives prefill =
-   client TTFT - server queue.
+   one counter rule of :mod:`locust_llm.telemetry.counters`: :func:`server_phases`). Queue
+   and prefill are the server's own means; the rest of the client's mean TTFT is
+   ``outside_avg_s``, time the engine did not stamp (its front end's HTTP, chat template and
+   tokenizing, transit, the client's read; judged against a real vLLM's histograms in
+   tests/test_vllm_regimes.py). A server with a queue histogram but no prefill one (TGI) gives
+   prefill = client TTFT - server queue (nothing outside).
 2. ``model``: prefill predicted by the roofline for one prompt of the stage's mean length in a
    step shared with the stage's observed decode batch (``step_cost(decode_contexts=[context] *
    (batch - 1), prefill_chunks=[(input, 0)])``), divided by an efficiency calibrated on the
@@ -51,6 +53,7 @@ NAN = math.nan
 COLUMNS: tuple[str, ...] = (
     "queue_avg_s",
     "prefill_avg_s",
+    "outside_avg_s",
     "decode_avg_s",
     "ttft_split_source",
     "phase_requests",
@@ -387,16 +390,20 @@ def _decompose_row(
         phases = server_phases(series, lo, hi)
     if phases is not None:
         queue, prefill = phases.queue_s, phases.prefill_s
+        outside = NAN
         if math.isnan(prefill):  # a queue histogram only (TGI): prefill is the rest of TTFT
             prefill = max(0.0, ttft - queue)
-        elif ttft > 0 and queue + prefill > 0:
-            # the server's means are of the requests that finished between the scrapes around
-            # the moved window, the client's of those sent in the stage: the server's shares
-            # split the client's TTFT, so that queue + prefill = the TTFT the table shows
-            queue, prefill = ttft * queue / (queue + prefill), ttft * prefill / (queue + prefill)
+        else:
+            # the server's own means, as it stamped them; what the client waited beyond them
+            # (the front end's HTTP, template and tokenizing, transit, the client's read) is
+            # outside the engine (a real vLLM on a busy 2-core host: 245 ms of 1.18 s at 8
+            # users, 2-30 ms alone). Spreading it over queue and prefill in their ratio put
+            # the queue 18% of TTFT above the engine's (tests/test_vllm_regimes.py)
+            outside = ttft - queue - prefill
         row.update(
             queue_avg_s=queue,
             prefill_avg_s=prefill,
+            outside_avg_s=outside,
             ttft_split_source="server",
             phase_requests=phases.requests,
         )
@@ -405,7 +412,10 @@ def _decompose_row(
         return
     prefill = prefill_model.prefill_s(row)
     if math.isnan(prefill) or math.isnan(ttft):
-        row.update(queue_avg_s=NAN, prefill_avg_s=NAN, ttft_split_source="", phase_requests=NAN)
+        row.update(
+            queue_avg_s=NAN, prefill_avg_s=NAN, outside_avg_s=NAN, ttft_split_source="",
+            phase_requests=NAN,
+        )  # fmt: skip
         return
     wait = step_wait_s(row, prefill_model.open_loop)
     queue = max(wait, ttft - prefill)
@@ -415,18 +425,24 @@ def _decompose_row(
     row.update(
         queue_avg_s=queue,
         prefill_avg_s=ttft - queue,
+        outside_avg_s=NAN,  # the model's prefill is the rest of TTFT
         ttft_split_source="model",
         phase_requests=NAN,
     )
 
 
 def split_line(row: Mapping[str, Any]) -> str:
-    """``TTFT = x ms queue + y ms prefill (source: server | model)``, or "" without a split."""
+    """``TTFT = x ms queue + y ms prefill [+ z ms outside the engine] (source: server | model)``,
+    or "" without a split."""
     source = row.get("ttft_split_source") or ""
     queue, prefill = _f(row, "queue_avg_s"), _f(row, "prefill_avg_s")
     if not source or math.isnan(queue + prefill):
         return ""
-    text = f"TTFT = {queue * 1e3:.0f} ms queue + {prefill * 1e3:.0f} ms prefill (source: {source})"
+    text = f"TTFT = {queue * 1e3:.0f} ms queue + {prefill * 1e3:.0f} ms prefill"
+    outside = _f(row, "outside_avg_s")
+    if not math.isnan(outside):
+        text += f" + {outside * 1e3:.0f} ms outside the engine"
+    text += f" (source: {source})"
     little = _f(row, "queue_little_s")
     if not math.isnan(little):
         text += f"; Little's law on the waiting gauge: {little * 1e3:.0f} ms queue"
