@@ -37,8 +37,8 @@ from locust_llm.report.load import load_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # may wait for the host (quiet_host)
 
-ENGINE_FLAGS = ("--max-num-seqs", "4", "--kv-cache-memory-bytes", str(8 * 2**20), "--block-size", "32",
-                "--max-model-len", "512")  # fmt: skip
+ENGINE_FLAGS = ("--max-num-seqs", "4", "--kv-cache-memory-bytes", str(8 * 2**20),
+                "--block-size", "32", "--max-model-len", "512")  # fmt: skip
 PHASES = {
     "queue_avg_s": "vllm:request_queue_time_seconds",
     "prefill_avg_s": "vllm:request_prefill_time_seconds",
