@@ -1,14 +1,14 @@
 """The verdict and the time split judged by a real vLLM engine in regimes forced by its own flags.
 
 One engine (the CPU build, the tiny Llama of :mod:`vllm.model`) starts with ``--max-num-seqs 4``
-and an 8 MiB KV cache (682 tokens of this model: 12 layers x 4 KV heads x 64 x 2 x bf16 = 12 KiB a
-token) under ``--max-model-len 512``. Two runs of ``locust-llm run``, as a user types it, drive it
+and an 8 MiB KV cache (12 layers x 4 KV heads x 64 x 2 x bf16 = 12 KiB a token: the engine counts
+640 tokens, 20 blocks of ``--block-size 32``) under ``--max-model-len 512``. Two runs of ``locust-llm run``, as a user types it, drive it
 into three regimes:
 
 * ``short`` (prompts of 16 words, 24 tokens out): at 1 user the engine is under-loaded; at 8 users
-  4 run and 4 wait for a batch slot while the KV cache stays under a third full (8 x ~60 tokens).
+  4 run and 4 wait for a batch slot while the KV cache stays under half full (4 x 2 blocks).
 * ``long`` (64 words in, 160 tokens out) at 4 users: the batch has room, the KV cache does not
-  (4 x ~240 tokens > 682): the engine preempts and requests wait for KV blocks.
+  (4 x ~240 tokens > 640): the engine preempts and requests wait for KV blocks.
 
 The engine's word on each regime is its own gauges and counters: ``num_requests_waiting_by_reason
 {reason="capacity"}`` (in the run's telemetry) and ``num_preemptions_total``; a stage's queue and
