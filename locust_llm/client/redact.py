@@ -38,7 +38,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, redirect_stderr
+from contextlib import contextmanager, redirect_stderr, suppress
 from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit
 
@@ -78,10 +78,8 @@ def secret_forms(secret: str) -> set[str]:
         forms.add(_HEX_ESCAPE.sub(lambda m: _hex_case(m, str.lower), form))
     # a secret that is itself escaped also shows decoded
     if "\\" in secret:
-        try:
+        with suppress(ValueError):
             forms.add(json.loads(f'"{secret}"'))
-        except ValueError:
-            pass
     if "%" in secret or "+" in secret:
         forms |= {unquote(secret), unquote_plus(secret)}
     return {form for form in forms if form}

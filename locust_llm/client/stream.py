@@ -294,9 +294,7 @@ def quoted_bytes(data: bytes, limit: int, redact: Redactor = _NO_SECRETS) -> str
     return repr(masked.encode("utf-8", "surrogateescape"))
 
 
-def not_sse_failure(
-    resp: Response, head: bytes, redact: Redactor = _NO_SECRETS
-) -> RequestFailed:
+def not_sse_failure(resp: Response, head: bytes, redact: Redactor = _NO_SECRETS) -> RequestFailed:
     """A 200 answer to a streamed request that held no SSE data line: an HTML error page, a
     plain JSON body, binary. Names its content type and quotes its first bytes (masked; the
     head is a cut of the answer, so a tail that begins a secret is masked too)."""

@@ -23,10 +23,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from locust_llm.client.redact import Redactor, masked_url
 from locust_llm.errors import InputError
@@ -34,9 +34,9 @@ from locust_llm.launch.run_options import (
     SWEEP_FLAG_FOR,
     add_plugin_options,
     add_standing_flag,
-    plugin_option_args,
     host_args,
     launch_redactor,
+    plugin_option_args,
     secret_env,
 )
 from locust_llm.live.progress import ProgressLine, follow
@@ -359,21 +359,21 @@ def run_sweep(
         stack.enter_context(_forwarding_signals(master))
         for _ in range(workers):
             worker = subprocess.Popen(
-                    [
-                        *locust,
-                        *common,
-                        "--worker",
-                        "--master-host",
-                        "127.0.0.1",
-                        "--master-port",
-                        str(port),
-                    ],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    env=full_env,
-                    start_new_session=True,
-                )
+                [
+                    *locust,
+                    *common,
+                    "--worker",
+                    "--master-host",
+                    "127.0.0.1",
+                    "--master-port",
+                    str(port),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=full_env,
+                start_new_session=True,
+            )
             procs.append(worker)
             copier = threading.Thread(
                 target=_copy_masked, args=(worker, log, log_lock, redact), daemon=True
@@ -487,7 +487,7 @@ def _follow(
     try:
         for raw in master.stdout:
             line = redact(raw) if redact is not None else raw
-            with log_lock or suppress():
+            with log_lock or nullcontext():
                 log.write(line)  # type: ignore[attr-defined]
                 log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
             m = _STAGE.search(line)
@@ -630,8 +630,8 @@ def announce_run(args: argparse.Namespace, run_dir: Path, workers: str) -> str:
     """What ``run`` is about to do, before it starts (host, model, sweep, workers, run dir)."""
     model = f"model {args.model}" if args.model else "model: the first of /v1/models"
     return (
-        f"locust-llm run: {masked_url(args.host.rstrip('/'))}; {model}; sweep {sweep_description(args)}; "
-        f"{workers}; run dir {run_dir}"
+        f"locust-llm run: {masked_url(args.host.rstrip('/'))}; {model}; "
+        f"sweep {sweep_description(args)}; {workers}; run dir {run_dir}"
     )
 
 
