@@ -61,7 +61,7 @@ keys = st.text(KEY_CHARS, min_size=MIN_SECRET_LEN, max_size=24).filter(
 FILLER = "."  # never in a key: what is left of a message once the key is masked
 
 
-PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ---- the redactor ------------------------------------------------------------------------------
@@ -302,3 +302,17 @@ def test_a_short_key_in_a_refusal_is_masked_where_it_stands_alone(
     err = capsys.readouterr().err
     assert "'zq'" not in err and "invalid int value: '***'" in err
     assert argument_secrets(["--llm-api-k", "zq"]) == ["zq"]
+
+
+def test_telemetry_names_a_scraped_target_without_its_credentials(tmp_path: Path) -> None:
+    from locust_llm.telemetry.scraper import TelemetryScraper
+
+    target = "http://scrape:pw-tele-77@127.0.0.1:9/metrics"
+    metrics = "vllm:num_requests_running 3\n"
+    scraper = TelemetryScraper(
+        [target], fetch=lambda _url, _timeout: metrics, shown_source=Redactor(["pw-tele-77"])
+    )
+    assert scraper.scrape_once(now=1.0) > 0
+    scraper.write(tmp_path)
+    assert set(scraper.to_frame()["source"]) == {f"http://{MASK}@127.0.0.1:9/metrics"}
+    assert b"pw-tele-77" not in (tmp_path / "telemetry.parquet").read_bytes()

@@ -487,6 +487,7 @@ def _start_telemetry(rt: Runtime) -> None:
         rt.options.scrape_interval_s,
         cpu_probe=lambda: locust_worker_cpu(runner),
         demand_probe=lambda: _cpu_demand(rt),
+        shown_source=rt.redact,
     ).start()
 
 
