@@ -133,7 +133,10 @@ def test_client_options_read_every_flag_once_and_check_bad_ones() -> None:
     with pytest.raises(AttributeError):
         opts.model = "x"  # type: ignore[misc]  # frozen
     for bad, message in (
-        ({"llm_header": ["no colon"]}, "--llm-header 'no colon': expected 'Name: value'"),
+        (
+            {"llm_header": ["no colon"]},
+            "--llm-header (the 1st one, 8 characters, not shown): expected 'Name: value'",
+        ),
         ({"llm_extra_body": "[1]"}, "--llm-extra-body must be a JSON object"),
         ({"llm_burstiness": -1.0}, "--llm-burstiness -1: expected >= 0 (1 = Poisson)"),
     ):

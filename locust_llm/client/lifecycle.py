@@ -54,6 +54,7 @@ from locust_llm.client.messages import (
     StageMessage,
 )
 from locust_llm.client.recorder import ensure_writable
+from locust_llm.client.redact import masked_url
 from locust_llm.client.runinfo import default_run_dir, new_run_info
 from locust_llm.client.runtime import (
     Runtime,
@@ -486,6 +487,7 @@ def _start_telemetry(rt: Runtime) -> None:
         rt.options.scrape_interval_s,
         cpu_probe=lambda: locust_worker_cpu(runner),
         demand_probe=lambda: _cpu_demand(rt),
+        shown_source=rt.redact,
     ).start()
 
 
@@ -552,6 +554,11 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     rt.stats.snapshot_history()
     rt.run_ended = True
     write_run_dir(rt)
+    opts = environment.parsed_options
+    last = getattr(opts, "headless", False) or getattr(opts, "autoquit", -1) >= 0
+    if environment.host and last:
+        # no test follows: Locust's HTML report, written next, shows --host without credentials
+        environment.host = masked_url(environment.host)
 
 
 def _drain_workers(rt: Runtime) -> None:

@@ -2,7 +2,8 @@
 
 :func:`masked_command_line` replaces the API key and every extra header's value with ``***``
 (by flag, by value however the flag was abbreviated, and any argument that looks like a bearer
-token), so run.json, logs and reports never hold a secret. Warning texts the report reads
+token), and a URL's credentials (``http://***@host``), so run.json, logs and reports never hold a
+secret; run.json's hosts lose their credentials the same way. Warning texts the report reads
 have stable codes in :mod:`locust_llm.rundir.layout` (``CPU_WARNINGS``).
 """
 
@@ -17,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from locust_llm import __version__
-from locust_llm.client.redact import Redactor, secrets_of
+from locust_llm.client.redact import Redactor, masked_url, secrets_of
 from locust_llm.options.config import ClientOptions
 from locust_llm.options.table import OPTIONS, by_name
 from locust_llm.rundir.layout import RunInfo
@@ -95,10 +96,10 @@ def new_run_info(
     }
     return RunInfo(
         run_id=run_dir.name,
-        command=masked_command_line(list(argv), secrets_of(options)),
+        command=masked_command_line(list(argv), secrets_of(options, hosts)),
         versions=versions(),
-        host=hosts[0] if hosts else "",
-        hosts=list(hosts),
+        host=masked_url(hosts[0]) if hosts else "",
+        hosts=[masked_url(host) for host in hosts],
         model=options.model,
         start_wall_s=time.time(),
         mode="open" if options.open_loop else "closed",

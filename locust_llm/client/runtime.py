@@ -28,7 +28,8 @@ from locust_llm.client.events import llm_events
 from locust_llm.client.gate import StageGate
 from locust_llm.client.messages import MSG_PERMIT_ASK, PermitAsk
 from locust_llm.client.recorder import Recorder
-from locust_llm.client.redact import RedactingFilter, Redactor, redactor_for
+from locust_llm.client.redact import MIN_SECRET_LEN, RedactingFilter, Redactor, redactor_for
+from locust_llm.client.stream import MESSAGE_LIMIT
 from locust_llm.errors import InputError, RequestFailed
 from locust_llm.live import llmstats
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
@@ -99,6 +100,7 @@ class Runtime:
         self._models: dict[str, str] = {}
         self.options = config.ClientOptions()
         self.headers: dict[str, str] = {}
+        self._short_secret_said = False
         self.configure()
 
     # ---- configuration (workers receive the options with the first spawn) ---------------------
@@ -111,8 +113,17 @@ class Runtime:
         """(Re)read the options; InputError for a bad one."""
         self.options = config.from_namespace(self.environment.parsed_options)
         self.headers = self.options.request_headers()
-        self.redact = redactor_for(self.options)
+        self.redact = redactor_for(self.options, self.hosts)
         install_log_redaction(self.redact)
+        if self.redact.too_short and not self._short_secret_said:
+            self._short_secret_said = True
+            logger.warning(
+                "locust-llm: %d secret value(s) (API key, header or URL credentials) shorter "
+                "than %d characters: masked on the command line and in URLs, not in text a "
+                "server sends back",
+                len(self.redact.too_short),
+                MIN_SECRET_LEN,
+            )
         self._settings.clear()
         # open-loop arrivals: each worker its own seeded stream (identical streams would align
         # every worker's bursts)
@@ -227,8 +238,8 @@ class Runtime:
         """One finished request: Locust's table, live stats, the recorder, llm_events."""
         # a killed request is not counted (as Locust does); a client bug is not the server's
         # failure (the user reports it through Locust's user_error: the exceptions tab)
-        if record.error_message and self.redact:  # a server may echo a key or header back
-            record.error_message = self.redact(record.error_message)
+        if record.error_message:  # a server may echo a key or header back: masked, then cut
+            record.error_message = self.redact.clip(record.error_message, MESSAGE_LIMIT)
         if record.error_kind not in CLIENT_SIDE_KINDS:
             self._fire_locust_request(user, record)
         self.stats.add(record, timing.itl_values, timing.itl_weights)

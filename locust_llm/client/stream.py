@@ -12,7 +12,10 @@ with its error kind.
 :class:`Exchange` holds one request's record and raw timings; whatever happens it ends as
 exactly one record (:meth:`Exchange.finish`, which runs
 :func:`locust_llm.metrics.summarize_stream`). :func:`read_to_record` is the whole path for
-one response. The Locust user (:mod:`locust_llm.client.user`) drives the same pieces with the
+one response. Every failure's message is masked (:class:`~locust_llm.client.redact.Redactor`:
+the secrets' every form) before it is cut to :data:`MESSAGE_LIMIT`; what was cut before it
+could be masked (an error body read up to its limit, a quoted head) has a tail that begins a
+secret masked too. The Locust user (:mod:`locust_llm.client.user`) drives the same pieces with the
 real transport, inside its total timeout; the unit tests drive them with a scripted response
 and a fake clock.
 """
@@ -26,12 +29,15 @@ from typing import Any, Protocol
 
 from locust_llm.client import sse
 from locust_llm.client.apis.base import ApiAdapter
+from locust_llm.client.redact import Redactor
 from locust_llm.errors import RequestFailed
 from locust_llm.metrics import RequestRecord, StreamTiming, classify_http_error, summarize_stream
 
 ERROR_BODY_LIMIT = 4096  # bytes of an HTTP error's body read for its message and kind
 HEAD_BYTES = 48  # first bytes of a non-SSE answer quoted in its bad_payload message
-MESSAGE_LIMIT = 300  # characters of a failure's message kept on the record
+MESSAGE_LIMIT = 300  # characters of a failure's message kept on the record (cut after masking)
+LINE_LIMIT = 1024  # bytes of a malformed SSE line quoted (masked, then cut to MESSAGE_LIMIT)
+_NO_SECRETS = Redactor()  # still masks the credentials of any URL
 
 
 class Response(Protocol):
@@ -53,7 +59,7 @@ class Response(Protocol):
 class Exchange:
     """One request's record and raw timings, from the send stamp to the one final record."""
 
-    __slots__ = ("clock", "record", "timing", "usage_tokens", "wall")
+    __slots__ = ("clock", "record", "redact", "timing", "usage_tokens", "wall")
 
     def __init__(
         self,
@@ -61,8 +67,10 @@ class Exchange:
         *,
         clock: Callable[[], float] = perf_counter,
         wall: Callable[[], float] = time.time,
+        redact: Redactor = _NO_SECRETS,
     ) -> None:
         self.record = record
+        self.redact = redact
         self.timing = StreamTiming(t0=0.0)
         self.usage_tokens: int | None = None  # the server's completion tokens (success only)
         self.clock = clock
@@ -78,13 +86,14 @@ class Exchange:
         self.usage_tokens = usage_tokens
 
     def failed(self, exc: BaseException) -> None:
-        """A classified failure keeps its kind; anything else is locust-llm's own bug."""
+        """A classified failure keeps its kind; anything else is locust-llm's own bug. The
+        message is masked, then cut."""
         record = self.record
         if isinstance(exc, RequestFailed):
-            record.error_kind, record.error_message = exc.kind, exc.message[:MESSAGE_LIMIT]
+            record.error_kind, message = exc.kind, exc.message
         else:
-            record.error_kind = "client_error"
-            record.error_message = f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT]
+            record.error_kind, message = "client_error", f"{type(exc).__name__}: {exc}"
+        record.error_message = self.redact.clip(message, MESSAGE_LIMIT)
 
     def cancelled(self) -> None:
         """The load test itself stopped the request."""
@@ -108,10 +117,11 @@ class StreamReader:
 
     ``read_errors``: what the transport's reads raise when the connection breaks (mapped by
     :func:`read_failure`); ``on_first_token(record=, ttft_s=)`` runs once per request, when the
-    first token-bearing chunk arrives.
+    first token-bearing chunk arrives; ``redact`` masks the text it quotes from an answer
+    (where it cuts that text, before the cut).
     """
 
-    __slots__ = ("adapter", "clock", "on_first_token", "read_errors", "streamed")
+    __slots__ = ("adapter", "clock", "on_first_token", "read_errors", "redact", "streamed")
 
     def __init__(
         self,
@@ -121,8 +131,10 @@ class StreamReader:
         read_errors: tuple[type[BaseException], ...] = (OSError,),
         clock: Callable[[], float] = perf_counter,
         on_first_token: Callable[..., object] | None = None,
+        redact: Redactor = _NO_SECRETS,
     ) -> None:
         self.adapter = adapter
+        self.redact = redact
         #: the response is an SSE stream (else one body, read whole)
         self.streamed = stream and adapter.streams
         self.read_errors = read_errors
@@ -137,15 +149,15 @@ class StreamReader:
         status = resp.status_code
         record.status_code = status
         if status >= 400:
-            text = _read_error_body(resp)
-            detail = text[:200].strip() or "(empty body)"  # no cause invented for it
+            text, cut = _read_error_body(resp)
+            detail = self.redact(text, truncated=cut).strip() or "(empty body)"  # no cause
             raise RequestFailed(classify_http_error(status, text), f"HTTP {status}: {detail}")
         if not self.streamed:
             return self._read_whole(resp, record, timing, sink)
         timing.stamped = hasattr(resp, "arrival_s")
         content_type = str(resp.get("content-type", "") or "")
         if content_type and "text/event-stream" not in content_type.lower():
-            raise not_sse_failure(resp, self._read_head(resp))
+            raise not_sse_failure(resp, self._read_head(resp), self.redact)
         return self._read_stream(resp, record, timing, sink)
 
     def _read_head(self, resp: Response) -> bytes:
@@ -209,7 +221,7 @@ class StreamReader:
             if kind == sse.KIND_CHUNK:
                 assert chunk is not None
                 if chunk.error is not None:
-                    raise RequestFailed(classify_http_error(500, chunk.error), chunk.error[:200])
+                    raise RequestFailed(classify_http_error(500, chunk.error), chunk.error)
                 if chunk.completion_tokens >= 0:
                     usage_tokens = chunk.completion_tokens
                     take_usage(record, chunk)
@@ -244,11 +256,12 @@ class StreamReader:
                 break
             elif kind == sse.KIND_BAD:
                 timing.end_time = now
-                raise RequestFailed("bad_payload", f"malformed chunk: {line[:120]!r}")
+                quoted = quoted_bytes(line, LINE_LIMIT, self.redact)
+                raise RequestFailed("bad_payload", f"malformed chunk: {quoted}")
         if not done:
             timing.end_time = clock()
             if not sse_seen:
-                raise not_sse_failure(resp, head)
+                raise not_sse_failure(resp, head, self.redact)
             raise RequestFailed(
                 "stream_broken", f"stream closed after {len(times)} chunks without [DONE]"
             )
@@ -273,17 +286,27 @@ def read_failure(exc: BaseException) -> RequestFailed:
     return RequestFailed("stream_broken", f"{type(exc).__name__}: {exc}")
 
 
-def not_sse_failure(resp: Response, head: bytes) -> RequestFailed:
+def quoted_bytes(data: bytes, limit: int, redact: Redactor = _NO_SECRETS) -> str:
+    """``data``'s first ``limit`` bytes as a bytes literal, masked before they are quoted (and,
+    when ``data`` is longer, a tail that begins a secret masked too)."""
+    text = data[:limit].decode("utf-8", "surrogateescape")
+    masked = redact(text, truncated=len(data) > limit)
+    return repr(masked.encode("utf-8", "surrogateescape"))
+
+
+def not_sse_failure(resp: Response, head: bytes, redact: Redactor = _NO_SECRETS) -> RequestFailed:
     """A 200 answer to a streamed request that held no SSE data line: an HTML error page, a
-    plain JSON body, binary. Names its content type and quotes its first bytes."""
+    plain JSON body, binary. Names its content type and quotes its first bytes (masked; the
+    head is a cut of the answer, so a tail that begins a secret is masked too)."""
     content_type = str(resp.get("content-type", "") or "no content type").split(";")[0].strip()
+    content_type = redact(content_type)
     shown = head.strip()[:HEAD_BYTES]
-    return RequestFailed(
-        "bad_payload",
-        f"expected text/event-stream, got {content_type}: {shown!r}"
-        if shown
-        else f"expected text/event-stream, got {content_type} with an empty body",
-    )
+    if not shown:
+        return RequestFailed(
+            "bad_payload", f"expected text/event-stream, got {content_type} with an empty body"
+        )
+    quoted = quoted_bytes(shown + b"\0", len(shown), redact)  # quoted as a cut, always
+    return RequestFailed("bad_payload", f"expected text/event-stream, got {content_type}: {quoted}")
 
 
 def take_usage(record: RequestRecord, chunk: sse.Chunk) -> None:
@@ -297,8 +320,10 @@ def take_usage(record: RequestRecord, chunk: sse.Chunk) -> None:
         record.cached_tokens = chunk.cached_tokens
 
 
-def _read_error_body(resp: Response) -> str:
+def _read_error_body(resp: Response) -> tuple[str, bool]:
+    """An HTTP error's body (up to :data:`ERROR_BODY_LIMIT` bytes) and whether it was cut."""
     try:
-        return resp.read(ERROR_BODY_LIMIT).decode("utf-8", "replace")
+        data = resp.read(ERROR_BODY_LIMIT)
     except Exception:  # a broken error body is still an HTTP error
-        return ""
+        return "", False
+    return data.decode("utf-8", "replace"), len(data) >= ERROR_BODY_LIMIT

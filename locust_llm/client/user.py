@@ -109,6 +109,7 @@ class LLMUser(User):
             stream=not self.options.no_stream,
             read_errors=READ_ERRORS,
             on_first_token=llm_events.first_token.fire,
+            redact=self.runtime.redact,
         )
 
     @classmethod
@@ -193,7 +194,8 @@ class LLMUser(User):
                 user_id=self.user_index,
                 stage=rt.gate.stage,
                 scheduled_wall_s=scheduled_wall_s,
-            )
+            ),
+            redact=rt.redact,
         )
         record = ex.record
         rt.request_started()

@@ -5,7 +5,9 @@ An option whose spec entry names a ``run_flag`` is set through that flag of ``ru
 the ``--llm-*`` spelling too, and (``run``) takes its default from the option's
 ``LOCUST_LLM_*`` variable. Every other ``--llm-*`` option is accepted by ``run`` as it is and
 handed to the Locust master unchanged (:func:`plugin_option_args`). A secret option (the API
-key) goes to Locust by environment (:func:`secret_env`), never on a command line.
+key) goes to Locust by environment (:func:`secret_env`), never on a command line; so does a
+``--host`` that holds credentials (:func:`host_args`). :func:`launch_redactor` masks what the
+Locust processes print before ``run`` writes it to locust.log or stderr.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import argparse
 import os
 from typing import Any
 
+from locust_llm.client.redact import Redactor, header_secrets, url_secrets
+from locust_llm.options.config import ClientOptions
 from locust_llm.options.table import OPTIONS, by_name
 
 #: ``--llm-*`` options that ``run``/``demo`` set through flags of their own (flag without
@@ -80,3 +84,31 @@ def secret_env(args: argparse.Namespace) -> dict[str, str]:
             if value:
                 env[option.env_var] = str(value)
     return env
+
+
+def host_args(host: str) -> tuple[list[str], dict[str, str]]:
+    """How a Locust process gets ``--host``: on its command line, or (a URL with credentials,
+    which any user of the host could read there) by ``$LOCUST_HOST``."""
+    if url_secrets(host):
+        return [], {"LOCUST_HOST": host}
+    return ["--host", host], {}
+
+
+def launch_redactor(args: argparse.Namespace) -> Redactor:
+    """The secrets ``run``/``demo`` hand the Locust processes (the API key from its flag or
+    the environment, each header value and its token, the URL options' credentials), for
+    masking what those processes print."""
+    values: list[str] = [ClientOptions().bearer_key]  # $OPENAI_API_KEY
+    for option in OPTIONS:
+        if not option.secret:
+            continue
+        values.append(os.environ.get(option.env_var, ""))
+        dest = SWEEP_FLAG_FOR.get(option.name, option.dest)
+        given = getattr(args, dest, None)
+        for value in given if isinstance(given, list) else [given]:
+            if value:
+                values += [str(value), *header_secrets(str(value).partition(":")[2])]
+    for name in ("host", "llm_hosts", "server_metrics", "llm_server_metrics"):
+        for url in str(getattr(args, name, "") or "").split(","):
+            values += url_secrets(url)
+    return Redactor(values)

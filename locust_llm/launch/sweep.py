@@ -23,15 +23,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from locust_llm.client.redact import Redactor, masked_url
 from locust_llm.errors import InputError
 from locust_llm.launch.run_options import (
     SWEEP_FLAG_FOR,
     add_plugin_options,
     add_standing_flag,
+    host_args,
+    launch_redactor,
     plugin_option_args,
     secret_env,
 )
@@ -295,16 +299,22 @@ def run_sweep(
     quiet: bool,
     env: dict[str, str] | None = None,
     plan: Sequence[StagePlan] = (),
+    redact: Redactor | None = None,
 ) -> int:
     """Run the sweep locustfile with one master and ``workers`` workers, started at once
     (``--autostart``: no browser needed; the master's web UI on 127.0.0.1 serves the live
-    figures the progress line polls) and quitting when the last stage ends."""
+    figures the progress line polls) and quitting when the last stage ends. What the Locust
+    processes print reaches locust.log and stderr masked by ``redact``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = (run_dir / "locust.log").open("w")
     port, web_port = _free_port(), _free_port()
-    common = ["-f", str(LOCUSTFILE), "--host", host]
+    given_host, host_env = host_args(host)
+    common = ["-f", str(LOCUSTFILE), *given_host]
     procs: list[subprocess.Popen[str]] = []
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), **host_env}
+    redact = redact or Redactor()
+    log_lock = threading.Lock()
+    copiers: list[threading.Thread] = []
     locust = [sys.executable, "-m", "locust"]
     stack = ExitStack()
     master_cmd = [
@@ -348,24 +358,28 @@ def run_sweep(
         procs.append(master)
         stack.enter_context(_forwarding_signals(master))
         for _ in range(workers):
-            procs.append(
-                subprocess.Popen(
-                    [
-                        *locust,
-                        *common,
-                        "--worker",
-                        "--master-host",
-                        "127.0.0.1",
-                        "--master-port",
-                        str(port),
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    env=full_env,
-                    start_new_session=True,
-                )
+            worker = subprocess.Popen(
+                [
+                    *locust,
+                    *common,
+                    "--worker",
+                    "--master-host",
+                    "127.0.0.1",
+                    "--master-port",
+                    str(port),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=full_env,
+                start_new_session=True,
             )
+            procs.append(worker)
+            copier = threading.Thread(
+                target=_copy_masked, args=(worker, log, log_lock, redact), daemon=True
+            )
+            copier.start()
+            copiers.append(copier)
         progress = None
         if not quiet:
             live = sys.stdout.isatty()
@@ -373,6 +387,8 @@ def run_sweep(
         return _follow(
             master,
             log,
+            redact=redact,
+            log_lock=log_lock,
             progress=progress,
             web_url=f"http://127.0.0.1:{web_port}",
             deadline=time.monotonic() + timeout_s,
@@ -389,7 +405,21 @@ def run_sweep(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        log.close()
+        for copier in copiers:  # a worker's last lines are in the log before it closes
+            copier.join(timeout=10)
+        with log_lock:
+            log.close()
+
+
+def _copy_masked(
+    proc: subprocess.Popen[str], log: Any, lock: threading.Lock, redact: Redactor
+) -> None:
+    """A worker's output, line by line, masked into locust.log."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        with lock:
+            log.write(redact(line))
+            log.flush()
 
 
 @contextmanager
@@ -431,6 +461,8 @@ def _follow(
     progress: ProgressLine | None,
     web_url: str,
     deadline: float,
+    redact: Redactor | None = None,
+    log_lock: threading.Lock | None = None,
 ) -> int:
     """Copy the master's output to the log; show progress (stage starts, and the live line
     from the master's ``/llm/stats``); pass errors on; enforce the deadline."""
@@ -453,9 +485,11 @@ def _follow(
     stop = threading.Event()
     poller = follow(web_url, progress, stop) if progress is not None else None
     try:
-        for line in master.stdout:
-            log.write(line)  # type: ignore[attr-defined]
-            log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
+        for raw in master.stdout:
+            line = redact(raw) if redact is not None else raw
+            with log_lock or nullcontext():
+                log.write(line)  # type: ignore[attr-defined]
+                log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
             m = _STAGE.search(line)
             if m and progress is not None and not progress.live:
                 progress.message(
@@ -596,8 +630,8 @@ def announce_run(args: argparse.Namespace, run_dir: Path, workers: str) -> str:
     """What ``run`` is about to do, before it starts (host, model, sweep, workers, run dir)."""
     model = f"model {args.model}" if args.model else "model: the first of /v1/models"
     return (
-        f"locust-llm run: {args.host.rstrip('/')}; {model}; sweep {sweep_description(args)}; "
-        f"{workers}; run dir {run_dir}"
+        f"locust-llm run: {masked_url(args.host.rstrip('/'))}; {model}; "
+        f"sweep {sweep_description(args)}; {workers}; run dir {run_dir}"
     )
 
 
@@ -677,5 +711,6 @@ def run_run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         env=env,
         plan=plan,
+        redact=launch_redactor(args),
     )
     return _finish(code, run_dir, args.slo)  # the model and device: run.json's roofline entry

@@ -57,12 +57,20 @@ def hosts(_flag: str, raw: Any) -> tuple[str, ...]:
 def parse_headers(values: list[str]) -> tuple[tuple[str, str], ...]:
     """``--llm-header 'Name: value'`` (repeatable) -> (name, value) pairs."""
     out = []
-    for header in values:
+    for number, header in enumerate(values, 1):
         name, sep, value = header.partition(":")
-        if not sep or not name.strip():
-            raise InputError(f"--llm-header {header!r}: expected 'Name: value'")
+        if not sep or not name.strip():  # its text is not shown: it may be a secret
+            raise InputError(
+                f"--llm-header (the {_ordinal(number)} one, {len(header)} characters, not "
+                "shown): expected 'Name: value'"
+            )
         out.append((name.strip(), value.strip()))
     return tuple(out)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def headers(_flag: str, raw: Any) -> tuple[tuple[str, str], ...]:

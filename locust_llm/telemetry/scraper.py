@@ -148,6 +148,7 @@ class TelemetryScraper:
         cpu_probe: CpuProbe | None = None,
         demand_probe: CpuProbe | None = None,
         clock: ScrapeClock = SYSTEM_CLOCK,
+        shown_source: Callable[[str], str] = str,
     ) -> None:
         valid = isinstance(interval_s, int | float) and math.isfinite(interval_s)
         if not valid or interval_s <= 0:
@@ -159,6 +160,7 @@ class TelemetryScraper:
         self._cpu_probe = cpu_probe
         self._demand_probe = demand_probe
         self._clock = clock
+        self._shown_source = shown_source  # a target as telemetry.parquet names it (no secret)
         self._rows: list[Row] = []
         self._lock = threading.Lock()
         self._seen: dict[str, set[tuple[str, str]]] = {t: set() for t in self.targets}
@@ -301,8 +303,11 @@ class TelemetryScraper:
             return list(self._rows)
 
     def to_frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame with ``TELEMETRY_COLUMNS``, sorted by time."""
-        return rows_to_frame(self.samples())
+        """The rows as a DataFrame with ``TELEMETRY_COLUMNS``, sorted by time; each source as
+        ``shown_source`` writes it (a URL without its credentials)."""
+        frame = rows_to_frame(self.samples())
+        frame["source"] = frame["source"].map(self._shown_source)
+        return frame
 
     def write(self, run_dir: Path | str) -> Path:
         """Write ``telemetry.parquet`` into ``run_dir`` (atomically); returns its path."""
