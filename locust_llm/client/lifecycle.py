@@ -54,7 +54,7 @@ from locust_llm.client.messages import (
     StageMessage,
 )
 from locust_llm.client.recorder import ensure_writable
-from locust_llm.client.runinfo import default_run_dir, new_run_info
+from locust_llm.client.runinfo import new_run_info
 from locust_llm.client.runtime import (
     Runtime,
     all_runtimes,
@@ -68,6 +68,7 @@ from locust_llm.live import llmstats
 from locust_llm.options import lengths
 from locust_llm.options import table as options
 from locust_llm.options.config import ClientOptions
+from locust_llm.rundir.claim import lock_run_dir, new_run_dir
 from locust_llm.rundir.layout import (
     RunInfo,
     claim_run_dir,
@@ -174,7 +175,10 @@ def begin_run(rt: Runtime) -> None:
     if rt.run_info is not None and rt.run_ended:
         with rt.run_dir_lock:
             rt.recorder.remove_journal()  # the finished run's records are in its parquet
-        rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
+        rt.run_dir = new_run_dir(rt.run_dir.parent, f"{rt.run_dir.name}-")
+        if rt.run_dir_claim is not None:
+            rt.run_dir_claim.release()
+        rt.run_dir_claim = lock_run_dir(rt.run_dir)
         rt.recorder.clear()
         rt.lost_workers.clear()
         rt.stages = []
@@ -392,10 +396,11 @@ def _on_init(environment: Any, **_kw: Any) -> None:
             opts.locustfile or "this locustfile",
         )
         sys.exit(2)
-    run_dir = Path(opts.run_dir) if opts.run_dir else default_run_dir()
-    try:
-        ensure_writable(run_dir)
+    try:  # made and locked before any file in it is opened: a second run on it is refused
+        run_dir = Path(opts.run_dir) if opts.run_dir else new_run_dir(Path("reports"), "")
+        rt.run_dir_claim = lock_run_dir(run_dir)
         claim_run_dir(run_dir, overwrite=opts.overwrite)
+        ensure_writable(run_dir)
     except OSError as exc:
         logger.error("locust-llm: run dir %s is not writable (%s); no load was sent", run_dir, exc)
         sys.exit(2)

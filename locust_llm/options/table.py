@@ -394,6 +394,7 @@ OPTIONS: tuple[Option, ...] = (
         help="model preset / config.json for the report's floors",
         section=_ROOFLINE,
         run_flag="roofline-model",
+        check=validate.roofline_model,
     ),
     Option(
         name="roofline-gpu",

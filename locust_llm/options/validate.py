@@ -49,3 +49,16 @@ def output_cap(flag: str, value: Any) -> None:
     """An output cap: N or a distribution ("" = not given)."""
     if value:
         lengths.max_tokens(str(value), what=flag)
+
+
+def roofline_model(flag: str, value: str) -> None:
+    """A model for the report's floors ("" = none): a preset, a config.json / .gguf path or a
+    cached Hugging Face id; an unknown name lists the close preset names."""
+    if not value:
+        return
+    from locust_llm.roofline.floors import get_model
+
+    try:
+        get_model(value)
+    except InputError as exc:
+        raise InputError(f"{flag}: {exc}") from None
