@@ -39,6 +39,12 @@ def _short_run(sim_url: str, *extra: str) -> list[str]:
             "20", "--max-tokens", "20", "--workers", "1", "--quiet", *extra]  # fmt: skip
 
 
+def _done(cmd: list[str], *, timeout_s: float = 60, cwd: Path = ROOT
+          ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True,
+                          timeout=timeout_s, check=False)  # fmt: skip
+
+
 def _digests(run_dir: Path) -> dict[str, str]:
     return {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()
@@ -90,8 +96,7 @@ def test_a_locked_run_dir_is_refused_and_its_files_stay_byte_identical(tmp_path:
     with Cluster(tmp_path) as cluster:
         _, sim_url = cluster.sim(*SIM_ARGS)
         out = tmp_path / "run"
-        first = subprocess.run(_short_run(sim_url, "--out", str(out)), cwd=ROOT, env=ENV,
-                               capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
+        first = _done(_short_run(sim_url, "--out", str(out)), timeout_s=180)
         assert first.returncode in (0, 3), first.stdout[-2000:] + first.stderr[-2000:]
         served = _finished(sim_url)
         # a live run holding the dir: a process that took its lock (as a run does at start)
@@ -120,9 +125,7 @@ def test_a_locked_run_dir_is_refused_and_its_files_stay_byte_identical(tmp_path:
             assert _finished(sim_url) == served  # and nothing sent
         finally:
             holder.communicate(timeout=10)  # closing its stdin ends it: the lock goes with it
-        again = subprocess.run(_short_run(sim_url, "--out", str(out), "--overwrite"), cwd=ROOT,
-                               env=ENV, capture_output=True, text=True, timeout=180,
-                               check=False)  # fmt: skip
+        again = _done(_short_run(sim_url, "--out", str(out), "--overwrite"), timeout_s=180)
         assert again.returncode in (0, 3), again.stderr[-2000:]
         assert (out / "run.lock").read_text().split()[:2] != ["pid", str(holder.pid)]
         assert _finished(sim_url) > served
@@ -142,8 +145,7 @@ def test_a_second_run_on_a_live_runs_dir_is_refused_and_leaves_its_log_whole(
         log_before = (out / "locust.log").read_bytes()
         assert log_before
         started = time.monotonic()
-        second = subprocess.run([*cmd[:-2], "--out", str(out)], cwd=ROOT, env=ENV,
-                                capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        second = _done([*cmd[:-2], "--out", str(out)])
         assert second.returncode == 2, second.stderr[-2000:]
         assert time.monotonic() - started < 30
         assert f"run dir {out} is in use by another run (pid {first.pid}" in second.stderr

@@ -33,6 +33,7 @@ INHERITED_ENV = "LOCUST_LLM_RUN_DIR_LOCK_FD"
 #: names tried for one default stamp before giving up (``-2`` ... ``-99``)
 MAX_SUFFIX = 99
 _A_FILE = "a file of that name is in the way"
+_CANNOT = "cannot create the run dir, not writable"
 
 
 class RunDirBusy(InputError):
@@ -85,7 +86,7 @@ def lock_run_dir(run_dir: Path, *, flag: str = "--llm-run-dir") -> RunDirClaim:
     (nothing in the dir is written then)."""
     _make_parent(run_dir, flag)
     if not run_dir.is_dir():
-        raise InputError(f"{flag} {run_dir}: cannot create the run dir ({_A_FILE})")
+        raise InputError(f"{flag} {run_dir}: {_CANNOT} ({_A_FILE})")
     lock_path = run_dir / LOCK_FILE
     adopted = _inherited(lock_path)
     if adopted is not None:
@@ -135,9 +136,9 @@ def _make_parent(path: Path, flag: str) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise InputError(f"{flag} {path}: cannot create the run dir ({_A_FILE})") from None
+        raise InputError(f"{flag} {path}: {_CANNOT} ({_A_FILE})") from None
     except OSError as exc:
-        raise InputError(f"{flag} {path}: cannot create the run dir ({_why(exc)})") from None
+        raise InputError(f"{flag} {path}: {_CANNOT} ({_why(exc)})") from None
 
 
 def _inherited(lock_path: Path) -> int | None:
