@@ -127,7 +127,8 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         "run-dir",
         default="",
         use_env=False,
-        help_text="run dir (default reports/<demo|run>-<UTC time>)",
+        help_text="run dir (default reports/<demo|run>-<UTC time>, -2, -3 ... when taken); "
+        "locked while the run lives: a second run on it is refused",
     )
     add_standing_flag(
         parser,
@@ -135,7 +136,7 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         default=False,
         use_env=False,
         action="store_true",
-        help_text="reuse an --out dir that holds an earlier run",
+        help_text="reuse an --out dir that holds an earlier, ended run",
     )
     parser.add_argument("--slo", default="", help="objectives, e.g. ttft=1,tpot=0.1 (seconds)")
     add_standing_flag(
@@ -150,13 +151,14 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         "--stop-timeout",
         type=float,
         default=60.0,
-        help="seconds streams may take to finish at the end (default 60)",
+        help="seconds streams may take to finish at the end (default 60; >= 0, handed to "
+        "Locust in whole seconds, at least 1)",
     )
     parser.add_argument(
         "--timeout",
         type=float,
         default=900.0,
-        help="give up on the whole run after this many seconds",
+        help="give up on the whole run after this many seconds (> 0)",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the result")
     add_standing_flag(

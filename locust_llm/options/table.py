@@ -209,16 +209,17 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         name="run-dir",
         default="",
-        help="where run.json / requests.parquet / telemetry.parquet go "
-        "(default reports/<UTC timestamp>)",
+        help="where run.json / requests.parquet / telemetry.parquet go (default "
+        "reports/<UTC timestamp>, -2, -3 ... when taken); locked while the run lives: a second "
+        "run on it is refused",
         section=_RUN,
         run_flag="out",
     ),
     Option(
         name="overwrite",
         default=False,
-        help="reuse a --llm-run-dir that holds an earlier run: its run files and report files are "
-        "removed first (default: such a run dir is refused)",
+        help="reuse a --llm-run-dir that holds an earlier, ended run: its run files and report "
+        "files are removed first (default: such a run dir is refused; a live run's never)",
         section=_RUN,
         kind="switch",
         run_flag="overwrite",
