@@ -206,14 +206,19 @@ def test_each_bad_option_is_refused_before_any_request(tmp_path: Path) -> None:
             assert names in proc.stderr and expects in proc.stderr, (filled, proc.stderr)
             assert Counting.received == 0, filled
             assert not (work / "reports").exists(), filled  # no run dir made either
-        # a plain Locust run: --llm-roofline-model is checked before any request too
-        plain = subprocess.run(
-            [LOCUST, "-f", "locustfiles/sweep.py", "--headless", "--host", url,
-             "--llm-concurrency", "1", "--llm-stage-requests", "2", "--llm-run-dir",
-             str(tmp_path / "plain"), "--llm-roofline-model", "mistral-7bb",
-             "--llm-server-metrics", "none"],
-            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert plain.returncode == 2, plain.stderr[-2000:]
-        assert "--llm-roofline-model" in plain.stderr and "mistral-7b" in plain.stderr
-        assert Counting.received == 0
+        # a plain Locust run checks --llm-roofline-model and the server URLs at start too
+        plain_cases = [
+            (["--host", url, "--llm-roofline-model", "mistral-7bb"], "--llm-roofline-model"),
+            (["--host", f"ftp://{hostport}"], "(--host) 'ftp://"),
+            (["--host", url, "--llm-hosts", f"{url},ftp://{hostport}"], "--llm-hosts 'ftp://"),
+        ]
+        for args, names in plain_cases:
+            plain = subprocess.run(
+                [LOCUST, "-f", "locustfiles/sweep.py", "--headless", *args,
+                 "--llm-concurrency", "1", "--llm-stage-requests", "2", "--llm-run-dir",
+                 str(tmp_path / "plain"), "--llm-server-metrics", "none"],
+                cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert plain.returncode == 2, (args, plain.stderr[-2000:])
+            assert names in plain.stderr and "no load was sent" in plain.stderr, plain.stderr
+            assert Counting.received == 0, args

@@ -65,7 +65,7 @@ from locust_llm.client.runtime import (
 )
 from locust_llm.errors import InputError
 from locust_llm.live import llmstats
-from locust_llm.options import lengths
+from locust_llm.options import lengths, validate
 from locust_llm.options import table as options
 from locust_llm.options.config import ClientOptions
 from locust_llm.rundir.claim import lock_run_dir, new_run_dir
@@ -419,7 +419,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
 
 def check_before_load(rt: Runtime) -> None:
     """Master / single process, at start: the shape's options (a stage shape: its plan parses)
-    and every LLM user class's settings, API, output lengths and data set (a dry pass: the
+    and every LLM user class's settings (its server URLs http/https), API, output lengths and
+    data set (a dry pass: the
     whole file read, one prompt drawn) are usable; the first problem is an InputError. Workers
     run the same data set checks at test_start, with the options the master sends them."""
     shape = rt.environment.shape_class
@@ -427,6 +428,8 @@ def check_before_load(rt: Runtime) -> None:
         shape.check_options(rt.options)
     for user_class in llm_user_classes(rt.environment):
         settings = rt.settings_for(user_class)
+        for url in settings.hosts:  # another scheme would be sent as HTTP
+            validate.http_url(f"{user_class.__name__}'s host (--host)", url)
         get_api(settings.api)
         if settings.max_tokens:
             lengths.max_tokens(settings.max_tokens, what=f"{user_class.__name__}.max_tokens")

@@ -2,8 +2,8 @@
 
 Each check refuses one flag value as an ``InputError`` naming the flag (one line, exit 2):
 
-* ``--host``: an ``http://`` or ``https://`` URL with a host part (other schemes were sent as
-  HTTP before);
+* ``--host`` (:func:`check_url`, the plugin's check of every server URL too): an ``http://``
+  or ``https://`` URL with a host part (other schemes were sent as HTTP before);
 * ``--timeout`` > 0 seconds; ``--stop-timeout`` >= 0 seconds (0: streams still running at the
   end are cancelled at once; Locust takes whole seconds, so it is rounded, at least 1);
 * ``--roofline-model`` (:func:`locust_llm.options.validate.roofline_model`, the check of
@@ -17,31 +17,22 @@ from __future__ import annotations
 import math
 import resource
 from collections.abc import Sequence
-from urllib.parse import urlsplit
 
+__all__ = [
+    "check_concurrency",
+    "check_timeouts",
+    "check_url",
+    "user_capacity",
+    "worker_open_files",
+]
 from locust_llm.errors import InputError
+from locust_llm.options.validate import http_url as check_url
 from locust_llm.workloads.stages import StagePlan
 
 #: descriptors a Locust worker keeps for itself (its master connection, logs, Python's own)
 FD_RESERVE = 64
 #: Locust raises a process's soft open-file limit to this when the hard limit allows
 LOCUST_MIN_NOFILE = 10_000
-
-
-def check_url(flag: str, url: str) -> None:
-    """An ``http://`` / ``https://`` URL with a host part (and a valid port, if any)."""
-    try:
-        parts = urlsplit(url.strip())
-        parts.port  # noqa: B018  (raises ValueError on a port out of range or not a number)
-    except ValueError as exc:
-        raise InputError(f"{flag} {url!r}: not a URL ({exc})") from None
-    if parts.scheme.lower() not in ("http", "https"):
-        raise InputError(
-            f"{flag} {url!r}: expected an http:// or https:// URL (got "
-            f"{parts.scheme + '://' if parts.scheme else 'no scheme'})"
-        )
-    if not parts.hostname:
-        raise InputError(f"{flag} {url!r}: no host in the URL (e.g. http://127.0.0.1:8000)")
 
 
 def check_timeouts(timeout_s: float, stop_timeout_s: float) -> None:

@@ -257,6 +257,7 @@ OPTIONS: tuple[Option, ...] = (
         "instances (default: --host)",
         section=_RUN,
         read=readers.hosts,
+        check=validate.http_urls,
     ),
     Option(
         name="server-instances",
