@@ -2,8 +2,8 @@
 
 One engine (the CPU build, the tiny Llama of :mod:`vllm.model`) starts with ``--max-num-seqs 4``
 and an 8 MiB KV cache (12 layers x 4 KV heads x 64 x 2 x bf16 = 12 KiB a token: the engine counts
-640 tokens, 20 blocks of ``--block-size 32``) under ``--max-model-len 512``. Two runs of ``locust-llm run``, as a user types it, drive it
-into three regimes:
+640 tokens, 20 blocks of ``--block-size 32``) under ``--max-model-len 512``. Two runs of
+``locust-llm run``, as a user types it, drive it into three regimes:
 
 * ``short`` (prompts of 16 words, 24 tokens out): at 1 user the engine is under-loaded; at 8 users
   4 run and 4 wait for a batch slot while the KV cache stays under half full (4 x 2 blocks).

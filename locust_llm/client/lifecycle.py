@@ -55,7 +55,7 @@ from locust_llm.client.messages import (
 )
 from locust_llm.client.recorder import ensure_writable
 from locust_llm.client.redact import masked_url
-from locust_llm.client.runinfo import default_run_dir, new_run_info
+from locust_llm.client.runinfo import new_run_info
 from locust_llm.client.runtime import (
     Runtime,
     all_runtimes,
@@ -66,9 +66,10 @@ from locust_llm.client.runtime import (
 )
 from locust_llm.errors import InputError
 from locust_llm.live import llmstats
-from locust_llm.options import lengths
+from locust_llm.options import lengths, validate
 from locust_llm.options import table as options
 from locust_llm.options.config import ClientOptions
+from locust_llm.rundir.claim import lock_run_dir, new_run_dir
 from locust_llm.rundir.layout import (
     RunInfo,
     claim_run_dir,
@@ -175,7 +176,10 @@ def begin_run(rt: Runtime) -> None:
     if rt.run_info is not None and rt.run_ended:
         with rt.run_dir_lock:
             rt.recorder.remove_journal()  # the finished run's records are in its parquet
-        rt.run_dir = rt.run_dir.with_name(f"{rt.run_dir.name}-{int(time.time())}")
+        rt.run_dir = new_run_dir(rt.run_dir.parent, f"{rt.run_dir.name}-")
+        if rt.run_dir_claim is not None:
+            rt.run_dir_claim.release()
+        rt.run_dir_claim = lock_run_dir(rt.run_dir)
         rt.recorder.clear()
         rt.lost_workers.clear()
         rt.stages = []
@@ -393,10 +397,11 @@ def _on_init(environment: Any, **_kw: Any) -> None:
             opts.locustfile or "this locustfile",
         )
         sys.exit(2)
-    run_dir = Path(opts.run_dir) if opts.run_dir else default_run_dir()
-    try:
-        ensure_writable(run_dir)
+    try:  # made and locked before any file in it is opened: a second run on it is refused
+        run_dir = Path(opts.run_dir) if opts.run_dir else new_run_dir(Path("reports"), "")
+        rt.run_dir_claim = lock_run_dir(run_dir)
         claim_run_dir(run_dir, overwrite=opts.overwrite)
+        ensure_writable(run_dir)
     except OSError as exc:
         logger.error("locust-llm: run dir %s is not writable (%s); no load was sent", run_dir, exc)
         sys.exit(2)
@@ -415,7 +420,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
 
 def check_before_load(rt: Runtime) -> None:
     """Master / single process, at start: the shape's options (a stage shape: its plan parses)
-    and every LLM user class's settings, API, output lengths and data set (a dry pass: the
+    and every LLM user class's settings (its server URLs http/https), API, output lengths and
+    data set (a dry pass: the
     whole file read, one prompt drawn) are usable; the first problem is an InputError. Workers
     run the same data set checks at test_start, with the options the master sends them."""
     shape = rt.environment.shape_class
@@ -423,6 +429,8 @@ def check_before_load(rt: Runtime) -> None:
         shape.check_options(rt.options)
     for user_class in llm_user_classes(rt.environment):
         settings = rt.settings_for(user_class)
+        for url in settings.hosts:  # another scheme would be sent as HTTP
+            validate.http_url(f"{user_class.__name__}'s host (--host)", url)
         get_api(settings.api)
         if settings.max_tokens:
             lengths.max_tokens(settings.max_tokens, what=f"{user_class.__name__}.max_tokens")

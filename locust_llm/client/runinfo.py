@@ -13,7 +13,6 @@ import socket
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
@@ -34,12 +33,6 @@ def _probed_host(options: ClientOptions, hosts: Sequence[str]) -> str:
     if not hosts or options.server_metrics.strip().lower() == "none":
         return ""
     return hosts[0]
-
-
-def default_run_dir() -> Path:
-    """``reports/<UTC time>``."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path("reports") / stamp
 
 
 def masked_command_line(argv: list[str], secrets: Iterable[str] = ()) -> list[str]:

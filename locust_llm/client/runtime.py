@@ -36,6 +36,7 @@ from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord, StreamTiming
 from locust_llm.options import config, lengths
 from locust_llm.options.readers import split_hosts
 from locust_llm.options.settings import UserSettings
+from locust_llm.rundir.claim import RunDirClaim
 from locust_llm.rundir.layout import RunInfo, Stage
 from locust_llm.workloads.arrivals import arrival_process
 from locust_llm.workloads.datasets import load_dataset
@@ -77,6 +78,7 @@ class Runtime:
         self.gate = StageGate(waiter=GeventWaiter(), ask_permits=self._ask_permits)
         self.stages: list[Stage] = []
         self.run_dir: Path | None = None
+        self.run_dir_claim: RunDirClaim | None = None  # the run dir's lock, held for the run
         self.run_info: RunInfo | None = None
         self.drained: set[str] = set()
         self.last_progress_sent = (0, 0, 0, 0)

@@ -24,12 +24,17 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from locust_llm.client.redact import Redactor, masked_url
 from locust_llm.errors import InputError
+from locust_llm.launch.early_checks import (
+    check_concurrency,
+    check_timeouts,
+    check_url,
+    worker_open_files,
+)
 from locust_llm.launch.run_options import (
     SWEEP_FLAG_FOR,
     add_plugin_options,
@@ -40,7 +45,11 @@ from locust_llm.launch.run_options import (
     secret_env,
 )
 from locust_llm.live.progress import ProgressLine, follow
-from locust_llm.options.table import SWEEP_FLAGS, env_var
+from locust_llm.options.readers import split_hosts
+from locust_llm.options.table import SWEEP_FLAGS, by_name, env_var
+from locust_llm.options.validate import roofline_model
+from locust_llm.rundir.claim import RunDirClaim, lock_run_dir, new_run_dir
+from locust_llm.rundir.layout import claim_run_dir
 from locust_llm.workloads.stages import StagePlan, parse_stages
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "client" / "sweep_locustfile.py"
@@ -122,7 +131,8 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         "run-dir",
         default="",
         use_env=False,
-        help_text="run dir (default reports/<demo|run>-<UTC time>)",
+        help_text="run dir (default reports/<demo|run>-<UTC time>, -2, -3 ... when taken); "
+        "locked while the run lives: a second run on it is refused",
     )
     add_standing_flag(
         parser,
@@ -130,7 +140,7 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         default=False,
         use_env=False,
         action="store_true",
-        help_text="reuse an --out dir that holds an earlier run",
+        help_text="reuse an --out dir that holds an earlier, ended run",
     )
     parser.add_argument("--slo", default="", help="objectives, e.g. ttft=1,tpot=0.1 (seconds)")
     add_standing_flag(
@@ -145,13 +155,14 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
         "--stop-timeout",
         type=float,
         default=60.0,
-        help="seconds streams may take to finish at the end (default 60)",
+        help="seconds streams may take to finish at the end (default 60; >= 0, handed to "
+        "Locust in whole seconds, at least 1)",
     )
     parser.add_argument(
         "--timeout",
         type=float,
         default=900.0,
-        help="give up on the whole run after this many seconds",
+        help="give up on the whole run after this many seconds (> 0)",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the result")
     add_standing_flag(
@@ -222,8 +233,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+def claim_out(out: str, prefix: str, *, overwrite: bool) -> RunDirClaim:
+    """The run dir of ``run`` / ``demo``, made and locked before any file in it is opened:
+    ``--out`` (refused while another run holds it, or when it holds an earlier run unless
+    ``--overwrite``), else a fresh ``reports/<prefix><UTC time>[-N]`` no other run has."""
+    run_dir = Path(out) if out else new_run_dir(Path("reports"), prefix, flag="--out")
+    claim = lock_run_dir(run_dir, flag="--out")
+    try:
+        claim_run_dir(run_dir, overwrite=overwrite)
+    except BaseException:
+        claim.release()
+        raise
+    return claim
 
 
 @contextmanager
@@ -300,11 +321,13 @@ def run_sweep(
     env: dict[str, str] | None = None,
     plan: Sequence[StagePlan] = (),
     redact: Redactor | None = None,
+    claim: RunDirClaim | None = None,
 ) -> int:
     """Run the sweep locustfile with one master and ``workers`` workers, started at once
     (``--autostart``: no browser needed; the master's web UI on 127.0.0.1 serves the live
     figures the progress line polls) and quitting when the last stage ends. What the Locust
-    processes print reaches locust.log and stderr masked by ``redact``."""
+    processes print reaches locust.log and stderr masked by ``redact``. ``claim``: the run
+    dir's lock, which the master inherits (it holds the dir while it lives)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = (run_dir / "locust.log").open("w")
     port, web_port = _free_port(), _free_port()
@@ -352,7 +375,8 @@ def run_sweep(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=full_env,
+            env={**full_env, **(claim.child_env() if claim else {})},
+            pass_fds=(claim.fd,) if claim else (),
             start_new_session=True,
         )
         procs.append(master)
@@ -638,12 +662,23 @@ def announce_run(args: argparse.Namespace, run_dir: Path, workers: str) -> str:
 def run_demo(args: argparse.Namespace) -> int:
     """``locust-llm demo``."""
     plan = sweep_plan(args)  # bad stage flags stop here, before the simulator starts
-    run_dir = Path(args.out) if args.out else Path("reports") / f"demo-{_stamp()}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    check_timeouts(args.timeout, args.stop_timeout)
+    workers = resolve_workers(args, server_cores=DEMO_SIM_CORES)
+    check_concurrency(plan, workers=args.workers, servers=1, open_files=worker_open_files())
+    claim = claim_out(args.out, "demo-", overwrite=args.overwrite)
+    try:
+        return _demo_in(args, plan, claim, workers)
+    finally:
+        claim.release()
+
+
+def _demo_in(
+    args: argparse.Namespace, plan: Sequence[StagePlan], claim: RunDirClaim, workers: str
+) -> int:
+    run_dir = claim.path
     sim_args = [*DEMO_SIM_ARGS, *args.sim_arg]
     sim_args[sim_args.index("--model") + 1] = args.model
     sim_args[sim_args.index("--gpu") + 1] = args.gpu
-    workers = resolve_workers(args, server_cores=DEMO_SIM_CORES)
     if not args.quiet:
         print(
             f"locust-llm demo: simulated {args.model} on {args.gpu}; sweep "
@@ -671,6 +706,7 @@ def run_demo(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             quiet=args.quiet,
             plan=plan,
+            claim=claim,
         )
     finished = _finish(code, run_dir, args.slo, args.model, args.gpu)
     # the demo shows alerts but is not a gate: exit 3 (alerts fired) is for `run` and `report`
@@ -693,12 +729,37 @@ def run_llm_args(args: argparse.Namespace) -> list[str]:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    """``locust-llm run``."""
+    """``locust-llm run``: every flag is checked, then the run dir made and locked, before any
+    process starts (so before any request)."""
     plan = sweep_plan(args)  # bad stage flags stop here, before any process starts
-    run_dir = Path(args.out) if args.out else Path("reports") / f"run-{_stamp()}"
+    check_url("--host", args.host)
+    check_timeouts(args.timeout, args.stop_timeout)
+    roofline_model("--roofline-model", args.roofline_model)
     llm_args = run_llm_args(args)
     env = secret_env(args) or None
     workers = resolve_workers(args)
+    servers = split_hosts(getattr(args, by_name("hosts").dest, "") or "")
+    for url in servers:
+        check_url("--llm-hosts", url)
+    check_concurrency(
+        plan, workers=args.workers, servers=len(servers) or 1, open_files=worker_open_files()
+    )
+    claim = claim_out(args.out, "run-", overwrite=args.overwrite)
+    try:
+        return _run_in(args, plan, claim, llm_args, env, workers)
+    finally:
+        claim.release()
+
+
+def _run_in(
+    args: argparse.Namespace,
+    plan: Sequence[StagePlan],
+    claim: RunDirClaim,
+    llm_args: list[str],
+    env: dict[str, str] | None,
+    workers: str,
+) -> int:
+    run_dir = claim.path
     if not args.quiet:
         print(announce_run(args, run_dir, workers), flush=True)
     code = run_sweep(
@@ -712,5 +773,6 @@ def run_run(args: argparse.Namespace) -> int:
         env=env,
         plan=plan,
         redact=launch_redactor(args),
+        claim=claim,
     )
     return _finish(code, run_dir, args.slo)  # the model and device: run.json's roofline entry

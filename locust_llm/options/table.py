@@ -209,16 +209,17 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         name="run-dir",
         default="",
-        help="where run.json / requests.parquet / telemetry.parquet go "
-        "(default reports/<UTC timestamp>)",
+        help="where run.json / requests.parquet / telemetry.parquet go (default "
+        "reports/<UTC timestamp>, -2, -3 ... when taken); locked while the run lives: a second "
+        "run on it is refused",
         section=_RUN,
         run_flag="out",
     ),
     Option(
         name="overwrite",
         default=False,
-        help="reuse a --llm-run-dir that holds an earlier run: its run files and report files are "
-        "removed first (default: such a run dir is refused)",
+        help="reuse a --llm-run-dir that holds an earlier, ended run: its run files and report "
+        "files are removed first (default: such a run dir is refused; a live run's never)",
         section=_RUN,
         kind="switch",
         run_flag="overwrite",
@@ -256,6 +257,7 @@ OPTIONS: tuple[Option, ...] = (
         "instances (default: --host)",
         section=_RUN,
         read=readers.hosts,
+        check=validate.http_urls,
     ),
     Option(
         name="server-instances",
@@ -394,6 +396,7 @@ OPTIONS: tuple[Option, ...] = (
         help="model preset / config.json for the report's floors",
         section=_ROOFLINE,
         run_flag="roofline-model",
+        check=validate.roofline_model,
     ),
     Option(
         name="roofline-gpu",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 from locust_llm.errors import InputError
 from locust_llm.options import lengths
@@ -49,3 +50,38 @@ def output_cap(flag: str, value: Any) -> None:
     """An output cap: N or a distribution ("" = not given)."""
     if value:
         lengths.max_tokens(str(value), what=flag)
+
+
+def roofline_model(flag: str, value: str) -> None:
+    """A model for the report's floors ("" = none): a preset, a config.json / .gguf path or a
+    cached Hugging Face id; an unknown name lists the close preset names."""
+    if not value:
+        return
+    from locust_llm.roofline.floors import get_model
+
+    try:
+        get_model(value)
+    except InputError as exc:
+        raise InputError(f"{flag}: {exc}") from None
+
+
+def http_url(flag: str, url: str) -> None:
+    """A server URL: ``http://`` or ``https://`` with a host part (and a valid port, if any)."""
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018  (raises ValueError on a port out of range or not a number)
+    except ValueError as exc:
+        raise InputError(f"{flag} {url!r}: not a URL ({exc})") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InputError(
+            f"{flag} {url!r}: expected an http:// or https:// URL (got "
+            f"{parts.scheme + '://' if parts.scheme else 'no scheme'})"
+        )
+    if not parts.hostname:
+        raise InputError(f"{flag} {url!r}: no host in the URL (e.g. http://127.0.0.1:8000)")
+
+
+def http_urls(flag: str, urls: tuple[str, ...]) -> None:
+    """Each of a list of server URLs (:func:`http_url`)."""
+    for url in urls:
+        http_url(flag, url)

@@ -26,6 +26,7 @@ Accounting (stated once, used everywhere):
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -442,9 +443,15 @@ def get_gpu(name: str) -> GpuSpec:
         return GPU_PRESETS[name.lower()]
     except KeyError:
         raise InputError(
-            f"unknown GPU preset {name!r}; presets: {', '.join(GPU_PRESETS)} "
-            "(or describe the device with --bandwidth/--flops/--memory)"
+            f"unknown GPU preset {name!r}{_close(name, GPU_PRESETS)}; presets: "
+            f"{', '.join(GPU_PRESETS)} (or describe the device with --bandwidth/--flops/--memory)"
         ) from None
+
+
+def _close(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean a, b?)`` for the known names close to ``name``, else ""."""
+    close = difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
 def get_model(name_or_path: str) -> ModelSpec:
@@ -469,7 +476,8 @@ def get_model(name_or_path: str) -> ModelSpec:
             f"downloads: fetch it with `huggingface-cli download {name_or_path} config.json`"
         )
     raise InputError(
-        f"unknown model {name_or_path!r}: not a preset ({', '.join(MODEL_PRESETS)}), "
+        f"unknown model {name_or_path!r}{_close(name_or_path, MODEL_PRESETS)}: not a preset "
+        f"({', '.join(MODEL_PRESETS)}), "
         "no config.json / .gguf file at that path, and not a Hugging Face id (org/name)"
     )
 
