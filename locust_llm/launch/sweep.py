@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from locust_llm.errors import InputError
+from locust_llm.launch.orphans import die_with_parent
 from locust_llm.launch.run_options import (
     SWEEP_FLAG_FOR,
     add_plugin_options,
@@ -37,6 +38,14 @@ from locust_llm.launch.run_options import (
 )
 from locust_llm.live.progress import ProgressLine, follow
 from locust_llm.options.table import SWEEP_FLAGS, env_var
+from locust_llm.rundir.states import (
+    EXIT_CODES,
+    FAILED,
+    RUNNING,
+    banner,
+    exit_code,
+    stages_not_run,
+)
 from locust_llm.workloads.stages import StagePlan, parse_stages
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "client" / "sweep_locustfile.py"
@@ -238,7 +247,12 @@ def simulator(args: list[str], log_path: Path) -> Iterator[str]:
     ]
     log = log_path.open("w")
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent(signal.SIGTERM),
     )
     try:
         assert proc.stdout is not None
@@ -282,6 +296,13 @@ def _drain(stream: object) -> None:
 AUTOQUIT_S = 2
 
 _STAGE = re.compile(r"locust-llm: stage (\d+)/(\d+) (.*)$")
+_FAILED = re.compile(r"locust-llm: the run failed: (.*?)(; stopping the load)?$")
+
+#: the master's "the run failed: ..." lines of the latest sweep (``run`` says the first one when
+#: run.json could not be written)
+FAILURES: list[str] = []
+#: the signals ``run`` caught and forwarded during the latest sweep
+CAUGHT: list[int] = []
 
 
 def run_sweep(
@@ -300,6 +321,7 @@ def run_sweep(
     (``--autostart``: no browser needed; the master's web UI on 127.0.0.1 serves the live
     figures the progress line polls) and quitting when the last stage ends."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    FAILURES.clear()
     log = (run_dir / "locust.log").open("w")
     port, web_port = _free_port(), _free_port()
     common = ["-f", str(LOCUSTFILE), "--host", host]
@@ -344,6 +366,8 @@ def run_sweep(
             text=True,
             env=full_env,
             start_new_session=True,
+            # `run` SIGKILLed: the master gets SIGTERM (drains, finalises the run dir, quits)
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )
         procs.append(master)
         stack.enter_context(_forwarding_signals(master))
@@ -364,6 +388,7 @@ def run_sweep(
                     text=True,
                     env=full_env,
                     start_new_session=True,
+                    preexec_fn=die_with_parent(signal.SIGTERM),
                 )
             )
         progress = None
@@ -376,6 +401,7 @@ def run_sweep(
             progress=progress,
             web_url=f"http://127.0.0.1:{web_port}",
             deadline=time.monotonic() + timeout_s,
+            failures=FAILURES,
         )
     finally:
         stack.close()
@@ -396,23 +422,28 @@ def run_sweep(
 def _forwarding_signals(master: subprocess.Popen[str]) -> Iterator[None]:
     """While the Locust processes run: SIGTERM or SIGINT to ``run``/``demo`` becomes a SIGTERM
     to the master, which stops the load, drains, writes the run dir and quits (its workers
-    with it); the report is then built as usual. A second signal stops waiting at once (the
-    caller's cleanup still stops every child)."""
+    with it); the report is then built as usual. A second signal becomes a second SIGTERM:
+    the requests still in flight are cancelled now, each recorded as ``cancelled``, and the
+    run dir is written. A third stops waiting at once (the caller's cleanup still stops every
+    child)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[int] = []
+    caught = CAUGHT
+    caught.clear()
 
     def forward(signum: int, _frame: object) -> None:
         caught.append(signum)
-        if len(caught) > 1:
+        if len(caught) > 2:
             raise KeyboardInterrupt
-        print(
-            f"locust-llm: got {signal.Signals(signum).name}: stopping the load test "
-            "(in-flight requests drain, then the run dir is written)",
-            file=sys.stderr,
-            flush=True,
+        name = signal.Signals(signum).name
+        said = (
+            "stopping the load test (in-flight requests drain, then the run dir is written; "
+            "again to cancel them)"
+            if len(caught) == 1
+            else "again: cancelling the requests in flight (recorded as cancelled)"
         )
+        print(f"locust-llm: got {name}: {said}", file=sys.stderr, flush=True)
         with suppress(ProcessLookupError):
             os.killpg(master.pid, signal.SIGTERM)
 
@@ -431,6 +462,7 @@ def _follow(
     progress: ProgressLine | None,
     web_url: str,
     deadline: float,
+    failures: list[str] | None = None,
 ) -> int:
     """Copy the master's output to the log; show progress (stage starts, and the live line
     from the master's ``/llm/stats``); pass errors on; enforce the deadline."""
@@ -452,10 +484,18 @@ def _follow(
     timer.start()
     stop = threading.Event()
     poller = follow(web_url, progress, stop) if progress is not None else None
+    log_ok = True
     try:
         for line in master.stdout:
-            log.write(line)  # type: ignore[attr-defined]
-            log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
+            if log_ok:
+                try:
+                    log.write(line)  # type: ignore[attr-defined]
+                    log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
+                except OSError as exc:  # a full disk: keep following the master
+                    log_ok = False
+                    print(f"locust-llm: cannot write locust.log ({exc})", file=sys.stderr)
+            if _FAILED.search(line) and failures is not None:
+                failures.append(_FAILED.search(line).group(1))  # type: ignore[union-attr]
             m = _STAGE.search(line)
             if m and progress is not None and not progress.live:
                 progress.message(
@@ -535,16 +575,49 @@ def _report(run_dir: Path, slo: str, *, model: str = "", gpu: str = "") -> int:
 
 
 def _finish(code: int, run_dir: Path, slo: str, model: str = "", gpu: str = "") -> int:
-    if code not in (0, 1):  # 1: Locust saw failed requests, which the report classifies
+    """The report and the exit code of a sweep whose master exited with ``code``: the run
+    dir's state decides (:mod:`locust_llm.rundir.states`); a run that is not finished says so
+    in one banner line (its state, why, the stages not run) after its report."""
+    state, line = run_outcome(run_dir)
+    if state in ("", RUNNING) and code == 2:  # refused before any load (a line said why)
         print(
             f"locust-llm: the load test ended with exit code {code}; see {run_dir}/locust.log",
             file=sys.stderr,
         )
         return code
+    if state in ("", RUNNING) and code not in (0, 1):  # the master could not finish the run dir
+        why = FAILURES[0] if FAILURES else f"the Locust master exited with code {code}"
+        print(
+            f"locust-llm: RUN FAILED: {why}; the run dir {run_dir} was not finalised (its "
+            "journal keeps the records written so far)",
+            file=sys.stderr,
+        )
+        return EXIT_CODES[FAILED]
     print()
-    report_code = _report(run_dir, slo, model=model, gpu=gpu)
+    try:
+        report_code = _report(run_dir, slo, model=model, gpu=gpu)
+    except (InputError, OSError) as exc:
+        print(f"locust-llm: no report: {exc}", file=sys.stderr)
+        report_code = EXIT_CODES[FAILED]
     print(f"\nRun dir: {run_dir}")
-    return report_code
+    if line:
+        got = ", ".join(dict.fromkeys(signal.Signals(s).name for s in CAUGHT))
+        said = f" (locust-llm got {got})" if got else ""
+        print(f"\nlocust-llm: {line}{said}", file=sys.stderr, flush=True)
+    return exit_code(state) or report_code
+
+
+def run_outcome(run_dir: Path) -> tuple[str, str]:
+    """The run dir's state and, unless finished, its banner line ('' when run.json is
+    unreadable)."""
+    from locust_llm.rundir.layout import read_run_info
+
+    try:
+        info = read_run_info(run_dir)
+    except InputError:
+        return "", ""
+    not_run = stages_not_run(info.stages_planned, len(info.stages))
+    return info.state, banner(info.state, info.state_reason, not_run)
 
 
 #: cores the demo's simulator takes (one asyncio process)
