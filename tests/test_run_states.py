@@ -123,11 +123,11 @@ def test_sigint_mid_stage_is_interrupted_and_names_the_stages_not_run(tmp_path: 
 def test_a_second_sigint_records_every_request_in_flight_as_cancelled(tmp_path: Path) -> None:
     with Cluster(tmp_path) as cluster:
         trace = tmp_path / "trace.jsonl"
-        # 400 tokens at 20 ms: an 8 s stream, so the first stop (drain up to 60 s) would wait
-        _, sim_url = cluster.sim(*SIM[:-1], "fixed:400", "--trace", str(trace))
+        # 2000 tokens at 20 ms: a 40 s stream, so the first stop (drain up to 60 s) would wait
+        _, sim_url = cluster.sim(*SIM[:-1], "fixed:2000", "--trace", str(trace))
         out = tmp_path / "out"
         run = cluster.start("run", _run_cmd(
-            sim_url, out, "--concurrency", "4", "--stage-duration", "60", "--max-tokens", "400",
+            sim_url, out, "--concurrency", "4", "--stage-duration", "60", "--max-tokens", "2000",
             "--stop-timeout", "60"))  # fmt: skip
         wait_until(lambda: _running(sim_url) >= 4, 60, "4 requests in flight")
         run.send(signal.SIGINT)

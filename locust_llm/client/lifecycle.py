@@ -665,11 +665,24 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
 
 
 def _drain_workers(rt: Runtime) -> None:
-    """Master: make every worker stop, flush and confirm before the run dir is written."""
+    """Master: make every worker stop, flush and confirm before the run dir is written (one
+    drain at a time: a second caller waits for the one under way)."""
     runner = rt.environment.runner
+    if rt.draining:
+        while rt.draining:
+            gevent.sleep(0.05)
+        return
     running = [c.id for c in runner.clients.all if c.state in ("running", "spawning", "ready")]
     if not running:
         return
+    rt.draining = True
+    try:
+        _drain(rt, runner, running)
+    finally:
+        rt.draining = False
+
+
+def _drain(rt: Runtime, runner: Any, running: list[str]) -> None:
     rt.drained.clear()
     for client_id in running:
         runner.server.send_to_client(Message(MSG_STOP, None, client_id))
