@@ -83,6 +83,12 @@ worker, which inherit this environment. The flags above that stand for an --llm-
 (--concurrency, --max-tokens, --dataset, --model, ...) take their default from that option's
 variable (LOCUST_LLM_CONCURRENCY, LOCUST_LLM_MAX_TOKENS, ...). A flag on the command line wins
 over its variable.
+
+Exit codes (run.json's "state"; docs/reliability.md, "Run states"): 0 the run finished; 3 it
+finished and an alert or SLO failed; 2 bad input, nothing sent; 4 interrupted (a signal,
+--timeout: the stage cut and the stages not run are named); 5 failed (no worker left, the run
+dir unwritable, the master died). A second Ctrl+C cancels the requests in flight (each recorded
+as cancelled); the master and workers stop with `run` even if it is killed (Linux).
 """
 
 
