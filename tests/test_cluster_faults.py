@@ -271,8 +271,10 @@ def test_worker_sigkill_in_a_request_count_stage_does_not_hang_the_run(tmp_path:
         lost_id = next(w for w in info["workers"] if w != survivor_id)
         assert info["lost_workers"] == {lost_id: 2}
         ended = requests[requests["error_kind"] != "cancelled"]
-        # the stage got its 24 requests, all from the survivor once the victim was gone
-        assert len(ended) >= 24 and ended["ok"].all()
+        # the stage's 24 requests: the survivor's records and the victim's 2 permits that never
+        # became records (they count as ended, so the stage neither hangs nor overshoots)
+        assert len(ended) == 24 - 2 and ended["ok"].all()
+        assert info["state"] == "finished"
         assert set(requests["worker_id"]) == {survivor_id}
         assert "lost" in master.text()
         # the stage window says the users really running fell to the survivor's 2
@@ -292,11 +294,11 @@ def test_master_sigterm_mid_stage_drains_workers_and_finalises(tmp_path: Path) -
         workers = [cluster.worker(i, "127.0.0.1", port) for i in (1, 2)]
         wait_until(lambda: len(read_trace(trace)) >= 4, 30, "4 requests finished")
         master.send(signal.SIGTERM)  # a stage shape runs: Locust's own handler is not there yet
-        assert master.wait(40) == 0, master.text()[-3000:]
+        assert master.wait(40) == 4, master.text()[-3000:]  # interrupted
         for worker in workers:
             worker.wait(20)
         info, requests = read_run(run_dir)
-        assert info["state"] == "finished" and info["lost_workers"] == {}
+        assert info["state"] == "interrupted" and info["lost_workers"] == {}
         # the streams in flight drained: none cancelled, every request the server saw recorded
         assert (requests["error_kind"] == "cancelled").sum() == 0
         served = {str(r["client_request_id"]) for r in read_trace(trace)}

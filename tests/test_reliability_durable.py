@@ -65,9 +65,9 @@ def test_a_stop_signal_mid_stage_drains_and_finalises(signum: int, tmp_path: Pat
         assert info["state"] == "running"
         proc.send(signum)  # type: ignore[attr-defined]
         code = proc.wait(30)  # type: ignore[attr-defined]
-        assert code == 0, proc.text()[-3000:]  # type: ignore[attr-defined]
+        assert code == 4, proc.text()[-3000:]  # type: ignore[attr-defined]  # interrupted
         info, requests = read_run(run_dir)
-        assert info["state"] == "finished"
+        assert info["state"] == "interrupted" and "during stage 1/" in info["state_reason"]
         assert not (run_dir / JOURNAL_FILE).exists()
         # drained: no request was cancelled, and every one the server finished is recorded
         assert (requests["error_kind"] == "cancelled").sum() == 0

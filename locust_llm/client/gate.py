@@ -89,6 +89,10 @@ class StageGate:
         self._asked = False
         self._exhausted = False
         self.granted: dict[str, int] = {}  # master: worker -> permits granted in this stage
+        #: users waiting in :meth:`acquire` for a permit now: a worker asks the master for this
+        #: many, so the permits it holds are (all but momentarily) requests it has sent, and a
+        #: lost worker's permits with no record are its requests with no record
+        self.waiting = 0
 
     @property
     def rng(self) -> random.Random:
@@ -161,13 +165,17 @@ class StageGate:
 
         False: the user must stop (asked to, or the gate stopped) and sends nothing.
         """
-        while self.quota is not None and self.quota <= 0:
-            if self.stopped or self.final or stopping():
-                return False
-            if self.ask_permits is not None and not self._asked and not self._exhausted:
-                self._asked = True
-                self.ask_permits(self.stage)
-            self.waiter.wait(self.poll_s)
+        self.waiting += 1
+        try:
+            while self.quota is not None and self.quota <= 0:
+                if self.stopped or self.final or stopping():
+                    return False
+                if self.ask_permits is not None and not self._asked and not self._exhausted:
+                    self._asked = True
+                    self.ask_permits(self.stage)
+                self.waiter.wait(self.poll_s)
+        finally:
+            self.waiting -= 1
         if self.stopped or stopping():
             return False
         if self.quota is not None:

@@ -42,6 +42,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
+    MSG_CANCEL,
     MSG_DRAINED,
     MSG_PERMIT_ASK,
     MSG_PERMIT_GRANT,
@@ -77,6 +78,7 @@ from locust_llm.rundir.layout import (
     write_run_info,
     write_run_json,
 )
+from locust_llm.rundir.states import FINISHED, cut_stage_words, exit_code, final_state
 from locust_llm.telemetry.scraper import TelemetryScraper, locust_worker_cpu, targets_from_options
 from locust_llm.webui import routes as webtab
 
@@ -154,6 +156,7 @@ def _grant(rt: Runtime, data: dict[str, Any]) -> None:
     ask = PermitAsk.from_dict(data)
     lost = ask.worker in rt.lost_workers  # a worker given up for lost gets no more permits
     granted = 0 if lost else rt.gate.grant(ask.stage, ask.n, ask.worker)
+    rt.granted_by_worker_stage[(ask.worker, ask.stage)] += granted
     rt.environment.runner.send_message(
         MSG_PERMIT_GRANT, PermitGrant(stage=ask.stage, n=granted).to_dict(), client_id=ask.worker
     )
@@ -182,8 +185,10 @@ def begin_run(rt: Runtime) -> None:
         rt.run_dir_claim = lock_run_dir(rt.run_dir)
         rt.recorder.clear()
         rt.lost_workers.clear()
+        rt.granted_by_worker_stage.clear()
         rt.stages = []
         rt.run_info = None
+        rt.failure = rt.interrupted_by = ""
     if rt.run_info is None:
         rt.run_info = new_run_info(rt.options, rt.run_dir, rt.hosts, sys.argv)
         rt.run_info.state = "running"
@@ -208,8 +213,21 @@ def _persist_loop(rt: Runtime) -> None:
             with rt.run_dir_lock:  # finalising waits for this write (and the reverse)
                 rt.recorder.flush(run=_in_thread)
                 _in_thread(write_run_json, rt.run_dir, fill_run_info(rt).to_json())
-        except OSError as exc:  # a full or vanished disk: say so once a second, keep the load
-            logger.error("locust-llm: cannot write the run dir %s (%s)", rt.run_dir, exc)
+        except OSError as exc:  # a full or vanished disk: the load stops, the run fails
+            fail_run(rt, f"cannot write the run dir {rt.run_dir} ({exc})")
+
+
+def fail_run(rt: Runtime, why: str) -> None:
+    """The run cannot go on (the run dir unwritable, no worker left): say so in one line, stop
+    the load (the stage shape ends at its next tick), and let the run end ``failed``."""
+    if rt.failure:
+        return
+    rt.failure = why
+    logger.error("locust-llm: the run failed: %s; stopping the load", why)
+    rt.stop_requested = True
+    runner = rt.environment.runner
+    if getattr(runner, "shape_greenlet", None) is None and runner is not None:
+        gevent.spawn(_stop_gracefully, rt)
 
 
 def _sample_stage_users(rt: Runtime) -> None:
@@ -258,17 +276,55 @@ def fill_run_info(rt: Runtime) -> RunInfo:
     return info
 
 
+def settle_state(rt: Runtime, info: RunInfo) -> None:
+    """run.json's final ``state``, its reason and the planned stages
+    (:mod:`locust_llm.rundir.states`); the process's exit code to match."""
+    plan = rt.plan or []
+    info.stages_planned = [p.name for p in plan]
+    info.state = final_state(
+        failure=rt.failure,
+        interrupted_by=rt.interrupted_by,
+        plan_done=rt.plan_done if plan else None,
+    )
+    if info.state == FINISHED:
+        info.state_reason = ""
+    else:
+        reason = rt.failure or (
+            f"stopped by {rt.interrupted_by}" if rt.interrupted_by else "the test stopped early"
+        )
+        if plan and rt.stages and not rt.plan_done:
+            stage = rt.stages[-1]
+            step = plan[stage.index]
+            end = stage.end_wall_s if not math.isnan(stage.end_wall_s) else time.time()
+            reason += " during " + cut_stage_words(
+                stage.index, len(plan), step.name, ended=rt.recorder.ended_in(stage.index),
+                target=step.requests, elapsed_s=end - stage.start_wall_s,
+                duration_s=step.duration_s,
+            )  # fmt: skip
+        info.state_reason = reason
+    code = exit_code(info.state)
+    if code:
+        rt.environment.process_exit_code = code
+
+
 def write_run_dir(rt: Runtime) -> None:
-    """Write requests.parquet + run.json (+ telemetry, llm_stats.csv) for the current run."""
+    """Write requests.parquet + run.json (+ telemetry, llm_stats.csv) for the current run.
+
+    A run dir that cannot be written (a full disk) ends the run ``failed``: one log line, the
+    journal keeps every batch it has, and run.json says so if it still can be written."""
     if rt.run_dir is None or rt.run_info is None or rt.is_worker:
         return
     if rt.is_master:
         _note_lost_workers(rt)
     info = fill_run_info(rt)
     info.end_wall_s = time.time() if math.isnan(info.end_wall_s) else info.end_wall_s
-    info.state = "finished"
-    with rt.run_dir_lock:
-        rt.recorder.finalise(rt.run_dir, info)
+    settle_state(rt, info)
+    try:
+        with rt.run_dir_lock:
+            rt.recorder.finalise(rt.run_dir, info)
+    except OSError as exc:
+        _fail_finalise(rt, info, exc)
+        return
     rt.written_records = rt.recorder.count
     if rt.telemetry is not None:
         rt.telemetry.write(rt.run_dir)
@@ -280,34 +336,81 @@ def write_run_dir(rt: Runtime) -> None:
         llmstats.write_history_csv(rt.stats, Path(f"{prefix}_llm_stats_history.csv"))
 
 
+def _fail_finalise(rt: Runtime, info: RunInfo, exc: OSError) -> None:
+    """The run dir could not be finalised: the run is failed, the journal stays as it is."""
+    assert rt.run_dir is not None
+    if not rt.failure:
+        rt.failure = f"cannot write the run dir {rt.run_dir} ({exc})"
+        logger.error("locust-llm: the run failed: %s", rt.failure)
+        settle_state(rt, info)
+    try:
+        write_run_json(rt.run_dir, info.to_json())
+    except OSError:
+        logger.error(
+            "locust-llm: run.json still says 'running'; the journal %s keeps every batch "
+            "written before the failure",
+            rt.run_dir / "requests.arrows",
+        )
+
+
+def unrecorded_permits(rt: Runtime, worker: str, stage: int | None = None) -> int:
+    """Master: permits granted to ``worker`` (in ``stage``, or in every stage) with no record
+    from it: for a lost worker, its requests sent and never recorded (it asks only for the
+    permits its waiting users take at once)."""
+    got = rt.recorder.received_by_worker_stage
+    return sum(
+        max(n - got[(w, s)], 0)
+        for (w, s), n in rt.granted_by_worker_stage.items()
+        if w == worker and (stage is None or s == stage)
+    )
+
+
+def lost_unrecorded(rt: Runtime, stage: int) -> int:
+    """Master: the lost workers' permits of ``stage`` with no record. A request-count stage
+    counts them as ended, so it neither waits for a dead worker nor overshoots when a paused
+    one comes back and its records arrive."""
+    return sum(unrecorded_permits(rt, w, stage) for w in rt.lost_workers)
+
+
 def _note_lost_workers(rt: Runtime) -> list[str]:
     """Master: workers Locust marks missing now are lost for the rest of the run: recorded with
-    their requests in flight, their permits of the stage given back (to the live workers at
-    once, so a request-count stage does not wait for them) and their users re-dispatched."""
+    their requests that have no record (their permits with none; in a duration stage, those in
+    flight at their last batch), no more permits, and their users re-dispatched. A run left
+    with no worker before its plan is done fails."""
     runner = rt.environment.runner
     clients = getattr(runner, "clients", None)
     if clients is None:
         return []
     newly = [c.id for c in clients.all if c.state == "missing" and c.id not in rt.lost_workers]
     for worker in newly:
-        rt.lost_workers[worker] = rt.recorder.lost_in_flight(worker)
+        rt.lost_workers[worker] = _lost_count(rt, worker)
         rt.recorder.forget_worker_waits(worker)
-        used = rt.recorder.received_by_worker_stage[(worker, rt.gate.stage)]
-        back = rt.gate.reclaim(worker, used)
+        rt.gate.granted.pop(worker, None)
         logger.warning(
-            "locust-llm: worker %s lost with %d requests in flight; %d permits of stage %d "
-            "given back",
+            "locust-llm: worker %s lost with %d requests sent and not recorded (stage %d's "
+            "count takes them as ended)",
             worker,
             rt.lost_workers[worker],
-            back,
             rt.gate.stage,
         )
         llm_events.worker_lost.fire(environment=rt.environment, worker=worker, runtime=rt)
+    for worker in rt.lost_workers:  # a paused worker that came back: its late records count
+        rt.lost_workers[worker] = _lost_count(rt, worker)
     if newly:
+        live = [c.id for c in clients.all if c.state != "missing"]
+        if not live and not (rt.plan_done and rt.plan):
+            fail_run(rt, f"no worker left (lost: {', '.join(sorted(rt.lost_workers))})")
+            return newly
         _push_permits(rt)
         if getattr(runner, "state", "") == "running" and runner.worker_count > 0:
             gevent.spawn(runner.start, runner.target_user_count, runner.spawn_rate)
     return newly
+
+
+def _lost_count(rt: Runtime, worker: str) -> int:
+    """A lost worker's requests with no record: its permits with none, or (duration stages
+    have no permits) those in flight as of its last batch, whichever is more."""
+    return max(unrecorded_permits(rt, worker), rt.recorder.lost_in_flight(worker))
 
 
 def _push_permits(rt: Runtime) -> None:
@@ -373,6 +476,9 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         runner.register_message(
             MSG_PERMIT_GRANT, lambda environment, msg, **kw: _receive_grant(rt, msg.data)
         )
+        runner.register_message(
+            MSG_CANCEL, lambda environment, msg, **kw: _cancel_in_flight(rt), concurrent=True
+        )
         _install_signal_handlers(rt)
         mark_initialised(environment)
         return
@@ -410,6 +516,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         sys.exit(2)
     rt.run_dir = run_dir
     _install_signal_handlers(rt)
+    # Locust's quitting listeners fire last-registered first, and the runner's own (registered
+    # before this) stops the test and writes the run dir: this one, registered now, fires
+    # before it and notes that the run is being cut short
+    environment.events.quitting.add_listener(lambda **_kw: _note_quitting(rt))
     if not environment.stop_timeout:
         logger.warning(
             "locust-llm: --stop-timeout is 0, so requests still streaming when the test stops "
@@ -570,11 +680,24 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
 
 
 def _drain_workers(rt: Runtime) -> None:
-    """Master: make every worker stop, flush and confirm before the run dir is written."""
+    """Master: make every worker stop, flush and confirm before the run dir is written (one
+    drain at a time: a second caller waits for the one under way)."""
     runner = rt.environment.runner
+    if rt.draining:
+        while rt.draining:
+            gevent.sleep(0.05)
+        return
     running = [c.id for c in runner.clients.all if c.state in ("running", "spawning", "ready")]
     if not running:
         return
+    rt.draining = True
+    try:
+        _drain(rt, runner, running)
+    finally:
+        rt.draining = False
+
+
+def _drain(rt: Runtime, runner: Any, running: list[str]) -> None:
     rt.drained.clear()
     for client_id in running:
         runner.server.send_to_client(Message(MSG_STOP, None, client_id))
@@ -597,28 +720,57 @@ def _stop_gracefully(rt: Runtime) -> None:
     if runner is None or getattr(runner, "state", "") in ("stopped", "stopping", "quitting"):
         return
     logger.info("locust-llm: stopping the test (in-flight requests drain, then the run dir)")
+    if rt.is_master:
+        # our own stop first: a worker handles it beside its message loop (Locust's 'stop'
+        # blocks that loop while users drain), so a second signal's cancel still reaches it
+        rt.gate.stop()
+        _drain_workers(rt)
     runner.stop()
 
 
 def _install_signal_handlers(rt: Runtime) -> None:
-    """SIGTERM stops the test gracefully, then quits, from the moment the run dir exists.
+    """SIGTERM stops the test gracefully, then quits, from the moment the run dir exists; a
+    second SIGTERM cancels the requests still in flight (each recorded ``cancelled``).
 
-    Locust installs its own SIGTERM handler only after a headless stage shape has run to its
-    end, so without this a SIGTERM during the run (docker stop, a CI cancel, ``run --timeout``)
-    killed the process with nothing written. Locust's later handler replaces this one; it
-    fires ``quitting``, whose listener stops the test the same way first. SIGINT stays
-    Locust's (KeyboardInterrupt -> shutdown -> ``quitting``).
+    Installed at init and again at test_start: Locust's main puts its own handler in place in
+    between (it quits at once: the workers get ``quit`` before their last records), and a
+    Python-level handler set after it is the one the process keeps. SIGINT stays Locust's
+    (KeyboardInterrupt -> shutdown -> ``quitting``, whose first listener stops the test
+    gracefully before the runner's own quits the workers).
     """
 
     def handle(signum: int, _frame: Any) -> None:
-        if rt.stop_requested:
+        name = signal.Signals(signum).name
+        if rt.stop_requested and rt.interrupted_by:
+            if not rt.cancel_requested:  # a second signal: cancel what is in flight
+                rt.cancel_requested = True
+                logger.info("locust-llm: got %s again: cancelling the requests in flight", name)
+                gevent.spawn(_cancel_in_flight, rt)
             return
         rt.stop_requested = True
-        logger.info("locust-llm: got %s: stopping the test", signal.Signals(signum).name)
+        rt.interrupted_by = rt.interrupted_by or name
+        logger.info("locust-llm: got %s: stopping the test", name)
         gevent.spawn(_stop_then_quit, rt)
 
     if threading.current_thread() is threading.main_thread():  # signal.signal's own rule
         signal.signal(signal.SIGTERM, handle)
+
+
+def _cancel_in_flight(rt: Runtime) -> None:
+    """Cancel every request in flight now, each recorded as ``cancelled`` (the user's read
+    loop catches the kill); a master passes it on to its workers, which then flush."""
+    runner = rt.environment.runner
+    if runner is None:
+        return
+    if rt.is_master:
+        for client in runner.clients.all:
+            if client.state != "missing":
+                runner.server.send_to_client(Message(MSG_CANCEL, None, client.id))
+        return
+    rt.gate.stop()
+    runner.user_greenlets.kill(block=True, timeout=5)
+    if rt.is_worker:
+        _flush_records(rt)
 
 
 def _stop_then_quit(rt: Runtime) -> None:
@@ -653,7 +805,8 @@ def _end_main_greenlet() -> None:
     logger.info("locust-llm: stopped by a signal; exiting")
     logging.shutdown()
     sys.stdout.flush()
-    os._exit(0)
+    codes = [rt.environment.process_exit_code for rt in all_runtimes() if not rt.is_worker]
+    os._exit(next((c for c in codes if c), 0))
 
 
 def _on_report_to_master(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
@@ -676,10 +829,33 @@ def _on_worker_report(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
             return
 
 
+def _note_quitting(rt: Runtime) -> None:
+    """Locust is shutting down (its SIGTERM handler, Ctrl+C, a web UI quit) while the run
+    still goes: the run is interrupted, and stopped gracefully here (workers drain, the run dir
+    is written) before the runner's own listener quits the workers. Locust's SIGTERM handler
+    runs this again on a second SIGTERM: the requests in flight are then cancelled (recorded)
+    and this waits until the first call has written the run dir."""
+    if rt.run_ended or rt.run_info is None:
+        return
+    if rt.quitting_seen:  # a second SIGTERM / Ctrl+C while the first still drains
+        if not rt.cancel_requested:
+            rt.cancel_requested = True
+            logger.info("locust-llm: stopped again: cancelling the requests in flight")
+            _cancel_in_flight(rt)
+        deadline = time.monotonic() + (rt.environment.stop_timeout or 0) + DRAIN_GRACE_S
+        while not rt.run_ended and time.monotonic() < deadline:  # the first writes the run dir
+            gevent.sleep(0.05)
+        return
+    rt.quitting_seen = True
+    rt.interrupted_by = rt.interrupted_by or "a stop signal (SIGTERM or Ctrl+C: Locust shut down)"
+    _stop_gracefully(rt)  # now, before the runner's own listener sends its workers 'quit'
+
+
 def _on_quitting(environment: Any, **_kw: Any) -> None:
     rt = next((r for r in all_runtimes() if r.environment is environment), None)
     if rt is None or rt.is_worker:
         return
+    _note_quitting(rt)
     if not rt.run_ended and rt.environment.runner is not None:
         _stop_gracefully(rt)  # Locust's own SIGTERM handler quits without stopping the test
     if not (rt.run_ended and rt.written_records == rt.recorder.count):

@@ -23,6 +23,8 @@ MSG_PERMIT_GRANT = "llm_permit_grant"
 MSG_RECORDS = "llm_records"
 MSG_STOP = "llm_stop"
 MSG_DRAINED = "llm_drained"
+#: master -> worker: a second stop signal; cancel the requests in flight now (recorded)
+MSG_CANCEL = "llm_cancel"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import logging
 import math
 import random
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,18 @@ class Runtime:
         #: run: Locust forgets a missing worker after about a minute)
         self.lost_workers: dict[str, int] = {}
         self.stop_requested = False  # a SIGTERM/SIGINT came: stopping gracefully
+        self.cancel_requested = False  # a second one: in-flight requests cancelled (recorded)
+        self.draining = False  # master: a drain of the workers is under way
+        self.quitting_seen = False  # Locust's shutdown began (its SIGTERM handler, Ctrl+C)
+        #: how the run is ending (locust_llm.rundir.states): the signal that stopped it, the
+        #: failure that ended it, and the stage plan (set by the stage shape; None: no plan)
+        self.interrupted_by = ""
+        self.failure = ""
+        self.plan: list[Any] | None = None
+        self.plan_done = False
+        #: master: permits granted per (worker, stage), kept for the whole run (the gate's own
+        #: count is the current stage's), to reconcile a lost worker's permits with its records
+        self.granted_by_worker_stage: Counter[tuple[str, int]] = Counter()
         self._backoff_said_s = -math.inf
         self.telemetry: Any = None
         self.cpu_demand = CpuDemandMeter()  # this process's (a worker sends it with its stats)
@@ -261,11 +274,13 @@ class Runtime:
         )
 
     def _ask_permits(self, stage: int) -> None:
-        """Worker: ask the master for as many permits as this worker has users."""
+        """Worker: ask the master for as many permits as this worker has users waiting for one
+        (so a permit held is, but for a moment, a request sent: a lost worker's permits without
+        a record count its requests without one)."""
         runner = self.environment.runner
         if not self.is_worker or runner is None:
             return
-        want = max(runner.user_count, 1)
+        want = max(self.gate.waiting, 1)
         runner.send_message(
             MSG_PERMIT_ASK, PermitAsk(worker=self.worker_id, stage=stage, n=want).to_dict()
         )

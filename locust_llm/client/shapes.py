@@ -85,6 +85,7 @@ class StagesShape(LoadTestShape):
             return
         super().reset_time()
         self._index = -1
+        rt.plan_done = False
         lifecycle.begin_run(rt)  # a new run dir and no stages yet, before the first tick
 
     def check_options(self, options: ClientOptions) -> None:
@@ -102,6 +103,7 @@ class StagesShape(LoadTestShape):
                 raise InputError("the sweep locustfile needs --llm-concurrency or --llm-rate")
             self._plans = plans
             self._users = open_loop_users(rt.options, plans) if plans[0].rate else 0
+            rt.plan = list(plans)  # run.json's stages_planned; the cut stage's words
         return self._plans
 
     def tick(self) -> tuple[int, float] | None:
@@ -121,8 +123,9 @@ class StagesShape(LoadTestShape):
         stage = rt.stages[-1]
         if plan.duration_s is not None and now - stage.start_wall_s >= plan.duration_s:
             return True
-        if plan.requests is not None:
-            return rt.recorder.ended_in(stage.index) >= plan.requests
+        if plan.requests is not None:  # a lost worker's permits with no record count as ended
+            lost = lifecycle.lost_unrecorded(rt, stage.index) if rt.is_master else 0
+            return rt.recorder.ended_in(stage.index) + lost >= plan.requests
         return False
 
     def _advance(self, rt: Runtime, plans: list[StagePlan], now: float) -> bool:
@@ -130,6 +133,7 @@ class StagesShape(LoadTestShape):
             rt.stages[-1].end_wall_s = now
         self._index += 1
         if self._index >= len(plans):
+            rt.plan_done = True
             self._broadcast(rt, stage=-1, rate=0.0, start=now)
             return False
         plan = plans[self._index]
@@ -225,6 +229,7 @@ class TraceShape(StagesShape):
             users = self._source.replay_users or replay_pool_users(replay.peak_rate_per_s())
             duration = self.lead_s + replay.span_s + self.drain_s
             self._plans = [StagePlan(name="trace replay", concurrency=users, duration_s=duration)]
+            runtime(env).plan = list(self._plans)
         return self._plans
 
     def _stage_done(self, rt: Runtime, plan: StagePlan, now: float) -> bool:

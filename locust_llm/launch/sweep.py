@@ -35,6 +35,7 @@ from locust_llm.launch.early_checks import (
     check_url,
     worker_open_files,
 )
+from locust_llm.launch.orphans import die_with_parent
 from locust_llm.launch.run_options import (
     SWEEP_FLAG_FOR,
     add_plugin_options,
@@ -50,6 +51,14 @@ from locust_llm.options.table import SWEEP_FLAGS, by_name, env_var
 from locust_llm.options.validate import roofline_model
 from locust_llm.rundir.claim import RunDirClaim, lock_run_dir, new_run_dir
 from locust_llm.rundir.layout import claim_run_dir
+from locust_llm.rundir.states import (
+    EXIT_CODES,
+    FAILED,
+    RUNNING,
+    banner,
+    exit_code,
+    stages_not_run,
+)
 from locust_llm.workloads.stages import StagePlan, parse_stages
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "client" / "sweep_locustfile.py"
@@ -87,6 +96,12 @@ worker, which inherit this environment. The flags above that stand for an --llm-
 (--concurrency, --max-tokens, --dataset, --model, ...) take their default from that option's
 variable (LOCUST_LLM_CONCURRENCY, LOCUST_LLM_MAX_TOKENS, ...). A flag on the command line wins
 over its variable.
+
+Exit codes (run.json's "state"; docs/reliability.md, "Run states"): 0 the run finished; 3 it
+finished and an alert or SLO failed; 2 bad input, nothing sent; 4 interrupted (a signal,
+--timeout: the stage cut and the stages not run are named); 5 failed (no worker left, the run
+dir unwritable, the master died). A second Ctrl+C cancels the requests in flight (each recorded
+as cancelled); the master and workers stop with `run` even if it is killed (Linux).
 """
 
 
@@ -263,7 +278,12 @@ def simulator(args: list[str], log_path: Path) -> Iterator[str]:
     ]
     log = log_path.open("w")
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent(signal.SIGTERM),
     )
     try:
         assert proc.stdout is not None
@@ -307,6 +327,13 @@ def _drain(stream: object) -> None:
 AUTOQUIT_S = 2
 
 _STAGE = re.compile(r"locust-llm: stage (\d+)/(\d+) (.*)$")
+_FAILED = re.compile(r"locust-llm: the run failed: (.*?)(; stopping the load)?$")
+
+#: the master's "the run failed: ..." lines of the latest sweep (``run`` says the first one when
+#: run.json could not be written)
+FAILURES: list[str] = []
+#: the signals ``run`` caught and forwarded during the latest sweep
+CAUGHT: list[int] = []
 
 
 def run_sweep(
@@ -329,6 +356,7 @@ def run_sweep(
     processes print reaches locust.log and stderr masked by ``redact``. ``claim``: the run
     dir's lock, which the master inherits (it holds the dir while it lives)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    FAILURES.clear()
     log = (run_dir / "locust.log").open("w")
     port, web_port = _free_port(), _free_port()
     given_host, host_env = host_args(host)
@@ -378,6 +406,8 @@ def run_sweep(
             env={**full_env, **(claim.child_env() if claim else {})},
             pass_fds=(claim.fd,) if claim else (),
             start_new_session=True,
+            # `run` SIGKILLed: the master gets SIGTERM (drains, finalises the run dir, quits)
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )
         procs.append(master)
         stack.enter_context(_forwarding_signals(master))
@@ -397,6 +427,7 @@ def run_sweep(
                 text=True,
                 env=full_env,
                 start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
             procs.append(worker)
             copier = threading.Thread(
@@ -416,6 +447,7 @@ def run_sweep(
             progress=progress,
             web_url=f"http://127.0.0.1:{web_port}",
             deadline=time.monotonic() + timeout_s,
+            failures=FAILURES,
         )
     finally:
         stack.close()
@@ -438,35 +470,47 @@ def run_sweep(
 def _copy_masked(
     proc: subprocess.Popen[str], log: Any, lock: threading.Lock, redact: Redactor
 ) -> None:
-    """A worker's output, line by line, masked into locust.log."""
+    """A worker's output, line by line, masked into locust.log (read to its end whatever
+    happens to the log: a worker blocked on a full pipe would stall)."""
     assert proc.stdout is not None
+    log_ok = True
     for line in proc.stdout:
-        with lock:
-            log.write(redact(line))
-            log.flush()
+        if not log_ok:
+            continue
+        try:
+            with lock:
+                log.write(redact(line))
+                log.flush()
+        except (OSError, ValueError):  # a full disk, or the log closed at the end
+            log_ok = False
 
 
 @contextmanager
 def _forwarding_signals(master: subprocess.Popen[str]) -> Iterator[None]:
     """While the Locust processes run: SIGTERM or SIGINT to ``run``/``demo`` becomes a SIGTERM
     to the master, which stops the load, drains, writes the run dir and quits (its workers
-    with it); the report is then built as usual. A second signal stops waiting at once (the
-    caller's cleanup still stops every child)."""
+    with it); the report is then built as usual. A second signal becomes a second SIGTERM:
+    the requests still in flight are cancelled now, each recorded as ``cancelled``, and the
+    run dir is written. A third stops waiting at once (the caller's cleanup still stops every
+    child)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[int] = []
+    caught = CAUGHT
+    caught.clear()
 
     def forward(signum: int, _frame: object) -> None:
         caught.append(signum)
-        if len(caught) > 1:
+        if len(caught) > 2:
             raise KeyboardInterrupt
-        print(
-            f"locust-llm: got {signal.Signals(signum).name}: stopping the load test "
-            "(in-flight requests drain, then the run dir is written)",
-            file=sys.stderr,
-            flush=True,
+        name = signal.Signals(signum).name
+        said = (
+            "stopping the load test (in-flight requests drain, then the run dir is written; "
+            "again to cancel them)"
+            if len(caught) == 1
+            else "again: cancelling the requests in flight (recorded as cancelled)"
         )
+        print(f"locust-llm: got {name}: {said}", file=sys.stderr, flush=True)
         with suppress(ProcessLookupError):
             os.killpg(master.pid, signal.SIGTERM)
 
@@ -487,6 +531,7 @@ def _follow(
     deadline: float,
     redact: Redactor | None = None,
     log_lock: threading.Lock | None = None,
+    failures: list[str] | None = None,
 ) -> int:
     """Copy the master's output to the log; show progress (stage starts, and the live line
     from the master's ``/llm/stats``); pass errors on; enforce the deadline."""
@@ -508,12 +553,20 @@ def _follow(
     timer.start()
     stop = threading.Event()
     poller = follow(web_url, progress, stop) if progress is not None else None
+    log_ok = True
     try:
         for raw in master.stdout:
             line = redact(raw) if redact is not None else raw
-            with log_lock or nullcontext():
-                log.write(line)  # type: ignore[attr-defined]
-                log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
+            if log_ok:
+                try:
+                    with log_lock or nullcontext():
+                        log.write(line)  # type: ignore[attr-defined]
+                        log.flush()  # type: ignore[attr-defined]  # readable while the run goes on
+                except OSError as exc:  # a full disk: keep following the master
+                    log_ok = False
+                    print(f"locust-llm: cannot write locust.log ({exc})", file=sys.stderr)
+            if _FAILED.search(line) and failures is not None:
+                failures.append(_FAILED.search(line).group(1))  # type: ignore[union-attr]
             m = _STAGE.search(line)
             if m and progress is not None and not progress.live:
                 progress.message(
@@ -593,16 +646,49 @@ def _report(run_dir: Path, slo: str, *, model: str = "", gpu: str = "") -> int:
 
 
 def _finish(code: int, run_dir: Path, slo: str, model: str = "", gpu: str = "") -> int:
-    if code not in (0, 1):  # 1: Locust saw failed requests, which the report classifies
+    """The report and the exit code of a sweep whose master exited with ``code``: the run
+    dir's state decides (:mod:`locust_llm.rundir.states`); a run that is not finished says so
+    in one banner line (its state, why, the stages not run) after its report."""
+    state, line = run_outcome(run_dir)
+    if state in ("", RUNNING) and code == 2:  # refused before any load (a line said why)
         print(
             f"locust-llm: the load test ended with exit code {code}; see {run_dir}/locust.log",
             file=sys.stderr,
         )
         return code
+    if state in ("", RUNNING) and code not in (0, 1):  # the master could not finish the run dir
+        why = FAILURES[0] if FAILURES else f"the Locust master exited with code {code}"
+        print(
+            f"locust-llm: RUN FAILED: {why}; the run dir {run_dir} was not finalised (its "
+            "journal keeps the records written so far)",
+            file=sys.stderr,
+        )
+        return EXIT_CODES[FAILED]
     print()
-    report_code = _report(run_dir, slo, model=model, gpu=gpu)
+    try:
+        report_code = _report(run_dir, slo, model=model, gpu=gpu)
+    except (InputError, OSError) as exc:
+        print(f"locust-llm: no report: {exc}", file=sys.stderr)
+        report_code = EXIT_CODES[FAILED]
     print(f"\nRun dir: {run_dir}")
-    return report_code
+    if line:
+        got = ", ".join(dict.fromkeys(signal.Signals(s).name for s in CAUGHT))
+        said = f" (locust-llm got {got})" if got else ""
+        print(f"\nlocust-llm: {line}{said}", file=sys.stderr, flush=True)
+    return exit_code(state) or report_code
+
+
+def run_outcome(run_dir: Path) -> tuple[str, str]:
+    """The run dir's state and, unless finished, its banner line ('' when run.json is
+    unreadable)."""
+    from locust_llm.rundir.layout import read_run_info
+
+    try:
+        info = read_run_info(run_dir)
+    except InputError:
+        return "", ""
+    not_run = stages_not_run(info.stages_planned, len(info.stages))
+    return info.state, banner(info.state, info.state_reason, not_run)
 
 
 #: cores the demo's simulator takes (one asyncio process)

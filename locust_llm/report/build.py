@@ -136,6 +136,19 @@ def _client_warning_verdict(
     return Verdict("client_bound", evidence, ACTIONS["client_bound"], None)
 
 
+def _unfinished_run_verdict(overall: Verdict, info: Any) -> Verdict:
+    """A run that was interrupted, failed or never finished is never called ``healthy``: its
+    stages did not all run, so nothing shows the server holds the whole sweep."""
+    if overall.kind != "healthy" or info.state in ("", "finished"):
+        return overall
+    why = info.state_reason or "it did not finish"
+    evidence = (
+        f"run.json: the run is {info.state} ({why}); a healthy verdict needs a finished run",
+        "without it the verdict would be healthy: " + "; ".join(overall.evidence),
+    )
+    return Verdict("insufficient_data", evidence, ACTIONS["insufficient_data"], None)
+
+
 def locust_users(command: Sequence[str]) -> int | None:
     """The user count a plain Locust command line asked for (``-u N``, ``--users N``,
     ``--users=N``; the last one given wins), or None."""
@@ -238,6 +251,7 @@ def build_report(
     )
     overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
     overall = words.verdict(_client_warning_verdict(overall, rows, run.warnings))
+    overall = _unfinished_run_verdict(overall, run.info)
     arrays = request_arrays(run.requests)
     ends = stage_ends(stages, run.info.end_wall_s)
     ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows, strict=True)]

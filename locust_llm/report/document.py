@@ -27,6 +27,7 @@ from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 from locust_llm.report.sources import source_lines, source_summaries
 from locust_llm.report.wording import DeviceWords
 from locust_llm.report.workloads import sections as workload_sections
+from locust_llm.rundir.states import banner, stages_not_run
 
 #: What each column and figure means; every renderer prints these words.
 DEFINITIONS: tuple[str, ...] = (
@@ -525,10 +526,38 @@ def _client_delay(report: Report) -> list[Section]:
     return [Section("client-delay", "Client delay (kernel stamp to user-space read)", (table,))]
 
 
+def run_state_banner(report: Report) -> str:
+    """The run's state in one line when it is not finished (interrupted, failed, or still
+    'running': killed), with the stages that never ran; '' for a finished run."""
+    info = report.run.info
+    state = info.state
+    if state == "running":
+        reason = info.state_reason or "the run did not finish (killed, or still running)"
+        state = "running"
+    else:
+        reason = info.state_reason
+    return banner(state, reason, stages_not_run(info.stages_planned, len(info.stages)))
+
+
+def _run_state(report: Report) -> list[Section]:
+    line = run_state_banner(report)
+    if not line:
+        return []
+    head = line.partition(": ")[0]
+    info = report.run.info
+    not_run = stages_not_run(info.stages_planned, len(info.stages))
+    reason = info.state_reason or "the run did not finish (killed, or still running)"
+    blocks: list[Block] = [Paragraph(reason, head)]
+    if info.stages_planned:
+        blocks.append(Bullets(tuple(not_run), "Stages not run"))
+    return [Section("run-state", head.capitalize(), tuple(blocks))]
+
+
 def document(report: Report) -> Document:
     """The report as sections, in reading order (the module docstring)."""
     info = report.run.info
     sections = [
+        *_run_state(report),
         _overview(report),
         _verdict(report),
         _stage_verdicts(report),

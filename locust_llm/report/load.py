@@ -156,7 +156,7 @@ def load_run(
             warnings.append(f"no {TELEMETRY_FILE}: GPU and server columns are 'no data'")
             telemetry = empty_telemetry()
     for worker, in_flight in sorted(info.lost_workers.items()):
-        warnings.append(f"worker {worker} was lost with {in_flight} requests in flight")
+        warnings.append(f"worker {worker} was lost: {in_flight} requests it sent have no record")
     if not info.stages:
         warnings.append("run.json has no stages: the whole run is one stage")
     return RunData(run_dir, info, requests, telemetry, warnings)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from locust_llm.report.blocks import Bullets, Paragraph, Table
 from locust_llm.report.build import Report
-from locust_llm.report.document import document, field_table
+from locust_llm.report.document import document, field_table, run_state_banner
 
 
 def text_table(table: Table, indent: str = "  ") -> str:
@@ -35,7 +35,9 @@ def text_table(table: Table, indent: str = "  ") -> str:
 def render_console(report: Report, report_path: Path | None = None) -> str:
     """The summary printed after a run (times in ms)."""
     doc = document(report)
-    lines = ["Per stage (times in ms):", text_table(field_table(report)), ""]
+    state = run_state_banner(report)
+    lines = [state, ""] if state else []
+    lines += ["Per stage (times in ms):", text_table(field_table(report)), ""]
     for block in doc.section("overview").blocks:
         if isinstance(block, Paragraph) and block.lead:
             lines.append(f"{block.lead}: {block.text}")

@@ -82,9 +82,14 @@ class RunInfo:
     roofline: dict[str, Any] = field(default_factory=dict)  # {"model": preset/path, "gpu": ...}
     server_instances: int = 1
     #: "running" while the load test runs (run.json refreshed every second, records in the
-    #: requests.arrows journal), "finished" once requests.parquet is final; "" in run dirs
-    #: written before the journal existed (complete)
+    #: requests.arrows journal), then "finished", "interrupted" or "failed" once the run ended
+    #: (locust_llm.rundir.states); "" in run dirs written before the journal existed
     state: str = ""
+    #: why a run ended interrupted or failed: the signal or failure, the stage cut and how far
+    #: (locust_llm.rundir.states); "" when finished
+    state_reason: str = ""
+    #: every stage of the plan by name, in order (the report names those that never ran)
+    stages_planned: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
