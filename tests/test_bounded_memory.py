@@ -10,15 +10,21 @@ reader; ``ghc``, geventhttpclient) and checks:
   every other request (the same users, the same process) succeeds;
 * no request came on a connection after that connection carried a huge answer (dropped, not
   reused), and the client hung up long before the end of the answer;
-* the peak RSS of the process that read the answers (``VmHWM``, reported by a locustfile at
-  Locust's ``quitting``) is within :data:`RSS_SLACK` of the same run with only normal answers;
-  an unbounded read holds the whole :data:`HUGE_BYTES` answer (before the fix: 4x it on ghc).
+* the peak RSS of the process that read the answers (``VmHWM``, reset when the load starts and
+  read at each request event by a helper locustfile) grows by less than :data:`RSS_SLACK`;
+  with the limit raised to 64 MiB the same measure sees the client hold the 64 MiB it read
+  (the control that the measure can fail). A master and a worker: the worker is not lost.
+
+Measured here (growth over the RSS at the load's start, kernel / ghc): normal answers 0.2 /
+0.2 MiB; two endless lines at the 1 MiB default 1.3 / 3.3 MiB; two bodies at an 8 MiB limit
+7.9 / 8.3 MiB (at the 64 MiB default 67 / 74 MiB); one line at a 64 MiB limit 127 / 192 MiB.
+Before the limits the kernel transport peaked at 704 MiB on the two 128 MiB lines (189 MiB now)
+and recorded them as ``stream_broken``; geventhttpclient did not finish reading them.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import threading
 from pathlib import Path
@@ -26,32 +32,68 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cluster_utils import LOCUST, ROOT
+from conftest import run_distributed
 from reliability_servers import Quiet, serving
 
 pytestmark = pytest.mark.slow
 
 #: the size of each huge answer (never sent whole: the client hangs up at its limit)
 HUGE_BYTES = 128 << 20
-#: what the huge run's peak RSS may exceed the normal run's by. Measured on this machine: the
-#: huge runs peak 0-12 MiB above the normal ones (the 8 MiB body limit's pieces, allocator
-#: noise); reading the whole 128 MiB answer adds >= 128 MiB.
+#: how much a run's peak RSS may grow while it reads the huge answers: measured 1-8 MiB (an
+#: 8 MiB body read in pieces is the most), 64 MiB read of a line already 127 MiB or more; the
+#: slack sits between, with room for the allocator's noise on a busy machine
 RSS_SLACK = 48 << 20
 REQUESTS = 8
 HUGE_AT = frozenset({2, 5})  # which requests (1-based, in arrival order) get a huge answer
 BLOCK = 64 << 10
 
-_HWM_LOCUSTFILE = '''"""Test helper: prints this process's peak RSS when it quits."""
+_HWM_LOCUSTFILE = '''"""Test helper: this process's RSS when the load started and its peak RSS while
+it sent requests (kB each, into peaks/ beside it). The peak is reset at test_start (clear_refs) and
+read at every request event, so the run dir's writing at the end is not counted."""
+import os
+
 from locust import events
+
+_kb = {"start": 0, "peak": 0}
+
+
+def _status_kb(field):
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith(field)))
+
+
+@events.test_start.add_listener
+def _note_start(environment, **_kw):
+    if not _kb["start"]:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # VmHWM := VmRSS
+        _kb["start"] = _kb["peak"] = _status_kb("VmRSS:")
+
+
+@events.request.add_listener
+def _note_peak(**_kw):
+    _kb["peak"] = max(_kb["peak"], _status_kb("VmHWM:"))
 
 
 @events.quitting.add_listener
-def _print_hwm(environment, **_kw):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                print("LLM-TEST-HWM-KB", line.split()[1], flush=True)
+def _write_peak(environment, **_kw):
+    role = type(environment.runner).__name__
+    peaks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peaks")
+    with open(os.path.join(peaks, f"{role}-{os.getpid()}"), "w") as out:
+        out.write(f"{_kb['start']} {_kb['peak']}")
 '''
-_HWM_LINE = re.compile(r"^LLM-TEST-HWM-KB (\d+)$", re.M)
+
+
+def _growth(directory: Path) -> dict[str, int]:
+    """Each process's peak RSS over its RSS when the load started (bytes), by runner class
+    (LocalRunner, MasterRunner, WorkerRunner)."""
+    growth = {}
+    for path in directory.iterdir():
+        start_kb, peak_kb = (int(v) for v in path.read_text().split())
+        assert start_kb > 0, path  # test_start came
+        growth[path.name.split("-")[0]] = (peak_kb - start_kb) * 1024
+    return growth
+
 
 _TOKENS = (b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}',
            b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}')  # fmt: skip
@@ -125,43 +167,38 @@ def misbehaving(plan: Plan) -> type[Quiet]:
     return Handler
 
 
+def _hwm_env(tmp_path: Path) -> tuple[Path, Path]:
+    """The helper locustfile and the folder its processes write their peaks to."""
+    helper, peaks = tmp_path / "hwm_locustfile.py", tmp_path / "peaks"
+    helper.write_text(_HWM_LOCUSTFILE)
+    peaks.mkdir()
+    return helper, peaks
+
+
 def _run(
     tmp_path: Path, transport: str, huge_at: frozenset[int], *extra: str
 ) -> tuple[pd.DataFrame, int, Plan]:
     """One single-process run of REQUESTS requests by 2 users: its records, its peak RSS in
     bytes, and what the server saw."""
-    hwm_file = tmp_path / "hwm_locustfile.py"
-    hwm_file.write_text(_HWM_LOCUSTFILE)
-    run_dir = tmp_path / f"run-{transport}-{len(huge_at)}-{len(extra)}"
+    helper, peaks = _hwm_env(tmp_path)
+    run_dir = tmp_path / "run"
     plan = Plan(huge_at)
     with serving(misbehaving(plan)) as url:
         out = subprocess.run(
-            [LOCUST, "-f", f"locustfiles/sweep.py,{hwm_file}", "--headless", "--host", url,
+            [LOCUST, "-f", f"locustfiles/sweep.py,{helper}", "--headless", "--host", url,
              "--llm-model", "m", "--llm-concurrency", "2", "--llm-stage-requests",
              str(REQUESTS), "--llm-run-dir", str(run_dir), "--llm-server-metrics", "none",
              "--llm-transport", transport, "--stop-timeout", "5", *extra],
             cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
-    found = _HWM_LINE.findall(out.stdout)
     # Locust exits 1 when any request failed
-    assert out.returncode == (1 if huge_at else 0) and found, (
-        out.stdout[-1500:],
-        out.stderr[-3000:],
-    )
-    return pd.read_parquet(run_dir / "requests.parquet"), int(found[-1]) * 1024, plan
+    assert out.returncode == (1 if huge_at else 0), (out.stdout[-1500:], out.stderr[-3000:])
+    return pd.read_parquet(run_dir / "requests.parquet"), _growth(peaks)["LocalRunner"], plan
 
 
 @pytest.fixture(scope="module", params=["kernel", "ghc"])
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def normal_rss(transport: str, tmp_path_factory: pytest.TempPathFactory) -> int:
-    """The peak RSS of the same run with normal answers only (streamed)."""
-    records, hwm, plan = _run(tmp_path_factory.mktemp("normal"), transport, frozenset())
-    assert len(records) == REQUESTS and records["ok"].all() and plan.posts == REQUESTS
-    return hwm
 
 
 @pytest.mark.parametrize(
@@ -175,9 +212,9 @@ def normal_rss(transport: str, tmp_path_factory: pytest.TempPathFactory) -> int:
     ids=["sse-line", "json-body"],
 )  # fmt: skip
 def test_a_huge_answer_is_one_bad_payload_and_memory_stays_bounded(
-    transport: str, normal_rss: int, extra: tuple[str, ...], message: str, tmp_path: Path
+    transport: str, extra: tuple[str, ...], message: str, tmp_path: Path
 ) -> None:
-    records, hwm, plan = _run(tmp_path, transport, HUGE_AT, *extra)
+    records, growth, plan = _run(tmp_path, transport, HUGE_AT, *extra)
     assert len(records) == REQUESTS == plan.posts  # every request sent is one record
     bad = records[~records["ok"]]
     assert len(bad) == len(HUGE_AT) and (bad["error_kind"] == "bad_payload").all()
@@ -185,4 +222,46 @@ def test_a_huge_answer_is_one_bad_payload_and_memory_stays_bounded(
     assert records["ok"].sum() == REQUESTS - len(HUGE_AT)  # the other requests went on
     assert plan.reused_after_huge == 0  # a huge answer's connection carried nothing more
     assert len(plan.sent) == len(HUGE_AT) and max(plan.sent) < HUGE_BYTES // 2, plan.sent
-    assert hwm - normal_rss < RSS_SLACK, (hwm >> 20, normal_rss >> 20)
+    assert growth < RSS_SLACK, growth >> 20
+
+
+def test_a_raised_limit_reads_that_much_and_the_measure_sees_it(
+    transport: str, tmp_path: Path
+) -> None:
+    """The control of the RSS measure, and of the option: with the line limit raised to 64 MiB
+    the client reads 64 MiB of the endless line before it gives up, and its peak RSS grows by
+    more than RSS_SLACK."""
+    records, growth, _plan = _run(tmp_path, transport, frozenset({2}), "--llm-max-event-bytes",
+                                  "64MiB")  # fmt: skip
+    bad = records[~records["ok"]]
+    assert len(bad) == 1 and bad["error_message"].iloc[0].startswith(
+        "SSE line over the 64 MiB limit (--llm-max-event-bytes): 67108865 bytes without"
+    ), bad["error_message"].tolist()
+    assert growth > RSS_SLACK, growth >> 20
+
+
+def test_a_worker_reading_huge_lines_keeps_serving_and_is_not_lost(
+    transport: str, tmp_path: Path
+) -> None:
+    """The probe's case: a master and a worker, the worker's users read endless lines (before,
+    its loop stalled, the master gave it up for lost and the run wrote no record)."""
+    helper, peaks = _hwm_env(tmp_path)
+    run_dir = tmp_path / "run"
+    plan = Plan(HUGE_AT)
+    with serving(misbehaving(plan)) as url:
+        code, output = run_distributed(
+            f"locustfiles/sweep.py,{helper}",
+            ["--host", url, "--llm-model", "m", "--llm-concurrency", "2",
+             "--llm-stage-requests", str(REQUESTS), "--llm-run-dir", str(run_dir),
+             "--llm-server-metrics", "none", "--llm-transport", transport,
+             "--stop-timeout", "5"],
+            workers=1, worker_cwd=tmp_path,
+        )  # fmt: skip
+    assert code == 1, output[-3000:]  # Locust's exit code when a request failed
+    records = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(records) == REQUESTS == plan.posts and records["ok"].sum() == REQUESTS - 2
+    assert (records[~records["ok"]]["error_kind"] == "bad_payload").all()
+    assert json.loads((run_dir / "run.json").read_text()).get("lost_workers", {}) == {}
+    assert plan.reused_after_huge == 0
+    growth = _growth(peaks)
+    assert growth["WorkerRunner"] < RSS_SLACK, growth
