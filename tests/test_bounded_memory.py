@@ -19,7 +19,7 @@ Measured here (growth over the RSS at the load's start, kernel / ghc): normal an
 0.2 MiB; two endless lines at the 1 MiB default 1.3 / 3.3 MiB; two bodies at an 8 MiB limit
 7.9 / 8.3 MiB (at the 64 MiB default 67 / 74 MiB); one line at a 64 MiB limit 127 / 192 MiB.
 Before the limits the kernel transport peaked at 704 MiB on the two 128 MiB lines (189 MiB now)
-and recorded them as ``stream_broken``; geventhttpclient did not finish reading them.
+and recorded them as ``stream_broken`` (the probe's 2 GB line took a ghc worker to 8.3 GB).
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ import pytest
 from cluster_utils import LOCUST, ROOT
 from conftest import run_distributed
 from reliability_servers import Quiet, serving
+
+from locust_llm.client.discovery import discover_model
+from locust_llm.errors import InputError
+from locust_llm.options.config import ClientOptions
 
 pytestmark = pytest.mark.slow
 
@@ -265,3 +269,26 @@ def test_a_worker_reading_huge_lines_keeps_serving_and_is_not_lost(
     assert plan.reused_after_huge == 0
     growth = _growth(peaks)
     assert growth["WorkerRunner"] < RSS_SLACK, growth
+
+
+class EndlessModels(Quiet):
+    """Answers GET /v1/models with a chunked JSON body that never ends (up to HUGE_BYTES)."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        block = b"%x\r\n%s\r\n" % (BLOCK, b" " * BLOCK)
+        try:
+            self.wfile.write(b"1\r\n{\r\n")
+            for _ in range(HUGE_BYTES // BLOCK):
+                self.wfile.write(block)
+        except OSError:  # the client hung up
+            pass
+
+
+def test_model_discovery_refuses_a_models_list_past_the_body_limit() -> None:
+    with serving(EndlessModels) as url, pytest.raises(InputError) as err:
+        discover_model(url, ClientOptions())
+    assert f"body over {64 << 20} bytes" in str(err.value), str(err.value)

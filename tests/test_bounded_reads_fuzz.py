@@ -256,3 +256,20 @@ def test_a_body_within_its_limit_and_a_stream_of_long_lines_within_theirs_succee
         resp = _open(transport, _head(200, "", "length", len(whole)) + whole, [5])
         record, _ = _read(resp, False, 1 << 20, len(whole))
         assert record.ok, record.error_message
+
+
+def test_the_answer_a_session_keeps_is_bounded_by_the_body_limit() -> None:
+    """A session user keeps its answer's content payloads (``sink``) for the next turn: many
+    short lines within the line limit still stop at the body limit."""
+    lines = b"".join(_token("z" * 50) + b"\n\n" for _ in range(200)) + b"data: [DONE]\n\n"
+    for transport in ("http11", "ghc"):
+        resp = _open(transport, _head(200, "text/event-stream", "chunked", 0) + _frame(
+            lines, "chunked", [1000, 5000]), [333])  # fmt: skip
+        reader = StreamReader(get_api("chat"), read_errors=READ_ERRORS, max_body_bytes=4000)
+        ex = Exchange(RequestRecord(request_id="r", endpoint="/e"))
+        ex.stamp_send()
+        sink: list[bytes] = []
+        record = read_to_record(reader, resp, ex, sink)
+        assert record.error_kind == "bad_payload", record.error_message
+        assert record.error_message.startswith("answer kept for the session over the 4000 bytes")
+        assert sum(map(len, sink)) <= 4000
