@@ -44,7 +44,8 @@ class FakeSocket:
     """A socket whose reads return ``pieces`` in order (cut to the size asked), then EOF."""
 
     def __init__(self, pieces: list[bytes]) -> None:
-        self.pieces = [p for p in pieces if p]
+        # views: cutting one copies nothing, so the reads allocate only what they return
+        self.pieces = [memoryview(p) for p in pieces if p]
 
     def recv(self, size: int) -> bytes:
         if not self.pieces:
@@ -52,8 +53,8 @@ class FakeSocket:
         piece = self.pieces[0]
         if len(piece) > size:
             self.pieces[0] = piece[size:]
-            return piece[:size]
-        return self.pieces.pop(0)
+            return bytes(piece[:size])
+        return bytes(self.pieces.pop(0))
 
     def close(self) -> None:
         pass
