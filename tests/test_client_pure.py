@@ -42,6 +42,7 @@ LOCUST_FACING = (
     "locust_llm.client.transport",
     "locust_llm.client.discovery",
     "locust_llm.client.http11",
+    "locust_llm.client.ghc_response",
     "locust_llm.client.kernel_transport",
     "locust_llm.client.events",
     "locust_llm.client.lifecycle",

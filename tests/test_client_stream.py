@@ -66,12 +66,14 @@ class ScriptedResponse:
         self._at = at
         return True
 
-    def readline(self, sep: bytes = b"\n") -> bytes:
-        while sep not in self._buf:
+    def readline(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
+        while sep not in self._buf and (limit < 0 or len(self._buf) < limit):
             if not self._pull():
                 line, self._buf = self._buf, b""
                 return line
-        end = self._buf.index(sep) + len(sep)
+        end = self._buf.index(sep) + len(sep) if sep in self._buf else len(self._buf)
+        if limit >= 0:
+            end = min(end, limit)
         line, self._buf = self._buf[:end], self._buf[end:]
         if hasattr(self, "arrival_s"):
             self.arrival_s = self._at

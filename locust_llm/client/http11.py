@@ -228,15 +228,17 @@ class Http11Response:
         return data
 
     # ---- the reading API ----------------------------------------------------------------------
-    def readline(self, sep: bytes = b"\n") -> bytes:
+    def readline(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
         """The body up to and including the next ``sep`` (one byte); the rest at the end of the
-        body; b"" once the body is read."""
+        body; b"" once the body is read. With ``limit`` >= 0 at most ``limit`` bytes: a longer
+        line comes back cut, without its ``sep`` (the caller tells it by that), so one line
+        never holds more memory than ``limit``, whatever the server sends."""
         conn = self.conn
         if self._mode == _BODY_CHUNKED:  # fast path: the line is in this (or the next) chunk
             left = self._chunk_left or (not self.message_complete and self._open_chunk())
             if left > 0:
                 buf, pos = conn.buf, conn.pos
-                end = buf.find(sep, pos, pos + left)
+                end = buf.find(sep, pos, pos + (left if limit < 0 else min(left, limit)))
                 if end >= 0:
                     end += 1
                     left -= end - pos
@@ -248,18 +250,22 @@ class Http11Response:
                     self._chunk_left = left
                     return buf[pos:end]
         parts: list[bytes] = []
-        while True:
+        room = math.inf if limit < 0 else limit  # bytes the line may still take
+        while room > 0:
             n = self._available()
             if n == 0:
-                return b"".join(parts)
+                break
+            n = int(min(n, room))
             end = conn.buf.find(sep, conn.pos, conn.pos + n)
             if end >= 0:
                 piece = self._take(end + 1 - conn.pos)
                 if not parts:
                     return piece
                 parts.append(piece)
-                return b"".join(parts)
+                break
             parts.append(self._take(n))
+            room -= n
+        return b"".join(parts)
 
     def read(self, length: int | None = None) -> bytes:
         """Up to ``length`` body bytes (all of the rest when None)."""

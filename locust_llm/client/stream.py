@@ -9,6 +9,12 @@ in-stream errors, usage and the end detected; an HTTP error, a non-SSE answer or
 non-streamed body are read too. Any failure is a :class:`~locust_llm.errors.RequestFailed`
 with its error kind.
 
+Memory is bounded whatever the server sends: one SSE line, one SSE event (its lines up to a
+blank line) and the answer kept for a session at most ``max_event_bytes`` /
+``max_body_bytes``, a non-streamed body at most ``max_body_bytes`` (``--llm-max-event-bytes``,
+``--llm-max-body-bytes``). Past a limit the request is ``bad_payload`` naming the size and the
+limit; the transport's ``readline(sep, limit)`` never holds more than the limit of one line.
+
 :class:`Exchange` holds one request's record and raw timings; whatever happens it ends as
 exactly one record (:meth:`Exchange.finish`, which runs
 :func:`locust_llm.metrics.summarize_stream`). :func:`read_to_record` is the whole path for
@@ -32,11 +38,13 @@ from locust_llm.client.apis.base import ApiAdapter
 from locust_llm.client.redact import Redactor
 from locust_llm.errors import RequestFailed
 from locust_llm.metrics import RequestRecord, StreamTiming, classify_http_error, summarize_stream
+from locust_llm.options.config import MAX_BODY_BYTES_DEFAULT, MAX_EVENT_BYTES_DEFAULT
 
 ERROR_BODY_LIMIT = 4096  # bytes of an HTTP error's body read for its message and kind
 HEAD_BYTES = 48  # first bytes of a non-SSE answer quoted in its bad_payload message
 MESSAGE_LIMIT = 300  # characters of a failure's message kept on the record (cut after masking)
 LINE_LIMIT = 1024  # bytes of a malformed SSE line quoted (masked, then cut to MESSAGE_LIMIT)
+BODY_PIECE = 65536  # bytes asked per read of a non-streamed body
 _NO_SECRETS = Redactor()  # still masks the credentials of any URL
 
 
@@ -49,7 +57,10 @@ class Response(Protocol):
 
     status_code: int
 
-    def readline(self, sep: bytes = b"\n") -> bytes: ...
+    def readline(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
+        """One line with its ``sep``; at most ``limit`` bytes (>= 1; a longer line comes back
+        cut, without ``sep``); the rest at the end of the body; b"" once it is read."""
+        ...
 
     def read(self, length: int = ...) -> bytes: ...
 
@@ -121,7 +132,16 @@ class StreamReader:
     (where it cuts that text, before the cut).
     """
 
-    __slots__ = ("adapter", "clock", "on_first_token", "read_errors", "redact", "streamed")
+    __slots__ = (
+        "adapter",
+        "clock",
+        "max_body_bytes",
+        "max_event_bytes",
+        "on_first_token",
+        "read_errors",
+        "redact",
+        "streamed",
+    )
 
     def __init__(
         self,
@@ -132,9 +152,14 @@ class StreamReader:
         clock: Callable[[], float] = perf_counter,
         on_first_token: Callable[..., object] | None = None,
         redact: Redactor = _NO_SECRETS,
+        max_event_bytes: int = MAX_EVENT_BYTES_DEFAULT,
+        max_body_bytes: int = MAX_BODY_BYTES_DEFAULT,
     ) -> None:
         self.adapter = adapter
         self.redact = redact
+        #: the longest SSE line or event read; the largest body (or session answer) kept
+        self.max_event_bytes = max_event_bytes
+        self.max_body_bytes = max_body_bytes
         #: the response is an SSE stream (else one body, read whole)
         self.streamed = stream and adapter.streams
         self.read_errors = read_errors
@@ -169,10 +194,7 @@ class StreamReader:
     def _read_whole(
         self, resp: Response, record: RequestRecord, timing: StreamTiming, sink: list[bytes] | None
     ) -> int | None:
-        try:
-            data = resp.read()
-        except self.read_errors as exc:
-            raise read_failure(exc) from None
+        data = self._read_body(resp)
         timing.end_time = self.clock()
         try:
             chunk = self.adapter.parse_body(data)
@@ -182,6 +204,28 @@ class StreamReader:
         if sink is not None:
             sink.append(data)
         return chunk.completion_tokens if chunk.completion_tokens >= 0 else None
+
+    def _read_body(self, resp: Response) -> bytes:
+        """The whole body, read in pieces, refused past ``max_body_bytes`` (a Content-Length
+        over it before any byte is read)."""
+        limit = self.max_body_bytes
+        declared = str(resp.get("content-length", "") or "").strip()
+        if declared.isdigit() and int(declared) > limit:
+            raise over_limit("response body", f"Content-Length {declared}", limit, "body")
+        parts: list[bytes] = []
+        total = 0
+        read, read_errors = resp.read, self.read_errors
+        while True:
+            try:
+                piece = read(min(BODY_PIECE, limit + 1 - total))
+            except read_errors as exc:
+                raise read_failure(exc) from None
+            if not piece:
+                return b"".join(parts)
+            parts.append(piece)
+            total += len(piece)
+            if total > limit:
+                raise over_limit("response body", f"{total} bytes read", limit, "body")
 
     def _read_stream(
         self, resp: Response, record: RequestRecord, timing: StreamTiming, sink: list[bytes] | None
@@ -198,12 +242,17 @@ class StreamReader:
         prev_usage = 0
         readline = resp.readline
         stamped = hasattr(resp, "arrival_s")  # kernel transport: when the line's bytes arrived
+        limit = self.max_event_bytes
+        line_limit = limit + 1  # a line this long is over the limit
+        event_bytes = 0  # bytes of the current event's lines (up to a blank line)
+        kept_bytes = 0  # bytes of content payloads handed to sink
+        body_limit = self.max_body_bytes
         done = False
         sse_seen = False  # an SSE data line came (else the answer is not a stream at all)
         head = b""  # the answer's first bytes, quoted if it is not
         while True:
             try:
-                line = readline(b"\n")
+                line = readline(b"\n", line_limit)
             except read_errors as exc:
                 raise read_failure(exc) from None
             user_now = now = clock()
@@ -211,6 +260,22 @@ class StreamReader:
                 now = resp.arrival_s  # type: ignore[attr-defined]
             if not line:
                 break
+            size = len(line)
+            if size <= 2 and not line.strip():  # a blank line ends the event
+                event_bytes = 0
+                continue
+            event_bytes += size
+            if event_bytes > limit:
+                timing.end_time = now
+                if size > limit:
+                    raise over_limit(
+                        "SSE line", f"{size} bytes without a newline", limit, "event", line,
+                        self.redact,
+                    )  # fmt: skip
+                raise over_limit(
+                    "SSE event", f"{event_bytes} bytes without a blank line", limit, "event",
+                    line, self.redact,
+                )  # fmt: skip
             payload = data_payload(line)
             if payload is None:
                 if not sse_seen and len(head) < HEAD_BYTES:
@@ -241,6 +306,14 @@ class StreamReader:
                         if timing.first_content_time != timing.first_content_time:
                             timing.first_content_time = now
                         if sink is not None:
+                            kept_bytes += len(payload)
+                            if kept_bytes > body_limit:
+                                raise over_limit(
+                                    "answer kept for the session",
+                                    f"{kept_bytes} bytes",
+                                    body_limit,
+                                    "body",
+                                )
                             sink.append(payload)
                     if (
                         chunk.reasoning
@@ -292,6 +365,34 @@ def quoted_bytes(data: bytes, limit: int, redact: Redactor = _NO_SECRETS) -> str
     text = data[:limit].decode("utf-8", "surrogateescape")
     masked = redact(text, truncated=len(data) > limit)
     return repr(masked.encode("utf-8", "surrogateescape"))
+
+
+_LIMIT_FLAGS = {"event": "--llm-max-event-bytes", "body": "--llm-max-body-bytes"}
+
+
+def over_limit(
+    what: str,
+    seen: str,
+    limit: int,
+    which: str,
+    start: bytes = b"",
+    redact: Redactor = _NO_SECRETS,
+) -> RequestFailed:
+    """The ``bad_payload`` failure of an answer past a size limit: what, how big, the limit and
+    the option that raises it (and the first bytes, masked, when a line is quoted)."""
+    quoted = f"; starts {quoted_bytes(start, HEAD_BYTES, redact)}" if start else ""
+    return RequestFailed(
+        "bad_payload",
+        f"{what} over the {format_bytes(limit)} limit ({_LIMIT_FLAGS[which]}): {seen}{quoted}",
+    )
+
+
+def format_bytes(count: int) -> str:
+    """``1 MiB``, ``64 MiB``, ``512 KiB``, else ``N bytes``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size and count % size == 0:
+            return f"{count // size} {unit}"
+    return f"{count} bytes"
 
 
 def not_sse_failure(resp: Response, head: bytes, redact: Redactor = _NO_SECRETS) -> RequestFailed:

@@ -22,8 +22,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from geventhttpclient import HTTPClient
-from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
+from locust_llm.client.ghc_response import GhcResponse
 from locust_llm.errors import RequestFailed
 
 #: What a broken read raises (mapped by :func:`locust_llm.client.stream.read_failure`).
@@ -110,7 +111,7 @@ class Transport:
     def _send(self, base_url: str, path: str, body: bytes, headers: dict[str, str]) -> Any:
         """One attempt; failures other than a connection closed before any byte are mapped."""
         try:
-            return self._client(base_url).request("POST", path, body=body, headers=headers)
+            resp = self._client(base_url).request("POST", path, body=body, headers=headers)
         except HTTPConnectionClosed:
             raise
         except ssl.SSLCertVerificationError as exc:
@@ -126,12 +127,20 @@ class Transport:
         except OSError as exc:
             kind = "timeout" if exc.errno == errno.ETIMEDOUT else "connect"
             raise RequestFailed(kind, f"{type(exc).__name__}: {exc}") from None
+        # geventhttpclient's own readline has no bound: its lines are read by GhcResponse
+        return GhcResponse(resp) if isinstance(resp, HTTPSocketResponse) else resp
 
-    def get(self, base_url: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
-        """A GET whose whole body is read (model discovery); OSError etc. propagate."""
+    def get(
+        self, base_url: str, path: str, headers: dict[str, str], max_bytes: int = 64 << 20
+    ) -> tuple[int, bytes]:
+        """A GET whose whole body is read (model discovery), at most ``max_bytes`` of it (a
+        larger body is HTTPParseError); OSError etc. propagate."""
         resp = self._client(base_url).get(path, headers=headers)
         try:
-            return resp.status_code, resp.read()
+            body = resp.read(max_bytes + 1)
+            if len(body) > max_bytes:
+                raise HTTPParseError(f"body over {max_bytes} bytes")
+            return resp.status_code, body
         finally:
             resp.release()
 

@@ -57,6 +57,7 @@ from locust_llm.options.settings import CLASS_ATTRIBUTES, UserSettings, resolve_
 logger = logging.getLogger("locust_llm")
 
 _TERMINATOR_WAIT_S = 0.05
+_TERMINATOR_BYTES = 4096  # what may follow [DONE] (the chunked terminator, trailers) and be read
 
 
 class LLMUser(User):
@@ -110,6 +111,8 @@ class LLMUser(User):
             read_errors=READ_ERRORS,
             on_first_token=llm_events.first_token.fire,
             redact=self.runtime.redact,
+            max_event_bytes=self.options.max_event_bytes,
+            max_body_bytes=self.options.max_body_bytes,
         )
 
     @classmethod
@@ -258,7 +261,7 @@ class LLMUser(User):
                 # the chunked terminator may follow [DONE] a bit later: wait for it, or the
                 # connection cannot be reused (every request would pay a new connect)
                 with gevent.Timeout(_TERMINATOR_WAIT_S, False):
-                    resp.read()
+                    resp.read(_TERMINATOR_BYTES)  # more than that: the connection is dropped
             return usage_tokens
         finally:
             self.transport.release(base_url, resp)

@@ -19,6 +19,15 @@ from typing import Any
 from locust_llm.options.table import OPTIONS, READ_TIMEOUT_DEFAULT_S, defaults
 from locust_llm.roofline.devices import PLUGIN_FLAGS, DeviceArgs, check_tp
 
+#: the longest SSE line or event read (``--llm-max-event-bytes``): an OpenAI chunk is a few
+#: hundred bytes, a few KiB with top-20 logprobs, so 1 MiB leaves hundreds of times that; one
+#: such line per user in flight stays small next to a worker's own ~100 MiB (docs/reliability.md)
+MAX_EVENT_BYTES_DEFAULT = 1 << 20
+#: the largest non-streamed body read (``--llm-max-body-bytes``): a long answer with logprobs or
+#: a batch of embeddings is a few MiB; 64 MiB leaves room for them while a worker still holds
+#: one such body (read, joined, parsed: a few times its size) per user in flight
+MAX_BODY_BYTES_DEFAULT = 64 << 20
+
 #: ClientOptions fields that hold Locust's own options; every other field is an ``--llm-*`` one
 LOCUST_FIELDS = ("headless", "csv_prefix", "locustfile")
 
@@ -45,6 +54,8 @@ class ClientOptions:
     temperature: float = 0.0
     ignore_eos: bool = False
     no_stream: bool = False
+    max_event_bytes: int = MAX_EVENT_BYTES_DEFAULT  # the longest SSE line / event read
+    max_body_bytes: int = MAX_BODY_BYTES_DEFAULT  # the largest non-streamed body read
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     connect_timeout_s: float = 10.0

@@ -92,3 +92,28 @@ def parse_extra_body(text: str | None) -> dict[str, Any]:
 
 def extra_body(_flag: str, raw: Any) -> dict[str, Any]:
     return parse_extra_body(raw or None)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+               "g": 1 << 30, "gib": 1 << 30}  # fmt: skip
+
+
+def parse_byte_size(text: str, what: str) -> int:
+    """A byte count: ``1048576``, ``512KiB``, ``1MiB``, ``2GiB`` (K, M, G are binary too); at
+    least 1 byte. One InputError naming ``what`` otherwise."""
+    raw = str(text).strip()
+    digits = raw.rstrip("BbIiKkMmGg ")
+    unit = raw[len(digits) :].strip().lower()
+    try:
+        count = int(digits)
+    except ValueError:
+        count = -1
+    if count < 1 or unit not in _SIZE_UNITS:
+        raise InputError(
+            f"{what} {text!r}: expected a byte count >= 1 such as 1048576, 512KiB, 1MiB or 2GiB"
+        )
+    return count * _SIZE_UNITS[unit]
+
+
+def byte_size(flag: str, raw: Any) -> int:
+    return parse_byte_size(raw, flag)

@@ -150,6 +150,25 @@ OPTIONS: tuple[Option, ...] = (
         kind="switch",
     ),
     Option(
+        name="max-event-bytes",
+        default="1MiB",
+        help="the longest SSE line or event (the lines up to a blank line) a streamed answer may "
+        "hold; a longer one ends the request as bad_payload and drops its connection, so memory "
+        "stays bounded whatever a server sends (bytes, or KiB/MiB/GiB; see docs/reliability.md)",
+        section=_RUN,
+        field="max_event_bytes",
+        read=readers.byte_size,
+    ),
+    Option(
+        name="max-body-bytes",
+        default="64MiB",
+        help="the largest non-streamed answer body (--llm-no-stream, embeddings) read; a larger "
+        "one ends the request as bad_payload and drops its connection (bytes, or KiB/MiB/GiB)",
+        section=_RUN,
+        field="max_body_bytes",
+        read=readers.byte_size,
+    ),
+    Option(
         name="extra-body",
         default="",
         help="JSON object merged into every request body",
