@@ -146,9 +146,11 @@ class Answer:
         self._type = content_type
         self._body = body
 
-    def readline(self, sep: bytes = b"\n") -> bytes:
+    def readline(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
         end = self._body.find(sep)
         end = len(self._body) if end < 0 else end + len(sep)
+        if limit >= 0:  # at most limit bytes, as the transports' readers return
+            end = min(end, limit)
         line, self._body = self._body[:end], self._body[end:]
         return line
 
