@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from locust_llm.report.diagnosis.client_delay import add_client_delay
+from locust_llm.report.diagnosis.client_delay import add_client_delay, delay_caveats
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.diagnosis.verdict import stage_verdict
 from locust_llm.rundir.layout import Stage
@@ -90,3 +90,18 @@ def test_merged_first_tokens_are_counted_per_stage_and_unknown_without_the_colum
     records["first_token_merged"] = [True, False, False, False, True, True, False, False]
     add_client_delay(rows, records, STAGES, 20.0)
     assert [r["client_delay_first_merged"] for r in rows] == [1, 2]
+
+
+def test_late_reads_beside_a_long_ttft_are_a_caveat_not_the_stage_s_limit() -> None:
+    """27 ms of read delay beside a 2.7 s TTFT (a busy host under the demo): the stage keeps
+    the server's verdict and the report warns of the delay with its share of TTFT; the same
+    delay beside a 40 ms TTFT dominates it and makes the stage client-bound."""
+    base = {"stage": 0, "concurrency": 64, "requests": 500, "error_rate": 0.0,
+            "client_delay_first_p99_s": 0.027, "client_delay_first_late": 2}  # fmt: skip
+    long = {**base, "ttft_p50_s": 2.7}
+    assert stage_verdict(long).kind != "client_bound"
+    (caveat,) = delay_caveats([long], [stage_verdict(long).kind])
+    assert "up to 27.0 ms" in caveat and "1% of TTFT P50 2,700 ms" in caveat
+    short = {**base, "ttft_p50_s": 0.040}
+    assert stage_verdict(short).kind == "client_bound"
+    assert delay_caveats([short], ["client_bound"]) == []

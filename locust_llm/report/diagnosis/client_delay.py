@@ -123,3 +123,30 @@ def client_delay_rows(
     rows: list[dict[str, Any]] = [{"stage": s.index} for s in stages]
     add_client_delay(rows, requests, stages, run_end_wall_s)
     return rows if any(r["client_delay_stamped"] for r in rows) else []
+
+
+def delay_caveats(
+    rows: Sequence[MutableMapping[str, Any]], kinds: Sequence[str], thresholds: Any = None
+) -> list[str]:
+    """One warning per stage whose first tokens were read late (p99 at ``client_delay_bound_s``
+    for ``client_delay_min_late`` requests) without its verdict being ``client_bound`` (``kinds``:
+    the stages' verdict kinds): the delay is a caveat on the timings, with its share of TTFT."""
+    th = thresholds or DEFAULT_THRESHOLDS
+    out = []
+    for row, kind in zip(rows, kinds, strict=True):
+        delay = float(row.get("client_delay_first_p99_s", np.nan))
+        late = float(row.get("client_delay_first_late", np.nan))
+        if kind == "client_bound" or not delay >= th.client_delay_bound_s:
+            continue
+        if late < th.client_delay_min_late:
+            continue
+        ttft = float(row.get("ttft_p50_s", np.nan))
+        share = f", {delay / ttft:.0%} of TTFT P50 {ttft * 1e3:,.0f} ms" if ttft > 0 else ""
+        count = f"{late:.0f} requests" if late == late else "p99"
+        out.append(
+            f"stage {row.get('stage')}: the worker read first tokens up to {delay * 1e3:.1f} ms "
+            f"after the kernel received them ({count}{share}): a measurement caveat, not the "
+            "stage's limit (the kernel-stamped TTFT, TPOT and ITL leave it out; a closed loop "
+            "sends its next request that much later)"
+        )
+    return out

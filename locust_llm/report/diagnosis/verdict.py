@@ -367,14 +367,17 @@ def _oom(ctx: Context) -> Finding | None:
     "client_cpu",
     "a Locust worker's CPU, or its CPU demand (time running or waiting for a core), peaked at "
     "`client_cpu` or more; or (kernel-stamp transport) the first-token client delay p99 "
-    "reached `client_delay_bound_s` for at least `client_delay_min_late` requests, with no "
-    "standing queue on the server (waiting >= 1 and >= `standing_queue_share` of the batch; "
-    "with one, the server is offered more than it takes: the stage is the server's)",
+    "reached `client_delay_bound_s` for at least `client_delay_min_late` requests and "
+    "`client_delay_share` of the stage's TTFT P50 (smaller, it is a measurement caveat in the "
+    "report's warnings, not the stage's limit), with no standing queue on the server (waiting "
+    ">= 1 and >= `standing_queue_share` of the batch; with one, the server is offered more "
+    "than it takes: the stage is the server's)",
     kinds=("client_bound",),
     reads=(
         "client_cpu",
         "client_delay_bound_s",
         "client_delay_min_late",
+        "client_delay_share",
         "standing_queue_share",
         "min_telemetry_samples",
     ),
@@ -398,6 +401,8 @@ def _client(ctx: Context) -> Finding | None:
         not cpu >= ctx.thresholds.client_cpu
         and delay >= ctx.thresholds.client_delay_bound_s
         and not late < ctx.thresholds.client_delay_min_late
+        # the delay dominates what it inflates (unknown TTFT: judged on the delay alone)
+        and not delay < ctx.thresholds.client_delay_share * ctx.v("ttft_p50_s")
         # a standing queue on the server: it is offered more than it takes, so late reads
         # blur the timings (the report's client delay table) but do not limit the stage
         and not _standing_queue(ctx)
