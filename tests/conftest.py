@@ -8,11 +8,15 @@ test, at that test's teardown).
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,10 +151,64 @@ def run_distributed(
 
 
 @pytest.fixture(autouse=True)
-def _host_shared() -> Iterator[None]:
-    """Every test shares the host; a conformance measurement takes it alone (quiet_host)."""
+def _host_shared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test shares the host; a conformance measurement takes it alone (quiet_host).
+    After a test outside the quick tier (those start servers and clients; a collection costs
+    ~50 ms), its garbage is collected and any socket it left unclosed is listed as its leak
+    (:func:`_collect_leaks`)."""
     with quiet_host.shared():
         yield
+    if request.node.get_closest_marker("quick") is None:  # the quick tier stays quick
+        _collect_leaks(request.node.nodeid, _leaks_file(request.config))
+
+
+#: Where the workers list the sockets tests left unclosed (set by the controlling process).
+LEAKS_ENV = "LOCUST_LLM_TEST_LEAKS"
+
+
+def _leaks_file(config: pytest.Config) -> str:
+    worker = getattr(config, "workerinput", None)  # an xdist worker: its controller's file
+    return str(worker.get(LEAKS_ENV, "")) if worker is not None else os.environ.get(LEAKS_ENV, "")
+
+
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: hand each worker the controller's leak file."""
+    node.workerinput[LEAKS_ENV] = os.environ.get(LEAKS_ENV, "")
+
+
+def _collect_leaks(nodeid: str, path: str) -> None:
+    """Collect the test's garbage now and list each ResourceWarning it raises against this test
+    (a file the session's summary prints). An unclosed socket held in a reference cycle used to
+    surface at a random later collection, failing whichever test was running then (a loopback
+    client socket, in test_packaging or test_sessions_sim); now it is named by the test that
+    left it, as a listed leak to fix rather than another test's failure."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    leaks = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    for other in caught:
+        if other not in leaks:
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+    if leaks and path:
+        with open(path, "a") as out:
+            out.writelines(f"{nodeid}: {w.message}\n" for w in leaks)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controlling process: workers inherit it
+        path = Path(tempfile.gettempdir()) / f"locust-llm-test-leaks-{os.getpid()}.txt"
+        path.unlink(missing_ok=True)
+        os.environ[LEAKS_ENV] = str(path)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    path = Path(os.environ.get(LEAKS_ENV, ""))
+    if path.name and path.is_file():
+        lines = path.read_text().splitlines()
+        terminalreporter.section(f"sockets left unclosed ({len(lines)}): fix these tests")
+        for line in lines:
+            terminalreporter.write_line(line)
+        path.unlink()
 
 
 @pytest.fixture
