@@ -97,7 +97,7 @@ def test_lines_the_run_ends_before_are_recorded_not_dropped(tmp_path: Path) -> N
         )  # fmt: skip
         try:
             time.sleep(7.0)  # start-up, spawn, the 2 s lead: ~2 s of lines sent
-            proc.send_signal(signal.SIGINT)  # Ctrl-C (a headless shape run has no SIGTERM handler)
+            proc.send_signal(signal.SIGINT)  # Ctrl-C
             output, _ = proc.communicate(timeout=60)
         finally:
             reap(proc)

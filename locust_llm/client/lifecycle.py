@@ -729,14 +729,17 @@ def _stop_gracefully(rt: Runtime) -> None:
 
 
 def _install_signal_handlers(rt: Runtime) -> None:
-    """SIGTERM stops the test gracefully, then quits, from the moment the run dir exists; a
-    second SIGTERM cancels the requests still in flight (each recorded ``cancelled``).
+    """SIGTERM or SIGINT (Ctrl-C) stops the test gracefully, then quits, from the moment the
+    run dir exists; a second one cancels the requests still in flight (each recorded
+    ``cancelled``).
 
-    Installed at init and again at test_start: Locust's main puts its own handler in place in
-    between (it quits at once: the workers get ``quit`` before their last records), and a
-    Python-level handler set after it is the one the process keeps. SIGINT stays Locust's
-    (KeyboardInterrupt -> shutdown -> ``quitting``, whose first listener stops the test
-    gracefully before the runner's own quits the workers).
+    Installed at init and again at test_start: Locust's main puts its own SIGTERM handler in
+    place in between (it quits at once: the workers get ``quit`` before their last records), and
+    a Python-level handler set after it is the one the process keeps. SIGINT is ours too:
+    Python's default raises KeyboardInterrupt in whichever greenlet runs when it lands, and a
+    user greenlet killed that way between claiming its next request (a trace line, a permit)
+    and recording it left that request without a record (a fresh-clone CI run lost trace line
+    32 of 60 so).
     """
 
     def handle(signum: int, _frame: Any) -> None:
@@ -753,7 +756,8 @@ def _install_signal_handlers(rt: Runtime) -> None:
         gevent.spawn(_stop_then_quit, rt)
 
     if threading.current_thread() is threading.main_thread():  # signal.signal's own rule
-        signal.signal(signal.SIGTERM, handle)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, handle)
 
 
 def _cancel_in_flight(rt: Runtime) -> None:
