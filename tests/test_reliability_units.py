@@ -1,4 +1,4 @@
-"""Unit tests of the reliability pieces: journal, back-off, redactor, permit reclaim, checks."""
+"""Unit tests of the reliability pieces: journal, back-off, redactor, checks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from locust_llm.client.backoff import Backoff
-from locust_llm.client.gate import StageGate, ThreadWaiter
 from locust_llm.client.recorder import Recorder
 from locust_llm.client.redact import Redactor, redactor_for
 from locust_llm.client.runinfo import masked_command_line
@@ -91,16 +90,6 @@ def test_the_redactor_masks_secret_values_however_they_were_given() -> None:
         "locust", "--llm-api-k", "***", "--llm-head", "X-Tenant: ***",
     ]  # fmt: skip
     assert Redactor(["ab", "abcdef"])("abcdef") == "***"  # the longer secret first
-
-
-def test_a_lost_workers_unused_permits_go_back_to_the_stage() -> None:
-    gate = StageGate(waiter=ThreadWaiter())
-    gate.hold(3, 20)
-    assert gate.grant(3, 8, "w1") == 8 and gate.grant(3, 8, "w2") == 8
-    assert gate.remaining == 4
-    assert gate.reclaim("w1", used=5) == 3  # 5 of its 8 ended (records received)
-    assert gate.remaining == 7 and gate.grant(3, 10, "w2") == 7
-    assert gate.reclaim("w1", used=0) == 0  # once only
 
 
 def _namespace(**overrides: object) -> object:

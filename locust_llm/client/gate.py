@@ -88,7 +88,6 @@ class StageGate:
         self.final = False  # no more permits will come once the quota is used
         self._asked = False
         self._exhausted = False
-        self.granted: dict[str, int] = {}  # master: worker -> permits granted in this stage
         #: users waiting in :meth:`acquire` for a permit now: a worker asks the master for this
         #: many, so the permits it holds are (all but momentarily) requests it has sent, and a
         #: lost worker's permits with no record are its requests with no record
@@ -145,7 +144,6 @@ class StageGate:
         """Master: ``stage`` is current and its ``requests`` permits are to be granted."""
         self.stage = stage
         self.remaining = requests
-        self.granted = {}
 
     def start(self) -> None:
         """A test starts (again): clear the stop flag and the last run's arrival counts."""
@@ -197,23 +195,13 @@ class StageGate:
         self._exhausted = n == 0
         self.waiter.notify_all()
 
-    def grant(self, stage: int, n: int, worker: str = "") -> int:
+    def grant(self, stage: int, n: int) -> int:
         """Master: hand out up to ``n`` of the stage's remaining permits (0 for a stale stage)."""
         if stage != self.stage or self.remaining is None:
             return 0
         granted = max(min(n, self.remaining), 0)
         self.remaining -= granted
-        self.granted[worker] = self.granted.get(worker, 0) + granted
         return granted
-
-    def reclaim(self, worker: str, used: int) -> int:
-        """Master: ``worker`` is lost; its permits of this stage not ``used`` (records the master
-        received from it in this stage) go back to the stage. Returns how many came back."""
-        granted = self.granted.pop(worker, 0)
-        back = max(granted - used, 0)
-        if self.remaining is not None:
-            self.remaining += back
-        return back
 
     # ---- open loop ------------------------------------------------------------------------
     def claim_arrival(self, stopping: Stopping) -> float | None:

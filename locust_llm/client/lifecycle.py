@@ -155,7 +155,7 @@ def _grant(rt: Runtime, data: dict[str, Any]) -> None:
     """Master: answer a worker's permit request."""
     ask = PermitAsk.from_dict(data)
     lost = ask.worker in rt.lost_workers  # a worker given up for lost gets no more permits
-    granted = 0 if lost else rt.gate.grant(ask.stage, ask.n, ask.worker)
+    granted = 0 if lost else rt.gate.grant(ask.stage, ask.n)
     rt.granted_by_worker_stage[(ask.worker, ask.stage)] += granted
     rt.environment.runner.send_message(
         MSG_PERMIT_GRANT, PermitGrant(stage=ask.stage, n=granted).to_dict(), client_id=ask.worker
@@ -385,7 +385,6 @@ def _note_lost_workers(rt: Runtime) -> list[str]:
     for worker in newly:
         rt.lost_workers[worker] = _lost_count(rt, worker)
         rt.recorder.forget_worker_waits(worker)
-        rt.gate.granted.pop(worker, None)
         logger.warning(
             "locust-llm: worker %s lost with %d requests sent and not recorded (stage %d's "
             "count takes them as ended)",
@@ -420,7 +419,7 @@ def _push_permits(rt: Runtime) -> None:
     remaining = rt.gate.remaining or 0
     for i, worker in enumerate(live):
         share = remaining // len(live) + (1 if i < remaining % len(live) else 0)
-        n = rt.gate.grant(rt.gate.stage, share, worker)
+        n = rt.gate.grant(rt.gate.stage, share)
         if n:
             grant = PermitGrant(stage=rt.gate.stage, n=n).to_dict()
             runner.send_message(MSG_PERMIT_GRANT, grant, client_id=worker)

@@ -18,7 +18,7 @@ token was read at least ``client_delay_bound_s`` late; thresholds:
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -125,6 +125,19 @@ def client_delay_rows(
     return rows if any(r["client_delay_stamped"] for r in rows) else []
 
 
+def late_first_reads(row: Mapping[str, Any], thresholds: Any = None) -> tuple[float, float] | None:
+    """``(p99 delay, requests that late)`` of a stage whose first tokens were read late: the p99
+    at ``client_delay_bound_s`` for at least ``client_delay_min_late`` requests (a count of nan,
+    not counted, is judged on the p99 alone); None otherwise. The one test of "read late", for
+    the ``client_bound`` rule and the caveat alike."""
+    th = thresholds or DEFAULT_THRESHOLDS
+    delay = float(row.get("client_delay_first_p99_s", np.nan))
+    late = float(row.get("client_delay_first_late", np.nan))
+    if not delay >= th.client_delay_bound_s or late < th.client_delay_min_late:
+        return None
+    return delay, late
+
+
 def delay_caveats(
     rows: Sequence[MutableMapping[str, Any]], kinds: Sequence[str], thresholds: Any = None
 ) -> list[str]:
@@ -134,12 +147,10 @@ def delay_caveats(
     th = thresholds or DEFAULT_THRESHOLDS
     out = []
     for row, kind in zip(rows, kinds, strict=True):
-        delay = float(row.get("client_delay_first_p99_s", np.nan))
-        late = float(row.get("client_delay_first_late", np.nan))
-        if kind == "client_bound" or not delay >= th.client_delay_bound_s:
+        reads = late_first_reads(row, th)
+        if kind == "client_bound" or reads is None:
             continue
-        if late < th.client_delay_min_late:
-            continue
+        delay, late = reads
         ttft = float(row.get("ttft_p50_s", np.nan))
         share = f", {delay / ttft:.0%} of TTFT P50 {ttft * 1e3:,.0f} ms" if ttft > 0 else ""
         count = f"{late:.0f} requests" if late == late else "p99"

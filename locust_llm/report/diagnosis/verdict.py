@@ -44,6 +44,7 @@ from locust_llm.report.diagnosis.actions import (
     with_values,
 )
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
+from locust_llm.report.diagnosis.client_delay import late_first_reads
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
@@ -385,8 +386,8 @@ def _oom(ctx: Context) -> Finding | None:
 def _client(ctx: Context) -> Finding | None:
     cpu = ctx.v("worker_cpu_max")
     demand = ctx.v("worker_cpu_demand_max")  # ran or waited for a core: cpu_demand.py
-    delay = ctx.v("client_delay_first_p99_s")  # kernel-stamp transport: report/client_delay.py
-    late = ctx.v("client_delay_first_late")  # requests read that late (nan: not counted)
+    reads = late_first_reads(ctx.row, ctx.thresholds)  # kernel-stamp transport: client_delay.py
+    delay, late = reads or (math.nan, math.nan)
     if not cpu >= ctx.thresholds.client_cpu and demand >= ctx.thresholds.client_cpu:
         return Finding(
             "client_bound",
@@ -399,8 +400,7 @@ def _client(ctx: Context) -> Finding | None:
         )
     if (
         not cpu >= ctx.thresholds.client_cpu
-        and delay >= ctx.thresholds.client_delay_bound_s
-        and not late < ctx.thresholds.client_delay_min_late
+        and reads is not None
         # the delay dominates what it inflates (unknown TTFT: judged on the delay alone)
         and not delay < ctx.thresholds.client_delay_share * ctx.v("ttft_p50_s")
         # a standing queue on the server: it is offered more than it takes, so late reads
