@@ -76,7 +76,8 @@ def main() -> None:
                 f"| {name} | {transport} | {statistics.median(runs):.1f} | "
                 f"{', '.join(f'{x:.1f}' for x in runs)} | {outcome} | {sent:.0f} |"
             )
-    machine = f"{platform.node() or 'vm'}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    python = platform.python_version()
+    machine = f"{platform.node() or 'vm'}, {os.cpu_count()} cores, Python {python}"
     text = "\n".join([
         "# Bounded reads: peak RSS on answers that never end",
         "",
