@@ -380,3 +380,43 @@ def test_tensor_parallel_telemetry_has_one_series_per_gpu() -> None:
     labels = {row[3] for row in run.telemetry if row[2] == "gpu_util"}
     assert labels == {"0", "1"}
     assert all(r.ok for r in run.records)
+
+
+def test_trace_and_step_trace_write_the_ground_truth(tmp_path: Path) -> None:
+    """``locust-llm virtual --trace --step-trace`` write the lines the real-time server writes:
+    one per request (its record's id, outcome and engine times) and one per step, and the
+    labels read them; a KV-limited stage is labelled as such."""
+    import pandas as pd
+
+    from locust_llm.sim.labels import ground_truth
+    from locust_llm.sim.trace import read_trace
+
+    trace, steps, out = tmp_path / "t.jsonl", tmp_path / "s.jsonl", tmp_path / "run"
+    proc = subprocess.run(
+        [*CLI, "virtual", "--concurrency", "1,16", "--stage-requests", "8,48",
+         "--max-num-seqs", "16", "--num-gpu-blocks-override", "40", "--max-model-len", "600",
+         "--input-len", "256", "--max-tokens", "64", "--ignore-eos",
+         "--fault", "http500:0.1", "--trace", str(trace), "--step-trace", str(steps),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = pd.read_parquet(out / "requests.parquet")
+    lines = read_trace(trace)
+    assert sorted(x["client_request_id"] for x in lines) == sorted(records.request_id)
+    by_id = {x["client_request_id"]: x for x in lines}
+    for rec in records.itertuples():
+        line = by_id[rec.request_id]
+        assert (line["outcome"] == "ok") == bool(rec.ok), (line, rec)
+        if rec.ok:
+            assert line["tokens_sent"] == rec.output_tokens == 64
+            assert line["first_token"] - line["arrival"] == pytest.approx(rec.ttft_s, abs=1e-6)
+    faulted = [x for x in lines if x["outcome"] != "ok"]
+    assert faulted and all(x["outcome"] == "fault:http500" and x["status"] == 500
+                           for x in faulted)  # fmt: skip
+    step_lines = read_trace(steps)
+    info = read_run_info(out)
+    assert len(step_lines) == info.extra["steps"]
+    second = info.stages[1]
+    truth = ground_truth(step_lines, lines, start_s=second.start_wall_s, end_s=second.end_wall_s)
+    assert truth.steps > 0 and truth.admission_limit == "kv_blocks", truth.as_dict()

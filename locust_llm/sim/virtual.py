@@ -47,7 +47,11 @@ What it mirrors, and from where:
   seeded :class:`~locust_llm.sim.faults.FaultPlan` the real-time server uses, applied and
   classified as the front and the client do (:mod:`locust_llm.sim.virtual_stream`), with the
   client's read timeout ``read_timeout_s`` (``locust-llm virtual``: 120 s, the default of the
-  client's ``--llm-read-timeout``; none when the workload is built in code).
+  client's ``--llm-read-timeout``; none when the workload is built in code);
+- ground truth: ``--trace`` and ``--step-trace`` write the lines the real-time server writes
+  (:mod:`locust_llm.sim.trace`; a request's line when its record is made, a step's as it runs),
+  on the run's wall clock (virtual time from the run's start), so ``sim.labels`` reads a
+  virtual run as it reads a real one.
 
 Differences from a real run, by design: stage switches happen at the exact instant (Locust's
 shape ticks once a second), nothing is lost to the client or the network, and the simulator
@@ -80,6 +84,7 @@ from locust_llm.sim.faults import FaultPlan
 from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.metrics import phase_times
 from locust_llm.sim.prefix_cache import block_hashes
+from locust_llm.sim.trace import TraceWriter, request_times, step_record
 from locust_llm.sim.virtual_stream import StreamEnd, VirtualStream
 from locust_llm.telemetry.scraper import rows_to_frame, write_frame
 from locust_llm.workloads.arrivals import STAGE_ENDED
@@ -247,6 +252,19 @@ class _Driver:
         #: vLLM's phase histograms' sums and count over the requests finished so far
         self.phase_sums = [0.0, 0.0, 0.0]  # queue, prefill, decode (seconds)
         self.phase_count = 0
+        #: the ground truth the real-time server writes (``--trace``, ``--step-trace``), on the
+        #: run's wall clock (virtual time + ``base``)
+        self.trace = TraceWriter(self.cfg.trace_path) if self.cfg.trace_path else None
+        self.step_trace = (
+            TraceWriter(self.cfg.step_trace_path, "--step-trace")
+            if self.cfg.step_trace_path
+            else None
+        )
+
+    def close_traces(self) -> None:
+        for writer in (self.trace, self.step_trace):
+            if writer is not None:
+                writer.close()
 
     # ---- sending ------------------------------------------------------------------------
     def send(self, user: int, at_s: float, scheduled_s: float) -> None:
@@ -357,6 +375,8 @@ class _Driver:
             if error.kind == "cancelled":
                 record.e2e_s = math.nan
         self.records.append(record)
+        if self.trace is not None:
+            self.trace.write(self.trace_line(req, record, error))
         if req.engine_req is not None:
             self.live.pop(req.engine_req.id, None)
         self.busy_users.discard(req.user)
@@ -368,6 +388,48 @@ class _Driver:
             if error is not None and not times:
                 turnaround = max(turnaround, ERROR_TURNAROUND_S)
             self.queue_user(req.user, end_s + turnaround)
+
+    def trace_line(
+        self, req: _Request, record: RequestRecord, error: StreamEnd | None
+    ) -> dict[str, object]:
+        """The request's ``--trace`` line, with the real-time server's fields and outcomes."""
+        engine_req, fault = req.engine_req, req.stream.fault
+        times = {"admission": math.nan, "engine_first_token": math.nan, "engine_finish": math.nan}
+        if engine_req is not None:
+            times = request_times(engine_req, clock_offset_s=self.base)
+            del times["arrival"]
+        if error is None:
+            outcome, status = "ok", 200
+        elif engine_req is None:  # answered before the engine: a status fault or too large
+            outcome = f"fault:{fault.kind}" if fault is not None else "rejected"
+            status = error.status
+        elif error.kind in ("timeout", "cancelled"):  # the client went away
+            outcome, status = "aborted", 200 if req.stream.chunk_times else 0
+        elif engine_req.outcome not in ("", "ok", "aborted"):  # the engine failed it (oom)
+            outcome, status = engine_req.outcome, 500
+        else:  # a fault broke the stream off
+            outcome = f"fault:{fault.kind}" if fault is not None else error.kind
+            status = error.status
+        chunks = req.stream.chunk_times
+        return {
+            "id": f"virtual-{req.number}",
+            "client_request_id": record.request_id,
+            "endpoint": self.wl.endpoint,
+            "stream": True,
+            "arrival": self.base + req.sent_s,
+            **times,
+            "first_token": self.base + chunks[0] if chunks else math.nan,
+            "first_answer_token": self.base + chunks[0] if chunks else math.nan,
+            "last_token": self.base + chunks[-1] if chunks else math.nan,
+            "prompt_tokens": req.prompt_tokens,
+            "cached_tokens": engine_req.cached_tokens if engine_req is not None else 0,
+            "tokens_sent": req.stream.tokens_received,
+            "reasoning_tokens": 0,
+            "preemptions": engine_req.preemptions if engine_req is not None else 0,
+            "fault": fault.kind if fault is not None else None,
+            "outcome": outcome,
+            "status": status,
+        }
 
     def count_phases(self, req: SimRequest) -> None:
         """A finished request into the phase sums, as the real-time server's histograms."""
@@ -565,6 +627,10 @@ class _Driver:
     def step(self) -> None:
         result: StepResult = self.engine.step(self.now)
         self.steps += 1
+        if self.step_trace is not None:
+            self.step_trace.write(
+                step_record(result, clock_offset_s=self.base, kv_usage=self.engine.kv_usage_ratio)
+            )
         if result.duration_s <= 0 and not result.emitted and not result.failed:
             raise RuntimeError("the engine could not schedule any request (no progress)")
         end = result.end_s
@@ -602,7 +668,10 @@ def simulate(
     t0 = time.perf_counter()
     base = time.time() if start_wall_s is None else start_wall_s
     driver = _Driver(config, workload, base, Engine(config, model=model, gpu=gpu))
-    end = driver.run()
+    try:
+        end = driver.run()
+    finally:
+        driver.close_traces()
     compute_s = time.perf_counter() - t0
     cfg = driver.cfg
     info = RunInfo(
