@@ -44,9 +44,10 @@ from typing import Any
 from locust_llm.report.build import build_report
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.load import load_run
+from locust_llm.roofline.floors import get_gpu, get_model
 from locust_llm.sim import virtual
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.engine import Engine, RequestTooLarge, StepResult
+from locust_llm.sim.engine import Engine, RequestTooLarge, StepResult, kv_blocks_for
 from locust_llm.sim.labels import LABELS, ground_truth, ttft_split_of_arrivals
 from locust_llm.sim.trace import request_times, step_record
 from locust_llm.workloads.stages import StagePlan
@@ -166,6 +167,10 @@ def make_case(index: int, rng: random.Random) -> Case:
     if rng.random() < 0.2:  # a small KV budget: admission by KV capacity, preemptions or OOM
         config = replace(config, num_gpu_blocks_override=rng.choice((64, 256, 1024)))
         config = replace(config, oom=rng.random() < 0.3)
+    # as an operator does when vLLM refuses to start (its KV cache cannot hold one sequence of
+    # the default --max-model-len): --max-model-len lowered to what the cache holds
+    holds = kv_blocks_for(replace(config, max_model_len=1), get_model(model), get_gpu(gpu))
+    config = replace(config, max_model_len=min(config.max_model_len, holds * config.block_size))
     input_len, max_tokens = rng.choice(INPUT_LENS), rng.choice(OUTPUT_LENS)
     open_loop = rng.random() < 0.35
     if open_loop:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from locust_llm.errors import InputError
@@ -58,11 +60,29 @@ def test_tp_splits_weights_and_adds_allreduce_time() -> None:
 
 def test_a_model_that_does_not_fit_names_the_smallest_tp_or_precision() -> None:
     with pytest.raises(InputError) as exc:
-        engine(model="llama-3.1-70b", gpu="h100-sxm")
+        engine(model="llama-3.1-70b", gpu="h100-sxm", max_model_len=1024)
     text = str(exc.value)
     assert "--tp 2" in text and "8-bit weights" in text and "raise it" not in text
-    eng = engine(model="llama-3.1-70b", gpu="h100-sxm", tp=2)  # the advice works
-    assert eng.total_blocks > 0
+    eng = engine(model="llama-3.1-70b", gpu="h100-sxm", tp=2, max_model_len=1024)  # it works
+    assert eng.total_blocks * eng.config.block_size >= 1024
+
+
+def test_a_kv_cache_short_of_one_max_length_sequence_is_refused_as_vllm_does() -> None:
+    """vLLM refuses to start when its KV cache cannot hold one sequence of --max-model-len;
+    the advice names what lets it start (here a wider TP), and following it starts."""
+    with pytest.raises(InputError) as exc:
+        engine(model="llama-3.1-70b", gpu="h100-sxm", tp=2, max_model_len=32768)
+    text = str(exc.value)
+    assert text.startswith("--max-model-len 32768: one sequence that long needs 5.00 GiB")
+    holds = int(re.search(r"Lower --max-model-len to (\d+)", text).group(1))  # type: ignore[union-attr]
+    assert "--tp 4" in text
+    assert engine(model="llama-3.1-70b", gpu="h100-sxm", tp=2, max_model_len=holds)
+    with pytest.raises(InputError):
+        engine(model="llama-3.1-70b", gpu="h100-sxm", tp=2, max_model_len=holds + 1)
+    eng = engine(model="llama-3.1-70b", gpu="h100-sxm", tp=4, max_model_len=32768)
+    assert eng.total_blocks * eng.config.block_size >= 32768
+    # a block budget given as vLLM's override is taken as given, as vLLM takes it
+    assert engine(num_gpu_blocks_override=8, max_model_len=32768).total_blocks == 8
 
 
 def test_invalid_tp_degree_is_refused() -> None:
@@ -96,3 +116,23 @@ def test_kv_pool_is_preallocated_and_gpus_report_per_shard() -> None:
     old = [x for x in text.splitlines() if x.startswith("vllm:gpu_cache_usage_perc")]
     assert float(usage[0].split()[-1]) == float(old[0].split()[-1]) == eng.kv_usage_ratio
     assert reqs[0].computed > 0
+
+
+def test_the_refusals_docs_simulator_md_shows_are_what_the_cli_says() -> None:
+    """docs/simulator.md's two refusal lines are what ``locust-llm sim`` prints for the
+    commands it names (exit 2, before any port is bound)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "simulator.md").read_text()
+    named = "`locust-llm sim --model llama-3.1-70b --gpu h100-sxm`, then with `--tp 2`"
+    block = doc.split(named)[1]
+    shown = block.split("```\n")[1].splitlines()
+    for extra, line in zip(([], ["--tp", "2"]), shown, strict=True):
+        proc = subprocess.run(
+            [sys.executable, "-m", "locust_llm.cli", "sim", "--model", "llama-3.1-70b",
+             "--gpu", "h100-sxm", *extra],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2 and proc.stderr.strip().endswith(line), proc.stderr

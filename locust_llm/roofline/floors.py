@@ -902,8 +902,11 @@ def fit_advice(
     gpu_memory_utilization: float,
     reserve_bytes: float = 0.0,
     tp: int = 1,
+    kv_tokens: int = KV_BLOCK_TOKENS,
 ) -> str:
-    """What would make ``model`` fit on ``gpu`` with room for KV ("" when it already does).
+    """What would make ``model`` fit on ``gpu`` with room for ``kv_tokens`` of KV cache (one
+    block by default; the simulator asks for one sequence of ``max_model_len``, as vLLM does at
+    start) ("" when it already does).
 
     Names the smallest tensor-parallel degree above ``tp`` (valid for the model's heads) that
     fits at the model's precision, and the widest weight precision that fits at ``tp``; raising
@@ -918,7 +921,7 @@ def fit_advice(
         budget = kv_budget_per_gpu_bytes(
             m, gpu, gpu_memory_utilization=util, reserve_bytes=reserve_bytes, tp=degree
         )
-        return budget >= shard.kv_bytes_per_token * KV_BLOCK_TOKENS  # at least one KV block
+        return budget >= shard.kv_bytes_per_token * max(kv_tokens, 1)
 
     if fits(model, tp):
         return ""

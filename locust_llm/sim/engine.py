@@ -38,8 +38,10 @@ The KV pool is preallocated, as vLLM does at start: ``total_blocks`` per GPU fro
 left after the weight shard and the reserve at ``gpu_memory_utilization``, so the simulated
 GPU's memory in use is flat; KV usage is its own signal.
 
-A request whose prompt plus output cannot fit in the whole KV cache, or in ``max_model_len``,
-is refused at :meth:`Engine.add` (the HTTP front answers 400).
+A configuration whose KV cache cannot hold one sequence of ``max_model_len`` tokens is refused
+at start, as vLLM refuses it (a block budget given with ``--num-gpu-blocks-override`` is taken
+as given, as vLLM takes it). A request whose prompt plus output cannot fit in the whole KV
+cache, or in ``max_model_len``, is refused at :meth:`Engine.add` (the HTTP front answers 400).
 """
 
 from __future__ import annotations
@@ -213,11 +215,32 @@ def kv_blocks_for(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
             gpu_memory_utilization=util,
             reserve_bytes=config.memory_reserve_bytes,
             tp=tp,
+            kv_tokens=config.max_model_len,
         )
         where = f"{gpu.name}" if tp == 1 else f"{tp} x {gpu.name} (--tp {tp})"
         raise InputError(
             f"{model.name} ({model.weights_bytes / 1e9:.1f} GB of weights) leaves no KV cache on "
             f"{where} at --gpu-memory-utilization {util}; {advice}"
+        )
+    holds = blocks * config.block_size
+    if holds < config.max_model_len:  # vLLM checks this at start and refuses to serve
+        where = f"{gpu.name}" if tp == 1 else f"each of {tp} x {gpu.name} (--tp {tp})"
+        need = -(-config.max_model_len // config.block_size) * block_bytes
+        advice = fit_advice(
+            model,
+            gpu,
+            gpu_memory_utilization=util,
+            reserve_bytes=config.memory_reserve_bytes,
+            tp=tp,
+            kv_tokens=config.max_model_len,
+        )
+        raise InputError(
+            f"--max-model-len {config.max_model_len}: one sequence that long needs "
+            f"{need / 2**30:.2f} GiB of KV cache on {where}, more than the "
+            f"{blocks * block_bytes / 2**30:.2f} GiB left for it at --gpu-memory-utilization "
+            f"{util} ({blocks} blocks of {config.block_size} tokens: {holds} tokens); vLLM "
+            f"refuses to start so. Lower --max-model-len to {holds} or less"
+            + (f"; or the {advice}" if advice else "")
         )
     return blocks
 
