@@ -72,19 +72,21 @@ def test_run_with_the_sdk_base_url_reaches_the_server(sim: str, tmp_path: Path) 
 
 
 def test_plain_locust_with_v1_slash_reaches_every_api(sim: str, tmp_path: Path) -> None:
+    # the sweep's stage shape with the other APIs' user classes beside its chat user: one user
+    # each, and a request-count stage, so every API is sent (bounded by count, not by time)
     files = ",".join(f"locustfiles/{name}.py" for name in
-                     ("chat", "completions", "responses", "embeddings"))  # fmt: skip
+                     ("sweep", "completions", "responses", "embeddings"))  # fmt: skip
     before = _finished(sim)
-    out = run_locust(["-f", files, "--headless", "-u", "4", "-r", "4", "-t", "4s",
-                      "--stop-timeout", "5", "--host", f"{sim}/v1/", "--llm-max-tokens", "4",
+    out = run_locust(["-f", files, "--headless", "--host", f"{sim}/v1/", "--llm-concurrency", "4",
+                      "--llm-stage-requests", "24", "--llm-max-tokens", "4",
                       "--llm-run-dir", str(tmp_path / "run")])  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:]
     records = _records(tmp_path / "run")
-    assert records["ok"].all(), records["error_message"].unique().tolist()
+    assert len(records) == 24 and records["ok"].all(), records["error_message"].unique().tolist()
     assert set(records["endpoint"]) == {
         "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings",
     }  # fmt: skip
-    assert _finished(sim) - before == len(records)
+    assert _finished(sim) - before == 24
     assert "Traceback" not in out.stdout and not re.search(r"\bnan\b", out.stdout)
 
 
