@@ -16,7 +16,8 @@ def test_model_discovery_reads_the_first_id_and_names_the_way_out() -> None:
     assert first_model_id(200, body, "h/v1/models") == "qwen"
     assert first_model_id(200, b'{"data": []}', "h/v1/models") == ""
     for status, bad, says in (
-        (404, b"", "GET h/v1/models: HTTP 404, no model list; name the model with --llm-model"),
+        (500, b"", "GET h/v1/models: HTTP 500, no model list; name the model with --llm-model"),
+        (404, b"", "GET h/v1/models: HTTP 404, no model list at this URL: check that --host is"),
         (200, b"[1]", "GET h/v1/models: not an OpenAI model list (AttributeError"),
     ):
         with pytest.raises(InputError) as err:

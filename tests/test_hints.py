@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import free_port, run_locust
 
@@ -64,15 +65,20 @@ def test_a_dead_host_is_a_connection_problem_not_a_missing_model(tmp_path: Path)
     out = _run("--host", host, "--concurrency", "1", "--stage-requests", "1",
                "--out", str(tmp_path / "run"))  # fmt: skip
     text = out.stdout + out.stderr
-    assert f"cannot reach {host} (" in text and "is the server up and --host right?" in text
+    assert (
+        f"server unreachable at {host}: 1 request failed as connect errors, none completed "
+        "(is the server up and --host right?)"
+    ) in text, text[-2000:]
     assert "--llm-model" not in text and "--model" not in text, text[-2000:]
+    records = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    assert len(records) == 1 and records["error_message"][0].startswith(f"cannot reach {host} (")
 
 
 def test_no_model_list_names_the_flag_of_each_command(tmp_path: Path) -> None:
-    with _not_found_server() as host:
+    with _not_found_server() as host:  # the 404 stops the run at start (a 3 s limit could first)
         out = run_locust([
             "-f", "locustfiles/chat.py", "--host", host, "--headless", "-u", "1", "-r", "1",
-            "-t", "3s", "--llm-run-dir", str(tmp_path / "run"), "--llm-server-metrics", "none",
+            "-t", "60s", "--llm-run-dir", str(tmp_path / "run"), "--llm-server-metrics", "none",
         ])  # fmt: skip
     assert f"GET {host}/v1/models: HTTP 404, no model list" in out.stdout, out.stdout[-2000:]
     assert "--llm-model (locust-llm run: --model)" in out.stdout
@@ -100,7 +106,6 @@ def test_an_unreachable_gpu_exporter_is_named_with_the_source_used_instead(tmp_p
     assert any("unreachable" in line for line in said), said  # the scraper's own, at the time
     assert any("never answered" in line and f"come from {url}/metrics only" in line
                for line in said), said  # fmt: skip
-    import pandas as pd
 
     sources = {
         s.source: s for s in source_summaries(pd.read_parquet(run_dir / "telemetry.parquet"))

@@ -65,7 +65,7 @@ from locust_llm.client.runtime import (
     mark_initialised,
     runtime,
 )
-from locust_llm.errors import InputError
+from locust_llm.errors import InputError, RequestFailed
 from locust_llm.live import llmstats
 from locust_llm.options import lengths, validate
 from locust_llm.options import table as options
@@ -556,6 +556,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     except InputError as exc:
         logger.error("locust-llm: %s", exc)
         environment.process_exit_code = 2
+        rt.gate.stop()  # a user spawned before the quit sends nothing (StopUser)
         if environment.runner is not None:
             gevent.spawn(environment.runner.quit)
             return
@@ -586,7 +587,12 @@ def _resolve_user_classes(rt: Runtime) -> None:
             raise InputError(
                 f"{user_class.__name__}: no host (--host, --llm-hosts or the class's host)"
             )
-        rt.model_for(settings)
+        for url in settings.hosts:  # the web UI's form sets --host after check_before_load
+            validate.http_url(f"{user_class.__name__}'s host (--host)", url)
+        try:
+            rt.model_for(settings)
+        except RequestFailed as exc:  # unreachable: each request tries again, as a record
+            logger.debug("locust-llm: %s", exc)
         get_api(settings.api)  # an unknown API name fails here, listing the known ones
         if not rt.is_master:
             rt.dataset_for(settings)
@@ -865,6 +871,9 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
         write_run_dir(rt)  # records that arrived after the test stopped (or no stop at all)
     with rt.run_dir_lock:
         rt.recorder.remove_journal()
+    unreachable = llmstats.unreachable_line(rt.stats, [masked_url(h) for h in rt.hosts])
+    if unreachable:
+        logger.error("locust-llm: %s", unreachable)
     if rt.stats.entries and rt.options.headless:
         print(llmstats.format_table(rt.stats), flush=True)
 

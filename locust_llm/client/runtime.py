@@ -157,7 +157,7 @@ class Runtime:
         if self.environment.host:
             return list(split_hosts(self.environment.host))
         seen = [getattr(c, "host", None) for c in self.environment.user_classes or ()]
-        return list(dict.fromkeys(h.rstrip("/") for h in seen if h))
+        return list(dict.fromkeys(h for text in seen if text for h in split_hosts(text)))
 
     def settings_for(self, user_class: type) -> UserSettings:
         """The resolved settings of ``user_class`` (an ``LLMUser``), once per class."""

@@ -114,19 +114,8 @@ class Transport:
             resp = self._client(base_url).request("POST", path, body=body, headers=headers)
         except HTTPConnectionClosed:
             raise
-        except ssl.SSLCertVerificationError as exc:
-            raise RequestFailed(
-                "connect", f"TLS: {exc.verify_message} (--llm-ca-bundle or --llm-insecure)"
-            ) from None
-        except (ConnectionRefusedError, ConnectionResetError) as exc:
-            raise RequestFailed("connect", f"{type(exc).__name__}: {exc}") from None
-        except HTTPParseError as exc:  # a garbled or cut response head
-            raise RequestFailed("bad_payload", f"bad response head: {exc}") from None
-        except TimeoutError as exc:
-            raise RequestFailed("timeout", f"no response: {exc}") from None
-        except OSError as exc:
-            kind = "timeout" if exc.errno == errno.ETIMEDOUT else "connect"
-            raise RequestFailed(kind, f"{type(exc).__name__}: {exc}") from None
+        except (OSError, HTTPParseError) as exc:
+            raise send_failure(exc) from None
         # geventhttpclient's own readline has no bound: its lines are read by GhcResponse
         return GhcResponse(resp) if isinstance(resp, HTTPSocketResponse) else resp
 
@@ -154,6 +143,24 @@ class Transport:
     def close(self) -> None:
         for base_url in list(self._clients):
             self.drop(base_url)
+
+
+def send_failure(exc: OSError | HTTPParseError) -> RequestFailed:
+    """The failure a request's send (connect, write, response head) ended with, by kind:
+    ``connect`` (refused, reset, TLS verification, any other socket error), ``timeout``,
+    ``bad_payload`` (a garbled or cut response head)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return RequestFailed(
+            "connect", f"TLS: {exc.verify_message} (--llm-ca-bundle or --llm-insecure)"
+        )
+    if isinstance(exc, (ConnectionRefusedError, ConnectionResetError)):
+        return RequestFailed("connect", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, HTTPParseError):
+        return RequestFailed("bad_payload", f"bad response head: {exc}")
+    if isinstance(exc, TimeoutError):
+        return RequestFailed("timeout", f"no response: {exc}")
+    kind = "timeout" if exc.errno == errno.ETIMEDOUT else "connect"
+    return RequestFailed(kind, f"{type(exc).__name__}: {exc}")
 
 
 def tls_context_factory(insecure: bool, ca_bundle: str = "") -> Callable[..., ssl.SSLContext]:

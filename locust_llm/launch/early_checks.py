@@ -3,7 +3,8 @@
 Each check refuses one flag value as an ``InputError`` naming the flag (one line, exit 2):
 
 * ``--host`` (:func:`check_url`, the plugin's check of every server URL too): an ``http://``
-  or ``https://`` URL with a host part (other schemes were sent as HTTP before);
+  or ``https://`` URL with a host part (other schemes were sent as HTTP before; one without a
+  scheme is refused with the URL to write, never guessed);
 * ``--timeout`` > 0 seconds; ``--stop-timeout`` >= 0 seconds (0: streams still running at the
   end are cancelled at once; Locust takes whole seconds, so it is rounded, at least 1);
 * ``--roofline-model`` (:func:`locust_llm.options.validate.roofline_model`, the check of

@@ -46,7 +46,7 @@ from locust_llm.launch.run_options import (
     secret_env,
 )
 from locust_llm.live.progress import ProgressLine, follow
-from locust_llm.options.readers import split_hosts
+from locust_llm.options.readers import base_url, split_hosts
 from locust_llm.options.table import SWEEP_FLAGS, by_name, env_var
 from locust_llm.options.validate import roofline_model
 from locust_llm.rundir.claim import RunDirClaim, lock_run_dir, new_run_dir
@@ -740,7 +740,7 @@ def announce_run(args: argparse.Namespace, run_dir: Path, workers: str) -> str:
     """What ``run`` is about to do, before it starts (host, model, sweep, workers, run dir)."""
     model = f"model {args.model}" if args.model else "model: the first of /v1/models"
     return (
-        f"locust-llm run: {masked_url(args.host.rstrip('/'))}; {model}; "
+        f"locust-llm run: {masked_url(base_url(args.host))}; {model}; "
         f"sweep {sweep_description(args)}; {workers}; run dir {run_dir}"
     )
 
@@ -849,7 +849,7 @@ def _run_in(
     if not args.quiet:
         print(announce_run(args, run_dir, workers), flush=True)
     code = run_sweep(
-        host=args.host.rstrip("/"),
+        host=base_url(args.host),
         run_dir=run_dir,
         llm_args=llm_args,
         workers=args.workers,

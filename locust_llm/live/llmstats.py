@@ -318,7 +318,12 @@ def write_history_csv(stats: LiveStats, path: Path) -> None:
 
 
 def format_table(stats: LiveStats) -> str:
-    """The end-of-run table printed by a headless run (milliseconds, like Locust's own)."""
+    """The end-of-run table printed by a headless run (milliseconds, like Locust's own); one
+    line when no request completed (no table of empty percentiles)."""
+    total = stats.total()
+    if total.requests - total.failures <= 0:
+        failed = ", ".join(f"{kind} {n}" for kind, n in sorted(total.errors.items()))
+        return "LLM stats: no request completed" + (f" ({failed})" if failed else "")
     header = (
         f"{'Name':<24} {'reqs':>7} {'fails':>6} {'TTFT p50':>9} {'p99':>8} "
         f"{'TPOT p50':>9} {'p99':>7} {'ITL p99':>8} {'E2E p50':>9} {'p99':>9} "
@@ -328,12 +333,33 @@ def format_table(stats: LiveStats) -> str:
     for name, s in stats.rows():
         lines.append(
             f"{name[:24]:<24} {s['requests']:>7} {s['failures']:>6} "
-            f"{_ms(s['ttft_p50_s']):>9.1f} {_ms(s['ttft_p99_s']):>8.1f} "
-            f"{_ms(s['tpot_p50_s']):>9.2f} {_ms(s['tpot_p99_s']):>7.2f} "
-            f"{_ms(s['itl_p99_s']):>8.2f} {_ms(s['e2e_p50_s']):>9.1f} "
-            f"{_ms(s['e2e_p99_s']):>9.1f} {s['output_tokens']:>9}"
+            f"{_cell(s['ttft_p50_s'], 9, 1)} {_cell(s['ttft_p99_s'], 8, 1)} "
+            f"{_cell(s['tpot_p50_s'], 9, 2)} {_cell(s['tpot_p99_s'], 7, 2)} "
+            f"{_cell(s['itl_p99_s'], 8, 2)} {_cell(s['e2e_p50_s'], 9, 1)} "
+            f"{_cell(s['e2e_p99_s'], 9, 1)} {s['output_tokens']:>9}"
         )
     return "\n".join(lines)
+
+
+def unreachable_line(stats: LiveStats, hosts: list[str]) -> str:
+    """``server unreachable at URL: N requests failed as connect errors, none completed`` when
+    every request failed as a connection error ('' otherwise)."""
+    total = stats.total()
+    connect = total.errors.get("connect", 0)
+    if not connect or total.requests - total.failures > 0 or connect != total.failures:
+        return ""
+    where = ", ".join(hosts) or "--host"
+    return (
+        f"server unreachable at {where}: {connect} request{'s' if connect != 1 else ''} failed "
+        "as connect errors, none completed (is the server up and --host right?)"
+    )
+
+
+def _cell(seconds: float, width: int, digits: int) -> str:
+    """Milliseconds in a column, ``n/a`` where nothing was measured."""
+    if math.isnan(seconds):
+        return "n/a".rjust(width)
+    return f"{_ms(seconds):>{width}.{digits}f}"
 
 
 def _nanmin(a: float, b: float) -> float:

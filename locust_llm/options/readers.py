@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from locust_llm.errors import InputError
 
@@ -45,9 +46,35 @@ def strings(_flag: str, raw: Any) -> tuple[str, ...]:
     return tuple(str(item) for item in raw or ())
 
 
+#: the API version segment an OpenAI SDK ``base_url`` ends with; the adapters' paths hold it
+API_VERSION_SEGMENT = "/v1"
+
+
+def base_url(url: str) -> str:
+    """A server URL as users write it -> the base URL requests are made under: spaces and
+    trailing slashes dropped, and a final ``/v1`` path segment too (the OpenAI SDK's
+    ``base_url`` habit: ``http://h:8000/v1/`` and ``http://h:8000`` are the same server, whose
+    chat endpoint is ``/v1/chat/completions``). Any other base path stays
+    (``http://gw/team-a`` -> ``/team-a/v1/chat/completions``). A URL without a scheme or host
+    is left for :func:`locust_llm.options.validate.http_url` to refuse, its path unchanged."""
+    url = url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if (
+        parts.scheme
+        and parts.netloc
+        and not parts.query
+        and not parts.fragment
+        and parts.path.endswith(API_VERSION_SEGMENT)
+    ):
+        url = url[: -len(API_VERSION_SEGMENT)].rstrip("/")
+    return url
+
+
 def split_hosts(text: str) -> tuple[str, ...]:
-    """``"http://a:1/, http://b:2"`` -> base URLs without trailing slashes."""
-    return tuple(h.strip().rstrip("/") for h in text.split(",") if h.strip())
+    """``"http://a:1/v1/, http://b:2"`` -> base URLs (:func:`base_url`): the one place a
+    server URL given by --host, --llm-hosts, a user class's ``host`` or the web UI's form is
+    read."""
+    return tuple(base_url(h) for h in text.split(",") if h.strip())
 
 
 def hosts(_flag: str, raw: Any) -> tuple[str, ...]:

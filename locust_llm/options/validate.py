@@ -66,7 +66,18 @@ def roofline_model(flag: str, value: str) -> None:
 
 
 def http_url(flag: str, url: str) -> None:
-    """A server URL: ``http://`` or ``https://`` with a host part (and a valid port, if any)."""
+    """A server URL: ``http://`` or ``https://`` with a host part (and a valid port, if any).
+
+    A URL without a scheme (``127.0.0.1:8000``, ``localhost:8000/v1``) is refused with the URL
+    to write instead: whether a server speaks http or https is not guessed (docs/client.md,
+    "Base URLs")."""
+    bare = url.strip()
+    if not bare:
+        raise InputError(f"{flag} {url!r}: empty; expected a URL such as http://127.0.0.1:8000")
+    if "://" not in bare:
+        raise InputError(
+            f"{flag} {url!r}: no scheme; write http://{bare} (or https://{bare} for TLS)"
+        )
     try:
         parts = urlsplit(url.strip())
         parts.port  # noqa: B018  (raises ValueError on a port out of range or not a number)

@@ -236,6 +236,12 @@ def find_knee(
         if not dedup or _load(r) > _load(dedup[-1]):
             dedup.append(r)
     if not dedup:
+        sent = sum(_f(r, "requests") for r in rows if _f(r, "requests") > 0)
+        if sent and not any(_f(r, "completed") > 0 for r in rows):
+            return Knee(
+                reading=f"no request completed: all {num(sent)} failed (see the verdict)",
+                notes=("no stage with completed requests and a load: no knee",),
+            )
         return Knee(notes=("no stage with completed requests and a load: no knee",))
     unit = "concurrency" if not math.isnan(_f(dedup[0], "concurrency")) else "rate"
     steps = []
