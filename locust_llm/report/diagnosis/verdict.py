@@ -39,8 +39,8 @@ from locust_llm.metrics import ERROR_KINDS
 from locust_llm.registry import Registry
 from locust_llm.report.diagnosis.actions import (
     CAUSE_ACTIONS,
-    ERROR_ACTIONS,
     KIND_ACTIONS,
+    error_action,
     with_values,
 )
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
@@ -432,7 +432,8 @@ def _client(ctx: Context) -> Finding | None:
 
 @rule(
     "errors",
-    "error rate above `error_rate` (the error kinds listed, with actions per kind)",
+    "error rate above `error_rate` (the error kinds listed; per kind its most frequent "
+    "message with what to do, or a hint when the failures carried none)",
     kinds=("errors",),
     reads=("error_rate",),
 )
@@ -443,10 +444,21 @@ def _errors(ctx: Context) -> Finding | None:
     kinds = [(k, ctx.v(f"error_rate_{k}")) for k in ERROR_KINDS]
     kinds = [(k, r) for k, r in kinds if r > 0]
     detail = ", ".join(f"{k} {pct(r, 1)}" for k, r in kinds)
+    said = ctx.row.get("error_messages") or {}  # kind -> KindMessages (report/messages.py)
+    actions = []
+    for kind, _ in kinds:
+        found = said.get(kind)
+        action = (
+            error_action(kind, found.message, found.message_count, found.count)
+            if found
+            else error_action(kind)
+        )
+        if action:
+            actions.append(action)
     return Finding(
         "errors",
         (f"error rate {pct(rate, 1)} {ctx.where} > {pct(limit)} ({detail})",),
-        extra_actions=tuple(ERROR_ACTIONS[k] for k, _ in kinds if k in ERROR_ACTIONS),
+        extra_actions=tuple(actions),
     )
 
 
