@@ -118,6 +118,13 @@ ERROR_ACTIONS: dict[str, str] = {
     "oom": "oom: see memory_oom",
 }
 
+#: ``insufficient_data`` for a stage in which no request ended: telemetry, the resource model
+#: and longer stages are beside the point (nothing was measured); what stopped the requests is.
+NO_REQUEST_ACTIONS: tuple[str, ...] = (
+    "no request of this stage ended: the run's output and locust.log say why (the server "
+    "unreachable or --host wrong, or the run stopped before the stage's requests)",
+)
+
 #: What to do about a failure kind once its message is known (the message replaces the
 #: guesses of :data:`ERROR_ACTIONS`, which stay for failures that carried none).
 ERROR_ADVICE: dict[str, str] = {

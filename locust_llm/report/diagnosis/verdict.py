@@ -40,6 +40,7 @@ from locust_llm.registry import Registry
 from locust_llm.report.diagnosis.actions import (
     CAUSE_ACTIONS,
     KIND_ACTIONS,
+    NO_REQUEST_ACTIONS,
     error_action,
     with_values,
 )
@@ -177,6 +178,7 @@ class Finding:
     cause: str = ""
     extra_actions: tuple[str, ...] = ()
     client_side: bool = False
+    actions: tuple[str, ...] = ()  # given: these instead of the kind's or cause's own
 
 
 @dataclass(frozen=True)
@@ -341,7 +343,9 @@ def _too_few(ctx: Context) -> Finding | None:
         return None  # a dead server: the errors rule says so
     n = num(requests if not math.isnan(requests) else 0)
     return Finding(
-        "insufficient_data", (f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})",)
+        "insufficient_data",
+        (f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})",),
+        actions=NO_REQUEST_ACTIONS if not requests > 0 else (),
     )
 
 
@@ -943,7 +947,7 @@ def stage_verdict(
         found = r.check(ctx)
         if found is None:
             continue
-        actions = CAUSE_ACTIONS.get(found.cause) or KIND_ACTIONS[found.kind]
+        actions = found.actions or CAUSE_ACTIONS.get(found.cause) or KIND_ACTIONS[found.kind]
         if found.kind == "low_concurrency":
             actions = CAUSE_ACTIONS["under_loaded"]
         if found.kind == "overloaded" and found.cause:
@@ -1008,7 +1012,10 @@ def overall_verdict(
     ]
     if not usable:
         evidence = [e for v in verdicts for e in v.evidence] or ["the run has no stages"]
-        return Verdict("insufficient_data", tuple(evidence[:3]), ACTIONS["insufficient_data"])
+        said = tuple(dict.fromkeys(a for v in verdicts for a in v.actions))  # the stages' own
+        return Verdict(
+            "insufficient_data", tuple(evidence[:3]), said or ACTIONS["insufficient_data"]
+        )
     top = max(usable, key=lambda r: (_load(r) if not math.isnan(_load(r)) else -1, int(r["stage"])))
     chosen = by_stage[int(top["stage"])]
     evidence = list(chosen.evidence)
