@@ -196,3 +196,60 @@ def test_the_errors_verdict_quotes_the_message_instead_of_a_guess() -> None:
     # no message recorded (an old run dir, or failures that carried none): the hint stays
     hinted = stage_verdict(_failing_row())
     assert ERROR_ACTIONS["http_4xx"] in hinted.actions
+
+
+def test_the_report_quotes_the_message_as_it_came_whatever_the_device(tmp_path) -> None:
+    """A failing stage's messages in the document (errors table and console), counted over the
+    stage's records; a report for a CPU keeps the server's "GPU" in them (the device's words
+    rewrite our sentences, never the server's)."""
+    from dataclasses import replace as with_
+
+    import pandas as pd
+    from rundir_factory import make_run, regime
+
+    from locust_llm.report.build import build_report
+    from locust_llm.report.document import document
+    from locust_llm.report.load import load_run
+    from locust_llm.report.render_console import render_console
+    from locust_llm.report.render_md import render_markdown
+    from locust_llm.report.wording import DeviceWords
+
+    specs, kw = regime("decode")
+    specs = [with_(specs[0], qps=20.0, errors={"oom": 0.1, "http_5xx": 0.2})]
+    run_dir = make_run(tmp_path / "run", specs, stage_s=10, **kw)
+    records = pd.read_parquet(run_dir / "requests.parquet")
+    oom = records["error_kind"] == "oom"
+    five = records["error_kind"] == "http_5xx"
+    records.loc[oom, "error_message"] = [
+        f"HTTP 500: CUDA out of memory on GPU 0; tried to allocate {i} MiB"
+        for i in range(oom.sum())
+    ]
+    records.loc[five, "error_message"] = "HTTP 503: no GPU worker free; NVML says busy"
+    records.to_parquet(run_dir / "requests.parquet", index=False)
+    report = build_report(load_run(run_dir))
+    report.words = DeviceWords("CPU")
+    kinds = {k.kind: k for k in report.errors}
+    assert kinds["oom"].count == kinds["oom"].message_count == int(oom.sum())
+    assert kinds["http_5xx"].share == pytest.approx(five.sum() / len(records))
+    table = document(report).section("error-messages").blocks[1]
+    cells = {row[0]: row for row in table.rows}
+    assert cells["oom"][4] == "HTTP 500: CUDA out of memory on GPU 0; tried to allocate {n} MiB"
+    assert cells["http_5xx"][4] == "HTTP 503: no GPU worker free; NVML says busy"
+    assert "| http_5xx |" in render_markdown(report)
+    console = render_console(report)
+    assert "HTTP 503: no GPU worker free; NVML says busy" in console
+
+
+def test_a_cpu_report_s_words_leave_a_quoted_message_alone() -> None:
+    from locust_llm.report.diagnosis.actions import error_action
+    from locust_llm.report.wording import DeviceWords
+
+    action = error_action("http_5xx", "HTTP 503: no GPU free; NVML busy", 3, 4)
+    assert (
+        action
+        == 'http_5xx: "HTTP 503: no GPU free; NVML busy" (3 of 4); the server\'s log has the rest'
+    )
+    cpu = DeviceWords("CPU")
+    assert cpu.say(action) == action
+    # our own words still change: a GPU-only clause goes, "GPU" becomes the device
+    assert cpu.say('GPU busy; "GPU 0"; NVML says so') == 'CPU busy; "GPU 0"'

@@ -619,8 +619,10 @@ def document(report: Report) -> Document:
             Section("sources", "Telemetry sources", (Bullets(tuple(sources), lead=lead),))
         )
     sections.append(Section("definitions", "Definitions", (Bullets(DEFINITIONS),)))
-    words = report.words  # the warnings are in the device's words already
-    sections = [s if s.key == "warnings" else _in_words(s, words) for s in sections]
+    words = report.words  # the warnings are in the device's words already; the errors' messages
+    # are the server's own words, quoted as they came (a CPU server may still say "GPU")
+    kept = ("warnings", "error-messages")
+    sections = [s if s.key in kept else _in_words(s, words) for s in sections]
     return Document(f"locust-llm report: {info.run_id}", tuple(sections))
 
 
