@@ -41,6 +41,8 @@ from locust_llm.metrics import ERROR_KINDS
 MESSAGE_CHARS = 160
 #: Distinct messages kept per error kind.
 MAX_MESSAGES = 32
+#: Raw messages whose keys a tally remembers (:meth:`MessageTally.add`).
+KEY_CACHE = 256
 #: The kinds whose messages are tallied (``cancelled`` says nothing about the server).
 TALLIED_KINDS: tuple[str, ...] = tuple(k for k in ERROR_KINDS if k != "cancelled")
 
@@ -189,10 +191,13 @@ class MessageTally:
     """Error messages per kind, counted as they come; mergeable (the live stats' workers send
     theirs to the master) and serialisable as plain JSON."""
 
-    __slots__ = ("kinds",)
+    __slots__ = ("_keys", "kinds")
 
     def __init__(self) -> None:
         self.kinds: dict[str, _Kind] = {}
+        #: the keys of messages seen lately (a failing server repeats itself), at most
+        #: :data:`KEY_CACHE` of them: a repeated message costs a lookup, not a parse
+        self._keys: dict[str, tuple[str, tuple[str, ...]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.kinds)
@@ -204,7 +209,12 @@ class MessageTally:
         entry = self.kinds.setdefault(kind, _Kind())
         entry.count += count
         if message:
-            key, values = message_key(message)
+            found = self._keys.get(message)
+            if found is None:
+                if len(self._keys) >= KEY_CACHE:
+                    self._keys.clear()
+                found = self._keys[message] = message_key(message)
+            key, values = found
             entry.add(key, values, values, count)
 
     def merge(self, other: MessageTally) -> None:

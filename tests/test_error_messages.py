@@ -253,3 +253,13 @@ def test_a_cpu_report_s_words_leave_a_quoted_message_alone() -> None:
     assert cpu.say(action) == action
     # our own words still change: a GPU-only clause goes, "GPU" becomes the device
     assert cpu.say('GPU busy; "GPU 0"; NVML says so') == 'CPU busy; "GPU 0"'
+
+
+def test_the_oom_verdict_quotes_the_server_s_message() -> None:
+    said = kind_messages(
+        ["oom"] * 3, [f"HTTP 500: CUDA out of memory, tried {n} MiB" for n in (2, 4, 8)]
+    )
+    row = _failing_row(error_rate=0.1, error_rate_http_4xx=0.0, error_rate_http_5xx=0.0)
+    v = stage_verdict({**row, "error_rate_oom": 0.1, "error_messages": {"oom": said[0]}})
+    assert v.kind == "memory_oom"
+    assert 'the server said "HTTP 500: CUDA out of memory, tried {n} MiB" (3 of 3)' in v.evidence

@@ -9,6 +9,7 @@ stage table (client errors, counted apart there, are in the denominator here).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,9 +34,11 @@ def error_messages(
     run, per_stage = MessageTally(), []
     for index in stages:
         pick = np.flatnonzero((stage_ix == index) & counted)
-        tally = MessageTally()
-        for i in pick[kinds[pick] != ""]:
-            tally.add(kinds[i], messages[i])
+        failed = pick[kinds[pick] != ""]
+        tally = MessageTally()  # each distinct (kind, message) read once, with its count
+        said = Counter(zip(kinds[failed], messages[failed], strict=True))
+        for (kind, message), n in said.items():
+            tally.add(kind, message, n)
         per_stage.append(tally.summary(len(pick)))
         run.merge(tally)
     total = int(((stage_ix >= 0) & counted).sum())

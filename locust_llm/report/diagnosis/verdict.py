@@ -349,7 +349,12 @@ def _too_few(ctx: Context) -> Finding | None:
     )
 
 
-@rule("oom", "a request failed with error kind `oom` (out of memory)", kinds=("memory_oom",))
+@rule(
+    "oom",
+    "a request failed with error kind `oom` (out of memory; the server's most frequent "
+    "message quoted)",
+    kinds=("memory_oom",),
+)
 def _oom(ctx: Context) -> Finding | None:
     oom, requests = ctx.v("error_rate_oom"), ctx.v("requests")
     if not oom > 0:
@@ -358,6 +363,9 @@ def _oom(ctx: Context) -> Finding | None:
         f"{pct(oom, 1)} of requests {ctx.where} failed with out-of-memory "
         f"({num(round(oom * requests))} of {num(requests)})"
     ]
+    said = (ctx.row.get("error_messages") or {}).get("oom")  # report/messages.py
+    if said and said.message:
+        evidence.append(f'the server said "{said.message}" ({said.message_count} of {said.count})')
     for key, label in (
         ("gpu_mem_util_max", "GPU memory peaked at"),
         ("kv_cache_usage_max", "KV cache peaked at"),
