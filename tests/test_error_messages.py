@@ -216,7 +216,7 @@ def test_the_report_quotes_the_message_as_it_came_whatever_the_device(tmp_path) 
 
     specs, kw = regime("decode")
     specs = [with_(specs[0], qps=20.0, errors={"oom": 0.1, "http_5xx": 0.2})]
-    run_dir = make_run(tmp_path / "run", specs, stage_s=10, **kw)
+    run_dir = make_run(tmp_path / "run", specs, stage_s=5, telemetry=False, **kw)
     records = pd.read_parquet(run_dir / "requests.parquet")
     oom = records["error_kind"] == "oom"
     five = records["error_kind"] == "http_5xx"
