@@ -36,6 +36,12 @@ def test_seed_sweep_reading_and_conclusion(seed_run: Path, tmp_path: Path, capsy
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["knee"]["best"] == "50-100" and summary["knee"]["cap"] == "100"
     assert summary["verdict"]["kind"] == "overloaded"
+    # the verdict's actions, as report.md lists them, under the verdict's evidence
+    verdict = out[out.index("Verdict: overloaded") :].split("\n\n")[0].splitlines()
+    at = verdict.index("  Actions:")
+    assert verdict[at + 1 :] == [f"    - {a}" for a in summary["verdict"]["actions"]]
+    assert all(line.startswith("  - ") for line in verdict[2:at])  # the evidence above them
+    assert summary["errors"] == [] and "Errors (" not in out  # nothing failed: no errors table
     assert {a["name"] for a in summary["alerts"]} == {"gpu_util", "gpu_mem"}
     assert (tmp_path / "stages.csv").read_text().startswith("stage,name,kind,concurrency")
     html = (tmp_path / "report.html").read_text()
@@ -151,7 +157,7 @@ def test_soak_drift_verdict(tmp_path: Path) -> None:
     assert soak["p99_drift_pct_per_h"] > 100
 
 
-def test_compare_gain_per_instance(tmp_path: Path) -> None:
+def test_compare_gain_per_instance(tmp_path: Path, capsys) -> None:
     specs, kw = regime("decode")
     one = make_run(tmp_path / "one", specs, stage_s=20, **kw)
     doubled = [replace(s, qps=s.qps * 1.8) for s in specs]
@@ -175,6 +181,15 @@ def test_compare_gain_per_instance(tmp_path: Path) -> None:
     assert rows[1]["instances"] == 2
     assert rows[1]["gain"] == pytest.approx(1.8, rel=0.05)
     assert rows[1]["gain_per_instance"] == pytest.approx(0.9, rel=0.05)
+    # the console prints the comparison's table too, one line per run, after the alerts
+    out = capsys.readouterr().out
+    table = out[out.index("Comparison (horizontal scaling):") :].splitlines()
+    assert table[1].split()[:3] == ["run", "instances", "peak"]
+    lines = [line.split() for line in table[3:5]]
+    assert [line[1] for line in lines] == ["1", "2"]
+    gain, per_instance = rows[1]["gain"], rows[1]["gain_per_instance"]
+    assert lines[1][-3:] == [f"x{gain:.2f}", "x2.00", f"x{per_instance:.2f}"]
+    assert out.index("Verdict:") < out.index("Comparison (") < out.index("Report:")
 
 
 def test_a_custom_device_describes_what_serves(tmp_path: Path, capsys) -> None:

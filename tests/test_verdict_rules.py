@@ -239,3 +239,21 @@ def test_every_verdict_states_samples_and_confidence() -> None:
     d = v.as_dict()
     assert d["requests"] == 200 and d["telemetry_samples"] == 20 and d["confidence"] == "high"
     assert d["cause"] == "bandwidth_bound_decode" and d["rule"] == "step_bound"
+
+
+def test_a_stage_where_no_request_ended_is_not_told_to_scrape_or_give_a_model() -> None:
+    """The console prints the verdict's actions: for a dead host (no request ended) they point at
+    what stopped the requests, not at telemetry, the resource model's --model or longer stages."""
+    from locust_llm.report.diagnosis.actions import KIND_ACTIONS, NO_REQUEST_ACTIONS
+    from locust_llm.report.diagnosis.verdict import overall_verdict
+
+    empty = _row(requests=0.0, completed=0.0, error_rate=math.nan)
+    few = _row(stage=2, concurrency=32.0, requests=3.0, completed=3.0)
+    assert stage_verdict(empty).actions == NO_REQUEST_ACTIONS
+    assert stage_verdict(few).actions == KIND_ACTIONS["insufficient_data"]
+    verdicts = [stage_verdict(empty)]
+    assert overall_verdict([empty], verdicts).actions == NO_REQUEST_ACTIONS
+    both = overall_verdict([empty, few], [stage_verdict(empty), stage_verdict(few)])
+    assert both.kind == "insufficient_data"
+    assert both.actions == (*NO_REQUEST_ACTIONS, *KIND_ACTIONS["insufficient_data"])
+    assert "--model" not in " ".join(overall_verdict([empty], verdicts).actions)

@@ -29,7 +29,9 @@ from webui_support import (
 pytestmark = pytest.mark.browser
 
 ENDPOINT = "/v1/chat/completions"
-SIM_ARGS = ("--output-len", "fixed:16")
+#: a fifth of the requests fail with the simulator's 500 and its message (the errors table)
+SIM_ARGS = ("--output-len", "fixed:16", "--fault", "http500:0.2")
+FIVE = "HTTP 500: Internal server error (injected fault)"
 
 
 def _row(payload: dict[str, Any], name: str) -> dict[str, Any]:
@@ -112,6 +114,14 @@ def test_llm_tab_in_the_browser(tmp_path: Path) -> None:
                 assert cells["Input tokens/s"] == f"{row['input_tokens_per_s']:.1f}"
             assert 0 < _row(stats, ENDPOINT)["ttft_p50_s"] < 5.0
             assert _row(stats, ENDPOINT)["output_tokens_per_s"] > 0
+            # the errors table in the tab: each kind with the server's own message
+            (five,) = stats["errors"]
+            failed = _row(stats, "Aggregated")["failures"]  # cancelled ones are not failures
+            assert five["kind"] == "http_5xx" and five["count"] == failed > 0
+            assert five["message"] == FIVE and five["message_count"] == failed
+            shown = [c.strip() for c in frame.locator("#errors-table tbody td").all_inner_texts()]
+            share = f"{five['share'] * 100:.1f}"
+            assert shown == ["http_5xx", str(failed), share, str(failed), FIVE], shown
             page.screenshot(path=str(tmp_path / "llm-tab.png"), full_page=True)
             assert (tmp_path / "llm-tab.png").stat().st_size > 10_000
 
@@ -159,6 +169,7 @@ def test_llm_tab_in_the_browser(tmp_path: Path) -> None:
             wait_for("empty LLM stats", lambda: get_json(ui + "/llm/stats")["endpoints"] == [],
                      5.0)  # fmt: skip
             assert get_json(ui + "/stats/requests")["stats"][-1]["num_requests"] == 0
+            assert get_json(ui + "/llm/stats")["errors"] == []  # the errors table's tally too
             assert "locust_llm_requests_total{" not in get(ui + "/llm/metrics").decode()
     assert not errors, errors
 
@@ -201,3 +212,9 @@ def test_distributed_llm_stats_merge_both_workers(tmp_path: Path) -> None:
     assert llm["failures"] == own["num_failures"]
     assert _row(stats, "Aggregated")["requests"] == llm["requests"]
     assert llm["output_tokens"] > 0 and llm["ttft_p50_s"] is not None
+    # both workers' error messages reached the master's tally: one message for all the 500s
+    said = {e["kind"]: e for e in stats["errors"]}
+    assert said["http_5xx"]["count"] == llm["errors"]["http_5xx"] > 0
+    assert said["http_5xx"]["message"] == FIVE
+    assert said["http_5xx"]["message_count"] == said["http_5xx"]["count"]
+    assert sum(e["count"] for e in said.values()) == llm["failures"]

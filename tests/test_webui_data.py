@@ -233,3 +233,42 @@ def test_users_backing_off_are_live_in_the_payload_and_the_metrics() -> None:
     recorder.forget_worker_waits("w1")
     assert wd.backoff_state(rt) == {"users_waiting": 1, "waits": 11}
     assert wd.backoff_state(_runtime(LiveStats())) == {"users_waiting": 0, "waits": 0}
+
+
+def test_the_payload_s_errors_merge_the_workers_messages_per_kind() -> None:
+    """Two workers' live stats (their deltas, as JSON) on the master: each kind's count and its
+    most frequent message, numbers folded, over every endpoint; cancelled ones left out."""
+
+    def failed(endpoint: str, kind: str, message: str) -> RequestRecord:
+        return RequestRecord(
+            request_id="f", endpoint=endpoint, error_kind=kind, error_message=message
+        )
+
+    workers = [LiveStats(), LiveStats()]
+    for i in range(6):
+        stats = workers[i % 2]
+        stats.add(_record(0.1), [], [])
+        stats.add(
+            failed("/chat", "http_4xx", f"HTTP 400: prompt of {100 + i} tokens too long"), [], []
+        )
+    workers[0].add(failed("/other", "http_4xx", "HTTP 400: prompt of 7 tokens too long"), [], [])
+    workers[1].add(failed("/chat", "timeout", "read timed out: timed out"), [], [])
+    workers[1].add(failed("/chat", "cancelled", "stopped by the load test"), [], [])
+    master = LiveStats()
+    for stats in workers:
+        master.merge_delta(json.loads(json.dumps(stats.take_delta())))
+    payload = wd.stats_payload(_runtime(master), SimpleNamespace(state="stopped", user_count=0))
+    json.dumps(payload, allow_nan=False)
+    four, timeout = payload["errors"]
+    requests = _row(payload, "Aggregated")["requests"]
+    assert requests == 14  # 6 completed + 8 failed; the cancelled one is not a request
+    assert (four["kind"], four["count"], four["message_count"]) == ("http_4xx", 7, 7)
+    assert four["message"] == "HTTP 400: prompt of {n} tokens too long"
+    assert four["share"] == pytest.approx(7 / 14)
+    assert (timeout["kind"], timeout["count"], timeout["message"]) == (
+        "timeout",
+        1,
+        "read timed out: timed out",
+    )
+    master.reset()
+    assert wd.stats_payload(_runtime(master), SimpleNamespace(state="stopped"))["errors"] == []

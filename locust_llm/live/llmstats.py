@@ -20,6 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from locust_llm.error_messages import MessageTally
 from locust_llm.live.histogram import LatencyHistogram
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord
 
@@ -69,6 +70,7 @@ class EndpointStats:
         "hist",
         "input_tokens",
         "last_s",
+        "messages",
         "output_tokens",
         "per_second",
         "requests",
@@ -81,6 +83,8 @@ class EndpointStats:
         self.output_tokens = 0
         self.input_tokens = 0
         self.errors: dict[str, int] = {}
+        #: each error kind's messages, numbers and ids folded (locust_llm.error_messages)
+        self.messages = MessageTally()
         # wall second -> [output tokens, input tokens, requests] ended in that second
         self.per_second: dict[int, list[int]] = {}
         self.first_s = math.nan
@@ -89,6 +93,7 @@ class EndpointStats:
     def add(self, record: RequestRecord, itl_values: list[float], itl_weights: list[float]) -> None:
         if record.error_kind in CLIENT_SIDE_KINDS:  # the load test's doing: not an outcome
             self.errors[record.error_kind] = self.errors.get(record.error_kind, 0) + 1
+            self.messages.add(record.error_kind, record.error_message)  # not cancelled ones
             return
         self.requests += 1
         now = time.time()
@@ -99,6 +104,7 @@ class EndpointStats:
         if not record.ok:
             self.failures += 1
             self.errors[record.error_kind] = self.errors.get(record.error_kind, 0) + 1
+            self.messages.add(record.error_kind, record.error_message)
             return
         self.output_tokens += record.output_tokens
         sec[0] += record.output_tokens
@@ -121,6 +127,7 @@ class EndpointStats:
         self.input_tokens += other.input_tokens
         for kind, n in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + n
+        self.messages.merge(other.messages)
         for sec, values in other.per_second.items():
             mine = self.per_second.setdefault(sec, [0, 0, 0])
             for i, v in enumerate(values):
@@ -136,6 +143,7 @@ class EndpointStats:
             "output_tokens": self.output_tokens,
             "input_tokens": self.input_tokens,
             "errors": dict(self.errors),
+            "messages": self.messages.to_dict(),
             "per_second": {str(k): v for k, v in self.per_second.items()},
             "first_s": None if math.isnan(self.first_s) else self.first_s,
             "last_s": None if math.isnan(self.last_s) else self.last_s,
@@ -150,6 +158,7 @@ class EndpointStats:
         stats.output_tokens = int(data["output_tokens"])
         stats.input_tokens = int(data["input_tokens"])
         stats.errors = {str(k): int(v) for k, v in data["errors"].items()}
+        stats.messages = MessageTally.from_dict(data.get("messages") or {})
         stats.per_second = {int(k): list(v) for k, v in data["per_second"].items()}
         stats.first_s = math.nan if data.get("first_s") is None else float(data["first_s"])
         stats.last_s = math.nan if data.get("last_s") is None else float(data["last_s"])

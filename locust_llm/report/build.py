@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from locust_llm.error_messages import KindMessages
 from locust_llm.errors import InputError
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.diagnosis.alerts import Alert, check
@@ -24,6 +25,7 @@ from locust_llm.report.diagnosis.resources import server_limits, with_observed_l
 from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
 from locust_llm.report.diagnosis.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
 from locust_llm.report.load import RunData
+from locust_llm.report.messages import error_messages
 from locust_llm.report.soak import SoakResult, soak_results
 from locust_llm.report.sources import source_warnings
 from locust_llm.report.tables import Floors, TelemetryIndex, request_arrays, stage_table
@@ -53,6 +55,9 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     comparison: list[CompareRow] = field(default_factory=list)
     words: DeviceWords = field(default_factory=DeviceWords)  # "GPU", or "CPU" / "device"
+    #: the run's error kinds (stage windows) with their most frequent message, most first
+    errors: list[KindMessages] = field(default_factory=list)
+    stage_errors: list[list[KindMessages]] = field(default_factory=list)  # per stage, the same
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -239,6 +244,13 @@ def build_report(
     device_warnings = without_gpu_telemetry(table, words)  # report/wording.py
     rows = table.to_dict("records")
     add_client_delay(rows, run.requests, stages, run.info.end_wall_s)  # report/client_delay.py
+    arrays = request_arrays(run.requests)
+    ends = stage_ends(stages, run.info.end_wall_s)
+    ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows, strict=True)]
+    stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
+    errors, stage_errors = error_messages(run.requests, stage_ix, [s.index for s in stages])
+    for row, kinds in zip(rows, stage_errors, strict=True):
+        row["error_messages"] = {k.kind: k for k in kinds}  # the errors rule quotes them
     verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(extra))
     verdicts = [words.verdict(v) for v in verdicts]
     over = [int(r["stage"]) for r, v in zip(rows, verdicts, strict=True) if v.kind == "overloaded"]
@@ -252,10 +264,6 @@ def build_report(
     overall = overall_verdict(rows, verdicts, cap_stage=knee.cap_stage, thresholds=thresholds)
     overall = words.verdict(_client_warning_verdict(overall, rows, run.warnings))
     overall = _unfinished_run_verdict(overall, run.info)
-    arrays = request_arrays(run.requests)
-    ends = stage_ends(stages, run.info.end_wall_s)
-    ends = [float(r["end_wall_s"]) if math.isnan(e) else e for e, r in zip(ends, rows, strict=True)]
-    stage_ix = assign_stages(arrays["start_wall_s"], stages, ends)
     soak = soak_results(
         stages, ends, stage_ix, arrays["start_wall_s"], arrays["e2e_s"], arrays["ok"],
         thresholds=thresholds,
@@ -290,4 +298,6 @@ def build_report(
             *device_warnings,
         ],
         words=words,
+        errors=errors,
+        stage_errors=stage_errors,
     )

@@ -142,6 +142,9 @@ def summary(report: Report) -> dict[str, Any]:
                 else None
             ),
             "warnings": report.warnings,
+            # per error kind: count, share, its most frequent message and that one's count
+            "errors": [k.as_dict() for k in report.errors],
+            "stage_errors": [[k.as_dict() for k in kinds] for kinds in report.stage_errors],
             "stages": report.rows,
         }
     )

@@ -194,6 +194,41 @@ def _verdict(report: Report) -> Section:
     )
 
 
+#: The error-message table's columns (:func:`error_table`).
+ERROR_HEADERS = ("kind", "failed", "share", "with this message", "most frequent message")
+
+
+def error_table(report: Report) -> Table:
+    """Per error kind of the run (stage windows, warm-up left out): its count, its share of the
+    requests, and the message most of its failures carried with their count (numbers and ids
+    that differed between requests shown as {n} / {id}: :mod:`locust_llm.error_messages`)."""
+    rows = [
+        [
+            k.kind,
+            num(k.count),
+            pct(k.share, 1),
+            num(k.message_count) if k.message else "n/a",
+            k.message or "(no message)",
+        ]
+        for k in report.errors
+    ]
+    return _table(ERROR_HEADERS, rows, 4)
+
+
+def _error_messages(report: Report) -> list[Section]:
+    """The failures in the words they came with; no section when nothing failed."""
+    if not report.errors:
+        return []
+    note = (
+        "Per error kind: the message most of its failures carried (an HTTP error's body reduced "
+        "to its message; numbers and ids that differed between requests shown as {n} and {id}). "
+        "Share = of the requests in the stage windows. Every message is in requests.parquet "
+        "(error_message)."
+    )
+    blocks = (Paragraph(note), error_table(report))
+    return [Section("error-messages", "Errors and their messages", blocks)]
+
+
 def _stage_verdicts(report: Report) -> Section:
     rows = [
         [str(r["stage"]), _load(r), sv.headline, sv.confidence, "; ".join(sv.evidence)]
@@ -560,6 +595,7 @@ def document(report: Report) -> Document:
         *_run_state(report),
         _overview(report),
         _verdict(report),
+        *_error_messages(report),
         _stage_verdicts(report),
         _time_split(report),
         _resources(report),
@@ -583,8 +619,10 @@ def document(report: Report) -> Document:
             Section("sources", "Telemetry sources", (Bullets(tuple(sources), lead=lead),))
         )
     sections.append(Section("definitions", "Definitions", (Bullets(DEFINITIONS),)))
-    words = report.words  # the warnings are in the device's words already
-    sections = [s if s.key == "warnings" else _in_words(s, words) for s in sections]
+    words = report.words  # the warnings are in the device's words already; the errors' messages
+    # are the server's own words, quoted as they came (a CPU server may still say "GPU")
+    kept = ("warnings", "error-messages")
+    sections = [s if s.key in kept else _in_words(s, words) for s in sections]
     return Document(f"locust-llm report: {info.run_id}", tuple(sections))
 
 

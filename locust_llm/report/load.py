@@ -30,6 +30,9 @@ from locust_llm.rundir.layout import (
 )
 from locust_llm.telemetry.promapi import read_prometheus
 
+#: requests.parquet columns the report reads when they are there (the failures' messages)
+MESSAGE_COLUMNS: tuple[str, ...] = ("error_message",)
+
 #: requests.parquet columns the report cannot do without
 REQUIRED_REQUEST_COLUMNS: tuple[str, ...] = (
     "ok",
@@ -76,13 +79,14 @@ def read_requests(run_dir: Path) -> pd.DataFrame:
     path = Path(run_dir) / REQUESTS_FILE
     if not path.is_file():
         raise InputError(f"{path}: missing (the run wrote no request records)")
-    return _read_parquet(path, REQUIRED_REQUEST_COLUMNS, REQUEST_ARRAYS + CLIENT_DELAY_COLUMNS)
+    wanted = REQUEST_ARRAYS + CLIENT_DELAY_COLUMNS + MESSAGE_COLUMNS
+    return _read_parquet(path, REQUIRED_REQUEST_COLUMNS, wanted)
 
 
 def read_journal_requests(run_dir: Path) -> pd.DataFrame:
     """The records of an unfinished run: every whole batch of its requests.arrows journal."""
     table, _clean = read_journal(Path(run_dir) / JOURNAL_FILE)
-    wanted = (*REQUEST_ARRAYS, *CLIENT_DELAY_COLUMNS)
+    wanted = (*REQUEST_ARRAYS, *CLIENT_DELAY_COLUMNS, *MESSAGE_COLUMNS)
     return table.select([c for c in wanted if c in table.column_names]).to_pandas()
 
 

@@ -52,6 +52,8 @@ GPU_ONLY: tuple[str, ...] = ("tensor core", "NVML", "DCGM", "GPU exporter", "gpu
 
 _GPU_CLAIMS = (*GPU_ONLY, *GPU_HEADERS)  # a clause naming a GPU figure is about a GPU too
 _GPU = re.compile(r"\bGPU(s?)\b")
+_QUOTED = re.compile(r'"[^"]*"')
+_HOLE = re.compile(r"\0(\d+)\0")
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,20 @@ class DeviceWords:
         return self.noun == "GPU"
 
     def say(self, text: str) -> str:
-        """``text`` in this device's words ("" when every clause of it is GPU-only)."""
+        """``text`` in this device's words ("" when every clause of it is GPU-only); a
+        "double-quoted" span (a server's message the verdict quotes) is kept as it came."""
         if self.is_gpu:
             return text
-        clauses = [c for c in text.split("; ") if not any(m in c for m in _GPU_CLAIMS)]
-        return _GPU.sub(lambda m: self.noun + m.group(1), "; ".join(clauses))
+        quoted: list[str] = []
+
+        def hold(match: re.Match[str]) -> str:
+            quoted.append(match.group())
+            return f"\0{len(quoted) - 1}\0"
+
+        masked = _QUOTED.sub(hold, text)
+        clauses = [c for c in masked.split("; ") if not any(m in c for m in _GPU_CLAIMS)]
+        said = _GPU.sub(lambda m: self.noun + m.group(1), "; ".join(clauses))
+        return _HOLE.sub(lambda m: quoted[int(m.group(1))], said)
 
     def say_all(self, texts: Iterable[str]) -> tuple[str, ...]:
         """Each text in this device's words; those left empty are dropped."""

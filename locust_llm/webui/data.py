@@ -143,6 +143,18 @@ def endpoint_rows(stats: LiveStats, at_s: float) -> list[dict[str, Any]]:
     return out
 
 
+def error_messages(stats: LiveStats) -> list[dict[str, Any]]:
+    """Per error kind of the whole run (every endpoint, every worker's last report): its count,
+    its share of the requests (cancelled ones left out), its most frequent message and that
+    message's count (:mod:`locust_llm.error_messages`: numbers and ids folded, cut to 160
+    characters); the most frequent kind first."""
+    total = stats.total()
+    requests = total.requests + total.errors.get("client_error", 0)
+    return [
+        {**k.as_dict(), "share": _json_number(k.share)} for k in total.messages.summary(requests)
+    ]
+
+
 def history_series(history: list[dict[str, Any]], points: int = HISTORY_POINTS) -> dict[str, list]:
     """The ``Aggregated`` rows of ``LiveStats.history`` (last ``points``) as columns."""
     rows: list[dict[str, Any]] = []
@@ -383,6 +395,7 @@ def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[s
         "stages_begun": stages_begun(runtime, now, record_delay_s(runtime, runner)),
         "backoff": backoff_state(runtime),
         "endpoints": endpoint_rows(stats, rates_time(stats, state, now)),
+        "errors": error_messages(stats),
         "signals": latest_signals(rows),
         "telemetry": getattr(runtime, "telemetry", None) is not None,
         "history": history_series(stats.history),

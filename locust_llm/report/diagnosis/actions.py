@@ -118,6 +118,36 @@ ERROR_ACTIONS: dict[str, str] = {
     "oom": "oom: see memory_oom",
 }
 
+#: ``insufficient_data`` for a stage in which no request ended: telemetry, the resource model
+#: and longer stages are beside the point (nothing was measured); what stopped the requests is.
+NO_REQUEST_ACTIONS: tuple[str, ...] = (
+    "no request of this stage ended: the run's output and locust.log say why (the server "
+    "unreachable or --host wrong, or the run stopped before the stage's requests)",
+)
+
+#: What to do about a failure kind once its message is known (the message replaces the
+#: guesses of :data:`ERROR_ACTIONS`, which stay for failures that carried none).
+ERROR_ADVICE: dict[str, str] = {
+    "http_429": "raise the server's or gateway's limits, or offer less",
+    "timeout": "lower concurrency or raise the client timeout",
+    "http_5xx": "the server's log has the rest",
+    "http_4xx": "the server refused the requests: change what it names",
+    "connect": "check the server is up and takes this many connections",
+    "stream_broken": "look for server restarts or proxies that cut streams",
+    "bad_payload": "check the endpoint and the API the user class speaks",
+    "oom": "see memory_oom",
+}
+
+
+def error_action(kind: str, message: str = "", said: int = 0, count: int = 0) -> str | None:
+    """The action line of a failure kind: its most frequent ``message`` (``said`` of the
+    kind's ``count`` failures carried it) and what to do, else the kind's hint; None for a kind
+    without one."""
+    if message and kind in ERROR_ADVICE:
+        return f'{kind}: "{message}" ({said} of {count}); {ERROR_ADVICE[kind]}'
+    return ERROR_ACTIONS.get(kind)
+
+
 #: server flags an action may quote: {name} placeholders filled by :func:`with_values`.
 FLAGS: tuple[str, ...] = (
     "gpu_memory_utilization",

@@ -39,8 +39,9 @@ from locust_llm.metrics import ERROR_KINDS
 from locust_llm.registry import Registry
 from locust_llm.report.diagnosis.actions import (
     CAUSE_ACTIONS,
-    ERROR_ACTIONS,
     KIND_ACTIONS,
+    NO_REQUEST_ACTIONS,
+    error_action,
     with_values,
 )
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
@@ -178,6 +179,7 @@ class Finding:
     cause: str = ""
     extra_actions: tuple[str, ...] = ()
     client_side: bool = False
+    actions: tuple[str, ...] = ()  # given: these instead of the kind's or cause's own
 
 
 @dataclass(frozen=True)
@@ -342,11 +344,18 @@ def _too_few(ctx: Context) -> Finding | None:
         return None  # a dead server: the errors rule says so
     n = num(requests if not math.isnan(requests) else 0)
     return Finding(
-        "insufficient_data", (f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})",)
+        "insufficient_data",
+        (f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})",),
+        actions=NO_REQUEST_ACTIONS if not requests > 0 else (),
     )
 
 
-@rule("oom", "a request failed with error kind `oom` (out of memory)", kinds=("memory_oom",))
+@rule(
+    "oom",
+    "a request failed with error kind `oom` (out of memory; the server's most frequent "
+    "message quoted)",
+    kinds=("memory_oom",),
+)
 def _oom(ctx: Context) -> Finding | None:
     oom, requests = ctx.v("error_rate_oom"), ctx.v("requests")
     if not oom > 0:
@@ -355,6 +364,9 @@ def _oom(ctx: Context) -> Finding | None:
         f"{pct(oom, 1)} of requests {ctx.where} failed with out-of-memory "
         f"({num(round(oom * requests))} of {num(requests)})"
     ]
+    said = (ctx.row.get("error_messages") or {}).get("oom")  # report/messages.py
+    if said and said.message:
+        evidence.append(f'the server said "{said.message}" ({said.message_count} of {said.count})')
     for key, label in (
         ("gpu_mem_util_max", "GPU memory peaked at"),
         ("kv_cache_usage_max", "KV cache peaked at"),
@@ -432,7 +444,8 @@ def _client(ctx: Context) -> Finding | None:
 
 @rule(
     "errors",
-    "error rate above `error_rate` (the error kinds listed, with actions per kind)",
+    "error rate above `error_rate` (the error kinds listed; per kind its most frequent "
+    "message with what to do, or a hint when the failures carried none)",
     kinds=("errors",),
     reads=("error_rate",),
 )
@@ -443,10 +456,21 @@ def _errors(ctx: Context) -> Finding | None:
     kinds = [(k, ctx.v(f"error_rate_{k}")) for k in ERROR_KINDS]
     kinds = [(k, r) for k, r in kinds if r > 0]
     detail = ", ".join(f"{k} {pct(r, 1)}" for k, r in kinds)
+    said = ctx.row.get("error_messages") or {}  # kind -> KindMessages (report/messages.py)
+    actions = []
+    for kind, _ in kinds:
+        found = said.get(kind)
+        action = (
+            error_action(kind, found.message, found.message_count, found.count)
+            if found
+            else error_action(kind)
+        )
+        if action:
+            actions.append(action)
     return Finding(
         "errors",
         (f"error rate {pct(rate, 1)} {ctx.where} > {pct(limit)} ({detail})",),
-        extra_actions=tuple(ERROR_ACTIONS[k] for k, _ in kinds if k in ERROR_ACTIONS),
+        extra_actions=tuple(actions),
     )
 
 
@@ -931,7 +955,7 @@ def stage_verdict(
         found = r.check(ctx)
         if found is None:
             continue
-        actions = CAUSE_ACTIONS.get(found.cause) or KIND_ACTIONS[found.kind]
+        actions = found.actions or CAUSE_ACTIONS.get(found.cause) or KIND_ACTIONS[found.kind]
         if found.kind == "low_concurrency":
             actions = CAUSE_ACTIONS["under_loaded"]
         if found.kind == "overloaded" and found.cause:
@@ -996,7 +1020,10 @@ def overall_verdict(
     ]
     if not usable:
         evidence = [e for v in verdicts for e in v.evidence] or ["the run has no stages"]
-        return Verdict("insufficient_data", tuple(evidence[:3]), ACTIONS["insufficient_data"])
+        said = tuple(dict.fromkeys(a for v in verdicts for a in v.actions))  # the stages' own
+        return Verdict(
+            "insufficient_data", tuple(evidence[:3]), said or ACTIONS["insufficient_data"]
+        )
     top = max(usable, key=lambda r: (_load(r) if not math.isnan(_load(r)) else -1, int(r["stage"])))
     chosen = by_stage[int(top["stage"])]
     evidence = list(chosen.evidence)

@@ -116,6 +116,21 @@
         num(r.input_tokens_per_s, 1, 1) + "</td></tr>";
     });
     body.innerHTML = html;
+    // each error kind with the message most of its failures carried (numbers and ids folded)
+    var errors = d.errors || [], eh = "";
+    if (errors.length) {
+      eh = "<h2>Errors: each kind's most frequent message</h2><table id=\"errors-table\">" +
+        "<thead><tr><th>Kind</th><th>Failed</th><th>Share %</th><th>With this message</th>" +
+        "<th>Most frequent message</th></tr></thead><tbody>";
+      errors.forEach(function (e) {
+        eh += "<tr><td>" + esc(e.kind) + "</td><td>" + e.count + "</td><td>" +
+          num(e.share, 100, 1) + "</td><td>" + (e.message ? e.message_count : "-") +
+          '</td><td class="msg">' + esc(e.message || "(no message)") + "</td></tr>";
+      });
+      eh += "</tbody></table>";
+    }
+    var box = document.getElementById("errors");
+    box.innerHTML = eh;
     var s = d.signals, panel = document.getElementById("gpu");
     // values older than a few scrapes, or kept after the test stopped, are marked as such
     var age = s.time_s === null ? null : Math.max(0, d.time_s - s.time_s);
