@@ -13,12 +13,24 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from webui_support import BIN, chromium, free_port, get_json, locust_ui, running_sim, spawn, wait_for
+from webui_support import (
+    BIN,
+    chromium,
+    free_port,
+    get,
+    get_json,
+    locust_ui,
+    running_sim,
+    spawn,
+    wait_for,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -30,6 +42,10 @@ CLI_MAX_TOKENS = "16"  # the master's command line: the form's field first opens
 def _aggregated_requests(ui: str) -> int:
     rows = get_json(ui + "/llm/stats")["endpoints"]
     return next((r["requests"] for r in rows if r["name"] == "Aggregated"), 0)
+
+
+def _workers(ui: str) -> int:
+    return int(get_json(ui + "/llm/stats")["worker_count"] or 0)
 
 
 def _start_from_the_form(page: Any, shown: str, max_tokens: str | None) -> None:
@@ -71,6 +87,7 @@ def test_stop_then_start_again_with_workers_and_the_forms_llm_fields(tmp_path: P
             # the field changed, changed again, then left as it opens (with the last test's value)
             for i, typed in enumerate(("8", "12", None)):
                 if i:  # after a Stop, Locust's "New" opens the start form again
+                    wait_for("both workers ready after the Stop", lambda: _workers(ui) == 2, 10.0)
                     page.get_by_role("button", name=re.compile("^new$", re.I)).click()
                 clicked = time.monotonic()
                 _start_from_the_form(page, shown, typed)
@@ -107,3 +124,51 @@ def test_stop_then_start_again_with_workers_and_the_forms_llm_fields(tmp_path: P
     # every request sent ends as exactly one record (in the run that sent it)
     assert sorted(recorded) == sorted(by_id)
     print(f"wall time {wall_s:.1f} s")
+
+
+def _ended_run_dir(ui: str, before: list[Path]) -> Path | None:
+    """The run dir of a run that ended, other than those ``before``."""
+    stats = get_json(ui + "/llm/stats")
+    run_dir = Path(stats["report"]["run_dir"])
+    ended = stats["state"] == "stopped" and stats["report"]["run_ended"]
+    return run_dir if ended and run_dir not in before else None
+
+
+def _post_form(url: str, form: dict[str, str]) -> dict[str, Any]:
+    """POST ``form`` as the start form sends it; Locust's JSON answer."""
+    body = urllib.parse.urlencode(form).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30.0) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def test_a_sweep_started_from_the_form_runs_the_forms_stage_plan(tmp_path: Path) -> None:
+    """With a stage shape the form also carries the stage plan; each new test reads its own, and
+    a plan that does not parse is refused in the form, the test not started."""
+    web_port = free_port()
+    ui = f"http://127.0.0.1:{web_port}"
+    cmd = locust_ui("http://placeholder", web_port, tmp_path / "run",
+                    "--llm-concurrency", "1", "--llm-stage-duration", "1")  # fmt: skip
+    cmd[cmd.index("locustfiles/chat.py")] = "locustfiles/sweep.py"
+    with running_sim(tmp_path / "sim.log", *SIM_ARGS) as host:
+        cmd[cmd.index("http://placeholder")] = host
+        with spawn(cmd, tmp_path / "locust.log"):
+            page = wait_for("Locust's web UI", lambda: get(ui + "/").decode(), 30.0)
+            fields = json.loads(re.search(r'"extra_options": (\{.*?\}\}),', page)[1])
+            assert {"llm_concurrency", "llm_stage_requests", "llm_max_tokens"} <= set(fields)
+            assert fields["llm_concurrency"]["default_value"] == "1"  # the command line's
+            refused = _post_form(ui + "/swarm", {"llm_concurrency": "1,x"})
+            assert refused["success"] is False
+            assert "--llm-concurrency '1,x'" in refused["message"], refused
+            run_dirs = []
+            for plan in ("2,3", "4"):
+                form = {"llm_concurrency": plan, "llm_stage_duration": "1", "llm_max_tokens": "8"}
+                assert _post_form(ui + "/swarm", form)["success"] is True
+                run_dirs.append(
+                    wait_for("the sweep's end", lambda: _ended_run_dir(ui, run_dirs), 30.0)
+                )
+    for plan, run_dir in zip(("2,3", "4"), run_dirs, strict=True):
+        run = json.loads((run_dir / "run.json").read_text())
+        assert [s["name"] for s in run["stages"]] == [f"c={c}" for c in plan.split(",")]
+        assert run["state"] == "finished"
+        records = pd.read_parquet(run_dir / "requests.parquet")
+        assert len(records) and (records.output_tokens == 8).all()

@@ -28,6 +28,8 @@ logger = logging.getLogger("locust_llm")
 
 SWARM_ENDPOINT = "locust.swarm"  # Flask endpoint of Locust's /swarm
 _RUNNING = ("spawning", "running")
+#: the most a new test waits for the stage shape of the last one to end (its run dir written)
+SHAPE_END_WAIT_S = 30.0
 
 
 def form_values(form: Any) -> dict[str, str]:
@@ -46,11 +48,21 @@ def apply_checked(
     try:
         check()
     except InputError as exc:
-        for name, value in before.items():
-            setattr(namespace, name, value)
+        for name, previous in before.items():
+            setattr(namespace, name, previous)
         check()
         return exc
     return None
+
+
+def await_shape_end(runner: Any) -> None:
+    """A stage shape whose test has stopped but which is still ending it (writing its run dir):
+    wait for it (bounded). Locust's start of a shape test does nothing while the last one's
+    shape is still there ("There is an ongoing shape test running"), yet tells the form that it
+    started: a Start pressed the moment the UI said STOPPED was lost."""
+    shape = getattr(runner, "shape_greenlet", None)
+    if shape is not None and getattr(runner, "state", "") not in ("init", *_RUNNING):
+        shape.join(timeout=SHAPE_END_WAIT_S)
 
 
 def install(environment: Any, check: Callable[[], None]) -> None:
@@ -67,6 +79,7 @@ def install(environment: Any, check: Callable[[], None]) -> None:
         runner = environment.runner
         if runner is None or getattr(runner, "state", "") in _RUNNING:
             return None  # the form edits a running test's users: options apply at a start
+        await_shape_end(runner)
         values = form_values(request.form)
         if not values:
             return None
