@@ -157,3 +157,25 @@ def test_the_page_names_each_options_run_flag_and_class_attribute() -> None:
         row = next(line for line in page.splitlines() if line.startswith(f"| `{option.flag}"))
         assert (f"the `run` flag `--{option.run_flag}`" in row) is bool(option.run_flag)
         assert (f"`{option.field_name}` attribute" in row) is option.class_attribute
+
+
+def test_the_web_ui_start_form_fields_come_from_the_spec() -> None:
+    """The options marked ``web_ui`` are marked on the parser as Locust's own
+    ``include_in_web_ui=True`` marks an action (the stage plan's only with a stage shape), no
+    secret among them, and the reference page says which they are."""
+    import configargparse
+
+    plain = {"model", "max-tokens", "input-len", "dataset"}
+    stages = {"concurrency", "stage-requests", "stage-duration", "rate"}
+    for with_stages, names in ((True, plain | stages), (False, plain)):
+        parser = configargparse.ArgumentParser()
+        options.add_arguments(parser, web_ui_stages=with_stages)
+        marked = {a.dest for a in parser._actions if getattr(a, "include_in_web_ui", False)}
+        assert marked == {options.by_name(n).dest for n in names}
+        assert {o.name for o in options.web_ui_options(stages=with_stages)} == names
+    assert not any(o.secret for o in options.OPTIONS if o.web_ui)
+    page = (ROOT / "docs" / "options.md").read_text()
+    for option in options.OPTIONS:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{option.flag}"))
+        assert ("a field of the web UI's start form" in row) is option.web_ui
+        assert ("(with a stage shape)" in row) is (option.name in stages)

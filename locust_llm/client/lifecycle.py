@@ -1,9 +1,11 @@
 """locust-llm's listeners on Locust's events: options, start, stages, drain, run-dir writing.
 
 :func:`install` runs once, when ``locust_llm.client.user`` is imported by a locustfile: it adds the
-``--llm-*`` options and listens to ``init``, ``test_start``, ``test_stop``, ``report_to_master``,
-``worker_report`` and ``quitting``; the master and workers also register the messages of
-:mod:`locust_llm.client.messages`. This module imports neither the user classes nor the shapes:
+``--llm-*`` options and listens to ``init``, ``test_start``, ``test_stopping``, ``test_stop``,
+``report_to_master``, ``worker_report`` and ``quitting``; the master and workers also register
+the messages of :mod:`locust_llm.client.messages`; with a web UI, the LLM tab
+(:mod:`locust_llm.webui.routes`) and the check of the start form's LLM fields
+(:mod:`locust_llm.client.webform`). This module imports neither the user classes nor the shapes:
 the user module passes its base class to :func:`install` (the classes whose settings are checked
 and resolved at start), and a shape that checks options before the load says so
 (:class:`ChecksOptions`).
@@ -13,8 +15,19 @@ Ending a distributed run without losing records: Locust's master, when it quits 
 test stops while workers still run users, it first sends every worker ``llm_stop``; each worker
 stops its users (they finish or are cancelled within ``--stop-timeout``), flushes its last
 records and answers ``llm_drained``; the master waits for all answers (bounded), then writes the
-run dir. A web-UI stop sends Locust's own ``stop``, whose worker-side flush arrives before the
-worker's ``client_stopped``, so the master has every record when its ``test_stop`` fires.
+run dir. A web-UI stop (or a sweep's end with the web UI) drains the same way first, from the
+master's ``test_stopping``, before Locust sends its own ``stop``.
+
+Why not Locust's own ``stop`` alone (pinned: locust 2.47, ``runners.py``): a worker handles
+``stop`` inside its one message loop: it stops its users there (up to ``--stop-timeout``), sends
+``client_stopped`` (the master forgets it and ignores its heartbeats), then *sleeps*
+``--stop-timeout`` more before it says ``client_ready``. The loop reads nothing meanwhile, not
+even the master's heartbeats, and a worker that has read none for 60 s
+(``MASTER_HEARTBEAT_TIMEOUT``) quits. With locust-llm's 120 s stop timeout every worker was gone
+after a web-UI Stop, and Start said no worker was connected. So the drain runs beside the loop
+(``llm_stop`` is handled concurrently: heartbeats go on however long streams take), and a worker
+whose users have stopped sets its copy of the stop timeout to 0 (the master sends it again with
+the next spawn): nothing is left to wait for, so it is ready again at once.
 
 Locust's single-user debug path (``run_single_user``, a locustfile run as a script) has no
 runner and never fires ``test_stop``: it gets ``--llm-debug-requests`` permits and no run dir.
@@ -39,6 +52,7 @@ from locust import events
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
+from locust_llm.client import webform
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
@@ -90,6 +104,8 @@ PERSIST_INTERVAL_S = 1.0  # records reach the disk (fsync'd) at least this often
 _installed = False
 #: the LLM user base classes (``install``'s argument): their subclasses are checked at start
 _user_bases: tuple[type, ...] = ()
+#: the locustfile has a stage shape: its stage options are fields of the web UI's start form
+_form_stages = False
 
 
 @runtime_checkable
@@ -436,7 +452,8 @@ def _cpu_warnings(runner: Any) -> list[str]:
 
 # ---- event listeners ---------------------------------------------------------------------------
 def _on_parser(parser: Any, **_kw: Any) -> None:
-    options.add_arguments(parser)
+    # Locust builds a parser again for each start form it shows (after init: _form_stages set)
+    options.add_arguments(parser, web_ui_stages=_form_stages)
     # everything that listens binds loopback unless told otherwise (containers pass 0.0.0.0);
     # streams in flight at the stop may finish (Locust's own default cancels them at once)
     parser.set_defaults(
@@ -455,6 +472,7 @@ def _on_parser(parser: Any, **_kw: Any) -> None:
 
 
 def _on_init(environment: Any, **_kw: Any) -> None:
+    global _form_stages
     runner = environment.runner
     if runner is None:  # run_single_user: configured at test_start
         return
@@ -482,7 +500,9 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         mark_initialised(environment)
         return
     if environment.web_ui is not None:
+        _form_stages = isinstance(environment.shape_class, ChecksOptions)
         webtab.install(environment, rt)
+        webform.install(environment, lambda: _check_form(rt))
     if isinstance(runner, MasterRunner):
         runner.register_message(
             MSG_RECORDS,
@@ -546,6 +566,12 @@ def check_before_load(rt: Runtime) -> None:
         rt.dataset_for(settings).next_request(random.Random(0))
 
 
+def _check_form(rt: Runtime) -> None:
+    """A test submitted from the web UI: its options reread and checked as at start."""
+    rt.configure()
+    check_before_load(rt)
+
+
 def _on_test_start(environment: Any, **_kw: Any) -> None:
     if environment.runner is None and distributed_process(environment):
         await_runner(environment)  # a worker's first spawn can come before its runner is set
@@ -571,6 +597,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         if rt.flusher is None or rt.flusher.dead:
             rt.flusher = gevent.spawn(_flush_loop, rt)
     else:
+        rt.drained.clear()  # a new test: every worker drains again at its stop
         begin_run(rt)
         if rt.history_greenlet is None or rt.history_greenlet.dead:
             rt.history_greenlet = gevent.spawn(_history_loop, rt)
@@ -656,6 +683,24 @@ def _worker_stop(rt: Runtime) -> None:
     runner.send_message(MSG_DRAINED, rt.worker_id)
 
 
+def _on_test_stopping(environment: Any, **_kw: Any) -> None:
+    """Master: the test is stopping (the web UI's Stop, a sweep's end, a quit): drain the
+    workers now, beside their message loops, before Locust sends its own ``stop``.
+
+    A running stage shape is ended first, as Locust's stop does right after this event, so no
+    stage starts while the workers drain."""
+    rt = runtime(environment)
+    if not rt.is_master:
+        return
+    runner = environment.runner
+    shape = getattr(runner, "shape_greenlet", None)
+    if shape is not None and shape is not gevent.getcurrent():
+        shape.kill(block=True)
+        runner.shape_greenlet = runner.shape_last_tick = None
+    rt.gate.stop()
+    _drain_workers(rt)
+
+
 def _on_test_stop(environment: Any, **_kw: Any) -> None:
     rt = runtime(environment)
     rt.gate.stop()
@@ -664,6 +709,10 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
         send_stats = getattr(environment.runner, "_send_stats", None)
         if send_stats is not None:  # the last stats delta, before client_stopped
             send_stats()
+        # every user has stopped: nothing for Locust's worker to wait for after 'stop' (it
+        # sleeps the stop timeout, deaf to the master, before it is ready again); the next
+        # spawn brings the master's stop timeout back
+        environment.stop_timeout = 0
         return
     if rt.is_master:
         _drain_workers(rt)
@@ -692,7 +741,11 @@ def _drain_workers(rt: Runtime) -> None:
         while rt.draining:
             gevent.sleep(0.05)
         return
-    running = [c.id for c in runner.clients.all if c.state in ("running", "spawning", "ready")]
+    running = [
+        c.id
+        for c in runner.clients.all
+        if c.state in ("running", "spawning", "ready") and c.id not in rt.drained
+    ]  # a worker drained already in this test (test_stopping, then test_stop) is not asked again
     if not running:
         return
     rt.draining = True
@@ -703,7 +756,6 @@ def _drain_workers(rt: Runtime) -> None:
 
 
 def _drain(rt: Runtime, runner: Any, running: list[str]) -> None:
-    rt.drained.clear()
     for client_id in running:
         runner.server.send_to_client(Message(MSG_STOP, None, client_id))
     deadline = time.monotonic() + (rt.environment.stop_timeout or 0) + DRAIN_GRACE_S
@@ -890,6 +942,7 @@ def install(user_base: type) -> None:
     events.init_command_line_parser.add_listener(_on_parser)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
+    events.test_stopping.add_listener(_on_test_stopping)
     events.test_stop.add_listener(_on_test_stop)
     events.report_to_master.add_listener(_on_report_to_master)
     events.worker_report.add_listener(_on_worker_report)

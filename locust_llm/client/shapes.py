@@ -85,6 +85,7 @@ class StagesShape(LoadTestShape):
             return
         super().reset_time()
         self._index = -1
+        self._plans = None  # a new test: its plan from its options (the web UI's form may differ)
         rt.plan_done = False
         lifecycle.begin_run(rt)  # a new run dir and no stages yet, before the first tick
 

@@ -13,7 +13,10 @@ import argparse
 import textwrap
 from itertools import groupby
 
-from locust_llm.options.table import OPTIONS, Option
+from locust_llm.options.table import OPTIONS, Option, web_ui_options
+
+#: the start form's fields shown only when the locustfile has a stage shape
+STAGE_FIELDS = frozenset(web_ui_options()) - frozenset(web_ui_options(stages=False))
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -58,12 +61,17 @@ def _usage(option: Option) -> str:
 
 
 def _help(option: Option) -> str:
-    """The help, then where else the option is set: a user class attribute, a ``run`` flag."""
+    """The help, then where else the option is set: a user class attribute, a ``run`` flag, the
+    web UI's start form."""
     text = option.help
     if option.class_attribute:
         text += f"; a user class's `{option.field_name}` attribute overrides it"
     if option.run_flag:
         text += f"; the `run` flag `--{option.run_flag}`"
+    if option.web_ui:
+        text += "; a field of the web UI's start form" + (
+            " (with a stage shape)" if option in STAGE_FIELDS else ""
+        )
     return text
 
 

@@ -5,7 +5,8 @@ value becomes its :class:`~locust_llm.options.config.ClientOptions` field (``rea
 of that field's value, whether it is a secret, and the flag of ``locust-llm run``/``demo`` that
 stands for it. From it come the argparse/configargparse keyword arguments (the Locust flag and
 its ``LOCUST_LLM_*`` environment variable), the config-file key, the reference page and the
-pass-through of ``run``. The table of entries is :data:`locust_llm.options.table.OPTIONS`.
+pass-through of ``run``, and whether it is a field of the web UI's start form. The table of entries
+is :data:`locust_llm.options.table.OPTIONS`.
 Pure: no Locust.
 """
 
@@ -62,6 +63,8 @@ class Option:
     choices: tuple[str, ...] = ()
     run_flag: str = ""  # the flag of `locust-llm run`/`demo` that stands for it (without --)
     class_attribute: bool = False  # an LLMUser class attribute of the field's name overrides it
+    #: a field of Locust's web-UI start form ("Custom parameters"), applied to the test it starts
+    web_ui: bool = False
 
     @property
     def flag(self) -> str:

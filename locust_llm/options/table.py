@@ -30,6 +30,7 @@ __all__ = [
     "by_name",
     "defaults",
     "env_var",
+    "web_ui_options",
 ]
 
 #: seconds without a byte before a stream counts as timed out (``--llm-read-timeout``)
@@ -55,6 +56,7 @@ OPTIONS: tuple[Option, ...] = (
         section=_RUN,
         run_flag="model",
         class_attribute=True,
+        web_ui=True,
     ),
     Option(
         name="api-key",
@@ -88,6 +90,7 @@ OPTIONS: tuple[Option, ...] = (
         check=validate.output_cap,
         run_flag="max-tokens",
         class_attribute=True,
+        web_ui=True,
     ),
     Option(
         name="max-tokens-field",
@@ -104,6 +107,7 @@ OPTIONS: tuple[Option, ...] = (
         check=validate.length,
         run_flag="input-len",
         class_attribute=True,
+        web_ui=True,
     ),
     Option(
         name="dataset",
@@ -112,6 +116,7 @@ OPTIONS: tuple[Option, ...] = (
         section=_RUN,
         run_flag="dataset",
         class_attribute=True,
+        web_ui=True,
     ),
     Option(
         name="tokenizer",
@@ -329,6 +334,7 @@ OPTIONS: tuple[Option, ...] = (
         help="stepped sweep: concurrency per stage, e.g. 1,10,50,100,200",
         section=_STAGES,
         run_flag="concurrency",
+        web_ui=True,
     ),
     Option(
         name="stage-requests",
@@ -336,6 +342,7 @@ OPTIONS: tuple[Option, ...] = (
         help="requests completed that end each stage, e.g. 10,20,100,200,400",
         section=_STAGES,
         run_flag="stage-requests",
+        web_ui=True,
     ),
     Option(
         name="stage-duration",
@@ -343,6 +350,7 @@ OPTIONS: tuple[Option, ...] = (
         help="seconds per stage (one value or one per stage)",
         section=_STAGES,
         run_flag="stage-duration",
+        web_ui=True,
     ),
     Option(
         name="warmup",
@@ -365,6 +373,7 @@ OPTIONS: tuple[Option, ...] = (
         help="open loop: request rates per stage (req/s), e.g. 1,2,4,8",
         section=_STAGES,
         run_flag="rate",
+        web_ui=True,
     ),
     Option(
         name="burstiness",
@@ -465,16 +474,30 @@ def by_name(name: str) -> Option:
     return _BY_NAME[name]
 
 
-def add_arguments(parser: Any) -> None:
+def add_arguments(parser: Any, *, web_ui_stages: bool = True) -> None:
     """Add every ``--llm-*`` option to ``parser`` (Locust's configargparse parser or argparse):
-    with configargparse each also reads its environment variable and config-file key."""
+    with configargparse each also reads its environment variable and config-file key.
+
+    The options marked ``web_ui`` are marked for Locust's web-UI start form the way Locust's own
+    ``add_argument(..., include_in_web_ui=True)`` marks an action (its argument groups do not
+    take that keyword); the stage options only with ``web_ui_stages`` (a locustfile with a
+    stage shape: nothing else reads them)."""
     group = parser.add_argument_group("locust-llm", "LLM load-test options (locust-llm)")
     with_env = isinstance(parser, configargparse.ArgumentParser)  # it takes env_var=
     for option in OPTIONS:
         kwargs = option.argparse_kwargs()
         if with_env:
             kwargs["env_var"] = option.env_var
-        group.add_argument(option.flag, help=option.help, **kwargs)
+        action = group.add_argument(option.flag, help=option.help, **kwargs)
+        if option in web_ui_options(stages=web_ui_stages):
+            action.include_in_web_ui = True
+            action.is_secret = option.secret
+            action.is_required = action.is_multiple = False
+
+
+def web_ui_options(*, stages: bool = True) -> tuple[Option, ...]:
+    """The options in the web UI's start form (the stage options only with ``stages``)."""
+    return tuple(o for o in OPTIONS if o.web_ui and (stages or o.section != _STAGES))
 
 
 def defaults() -> argparse.Namespace:
