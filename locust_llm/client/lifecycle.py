@@ -74,6 +74,7 @@ from locust_llm.rundir.claim import lock_run_dir, new_run_dir
 from locust_llm.rundir.layout import (
     RunInfo,
     claim_run_dir,
+    report_command,
     warning_text,
     write_run_info,
     write_run_json,
@@ -866,6 +867,15 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
         print(llmstats.format_table(rt.stats), flush=True)
 
 
+def _on_quit(**_kw: Any) -> None:
+    """Locust's last word (after its own tables): where the run dir is and the command line
+    that reports on it, once the master or single process wrote its run.json."""
+    for rt in all_runtimes():
+        command = report_command(rt.run_dir) if rt.run_dir and not rt.is_worker else ""
+        if command:
+            print(f"locust-llm: run dir {rt.run_dir}; its report: {command}", flush=True)
+
+
 def install(user_base: type) -> None:
     """Register the listeners on Locust's global events (once); ``user_base``'s subclasses are
     the LLM user classes checked and resolved at start (``client.user`` passes ``LLMUser``)."""
@@ -882,3 +892,4 @@ def install(user_base: type) -> None:
     events.report_to_master.add_listener(_on_report_to_master)
     events.worker_report.add_listener(_on_worker_report)
     events.quitting.add_listener(_on_quitting)
+    events.quit.add_listener(_on_quit)
