@@ -40,6 +40,7 @@ def test_stage_requests_are_exact_in_one_process(tmp_path: Path) -> None:
             "--llm-stage-requests", "4,9,25",
         ])  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:]
+    assert "locust-llm: TTFT" not in out.stdout  # the per-request lines are the debug path's
     # a headless run ends with the command line that reports on its run dir
     assert out.stdout.splitlines()[-1] == (
         f"locust-llm: run dir {run_dir}; its report: locust-llm report {run_dir}"

@@ -40,6 +40,7 @@ from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm.client.apis.base import get_api
+from locust_llm.client.debug_lines import debug_line, shown_text
 from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
     MSG_CANCEL,
@@ -67,6 +68,7 @@ from locust_llm.client.runtime import (
 )
 from locust_llm.errors import InputError
 from locust_llm.live import llmstats
+from locust_llm.metrics import RequestRecord
 from locust_llm.options import lengths, validate
 from locust_llm.options import table as options
 from locust_llm.options.config import ClientOptions
@@ -566,6 +568,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     rt.stats.reset()
     if rt.is_debug:
         rt.gate.enter_stage(-1, quota=rt.options.debug_requests, final=True)
+        _print_debug_lines(rt)
         return
     if rt.is_worker:
         rt.recorder.pending.clear()
@@ -578,6 +581,20 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         _start_telemetry(rt)
     gc.collect()
     gc.freeze()  # start-up objects out of the collector's way (fewer, shorter GC pauses)
+
+
+def _print_debug_lines(rt: Runtime) -> None:
+    """The debug path: each request's figures and text on stdout, after Locust's own line
+    (a listener on ``llm_events.request_done``, added once)."""
+    if rt.debug_listener is not None:
+        return
+
+    def show(record: RequestRecord, **_kw: Any) -> None:
+        text, cut = shown_text(rt.redact(rt.debug_answers.pop(record.request_id, "")))
+        print(debug_line(record, text, cut=cut), flush=True)
+
+    rt.debug_listener = show
+    llm_events.request_done.add_listener(show)
 
 
 def _resolve_user_classes(rt: Runtime) -> None:
