@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.report.diagnosis.knee import find_knee
+from locust_llm.report.diagnosis.knee import Step, find_knee
 from locust_llm.report.diagnosis.thresholds import ALERT_FIELDS, Thresholds
 from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 
@@ -123,17 +123,22 @@ def failing(alerts: Sequence[Alert]) -> list[Alert]:
     return [a for a in alerts if a.severity == "fail"]
 
 
-def saturation(rows: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> dict[int, str]:
+def saturation(
+    rows: Sequence[Mapping[str, Any]], thresholds: Thresholds, steps: Sequence[Step] | None = None
+) -> dict[int, str]:
     """Stage -> why its load saturates the server, in words, for the stages that it does: a
     queue at the server (mean waiting at least ``no_queue_waiting``), or throughput that stopped
     scaling on the step up to the stage (the knee's step into it is not ``linear``). A stage
-    with neither (the first of a sweep without a queue, a one-stage run without one) is not."""
-    steps = {step.hi_stage: step for step in find_knee(rows, thresholds=thresholds).steps}
+    with neither (the first of a sweep without a queue, a one-stage run without one) is not.
+    ``steps``: the report's knee steps (its MoE reading included); by default the rows' own."""
+    if steps is None:
+        steps = find_knee(rows, thresholds=thresholds).steps
+    into = {step.hi_stage: step for step in steps}
     out: dict[int, str] = {}
     for row in rows:
         stage = int(row["stage"])
         waiting = row.get("waiting")
-        step = steps.get(stage)
+        step = into.get(stage)
         if is_num(waiting) and waiting >= thresholds.no_queue_waiting:
             out[stage] = (
                 f"{num(waiting, 1)} requests waiting (busy, not broken: more load only queues)"
@@ -146,9 +151,11 @@ def saturation(rows: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> dic
     return out
 
 
-def check(rows: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> list[Alert]:
+def check(
+    rows: Sequence[Mapping[str, Any]], thresholds: Thresholds, steps: Sequence[Step] | None = None
+) -> list[Alert]:
     """Every alert that fires, stage by stage in the rows' order (GPU utilization only where
-    the stage is saturated: :func:`saturation`)."""
+    the stage is saturated: :func:`saturation`, from the knee's ``steps``)."""
     alerts = []
     saturated: dict[int, str] | None = None
     for row in rows:
@@ -165,7 +172,7 @@ def check(rows: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> list[Ale
                 else f"{ms(value)} ms > {ms(limit)} ms"
             )
             if name == "gpu_util":
-                saturated = saturation(rows, thresholds) if saturated is None else saturated
+                saturated = saturation(rows, thresholds, steps) if saturated is None else saturated
                 why = saturated.get(int(row["stage"]))
                 if why is None:  # busy at a load it still keeps up with: the device, not a limit
                     continue
