@@ -6,7 +6,8 @@ All ``--llm-*`` options (model, max tokens, dataset, stages, telemetry...) are l
 ``locust-llm options`` (Locust's own ``--help`` prints before this file loads, so it cannot).
 Run alone (``python locustfiles/chat.py``) it goes through Locust's single-user debug path: one
 user sends ``--llm-debug-requests`` (3) requests to $LOCUST_HOST (default
-http://127.0.0.1:8000), prints them and stops.
+http://127.0.0.1:8000), prints each (Locust's line, then locust-llm's: TTFT, TPOT, tokens in /
+out, E2E and the answer's start) and stops.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
     locust -f locustfiles/completions.py --host http://127.0.0.1:8000 --headless -u 10 -t 60s
 
 Run alone (``python locustfiles/completions.py``) one user sends ``--llm-debug-requests`` (3)
-requests to $LOCUST_HOST (default http://127.0.0.1:8000), prints them and stops.
+requests to $LOCUST_HOST (default http://127.0.0.1:8000), prints each (with its TTFT, TPOT,
+tokens and text) and stops.
 """
 
 from __future__ import annotations

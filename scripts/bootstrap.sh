@@ -89,6 +89,24 @@ if [ $want_test = 1 ]; then
   else
     echo "bootstrap: system packages for the tests are there (prometheus, chromium, nginx, ...)"
   fi
+  # Compose has two spellings: Debian's docker-compose (v1, what this installs; the tests check
+  # the compose file with it) and Docker's plugin, `docker compose` (v2, what docs/cluster.md
+  # shows); both take the same commands. Say which versions are here, and stop if the one
+  # installed above does not answer.
+  how=found
+  case " ${need[*]-} " in *" docker-compose "*) how=installed ;; esac
+  v1=$(docker-compose version --short 2>/dev/null) || v1=""
+  v2=$(docker compose version --short 2>/dev/null) || v2=""
+  if [ -n "$v1" ]; then
+    v1="$v1 ($how)"
+  elif [ $dry_run = 1 ]; then
+    v1="not installed yet (would be installed above)"
+  else
+    echo "bootstrap: docker-compose does not answer 'docker-compose version' after the install" >&2
+    exit 1
+  fi
+  echo "bootstrap: compose: docker-compose ${v1}; docker compose ${v2:-not available}" \
+    "(the docs' 'docker compose' commands run as 'docker-compose' too)"
 fi
 
 # llama.cpp's llama-server and llama-cpp-python's server for tests/test_llamacpp_*.py: built from

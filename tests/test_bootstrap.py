@@ -74,3 +74,32 @@ def test_an_unknown_argument_is_one_line() -> None:
     result = _bootstrap("--tests")
     assert result.returncode == 2
     assert result.stderr == "bootstrap: unknown argument '--tests' (expected --test, --dry-run)\n"
+
+
+def _fake(bin_dir: Path, name: str, script: str) -> None:
+    tool = bin_dir / name
+    tool.write_text(f"#!/bin/sh\n{script}\n")
+    tool.chmod(0o755)
+
+
+def test_the_set_up_says_which_compose_it_has_under_both_spellings(tmp_path: Path) -> None:
+    """Compose is spelled docker-compose (v1, Debian's, what the set-up installs for the tests)
+    or `docker compose` (v2, Docker's plugin, what docs/cluster.md shows): the set-up prints
+    the version of each it finds."""
+    path = _bare_path(tmp_path)
+    bin_dir = Path(path)
+    missing = _bootstrap("--test", "--dry-run", env={"PATH": path})
+    said = [line for line in missing.stdout.splitlines() if line.startswith("bootstrap: compose:")]
+    assert said == [
+        "bootstrap: compose: docker-compose not installed yet (would be installed above); "
+        "docker compose not available (the docs' 'docker compose' commands run as "
+        "'docker-compose' too)"
+    ]
+    _fake(bin_dir, "docker-compose", 'test "$*" = "version --short" && echo 1.29.2')
+    _fake(bin_dir, "docker", 'test "$*" = "compose version --short" && echo 2.24.6')
+    both = _bootstrap("--test", "--dry-run", env={"PATH": path})
+    assert both.returncode == 0, both.stderr
+    assert (
+        "bootstrap: compose: docker-compose 1.29.2 (found); docker compose 2.24.6 (the docs' "
+        "'docker compose' commands run as 'docker-compose' too)"
+    ) in both.stdout.splitlines()

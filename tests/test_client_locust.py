@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -50,6 +51,39 @@ def test_each_locustfile_runs_as_a_script_and_stops_by_itself(name: str, tmp_pat
     assert all(uuid.UUID(r["client_request_id"]).version == 4 for r in sent)
     assert out.stdout.count("/v1/") >= 2  # Locust's debug listener printed each request
     assert not list(tmp_path.glob("reports")), "the debug path writes no run dir"
+
+
+def test_the_debug_path_prints_each_request_s_figures_and_text(tmp_path: Path) -> None:
+    """``python locustfiles/chat.py`` (Locust's run_single_user) prints, per request, beside
+    Locust's response time: TTFT, TPOT, tokens in / out and the answer's start (cut), the
+    same figures the simulator's trace holds."""
+    trace = tmp_path / "trace.jsonl"
+    with running_sim(trace_path=str(trace), **{**FAST, "output_len": "fixed:24"}) as url:
+        env = {**os.environ, "LOCUST_HOST": url, "LOCUST_LLM_DEBUG_REQUESTS": "2"}
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "locustfiles" / "chat.py")], cwd=tmp_path, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:]
+    lines = re.findall(
+        r"^locust-llm: TTFT ([\d.,]+) ms, TPOT ([\d.,]+) ms, tokens in (\d+) / out (\d+), "
+        r'E2E ([\d.,]+) ms: "([^"]*)"(\.\.\.)?$',
+        out.stdout,
+        re.M,
+    )
+    sent = _trace(trace)
+    assert len(lines) == len(sent) == 2, out.stdout[-3000:]
+    for (ttft, tpot, tokens_in, tokens_out, e2e, text, cut), served in zip(
+        lines, sent, strict=True
+    ):
+        assert (int(tokens_in), int(tokens_out)) == (served["prompt_tokens"], 24)
+        server_ttft_ms = (served["first_token"] - served["arrival"]) * 1e3
+        assert float(ttft) >= server_ttft_ms - 1.0  # the client sees it after the server sent it
+        assert 0 < float(tpot) <= float(e2e)
+        assert len(text) == 80 and cut == "..."  # 24 tokens of text, cut at 80 characters
+        assert len(text.split()) >= 10
+    # each after Locust's own line for its request
+    assert out.stdout.index("/v1/chat/completions") < out.stdout.index("locust-llm: TTFT")
 
 
 def test_the_class_host_is_used_without_any_host_option(tmp_path: Path) -> None:

@@ -76,6 +76,11 @@ def test_run_against_a_running_server(tmp_path: Path) -> None:
         )  # fmt: skip
     assert out.returncode in (0, 3), out.stdout[-3000:] + out.stderr[-3000:]
     _check_run(run_dir, [1, 2])
+    # it ends with the command line that reports on the run dir again
+    assert out.stdout.splitlines()[-2:] == [
+        f"Run dir: {run_dir}",
+        f"Report it again: locust-llm report {run_dir}",
+    ]
 
 
 def _run_on_a_terminal(cmd: list[str], timeout_s: float) -> str:

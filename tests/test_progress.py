@@ -11,6 +11,7 @@ import itertools
 import math
 
 from locust_llm.live.progress import (
+    HEADER_WAIT_S,
     ProgressLine,
     Snapshot,
     StageSeen,
@@ -280,3 +281,45 @@ def test_a_stage_sending_behind_its_schedule_says_so_during_the_stage() -> None:
         "  stage 1/1 rate 40/s: 9 requests, 0 s, QPS 3.0, 96 tokens/s, TTFT P50 60 ms, "
         "sent 1.3 s behind schedule"
     )
+
+
+def test_a_stage_s_header_waits_for_the_line_of_the_stage_before_it() -> None:
+    """The master says stage 2 began while stage 1's figures still settle: stage 1's
+    "(stage done)" line comes first, then stage 2's header (the README's demo printed them the
+    other way round)."""
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, every_s=60.0, plan=_plan(2), clock=clock)
+    first = (StageSeen("c=1", 6, 4, settled=False),)
+    line.stage_header(0, "  [    0 s] stage 1/2: c=1")
+    line.update(Snapshot(0, 2, "c=1", 6, 4, 2.0, 0.05, begun=first))
+    clock.now += 3.0
+    line.stage_header(1, "  [    3 s] stage 2/2: c=4")  # the master began stage 2
+    both = (StageSeen("c=1", 6, 6, settled=False), StageSeen("c=4", 30, 1, settled=False))
+    line.update(Snapshot(1, 2, "c=4", 30, 7, 2.0, 0.05, begun=both))  # stage 1 not settled yet
+    assert out.getvalue().splitlines() == ["  [    0 s] stage 1/2: c=1"]
+    clock.now += 1.0
+    settled = (StageSeen("c=1", 6, 6, settled=True), StageSeen("c=4", 30, 2, settled=False))
+    line.update(Snapshot(1, 2, "c=4", 30, 8, 2.0, 0.05, begun=settled))
+    line.close()
+    text = out.getvalue().splitlines()
+    assert text[0] == "  [    0 s] stage 1/2: c=1"
+    assert text[1].startswith("  stage 1/2 c=1: 6/6 requests, ") and text[1].endswith("done)")
+    assert text[2] == "  [    3 s] stage 2/2: c=4"
+    assert text[3].startswith("  stage 2/2 c=4: 2/30 requests, ")
+    assert len(text) == 4
+
+
+def test_a_held_header_is_printed_when_no_poll_ends_the_stage_before_it() -> None:
+    """The live stats never answer: a header waits HEADER_WAIT_S at most, then prints (and
+    close prints any still held)."""
+    out, clock = io.StringIO(), Clock()
+    line = ProgressLine(out, live=False, plan=_plan(3), clock=clock)
+    line.stage_header(1, "  [    3 s] stage 2/3: c=2")
+    line.update(None)
+    assert out.getvalue() == ""
+    clock.now += HEADER_WAIT_S
+    line.update(None)
+    assert out.getvalue().splitlines() == ["  [    3 s] stage 2/3: c=2"]
+    line.stage_header(2, "  [    9 s] stage 3/3: c=3")
+    line.close()
+    assert out.getvalue().splitlines()[-1] == "  [    9 s] stage 3/3: c=3"

@@ -182,10 +182,14 @@ def test_the_docs_progress_example_runs_as_written() -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     printed = done.stdout.splitlines()
+    at = -1
     for line in shown.splitlines():
-        # the part every run has: the count, the time, QPS, tokens/s and TTFT P50
+        # the part every run has: the count, the time, QPS, tokens/s and TTFT P50 ...
         head = _shape(line.split(" ms, ", 1)[0])
-        assert any(_shape(p).startswith(head) for p in printed), (line, done.stdout)
+        # ... printed in the doc's order: a stage's "(stage done)" line before the next start
+        found = [i for i, p in enumerate(printed) if i > at and _shape(p).startswith(head)]
+        assert found, (line, done.stdout)
+        at = found[0]
     first = next(p for p in printed if p.startswith("  stage 1/2 rate 40/s: "))
     assert re.search(
         r", sent [\d.]+ s behind schedule, \d+ of \d+ arrivals unsent \(pool ran dry\) "

@@ -227,3 +227,70 @@ def test_cpu_device_is_measured_on_this_host(tmp_path: Path) -> None:
     with (tmp_path / "stages.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert float(rows[0]["mbu"]) > 1.0  # a 7B model at 18 ms per token is beyond this CPU
+
+
+@pytest.fixture(scope="module")
+def busy_at_every_load(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real short virtual run (a few seconds): the simulated GPU is busy (utilization near
+    100%) at every load, but only concurrency 64 outruns it (a queue forms, throughput
+    flattens); 1 and 4 scale linearly."""
+    import subprocess
+    import sys
+
+    run = tmp_path_factory.mktemp("busy") / "run"
+    subprocess.run(
+        [sys.executable, "-m", "locust_llm.cli", "virtual", "--concurrency", "1,4,64",
+         "--stage-requests", "10,16,192", "--max-tokens", "64", "--input-len", "256",
+         "--num-gpu-blocks-override", "1000", "--seed", "1", "--out", str(run)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return run
+
+
+def test_gpu_utilization_alerts_only_where_the_load_saturates_the_gpu(
+    busy_at_every_load: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GPU utilization means "a kernel was running": near 100% at concurrency 1 on a decoding
+    GPU, which is no alarm. The alert fires where the stage is saturated too (a queue at the
+    server), and says what it means."""
+    main(["report", str(busy_at_every_load), "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    utils = [s["gpu_util"] for s in summary["stages"]]
+    assert all(u > 0.95 for u in utils), utils  # the old rule warned at every load
+    warned = [a for a in summary["alerts"] if a["name"] == "gpu_util"]
+    assert [a["stage"] for a in warned] == [2]
+    waiting = summary["stages"][2]["waiting"]
+    assert warned[0]["severity"] == "warning"
+    assert warned[0]["message"] == (
+        f"stage 2 (load 64): GPU saturated: utilization (mean) {utils[2] * 100:.1f}% > 95.0% and "
+        f"{waiting:.1f} requests waiting (busy, not broken: more load only queues) (warning)"
+    )
+    assert f"  - {warned[0]['message']}" in out.splitlines()
+    # made to fail the run, it still fires only where the GPU is saturated
+    code = main(["report", str(busy_at_every_load), "--out", str(tmp_path),
+                 "--alert", "gpu_mem=off,gpu_util_fails=on"])  # fmt: skip
+    failed = json.loads((tmp_path / "summary.json").read_text())["alerts"]
+    assert code == 3 and [(a["name"], a["stage"], a["severity"]) for a in failed] == [
+        ("gpu_util", 2, "fail")
+    ]
+
+
+def test_without_a_queue_gauge_a_flattening_step_is_the_saturation(
+    busy_at_every_load: Path,
+) -> None:
+    """A server without a waiting gauge: the stage whose step up from the lower load no longer
+    scales (the knee's reading) is the saturated one; the stages that scale are not."""
+    from locust_llm.report.build import build_report
+    from locust_llm.report.diagnosis.alerts import check, saturation
+    from locust_llm.report.load import load_run
+
+    rows = [dict(r, waiting=float("nan")) for r in build_report(load_run(busy_at_every_load)).rows]
+    said = saturation(rows, Thresholds())
+    assert list(said) == [2]
+    gain = rows[2]["qps"] / rows[1]["qps"]
+    assert said[2] == (
+        f"throughput x{gain:.2f} for x16.00 the load from 4 (busy, not broken: more load adds "
+        "little throughput)"
+    )
+    assert [a.stage for a in check(rows, Thresholds()) if a.name == "gpu_util"] == [2]

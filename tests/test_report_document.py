@@ -166,3 +166,18 @@ def test_docs_console_summary_is_what_the_command_prints() -> None:
     )  # fmt: skip
     assert out.returncode == 3, out.stderr  # the example's alerts fired
     assert out.stdout == block
+
+
+def test_a_one_stage_report_draws_no_charts_against_load(tmp_path: Path) -> None:
+    """One load is one point: the key chart and the scaling charts (a degenerate x axis of
+    49-51 before) are left out, the Scaling section says why, the charts over time stay."""
+    report = build_report(load_run(make_run(tmp_path / "one", seed_specs()[2:3], stage_s=4)))
+    html = render_html(report)
+    assert 'data-chart="key"' not in html and 'data-chart="scaling"' not in html
+    assert 'data-chart="telemetry"' in html and 'data-chart="histograms"' in html
+    said = "One load (50): charts against load need stages at two loads or more"
+    assert said in visible_text(html) and said in render_markdown(report)
+    for svg in re.findall(r"<svg.*?</svg>", html, re.S):  # no x axis around the one load
+        assert ">49<" not in svg and ">51<" not in svg
+    two = build_report(load_run(make_run(tmp_path / "two", seed_specs()[2:4], stage_s=4)))
+    assert 'data-chart="key"' in render_html(two) and "One load" not in render_markdown(two)

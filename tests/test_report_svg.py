@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
 from locust_llm.report.svg import CHAR_W, Series, histogram, label_rows, line_chart
 
@@ -49,3 +50,22 @@ def test_histogram_x_axis_from_zero_with_a_y_label() -> None:
     heights = [float(h) for h in re.findall(r'height="([\d.]+)" class="bar"', svg)]
     assert len(heights) == 40
     assert sum(h > 0 for h in heights) <= 2  # the narrow spread stays narrow: one or two bars
+
+
+def test_one_x_value_gets_an_axis_from_zero_to_twice_it() -> None:
+    """A chart of one x value (one load) is one labelled point on a sane axis: 0, the value
+    and twice it, not value - 1 .. value + 1."""
+    svg = line_chart([Series("QPS", [32.0], [12.5])], title="t", x_label="c", y_label="q")
+    ticks = _texts(svg)
+    assert "32" in ticks and "0" in ticks and "64" in ticks
+    assert not {"31", "31.5", "32.5", "33"} & set(ticks)
+    cx = float(re.search(r'<circle cx="([\d.]+)"', svg).group(1))  # type: ignore[union-attr]
+    zero = float(
+        re.search(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="middle" class="tk">0<', svg).group(1)
+    )  # type: ignore[union-attr]
+    end = float(
+        re.search(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="middle" class="tk">64<', svg).group(
+            1
+        )
+    )  # type: ignore[union-attr]
+    assert cx == pytest.approx((zero + end) / 2, abs=0.2)  # the point in the middle

@@ -134,6 +134,76 @@ def test_run_help_explains_options_and_environment() -> None:
     assert "after a lone --" in text
 
 
+def _help_entries(text: str) -> dict[str, str]:
+    """``--flag`` -> its help (the lines up to the next flag), from an argparse help text."""
+    entries: dict[str, str] = {}
+    flag = ""
+    for line in text.split("\n\n", 1)[1].splitlines():
+        words = line.split()
+        if line.startswith("  -") and words:
+            flag = words[0].rstrip(",")
+            entries[flag] = " ".join(words[1:])
+        elif flag and line.startswith(" " * 10):
+            entries[flag] += " " + " ".join(words)
+        else:
+            flag = ""
+    return entries
+
+
+def test_run_help_lists_every_llm_option_with_its_default() -> None:
+    """Every --llm-* option of the spec is in `run --help` (Locust's own --help prints before
+    the locustfile registers them); those handed to Locust as they are say their default, from
+    the spec, and nothing sends the reader to `locust --help`."""
+    text = subprocess.run([*CLI, "run", "--help"], capture_output=True, text=True, timeout=60,
+                          check=True).stdout  # fmt: skip
+    assert "locust --help" not in text
+    entries = _help_entries(text)
+    for option in OPTIONS:
+        spelled = option.flag if not option.run_flag else f"--{option.run_flag}"
+        assert spelled in entries, option.flag
+        assert option.flag in text, option.flag
+    assert "(default 120.0)" in entries["--llm-read-timeout"]
+    assert "(default auto)" in entries["--llm-transport"]
+    assert "(default 3)" in entries["--llm-debug-requests"]
+    assert "default" not in entries["--llm-tokenizer"]  # no default to show
+    demo = subprocess.run([*CLI, "demo", "--help"], capture_output=True, text=True, timeout=60,
+                          check=True).stdout  # fmt: skip
+    assert "The demo takes no other --llm-* option" in " ".join(demo.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "said"),
+    [
+        (["run", "--concurency", "4"], "usage: locust-llm run ",
+         "locust-llm run: error: unknown option --concurency; did you mean --concurrency?"),
+        (["run", "--host", "http://h", "--llm-sed=3"], "usage: locust-llm run ",
+         "locust-llm run: error: unknown option --llm-sed; did you mean --llm-seed?"),
+        (["demo", "--stage-reqeusts", "3"], "usage: locust-llm demo ",
+         "locust-llm demo: error: unknown option --stage-reqeusts; did you mean "
+         "--stage-requests?"),
+        (["report", "x", "--sloo", "ttft=1"], "usage: locust-llm report ",
+         "locust-llm report: error: unknown option --sloo; did you mean --slo?"),
+        (["run", "--csv", "x"], "usage: locust-llm run ",
+         "locust-llm run: error: unknown option --csv (locust-llm run --help lists them; "
+         "Locust's own options go after a lone --)"),
+        (["rn", "--host", "http://h"], "usage: locust-llm [-h]",
+         "locust-llm: error: unknown command 'rn'; did you mean run?"),
+        (["frobnicate"], "usage: locust-llm [-h]",
+         "locust-llm: error: unknown command 'frobnicate' (one of demo, run, report, roofline, "
+         "sim, virtual, gpu-exporter, options)"),
+    ],
+)  # fmt: skip
+def test_a_typo_gets_the_subcommand_s_usage_and_the_closest_name(
+    argv: list[str], usage: str, said: str
+) -> None:
+    done = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(usage), done.stderr
+    assert done.stderr.splitlines()[-1] == said
+
+
 def test_passthrough_is_refused_for_other_commands() -> None:
     done = subprocess.run([*CLI, "report", "x", "--", "--csv", "y"], capture_output=True,
                           text=True, timeout=60, check=False)  # fmt: skip

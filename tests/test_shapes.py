@@ -40,6 +40,11 @@ def test_stage_requests_are_exact_in_one_process(tmp_path: Path) -> None:
             "--llm-stage-requests", "4,9,25",
         ])  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:]
+    assert "locust-llm: TTFT" not in out.stdout  # the per-request lines are the debug path's
+    # a headless run ends with the command line that reports on its run dir
+    assert out.stdout.splitlines()[-1] == (
+        f"locust-llm: run dir {run_dir}; its report: locust-llm report {run_dir}"
+    )
     counts, records = _per_stage(run_dir)
     assert counts == [4, 9, 25]
     assert (records.window >= 0).all()  # no request outside a stage window
@@ -56,6 +61,9 @@ def test_stage_requests_are_exact_across_two_workers(tmp_path: Path) -> None:
             workers=2, worker_cwd=tmp_path,
         )  # fmt: skip
     assert code == 0, output[-3000:]
+    assert output.splitlines()[-1] == (  # the headless master's last line
+        f"locust-llm: run dir {run_dir}; its report: locust-llm report {run_dir}"
+    )
     counts, records = _per_stage(run_dir)
     assert counts == [5, 12, 30]
     assert records.worker_id.nunique() == 2 and records.request_id.is_unique

@@ -54,6 +54,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from locust_llm.client import webform
 from locust_llm.client.apis.base import get_api
+from locust_llm.client.debug_lines import debug_line, shown_text
 from locust_llm.client.events import llm_events
 from locust_llm.client.messages import (
     MSG_CANCEL,
@@ -81,6 +82,7 @@ from locust_llm.client.runtime import (
 )
 from locust_llm.errors import InputError, RequestFailed
 from locust_llm.live import llmstats
+from locust_llm.metrics import RequestRecord
 from locust_llm.options import lengths, validate
 from locust_llm.options import table as options
 from locust_llm.options.config import ClientOptions
@@ -88,6 +90,7 @@ from locust_llm.rundir.claim import lock_run_dir, new_run_dir
 from locust_llm.rundir.layout import (
     RunInfo,
     claim_run_dir,
+    report_command,
     warning_text,
     write_run_info,
     write_run_json,
@@ -591,6 +594,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     rt.stats.reset()
     if rt.is_debug:
         rt.gate.enter_stage(-1, quota=rt.options.debug_requests, final=True)
+        _print_debug_lines(rt)
         return
     if rt.is_worker:
         rt.recorder.pending.clear()
@@ -604,6 +608,20 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         _start_telemetry(rt)
     gc.collect()
     gc.freeze()  # start-up objects out of the collector's way (fewer, shorter GC pauses)
+
+
+def _print_debug_lines(rt: Runtime) -> None:
+    """The debug path: each request's figures and text on stdout, after Locust's own line
+    (a listener on ``llm_events.request_done``, added once)."""
+    if rt.debug_listener is not None:
+        return
+
+    def show(record: RequestRecord, **_kw: Any) -> None:
+        text, cut = shown_text(rt.redact(rt.debug_answers.pop(record.request_id, "")))
+        print(debug_line(record, text, cut=cut), flush=True)
+
+    rt.debug_listener = show
+    llm_events.request_done.add_listener(show)
 
 
 def _resolve_user_classes(rt: Runtime) -> None:
@@ -930,6 +948,15 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
         print(llmstats.format_table(rt.stats), flush=True)
 
 
+def _on_quit(**_kw: Any) -> None:
+    """Locust's last word (after its own tables): where the run dir is and the command line
+    that reports on it, once the master or single process wrote its run.json."""
+    for rt in all_runtimes():
+        command = report_command(rt.run_dir) if rt.run_dir and not rt.is_worker else ""
+        if command:
+            print(f"locust-llm: run dir {rt.run_dir}; its report: {command}", flush=True)
+
+
 def install(user_base: type) -> None:
     """Register the listeners on Locust's global events (once); ``user_base``'s subclasses are
     the LLM user classes checked and resolved at start (``client.user`` passes ``LLMUser``)."""
@@ -947,3 +974,4 @@ def install(user_base: type) -> None:
     events.report_to_master.add_listener(_on_report_to_master)
     events.worker_report.add_listener(_on_worker_report)
     events.quitting.add_listener(_on_quitting)
+    events.quit.add_listener(_on_quit)

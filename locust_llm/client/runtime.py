@@ -108,6 +108,9 @@ class Runtime:
         self._backoff_said_s = -math.inf
         self.telemetry: Any = None
         self.cpu_demand = CpuDemandMeter()  # this process's (a worker sends it with its stats)
+        #: the debug path (run_single_user): request id -> its answer's text, for its line
+        self.debug_answers: dict[str, str] = {}
+        self.debug_listener: Any = None  # the llm_events listener that prints them
         self.worker_cpu_demand: dict[str, float] = {}  # master: each worker's latest
         self._user_index = itertools.count()
         self._settings: dict[type, UserSettings] = {}

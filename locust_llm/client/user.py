@@ -53,6 +53,7 @@ from locust_llm.errors import RequestFailed
 from locust_llm.metrics import NAN, RequestRecord
 from locust_llm.options.config import ClientOptions
 from locust_llm.options.settings import CLASS_ATTRIBUTES, UserSettings, resolve_settings
+from locust_llm.workloads.sessions import answer_text
 
 logger = logging.getLogger("locust_llm")
 
@@ -200,8 +201,18 @@ class LLMUser(User):
             ),
             redact=rt.redact,
         )
-        record = ex.record
         rt.request_started()
+        debug_sink = rt.is_debug and self.answer_sink is None  # the debug path shows the text
+        if debug_sink:
+            self.answer_sink = []
+        try:
+            return self._send(ex)
+        finally:
+            if debug_sink:
+                self.answer_sink = None
+
+    def _send(self, ex: Exchange) -> RequestRecord:
+        record = ex.record
         base_url = ""
         try:
             with gevent.Timeout(
@@ -246,6 +257,8 @@ class LLMUser(User):
 
     def _finish(self, ex: Exchange) -> RequestRecord:
         record = ex.finish()
+        if self.runtime.is_debug and self.answer_sink is not None:  # for the debug line
+            self.runtime.debug_answers[record.request_id] = answer_text(self.answer_sink)
         self.runtime.request_done(self, record, ex.timing)
         return record
 

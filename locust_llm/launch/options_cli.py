@@ -45,14 +45,6 @@ def locust_help() -> str:
     return parser.format_help()
 
 
-def _shown_default(option: Option) -> str:
-    if not option.takes_value:
-        return "off"
-    if option.default in ("", None):
-        return "-"
-    return str(option.default)
-
-
 def _usage(option: Option) -> str:
     if not option.takes_value:
         return option.flag
@@ -89,7 +81,7 @@ def render_text() -> str:
     for section, group in _by_section():
         lines += ["", f"{section}:"]
         for option in group:
-            lines.append(f"  {_usage(option)}  [default: {_shown_default(option)}]")
+            lines.append(f"  {_usage(option)}  [default: {option.shown_default}]")
             lines += textwrap.wrap(
                 _help(option), 96, initial_indent=" " * 6, subsequent_indent=" " * 6
             )
@@ -122,7 +114,7 @@ def render_markdown() -> str:
         out += ["", f"## {section.capitalize()}", ""]
         out += ["| option | env var / config key | default | what it does |", "|---|---|---|---|"]
         out += [
-            f"| `{_usage(o)}` | `{o.env_var}` / `{o.config_key}` | {_shown_default(o)} | "
+            f"| `{_usage(o)}` | `{o.env_var}` / `{o.config_key}` | {o.shown_default} | "
             + _help(o).replace("|", "\\|")
             + " |"
             for o in group

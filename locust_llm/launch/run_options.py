@@ -18,7 +18,7 @@ from typing import Any
 
 from locust_llm.client.redact import Redactor, header_secrets, url_secrets
 from locust_llm.options.config import ClientOptions
-from locust_llm.options.table import OPTIONS, by_name
+from locust_llm.options.table import OPTIONS, Option, by_name
 
 #: ``--llm-*`` options that ``run``/``demo`` set through flags of their own (flag without
 #: --llm- -> the run/demo flag's dest); every other ``--llm-*`` option is accepted as it is.
@@ -52,16 +52,31 @@ def add_standing_flag(
     )
 
 
+#: the title of ``run --help``'s group of the options it hands to Locust as they are
+PLUGIN_GROUP = "Locust plugin options (handed to the Locust master and workers as given)"
+
+
+def plugin_help(option: Option) -> str:
+    """An option's help as ``run --help`` lists it: the spec's, with its default where the
+    help does not already say one (a switch is off unless given)."""
+    shown = option.shown_default
+    if not option.takes_value or shown == "-" or "default" in option.help:
+        return option.help
+    return f"{option.help} (default {shown})"
+
+
 def add_plugin_options(parser: argparse.ArgumentParser) -> None:
-    """Every ``--llm-*`` option without a ``run`` flag of its own, unset unless given."""
-    group = parser.add_argument_group(
-        "Locust plugin options (handed to Locust as given; defaults as in `locust --help`)"
-    )
+    """Every ``--llm-*`` option without a ``run`` flag of its own, unset unless given; each
+    listed by ``run --help`` with its help and default from the spec (Locust's own ``--help``
+    prints before a locustfile loads, so it cannot list them)."""
+    group = parser.add_argument_group(PLUGIN_GROUP)
     for option in OPTIONS:
         if option.run_flag:
             continue
         kwargs = {k: v for k, v in option.argparse_kwargs().items() if k == "action"}
-        group.add_argument(option.flag, help=option.help, default=argparse.SUPPRESS, **kwargs)
+        group.add_argument(
+            option.flag, help=plugin_help(option), default=argparse.SUPPRESS, **kwargs
+        )
 
 
 def plugin_option_args(args: argparse.Namespace) -> list[str]:

@@ -50,7 +50,7 @@ from locust_llm.options.readers import base_url, split_hosts
 from locust_llm.options.table import SWEEP_FLAGS, by_name, env_var
 from locust_llm.options.validate import roofline_model
 from locust_llm.rundir.claim import RunDirClaim, lock_run_dir, new_run_dir
-from locust_llm.rundir.layout import claim_run_dir
+from locust_llm.rundir.layout import claim_run_dir, report_command
 from locust_llm.rundir.states import (
     EXIT_CODES,
     FAILED,
@@ -83,10 +83,11 @@ DEMO_SIM_ARGS = [
 
 
 RUN_EPILOG = """
-Every --llm-* option of the Locust plugin (see `locust --help`) is accepted here as well and
-handed to the Locust master and workers, e.g. --llm-tokenizer DIR --llm-seed 7
---llm-header 'X-Team: a' --llm-server-max-num-seqs 64; the flags above that stand for one
-answer to its --llm-* spelling too (--max-tokens or --llm-max-tokens, --out or --llm-run-dir).
+Every --llm-* option of the Locust plugin is accepted here: the flags above that stand for one
+answer to its --llm-* spelling too (--max-tokens or --llm-max-tokens, --out or --llm-run-dir),
+and the plugin options listed above are handed to the Locust master and workers as given, e.g.
+--llm-tokenizer DIR --llm-seed 7 --llm-header 'X-Team: a' --llm-server-max-num-seqs 64
+(`locust-llm options` lists them all with their variables; docs/options.md).
 The API key reaches Locust by environment, never on a command line. Anything after a lone --
 goes to the Locust master unchanged (e.g. -- --csv out/stats).
 
@@ -191,8 +192,18 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser, *, demo: bool) -> None
     )
 
 
+DEMO_EPILOG = """
+The flags above that stand for an --llm-* option answer to its --llm-* spelling too
+(--max-tokens or --llm-max-tokens, --out or --llm-run-dir). The demo takes no other --llm-*
+option: `locust-llm run --host URL` hands every one to Locust (`locust-llm run --help` lists
+them, `locust-llm options` with their variables).
+"""
+
+
 def configure_demo_parser(parser: argparse.ArgumentParser) -> None:
     """Flags of ``locust-llm demo``."""
+    parser.epilog = DEMO_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--model", default="mistral-7b", help="simulated model preset")
     parser.add_argument("--gpu", default="rtx4090", help="simulated GPU preset")
     parser.add_argument(
@@ -568,10 +579,11 @@ def _follow(
             if _FAILED.search(line) and failures is not None:
                 failures.append(_FAILED.search(line).group(1))  # type: ignore[union-attr]
             m = _STAGE.search(line)
-            if m and progress is not None and not progress.live:
-                progress.message(
+            if m and progress is not None and not progress.live:  # after the last stage's end
+                progress.stage_header(
+                    int(m.group(1)) - 1,
                     f"  [{time.monotonic() - started:5.0f} s] stage {m.group(1)}/{m.group(2)}: "
-                    f"{m.group(3)}"
+                    f"{m.group(3)}",
                 )
             elif "ERROR" in line or "CRITICAL" in line:
                 if progress is not None and progress.live:
@@ -671,6 +683,9 @@ def _finish(code: int, run_dir: Path, slo: str, model: str = "", gpu: str = "") 
         print(f"locust-llm: no report: {exc}", file=sys.stderr)
         report_code = EXIT_CODES[FAILED]
     print(f"\nRun dir: {run_dir}")
+    again = report_command(run_dir)
+    if again:  # the report again, e.g. with other --slo / --alert thresholds
+        print(f"Report it again: {again}")
     if line:
         got = ", ".join(dict.fromkeys(signal.Signals(s).name for s in CAUGHT))
         said = f" (locust-llm got {got})" if got else ""

@@ -23,8 +23,11 @@ counts are in: about 1.5 s after its end), or :data:`SETTLE_WAIT_S` after a poll
 over. On a terminal the line is redrawn in place (carriage return) and kept when the next stage
 begins; elsewhere (CI logs, a pipe) a plain line is printed every ``every_s`` seconds and once
 when a stage ends. Other messages (:meth:`ProgressLine.message`) go on their own lines without
-breaking the live one. Pure apart from the stream it writes and, in :func:`poll_stats`, one
-loopback HTTP GET.
+breaking the live one. A stage's header (:meth:`ProgressLine.stage_header`: "[ 16 s] stage 2/5:
+c=10", printed when the master starts the stage) waits until the lines of the stages before it
+have ended (their figures settle a second or two after the next stage began), so each stage's
+"(stage done)" line comes before the next one's header; it waits :data:`HEADER_WAIT_S` at most.
+Pure apart from the stream it writes and, in :func:`poll_stats`, one loopback HTTP GET.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ PLAIN_EVERY_S = 10.0
 #: Seconds an ended stage's line waits at most for its figures to settle (its last records and
 #: its unsent arrivals reach the master within the workers' batch interval, about 1.5 s).
 SETTLE_WAIT_S = 4.0
+#: Seconds a stage's header waits at most for the line of the stage before it to end (that
+#: line waits up to SETTLE_WAIT_S for its figures after a poll, once a second, saw the stage end)
+HEADER_WAIT_S = SETTLE_WAIT_S + 3 * POLL_S
 #: How the line names each reason an open-loop arrival was not sent (client/arrivals.py).
 UNSENT_WORDS = {"pool_ran_dry": "pool ran dry", "stage_ended": "stage ended",
                 "run_stopped": "run stopped"}  # fmt: skip
@@ -203,6 +209,9 @@ class ProgressLine:
         self.shown = ""  # text of the live line on screen
         self.next_index = 0  # the first stage no line has been shown for
         self.last_plain = -math.inf
+        self.ended_lines: set[int] = set()  # stages whose line has ended
+        #: stage headers waiting for the lines before them: (stage index, text, deadline)
+        self.held: list[tuple[int, str, float]] = []
 
     def line(self, snap: Snapshot, now: float) -> str:
         """The text for the current stage at ``now`` (uses ``snap``'s counts and figures)."""
@@ -252,27 +261,33 @@ class ProgressLine:
     def update(self, snap: Snapshot | None) -> None:
         """Show one poll's snapshot (None: nothing new to show)."""
         if snap is None:
+            with self.lock:
+                self._release_headers()
             return
         with self.lock:
-            now = self.clock()
-            cur = self.current
-            began = now  # when the stage on this snapshot was first seen
-            if cur is not None and snap.stage_index != cur.stage_index:  # the stage ended
-                self.ended = began = now if self.ended is None else self.ended
-                if not self._settled(snap, cur.stage_index or 0, now):
-                    self._show(self.line(snap, now), final=False)  # its figures still arrive
-                    return
-                self._show(self.line(snap, now), final=True)
-                self.current, self.ended = None, None
-            if snap.stage_index is None:  # between stages, or after the last one
-                self._between_polls(snap, len(snap.begun) if snap.begun else 0)
+            self._update(snap)
+            self._release_headers()
+
+    def _update(self, snap: Snapshot) -> None:
+        now = self.clock()
+        cur = self.current
+        began = now  # when the stage on this snapshot was first seen
+        if cur is not None and snap.stage_index != cur.stage_index:  # the stage ended
+            self.ended = began = now if self.ended is None else self.ended
+            if not self._settled(snap, cur.stage_index or 0, now):
+                self._show(self.line(snap, now), final=False)  # its figures still arrive
                 return
-            self._between_polls(snap, snap.stage_index)
-            if self.current is None:
-                self.current, self.started, self.baseline = snap, began, snap.requests
-                self.baseline_failures = snap.failures
-                self.last_plain = now  # plain output: the stage's start is announced elsewhere
-            self._show(self.line(snap, now), final=False)
+            self._show(self.line(snap, now), final=True)
+            self.current, self.ended = None, None
+        if snap.stage_index is None:  # between stages, or after the last one
+            self._between_polls(snap, len(snap.begun) if snap.begun else 0)
+            return
+        self._between_polls(snap, snap.stage_index)
+        if self.current is None:
+            self.current, self.started, self.baseline = snap, began, snap.requests
+            self.baseline_failures = snap.failures
+            self.last_plain = now  # plain output: the stage's start is announced elsewhere
+        self._show(self.line(snap, now), final=False)
 
     def _settled(self, snap: Snapshot, index: int, now: float) -> bool:
         """Whether an ended stage's line can be ended: the master says its figures are final
@@ -305,10 +320,44 @@ class ProgressLine:
                 f"  stage {i + 1}/{stages} {seen.name}: {count}{unsent + ', ' if unsent else ''}"
                 "ended between two polls of the live stats",
                 final=True,
+                index=i,
             )
         self.next_index = max(self.next_index, index + (snap.stage_index is not None))
 
-    def _show(self, text: str, *, final: bool) -> None:
+    def stage_header(self, index: int, text: str) -> None:
+        """The line saying stage ``index`` (from 0) began: printed once the lines of the stages
+        before it have ended (or :data:`HEADER_WAIT_S` after it came), so it follows them."""
+        with self.lock:
+            self.held.append((index, text, self.clock() + HEADER_WAIT_S))
+            self._release_headers()
+
+    def _release_headers(self, *, all_now: bool = False) -> None:
+        """Print the held headers whose earlier stages' lines have ended, or whose wait is over
+        (all of them with ``all_now``), in the order they came."""
+        now = self.clock()
+        while self.held:
+            index, text, deadline = self.held[0]
+            ready = all(i in self.ended_lines for i in range(index))
+            if not (ready or all_now or now >= deadline):
+                return
+            self.held.pop(0)
+            self._write_line(text)
+
+    def _write_line(self, text: str) -> None:
+        if self.live and self.shown:
+            self.out.write("\r" + " " * len(self.shown) + "\r")
+        self.out.write(text + "\n")
+        if self.live and self.shown:
+            self.out.write(self.shown)
+        self.out.flush()
+
+    def _show(self, text: str, *, final: bool, index: int | None = None) -> None:
+        """Draw (live) or print (plain) a stage's line; ``final`` ends it. ``index``: the
+        stage it is of (default: the one on the line)."""
+        if final:
+            if index is None and self.current is not None:
+                index = self.current.stage_index
+            self.ended_lines.add(index or 0)
         if self.live:
             self.out.write("\r" + text.ljust(len(self.shown)) + ("\n" if final else ""))
             self.shown = "" if final else text
@@ -320,20 +369,17 @@ class ProgressLine:
     def message(self, text: str) -> None:
         """Print a whole line; the live line (if any) is redrawn below it."""
         with self.lock:
-            if self.live and self.shown:
-                self.out.write("\r" + " " * len(self.shown) + "\r")
-            self.out.write(text + "\n")
-            if self.live and self.shown:
-                self.out.write(self.shown)
-            self.out.flush()
+            self._write_line(text)
 
     def close(self, snap: Snapshot | None = None) -> None:
-        """End the last stage's line (with a last snapshot when there is one)."""
+        """End the last stage's line (with a last snapshot when there is one), then print the
+        headers still held."""
         with self.lock:
             if self.current is not None:
                 last = snap if snap is not None else self.current
                 self._show(self.line(last, self.clock()), final=True)
                 self.current, self.ended = None, None
+            self._release_headers(all_now=True)
 
 
 def follow(base_url: str, progress: ProgressLine, stop: threading.Event) -> threading.Thread:

@@ -89,6 +89,15 @@ class Option:
         return self.field or self.name.replace("-", "_")
 
     @property
+    def shown_default(self) -> str:
+        """The default as help and reference pages show it ("off" for a switch, "-" for none)."""
+        if not self.takes_value:
+            return "off"
+        if self.default in ("", None):
+            return "-"
+        return str(self.default)
+
+    @property
     def takes_value(self) -> bool:
         return self.kind != "switch"
 

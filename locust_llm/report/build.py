@@ -275,7 +275,7 @@ def build_report(
         verdicts=verdicts,
         overall=overall,
         knee=knee,
-        alerts=check(rows, thresholds),
+        alerts=check(rows, thresholds, steps=knee.steps),
         soak=soak,
         slo=slo,
         thresholds=thresholds,

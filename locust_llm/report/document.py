@@ -180,6 +180,36 @@ def _basis(v: Any) -> str:
     )
 
 
+def _loads(report: Report) -> list[str]:
+    """The distinct loads of the run's stages (soak stages left out), as they print."""
+    labels = [load_label(r.get("concurrency"), r.get("rate")) for r in report.rows]
+    kinds = [r.get("kind") for r in report.rows]
+    return list(dict.fromkeys(x for x, k in zip(labels, kinds, strict=True) if k != "soak"))
+
+
+def _vs_load_fits(report: Report) -> bool:
+    """Whether charts against load fit: two loads at least (one load is one point)."""
+    return len(_loads(report)) > 1
+
+
+def _scaling(report: Report) -> Section:
+    """The charts against load; with one load, the words why there are none."""
+    if _vs_load_fits(report):
+        return Section("scaling", "Scaling", (Chart("scaling"),))
+    loads = _loads(report)
+    one = f"One load ({loads[0]})" if loads else "No load stage"
+    return Section(
+        "scaling",
+        "Scaling",
+        (
+            Paragraph(
+                f"{one}: charts against load need stages at two loads or more; this "
+                "stage's figures are in the stage table."
+            ),
+        ),
+    )
+
+
 def _verdict(report: Report) -> Section:
     v = report.overall
     return Section(
@@ -190,7 +220,7 @@ def _verdict(report: Report) -> Section:
             Bullets(tuple(v.evidence), "Evidence"),
             Bullets(tuple(v.actions), "Actions"),
         ),
-        aside=Chart("key"),
+        aside=Chart("key") if _vs_load_fits(report) else None,
     )
 
 
@@ -601,7 +631,7 @@ def document(report: Report) -> Document:
         _resources(report),
         *_open_loop(report),
         _alerts(report),
-        Section("scaling", "Scaling", (Chart("scaling"),)),
+        _scaling(report),
         Section("telemetry", "Telemetry over time", (Chart("telemetry"),)),
         Section("histograms", "Latency histograms", (Chart("histograms"),)),
         *_detail_sections(report),

@@ -152,8 +152,11 @@ def line_chart(
     use_log = log_x and fin_x.min() > 0
     tx = np.log10 if use_log else (lambda a: a)
     x_lo, x_hi = float(tx(fin_x.min())), float(tx(fin_x.max()))
-    if x_hi == x_lo:
-        x_lo, x_hi = x_lo - 1, x_hi + 1
+    one_x = x_hi == x_lo  # one x value: an axis from zero to twice it, ticked at 0, x, 2x
+    if one_x:
+        use_log, tx = False, (lambda a: a)
+        x = float(fin_x.min())
+        x_lo, x_hi = (0.0, 2 * x) if x > 0 else (x - 1, x + 1)
     y_lo, y_hi = _y_range(ys_all, y_min)
     y2_lo, y2_hi = _y_range(y2_all, 0.0)
 
@@ -204,7 +207,9 @@ def line_chart(
         f'<line x1="{L}" y1="{bottom}" x2="{W - r_margin}" y2="{bottom}" class="ax"/>'
         f'<line x1="{L}" y1="{top}" x2="{L}" y2="{bottom}" class="ax"/>'
     )
-    if use_log:
+    if one_x:
+        x_ticks = [x_lo, float(fin_x.min()), x_hi]
+    elif use_log:
         few = np.unique(fin_x).size <= 12
         x_ticks = sorted(set(fin_x.tolist())) if few else _log_ticks(x_lo, x_hi)
     else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -140,6 +141,14 @@ def write_run_json(run_dir: Path, text: str) -> Path:
     tmp.write_text(text)
     tmp.replace(path)
     return path
+
+
+def report_command(run_dir: Path) -> str:
+    """The command line that turns ``run_dir`` into its report (``locust-llm report DIR``,
+    the path quoted for a shell); ``""`` while the dir holds no run.json to report on."""
+    if not (Path(run_dir) / RUN_JSON).is_file():
+        return ""
+    return f"locust-llm report {shlex.quote(str(run_dir))}"
 
 
 def read_run_info(run_dir: Path) -> RunInfo:

@@ -12,6 +12,14 @@ simulator preallocate ~90% of GPU memory from the first second, so NVML memory s
 there), else NVML's GPU memory used / total. Severities: ``fail`` (``locust-llm report`` and
 ``run`` exit 3) for memory pressure, error rate and the SLO checks; GPU utilization > 95% is a
 ``warning`` (a healthy saturated server is busy), ``fail`` only with ``--alert gpu_util_fails=on``.
+
+GPU utilization is NVML's "a kernel was running" share of the time, not how full the GPU is: a
+decoding GPU reads near 100% at concurrency 1. Alone it is a property of the device at any load,
+so its alert is a saturation alert: it fires only in a stage that is also saturated by its load
+(:func:`saturation`): requests queued at the server (mean waiting at least ``no_queue_waiting``)
+or throughput stopped scaling on the step up to it (the knee's step into it is not ``linear``:
+efficiency below ``linear_efficiency``). Its message says which, and that saturated means busy,
+not broken.
 """
 
 from __future__ import annotations
@@ -22,14 +30,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from locust_llm.errors import InputError
+from locust_llm.report.diagnosis.knee import Step, find_knee
 from locust_llm.report.diagnosis.thresholds import ALERT_FIELDS, Thresholds
-from locust_llm.report.fmt import is_num, load_label, ms, pct
+from locust_llm.report.fmt import is_num, load_label, ms, num, pct, ratio
 
 #: alert field of Thresholds -> (stage-table column, label, is a ratio), in ALERT_FIELDS order
 #: (``gpu_mem`` reads the KV-cache peak first: :func:`_memory_pressure`)
 CHECKS: dict[str, tuple[str, str, bool]] = {
     "gpu_mem": ("gpu_mem_util_max", "GPU memory (peak)", True),
-    "gpu_util": ("gpu_util", "GPU utilization (mean)", True),
+    "gpu_util": ("gpu_util", "GPU saturated: utilization (mean)", True),
     "error_rate": ("error_rate", "error rate", True),
     "ttft": ("ttft_p99_s", "P99 TTFT", False),
     "tpot": ("tpot_p99_s", "P99 TPOT", False),
@@ -114,9 +123,41 @@ def failing(alerts: Sequence[Alert]) -> list[Alert]:
     return [a for a in alerts if a.severity == "fail"]
 
 
-def check(rows: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> list[Alert]:
-    """Every alert that fires, stage by stage in the rows' order."""
+def saturation(
+    rows: Sequence[Mapping[str, Any]], thresholds: Thresholds, steps: Sequence[Step] | None = None
+) -> dict[int, str]:
+    """Stage -> why its load saturates the server, in words, for the stages that it does: a
+    queue at the server (mean waiting at least ``no_queue_waiting``), or throughput that stopped
+    scaling on the step up to the stage (the knee's step into it is not ``linear``). A stage
+    with neither (the first of a sweep without a queue, a one-stage run without one) is not.
+    ``steps``: the report's knee steps (its MoE reading included); by default the rows' own."""
+    if steps is None:
+        steps = find_knee(rows, thresholds=thresholds).steps
+    into = {step.hi_stage: step for step in steps}
+    out: dict[int, str] = {}
+    for row in rows:
+        stage = int(row["stage"])
+        waiting = row.get("waiting")
+        step = into.get(stage)
+        if is_num(waiting) and waiting >= thresholds.no_queue_waiting:
+            out[stage] = (
+                f"{num(waiting, 1)} requests waiting (busy, not broken: more load only queues)"
+            )
+        elif step is not None and step.cls != "linear" and is_num(step.gain):
+            out[stage] = (
+                f"throughput {ratio(step.gain)} for {ratio(step.load_ratio)} the load from "
+                f"{step.lo_load} (busy, not broken: more load adds little throughput)"
+            )
+    return out
+
+
+def check(
+    rows: Sequence[Mapping[str, Any]], thresholds: Thresholds, steps: Sequence[Step] | None = None
+) -> list[Alert]:
+    """Every alert that fires, stage by stage in the rows' order (GPU utilization only where
+    the stage is saturated: :func:`saturation`, from the knee's ``steps``)."""
     alerts = []
+    saturated: dict[int, str] | None = None
     for row in rows:
         for name, (column, label, is_ratio) in CHECKS.items():
             limit = getattr(thresholds, name)
@@ -130,6 +171,12 @@ def check(rows: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> list[Ale
                 if is_ratio
                 else f"{ms(value)} ms > {ms(limit)} ms"
             )
+            if name == "gpu_util":
+                saturated = saturation(rows, thresholds, steps) if saturated is None else saturated
+                why = saturated.get(int(row["stage"]))
+                if why is None:  # busy at a load it still keeps up with: the device, not a limit
+                    continue
+                shown += f" and {why}"
             where = load_label(row.get("concurrency"), row.get("rate"))
             warn = name == "gpu_util" and not thresholds.gpu_util_fails
             severity = "warning" if warn else "fail"
