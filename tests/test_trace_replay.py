@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cluster_utils import metric_value
+from cluster_utils import metric_value, wait_until
 from conftest import ROOT, locust_cmd, reap, run_distributed, run_locust
 
 from locust_llm.report.build import build_report
@@ -79,6 +79,13 @@ def test_two_workers_replay_every_line_once_on_its_schedule(
     assert [s.name for s in read_run_info(run_dir).stages] == ["trace replay"]
 
 
+def _requests_seen(url: str) -> float:
+    """Requests whose first token the simulator has produced so far."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return metric_value(text, "vllm:time_to_first_token_seconds_count")
+
+
 def test_lines_the_run_ends_before_are_recorded_not_dropped(tmp_path: Path) -> None:
     rows = synthetic_mooncake(60, rate_per_s=10.0, seed=2)  # about 6 s of trace
     trace = write_jsonl(rows, tmp_path / "t.jsonl")
@@ -96,7 +103,9 @@ def test_lines_the_run_ends_before_are_recorded_not_dropped(tmp_path: Path) -> N
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:
-            time.sleep(7.0)  # start-up, spawn, the 2 s lead: ~2 s of lines sent
+            # a few lines sent (however long Locust took to start on this host), then Ctrl-C:
+            # the trace's 6 s leave dozens of lines unsent
+            wait_until(lambda: _requests_seen(url) >= 5, 60, "5 requests at the server")
             proc.send_signal(signal.SIGINT)  # Ctrl-C
             output, _ = proc.communicate(timeout=60)
         finally:
