@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
