@@ -11,6 +11,7 @@ from locust_llm.client.webform import (
     apply_checked,
     await_shape_end,
     form_values,
+    host_error,
 )
 from locust_llm.errors import InputError
 from locust_llm.options import config, table
@@ -70,3 +71,15 @@ def test_a_start_waits_for_the_last_tests_shape_to_end_not_for_a_running_one() -
         await_shape_end(SimpleNamespace(state=state, shape_greenlet=shape))
         assert shape.joined == ([SHAPE_END_WAIT_S] if waits else []), state
     await_shape_end(SimpleNamespace(state="stopped", shape_greenlet=None))
+
+
+def test_the_forms_host_is_checked_as_host_is() -> None:
+    error = host_error({"host": "127.0.0.1:8000"})
+    assert isinstance(error, InputError)
+    assert str(error) == (
+        "the start form's Host '127.0.0.1:8000': no scheme; write http://127.0.0.1:8000 "
+        "(or https://127.0.0.1:8000 for TLS)"
+    )
+    assert host_error({"host": "http://a:1/v1, ftp://b"}) is not None  # each of a list
+    assert host_error({"host": "http://a:1/v1, https://b"}) is None
+    assert host_error({"user_count": "2"}) is None and host_error({"host": ""}) is None

@@ -159,6 +159,9 @@ def test_a_sweep_started_from_the_form_runs_the_forms_stage_plan(tmp_path: Path)
             refused = _post_form(ui + "/swarm", {"llm_concurrency": "1,x"})
             assert refused["success"] is False
             assert "--llm-concurrency '1,x'" in refused["message"], refused
+            # a Host without a scheme is refused in the form; the web UI stays up
+            refused = _post_form(ui + "/swarm", {"host": "127.0.0.1:8000"})
+            assert refused["success"] is False and "no scheme" in refused["message"], refused
             run_dirs = []
             for plan in ("2,3", "4"):
                 form = {"llm_concurrency": plan, "llm_stage_duration": "1", "llm_max_tokens": "8"}

@@ -10,7 +10,8 @@ form starts runs with its values, on the master and on every worker.
 
 A value the command line would refuse must not reach a started test (a bad option at
 ``test_start`` ends the process): :func:`install` adds a ``before_request`` hook that, when a
-new test is submitted, applies the form's LLM fields, runs the start checks and, on an
+new test is submitted, checks the Host field as ``--host`` is checked, applies the form's LLM
+fields, runs the start checks and, on an
 :class:`~locust_llm.errors.InputError`, puts the previous values back and answers as Locust's
 ``/swarm`` answers a bad field (``success: false`` and the message, which the form shows).
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 from locust_llm.errors import InputError
 from locust_llm.options.table import web_ui_options
+from locust_llm.options.validate import http_url
 
 logger = logging.getLogger("locust_llm")
 
@@ -35,6 +37,20 @@ SHAPE_END_WAIT_S = 30.0
 def form_values(form: Any) -> dict[str, str]:
     """The submitted LLM fields: parsed-options name -> value as typed."""
     return {o.dest: str(form[o.dest]) for o in web_ui_options() if o.dest in form}
+
+
+def host_error(form: Any) -> InputError | None:
+    """The form's Host field as ``--host`` checks it (each of a comma-separated list): a typo
+    there (``127.0.0.1:8000``, no scheme) is answered in the form, not found at the test's start
+    (where a bad option ends the process, and with it the web UI)."""
+    hosts = str(form.get("host", "") or "")
+    try:
+        for host in hosts.split(","):
+            if host.strip():
+                http_url("the start form's Host", host)
+    except InputError as exc:
+        return exc
+    return None
 
 
 def apply_checked(
@@ -81,9 +97,9 @@ def install(environment: Any, check: Callable[[], None]) -> None:
             return None  # the form edits a running test's users: options apply at a start
         await_shape_end(runner)
         values = form_values(request.form)
-        if not values:
-            return None
-        error = apply_checked(environment.parsed_options, values, check)
+        error = host_error(request.form)
+        if error is None and values:
+            error = apply_checked(environment.parsed_options, values, check)
         if error is None:
             return None
         logger.error("locust-llm: the web UI's start form: %s; the test was not started", error)
