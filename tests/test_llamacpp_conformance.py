@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ import pytest
 from cluster_utils import Cluster, locust_counts, read_run
 from llamacpp.model import write_tiny_model
 from llamacpp.server import LlamaServer, start_llama_server
+
+from locust_llm.report.diagnosis.engines import VLLM_FLAGS
 
 pytestmark = pytest.mark.slow
 
@@ -149,6 +152,12 @@ def test_slot_count_is_the_batch_limit_and_all_slots_busy_at_concurrency_8(sweep
     # the verdict names the slot limit (issue 16): requests wait for one of the 4 slots
     assert at_8["stage"] == 3 and at_8["cause"] == "batch_limit_admission", at_8
     assert at_8["resource"] == "batch slots", at_8
+    # the run knows the engine from its /metrics, and every action speaks llama.cpp's flags
+    assert extra["server_engine"] == "llamacpp"
+    assert any("--parallel (now 4)" in a for a in at_8["actions"]), at_8["actions"]
+    actions = [a for v in [*sweep.summary["stage_verdicts"], sweep.summary["verdict"]]
+               for a in v["actions"]]  # fmt: skip
+    assert actions and not [a for a in actions if VLLM_FLAGS & set(re.findall(r"--[a-z-]+", a))]
 
 
 def test_report_shows_estimated_shares_and_the_servers_counts_beside_ours(sweep: Sweep) -> None:

@@ -290,6 +290,8 @@ def fill_run_info(rt: Runtime) -> RunInfo:
         if counts is not None:
             stage.arrivals_drawn, stage.arrivals_unsent = counts.drawn, dict(counts.unsent)
     runner = rt.environment.runner
+    if rt.telemetry is not None and rt.telemetry.engines:  # the actions' words: diagnosis/engines
+        info.extra["server_engine"] = ",".join(sorted(set(rt.telemetry.engines.values())))
     scraper_warnings = rt.telemetry.warnings if rt.telemetry is not None else []
     info.warnings = sorted(set(info.warnings) | set(_cpu_warnings(runner)) | set(scraper_warnings))
     return info

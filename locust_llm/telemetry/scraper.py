@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from locust_llm.errors import InputError
 from locust_llm.rundir.layout import TELEMETRY_COLUMNS, TELEMETRY_FILE
 from locust_llm.telemetry.signals import SCRAPE_UP
-from locust_llm.telemetry.vocabularies import extract_signals
+from locust_llm.telemetry.vocabularies import extract_signals, spoken_vocabularies
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,6 +92,11 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 
 class ScrapeError(Exception):
     """A target could not be scraped (internal: turned into a gap, never raised to callers)."""
+
+
+#: the vocabularies that name a serving engine (the others are GPU exporters); the simulator
+#: speaks vLLM's names and its own, and is named by its own
+SERVER_VOCABULARIES: tuple[str, ...] = ("sim", "vllm", "sglang", "tgi", "llamacpp")
 
 
 def fetch_text(url: str, timeout_s: float) -> str:
@@ -164,6 +169,9 @@ class TelemetryScraper:
         self._rows: list[Row] = []
         self._lock = threading.Lock()
         self._seen: dict[str, set[tuple[str, str]]] = {t: set() for t in self.targets}
+        #: target -> the serving engine whose metrics it speaks (``vllm``, ``llamacpp`` ...)
+        self.engines: dict[str, str] = {}
+        self._identified: set[str] = set()
         self._failing: dict[str, bool] = {}
         self._warned: set[str] = set()
         self.warnings: list[str] = []
@@ -175,7 +183,14 @@ class TelemetryScraper:
     def scrape_target(self, target: str, now: float) -> bool:
         """Scrape one target once, stamping rows with ``now``; True when it succeeded."""
         try:
-            values = extract_signals(self._fetch(target, self.timeout_s))
+            text = self._fetch(target, self.timeout_s)
+            values = extract_signals(text)
+            if target not in self._identified:  # which engine answers: its metrics' names
+                self._identified.add(target)
+                spoken = spoken_vocabularies(text)
+                engine = next((v for v in SERVER_VOCABULARIES if v in spoken), None)
+                if engine is not None:
+                    self.engines[target] = engine
         except (ScrapeError, InputError) as exc:
             self._record_gap(target, now, str(exc))
             return False

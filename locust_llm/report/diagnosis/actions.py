@@ -6,7 +6,8 @@ Every verdict kind and every cause (the limiting resource and mechanism), both d
 change that made the problem: a compute-bound or interference verdict is not told to quantize
 (bandwidth is not what limits), an OOM is not told to lower ``--max-num-batched-tokens`` (a
 too-small token budget is itself a cause of failed requests). Where the server's current flag
-value is known it is quoted (:func:`with_values`).
+value is known it is quoted (:func:`with_values`). The flags are vLLM's;
+:mod:`locust_llm.report.diagnosis.engines` puts them in the words of the engine a run identified.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ CAUSE_ACTIONS: dict[str, tuple[str, ...]] = {
         "shorter contexts admit more sequences: cap --max-model-len or the output length",
     ),
     "batch_limit_admission": (
-        "raise the batch limit (--max-num-seqs{max_num_seqs}; llama.cpp --parallel"
-        "{total_slots}): the batch is full while KV space is left, so requests wait for a slot",
+        "raise the batch limit (--max-num-seqs{max_num_seqs}): the batch is full while KV "
+        "space is left, so requests wait for a slot",
         "or cap concurrency at the recommended cap and scale out: beyond the slots requests only "
         "queue",
     ),

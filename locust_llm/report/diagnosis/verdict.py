@@ -47,6 +47,7 @@ from locust_llm.report.diagnosis.actions import (
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
 from locust_llm.report.diagnosis.client_delay import late_first_reads
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
+from locust_llm.report.diagnosis.engines import engine_of, in_engine_words
 from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.fmt import column as _v
@@ -967,7 +968,12 @@ def stage_verdict(
         return Verdict(
             kind=found.kind,
             evidence=evidence,
-            actions=(*with_values(tuple(dict.fromkeys(actions)), flags), *found.extra_actions),
+            actions=(
+                *in_engine_words(
+                    with_values(tuple(dict.fromkeys(actions)), flags), engine_of(flags)
+                ),
+                *found.extra_actions,
+            ),
             stage=stage,
             cause=found.cause,
             rule=r.name,
