@@ -56,21 +56,36 @@ def test_server_histograms_win_and_are_differenced_per_stage() -> None:
 
 
 def test_model_split_calibrates_on_the_lowest_load_and_puts_the_rest_in_the_queue() -> None:
+    """A server with no phase histograms and no waiting gauge: the roofline's prefill."""
     model, gpu = get_model("mistral-7b"), get_gpu("rtx4090")
-    low = _row(ttft_avg_s=0.040, running=1.0)
+    low = _row(ttft_avg_s=0.040, running=1.0, waiting=math.nan)
     high = _row(
-        stage=1, concurrency=64.0, ttft_avg_s=2.0, running=40.0, waiting=24.0, qps=12.0,
+        stage=1, concurrency=64.0, ttft_avg_s=2.0, running=40.0, waiting=math.nan, qps=12.0,
         tpot_avg_s=0.03,
     )  # fmt: skip
     decompose([low, high], {}, model, gpu)
     assert low["ttft_split_source"] == "model" and low["queue_avg_s"] == pytest.approx(0.0)
     assert 0.05 <= low["prefill_efficiency"] <= 1.0
+    assert high["ttft_split_source"] == "model"
     assert high["queue_avg_s"] + high["prefill_avg_s"] == pytest.approx(2.0)
     assert high["queue_avg_s"] > 0.9 * 2.0  # a 256-token prompt takes tens of ms
-    assert high["queue_little_s"] == pytest.approx(24.0 / 12.0)  # Little's law beside it
 
 
-def test_an_empty_waiting_gauge_caps_the_model_queue_at_the_step_under_way() -> None:
+def test_a_waiting_gauge_is_the_one_queue_estimate_without_phase_histograms() -> None:
+    """llama.cpp's case: the server's own waiting gauge by Little's law (mean waiting /
+    completions per second) is the queue, not the model beside it; the split line quotes one
+    queue time."""
+    low = _row(ttft_avg_s=0.040)
+    high = _row(stage=1, concurrency=64.0, ttft_avg_s=2.5, running=40.0, waiting=24.0,
+                qps=12.0, tpot_avg_s=0.03)  # fmt: skip
+    decompose([low, high], {}, get_model("mistral-7b"), get_gpu("rtx4090"))
+    assert high["ttft_split_source"] == "waiting gauge"
+    assert high["queue_avg_s"] == pytest.approx(24.0 / 12.0) == high["queue_little_s"]
+    assert high["prefill_avg_s"] == pytest.approx(0.5)
+    assert split_line(high) == "TTFT = 2000 ms queue + 500 ms prefill (source: waiting gauge)"
+
+
+def test_an_empty_waiting_gauge_caps_the_queue_at_the_step_under_way() -> None:
     low = _row(ttft_avg_s=0.040)
     mid = _row(stage=1, concurrency=16.0, ttft_avg_s=0.5, running=16.0, waiting=0.0)
     decompose([low, mid], {}, get_model("mistral-7b"), get_gpu("rtx4090"))
@@ -117,11 +132,11 @@ def test_prompt_tokens_the_prefix_cache_served_are_not_prefilled() -> None:
     leaves ~205 tokens to compute, so the model's prefill is a fraction of the cold one and the
     rest of TTFT is queue; the resource model's prompt share counts computed tokens only."""
     model, gpu = get_model("mistral-7b"), get_gpu("h100-sxm")
-    loaded = {"concurrency": 64.0, "ttft_avg_s": 2.0, "running": 40.0, "waiting": 24.0,
+    loaded = {"concurrency": 64.0, "ttft_avg_s": 2.0, "running": 40.0, "waiting": math.nan,
               "qps": 12.0, "tpot_avg_s": 0.03, "input_tokens_avg": 2048.0}  # fmt: skip
-    cold = [_row(ttft_avg_s=0.09, input_tokens_avg=2048.0), _row(stage=1, **loaded)]
-    warm = [_row(ttft_avg_s=0.09, input_tokens_avg=2048.0),
-            _row(stage=1, cached_tokens_avg=1843.2, **loaded)]  # fmt: skip
+    idle = _row(ttft_avg_s=0.09, input_tokens_avg=2048.0, waiting=math.nan)
+    cold = [idle, _row(stage=1, **loaded)]
+    warm = [dict(idle), _row(stage=1, cached_tokens_avg=1843.2, **loaded)]
     decompose(cold, {}, model, gpu)
     decompose(warm, {}, model, gpu)
     assert 0 < warm[1]["prefill_avg_s"] < 0.3 * cold[1]["prefill_avg_s"]

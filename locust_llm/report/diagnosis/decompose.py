@@ -28,9 +28,13 @@ Pure (numpy in, dicts out). Two sources, best first:
    0.05..1). Without a roofline (no model/GPU given) the lowest-load stage's mean TTFT per
    input token is the prefill rate. Queue = mean TTFT - prefill (>= 0).
 
-Either way the queue time is cross-checked with Little's law: mean waiting requests (the
-``waiting`` gauge) / arrival rate (completions per second) = mean time in the queue
-(``queue_little_s``; NaN without the gauge). Decode = mean E2E - mean TTFT (client side).
+2a. ``waiting gauge`` (before the model, for a server that exports a waiting gauge but no
+   phase histograms: llama.cpp's ``requests_deferred``, SGLang's queue): Little's law on the
+   server's own gauge, mean waiting requests / completions per second = the mean time in the
+   queue (``queue_little_s``), prefill the rest of TTFT. One queue estimate per stage: the
+   server's phase histograms where it has them, its waiting gauge where it has that, the model
+   otherwise (``queue_little_s`` stays in the stage table, a cross-check of the histograms).
+   Decode = mean E2E - mean TTFT (client side).
 """
 
 from __future__ import annotations
@@ -410,6 +414,15 @@ def _decompose_row(
         if not math.isnan(phases.decode_s):
             row["decode_avg_s"] = phases.decode_s
         return
+    little = _f(row, "queue_little_s")
+    if not math.isnan(little + ttft):  # the server's own waiting gauge: its queue, one estimate
+        # at least the wait for the step under way, which a sampled gauge rarely catches
+        queue = min(max(little, step_wait_s(row, prefill_model.open_loop)), ttft)
+        row.update(
+            queue_avg_s=queue, prefill_avg_s=ttft - queue, outside_avg_s=NAN,
+            ttft_split_source="waiting gauge", phase_requests=NAN,
+        )  # fmt: skip
+        return
     prefill = prefill_model.prefill_s(row)
     if math.isnan(prefill) or math.isnan(ttft):
         row.update(
@@ -442,8 +455,4 @@ def split_line(row: Mapping[str, Any]) -> str:
     outside = _f(row, "outside_avg_s")
     if not math.isnan(outside):
         text += f" + {outside * 1e3:.0f} ms outside the engine"
-    text += f" (source: {source})"
-    little = _f(row, "queue_little_s")
-    if not math.isnan(little):
-        text += f"; Little's law on the waiting gauge: {little * 1e3:.0f} ms queue"
-    return text
+    return text + f" (source: {source})"
