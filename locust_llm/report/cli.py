@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from locust_llm.capacity import slo as slo_grammar
 from locust_llm.errors import InputError
 from locust_llm.report.build import Report, build_report
 from locust_llm.report.compare import compare_runs
@@ -26,28 +27,8 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_ALERTS = 0, 2, 3
 
 
 def parse_slo(spec: str | None) -> Slo:
-    """``'ttft=0.5,tpot=50ms,e2e=10'`` (seconds unless suffixed ms) -> Slo."""
-    if not spec:
-        return Slo()
-    values: dict[str, float] = {}
-    for item in spec.split(","):
-        if not item.strip():
-            continue
-        name, sep, text = item.partition("=")
-        name, text = name.strip(), text.strip().lower()
-        if not sep or name not in ("ttft", "tpot", "e2e"):
-            raise InputError(f"--slo: cannot read {item.strip()!r}; expected ttft=S,tpot=S,e2e=S")
-        scale = 1e-3 if text.endswith("ms") else 1.0
-        try:
-            value = float(text.removesuffix("ms").removesuffix("s")) * scale
-        except ValueError:
-            raise InputError(
-                f"--slo {name}={text!r}: expected seconds, e.g. 0.5 or 500ms"
-            ) from None
-        if not value > 0 or not math.isfinite(value):
-            raise InputError(f"--slo {name}: must be a positive number of seconds")
-        values[f"{name}_s"] = value
-    return Slo(**values)
+    """``--slo`` text -> Slo (the one grammar: :mod:`locust_llm.capacity.slo`)."""
+    return slo_grammar.parse_slo(spec)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
