@@ -2,7 +2,9 @@
 
 A stage is measured from its :class:`Sample` s (one per request it sent, in any order):
 
-- **warm-up**: the first requests, while the batch fills, are left out. :func:`warmup_cut` is
+- **warm-up**: the first requests, while the batch fills, are left out: those sent in the
+  stage's first median E2E (one cycle of a closed loop's users; at most half the stage so far),
+  and more where :func:`warmup_cut` says so. It is
   MSER-5 (White's marginal standard error rule) on the TTFTs in start order: it cuts the prefix
   whose removal makes the standard error of the rest's mean (in batches of 5) smallest, at most
   half the sample. The stage's ``warmup_s`` (run.json) is the start of the first request kept,
@@ -10,6 +12,7 @@ A stage is measured from its :class:`Sample` s (one per request it sent, in any 
 - **settled**: only requests started at least the longest E2E seen before "now" count, so the
   long requests still in flight do not bias the percentiles low (a record exists only once its
   request ended);
+- throughput: the completions that ended after the warm-up, per second up to "now";
 - each percentile SLO is read with its order-statistic interval
   (:mod:`locust_llm.capacity.intervals`) and is *met* when the interval's top is within the
   limit, *broken* when its bottom is above, *unclear* otherwise; the error share and goodput
@@ -107,7 +110,7 @@ class StageMeasurement:
     readings: tuple[Reading, ...]
     requests: int  # settled requests after the warm-up (the readings' sample)
     sent: int  # every request of the stage
-    throughput: float  # settled completions per second
+    throughput: float  # completions per second after the warm-up
     warmup_s: float  # seconds from the stage's start to the first request kept
     warmup_requests: int
     overload: str = ""  # why the stage is past capacity apart from the SLOs ("" = it is not)
@@ -180,18 +183,25 @@ def measure(
     sent = len(ordered)
     ok_ttfts = [s.ttft_s for s in ordered if s.ok and math.isfinite(s.ttft_s)]
     cut = warmup_cut(ok_ttfts)
-    warm_start = stage_start_s
+    # at least one cycle: the requests sent in the stage's first median E2E (at most half the
+    # time so far) met a batch still filling with the stage's new users or arrivals
+    e2es = sorted(s.e2e_s for s in ordered if s.ok and math.isfinite(s.e2e_s))
+    cycle = e2es[len(e2es) // 2] if e2es else 0.0
+    warm_start = stage_start_s + min(cycle, max(now_s - stage_start_s, 0.0) / 2)
     if cut:
         # the start of the first completed request kept (ok requests in start order)
         ok_starts = [s.start_s for s in ordered if s.ok and math.isfinite(s.ttft_s)]
-        warm_start = ok_starts[cut]
+        warm_start = max(warm_start, ok_starts[cut])
     longest = max((s.e2e_s for s in ordered if math.isfinite(s.e2e_s)), default=0.0)
     settle_by = now_s - longest
     kept = [s for s in ordered if warm_start <= s.start_s <= settle_by]
     warm_count = sum(1 for s in ordered if s.start_s < warm_start)
-    span = settle_by - warm_start
     completed = [s for s in kept if s.ok]
-    throughput = len(completed) / span if span > 0 and kept else math.nan
+    # completions that ended after the warm-up, per second since (a server that falls behind
+    # an open loop completes fewer than were sent)
+    span = now_s - warm_start
+    ended = sum(1 for s in ordered if s.ok and warm_start <= s.start_s + s.e2e_s <= now_s)
+    throughput = ended / span if span > 0 and ended else math.nan
     readings = [_percentile_reading(p, completed, confidence) for p in slo.percentiles]
     if slo.errors is not None:
         failed = sum(1 for s in kept if not s.ok)

@@ -1,0 +1,170 @@
+"""The capacity search on virtual time: ``locust-llm virtual --find-capacity --slo ...``.
+
+:class:`CapacityPlanner` is the virtual driver's
+:class:`~locust_llm.sim.virtual.StagePlanner`: it keeps each stage's samples, ends a stage when
+:func:`~locust_llm.capacity.measure.stop_reason` says it has run long enough (checked each
+time the stage's records have grown by a tenth), measures it, hands it to the
+:class:`~locust_llm.capacity.search.CapacitySearch` and plans the next load as an ordinary
+stage; each stage's warm-up goes into run.json (the report leaves it out), the answer into
+run.json's ``extra.capacity``. An open-loop stage completing less than
+``Thresholds.open_loop_shortfall`` of its offered rate is overloaded, as the verdict says it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from locust_llm.capacity import flags
+from locust_llm.capacity.measure import Sample, StageMeasurement, StageRule, measure, stop_reason
+from locust_llm.capacity.search import CapacitySearch
+from locust_llm.capacity.slo import Slo
+from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
+from locust_llm.workloads.stages import StagePlan
+
+
+def capacity_plan(load: float, *, closed: bool, rule: StageRule, name: str = "") -> StagePlan:
+    """The stage that measures ``load``: capped by the rule's time and requests."""
+    caps = {"duration_s": rule.max_duration_s, "requests": rule.max_requests, "name": name}
+    if closed:
+        return StagePlan(concurrency=int(load), max_sends=rule.max_requests, **caps)
+    return StagePlan(rate=load, **caps)
+
+
+def overload_reason(m: StageMeasurement, rate: float | None) -> str:
+    """Open loop: the completions fell short of the offered rate (the verdict's rule)."""
+    if rate is None or not math.isfinite(m.throughput):
+        return ""
+    if m.throughput < DEFAULT_THRESHOLDS.open_loop_shortfall * rate:
+        return f"achieved {m.throughput:.3g} of {rate:.3g} requests/s offered"
+    return ""
+
+
+class CapacityPlanner:
+    """Ends stages when steady and plans the next load (see the module docstring)."""
+
+    def __init__(
+        self, search: CapacitySearch, slo: Slo, rule: StageRule, base_wall_s: float
+    ) -> None:
+        self.search = search
+        self.slo = slo
+        self.rule = rule
+        self.base = base_wall_s
+        self.closed = search.settings.closed
+        self.samples: dict[int, list[Sample]] = defaultdict(list)
+        self.starts: dict[int, float] = {0: 0.0}  # stage -> virtual start (s)
+        self.loads: dict[int, float] = {}
+        self.measured: dict[int, StageMeasurement] = {}
+        self.reasons: dict[int, str] = {}
+        self._check_at = rule.min_requests
+        self._names: set[str] = set()
+
+    def first_plan(self) -> StagePlan:
+        load = self.search.next_load()
+        assert load is not None
+        return self._plan(0, load)
+
+    def _plan(self, stage: int, load: float) -> StagePlan:
+        self.loads[stage] = load
+        plan = capacity_plan(load, closed=self.closed, rule=self.rule)
+        name, again = plan.name, 2
+        while name in self._names:  # a load measured again keeps a name of its own
+            name, again = f"{plan.name} #{again}", again + 1
+        self._names.add(name)
+        return capacity_plan(load, closed=self.closed, rule=self.rule, name=name)
+
+    # ---- StagePlanner -------------------------------------------------------------------
+    def on_record(self, record: RequestRecord) -> None:
+        if record.error_kind in CLIENT_SIDE_KINDS or record.stage < 0:
+            return
+        self.samples[record.stage].append(
+            Sample(record.start_wall_s, record.ok, record.ttft_s, record.tpot_s, record.e2e_s)
+        )
+
+    def _measure(self, stage: int, now_s: float) -> StageMeasurement:
+        m = measure(
+            self.samples[stage], self.slo, load=self.loads[stage],
+            stage_start_s=self.base + self.starts[stage], now_s=self.base + now_s,
+            confidence=self.rule.confidence,
+        )  # fmt: skip
+        if not self.closed:
+            reason = overload_reason(m, self.loads[stage])
+            if reason:
+                m = measure(
+                    self.samples[stage], self.slo, load=self.loads[stage],
+                    stage_start_s=self.base + self.starts[stage], now_s=self.base + now_s,
+                    confidence=self.rule.confidence, overload=reason,
+                )  # fmt: skip
+        return m
+
+    def stage_over(self, stage: int, now_s: float) -> bool:
+        n = len(self.samples[stage])
+        if n < self._check_at:
+            return False
+        self._check_at = max(n + 1, math.ceil(n * 1.1))
+        m = self._measure(stage, now_s)
+        reason = stop_reason(m, self.rule, now_s - self.starts[stage])
+        if reason:
+            self.reasons[stage] = reason
+        return bool(reason)
+
+    def warmup_s(self, stage: int) -> float | None:
+        m = self.measured.get(stage)
+        return m.warmup_s if m is not None else None
+
+    def next_plan(self, ended_stage: int, ended_s: float) -> StagePlan | None:
+        if ended_stage not in self.measured:
+            m = self._measure(ended_stage, ended_s)
+            self.measured[ended_stage] = m
+            self.reasons.setdefault(ended_stage, "time cap" if ended_s > 0 else "")
+            self.search.record(m, ended_stage)
+        load = self.search.next_load()
+        if load is None:
+            return None
+        stage = ended_stage + 1
+        self.starts[stage] = ended_s
+        self._check_at = self.rule.min_requests
+        return self._plan(stage, load)
+
+    def console_answer(self) -> str:
+        """What the console says once the search ended: the answer and what it cost."""
+        answer = self.search.answer()
+        return (
+            f"{answer.sentence()}\n"
+            f"search: {answer.stages} stages, {answer.requests} requests "
+            f"(slo {self.slo.describe()})"
+        )
+
+    def run_info(self) -> dict[str, Any]:
+        return {"capacity": capacity_info(self.search, self.slo, self.rule, self.reasons)}
+
+
+def capacity_info(
+    search: CapacitySearch, slo: Slo, rule: StageRule, reasons: dict[int, str]
+) -> dict[str, Any]:
+    """run.json's ``extra.capacity``: the answer, its steps, the SLOs and the rules."""
+    answer = search.answer()
+    s = search.settings
+    out = answer.to_dict()
+    for step in out["steps"]:  # type: ignore[union-attr]
+        step["ended_by"] = reasons.get(step["stage"], "")
+    out.update(
+        sentence=answer.sentence(),
+        slo=slo.describe(),
+        done=search.next_load() is None,
+        settings={
+            "start": s.start, "factor": s.factor, "resolution": s.resolution,
+            "max_load": s.max_load, "width": rule.width, "min_requests": rule.min_requests,
+            "max_requests": rule.max_requests, "max_duration_s": rule.max_duration_s,
+            "confidence": rule.confidence,
+        },
+    )  # fmt: skip
+    return out
+
+
+def planner_from_args(args: Any, base_wall_s: float) -> CapacityPlanner:
+    """``locust-llm virtual --find-capacity``'s planner from its flags."""
+    settings, rule, slo = flags.from_args(args, args.slo, flat_gain=DEFAULT_THRESHOLDS.flat_gain)
+    return CapacityPlanner(CapacitySearch(settings), slo, rule, base_wall_s)
