@@ -21,6 +21,7 @@ flag                        meaning                                         defa
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from locust_llm.capacity.measure import StageRule
@@ -79,7 +80,9 @@ def from_args(
         max_load=_number(args.capacity_max, "--capacity-max", whole=closed),
         factor=_number(args.capacity_factor, "--capacity-factor"),
         resolution=parse_share(args.capacity_resolution, "--capacity-resolution"),
-    ).checked()
+    )
+    # a rate may go below 1/s when even the first fails (users stop at 1)
+    settings = replace(settings, min_load=1.0 if closed else settings.start / 64).checked()
     rule = StageRule(
         width=parse_share(args.stage_ci_width, "--stage-ci-width"),
         min_requests=int(_number(args.stage_min_requests, "--stage-min-requests", whole=True)),

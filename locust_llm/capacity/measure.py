@@ -4,7 +4,8 @@ A stage is measured from its :class:`Sample` s (one per request it sent, in any 
 
 - **warm-up**: the first requests, while the batch fills, are left out: those sent in the
   stage's first median E2E (one cycle of a closed loop's users; at most half the stage so far),
-  and more where :func:`warmup_cut` says so. It is
+  those sent before the last request of an earlier stage ended (its backlog; the caller
+  says when), and more where :func:`warmup_cut` says so. It is
   MSER-5 (White's marginal standard error rule) on the TTFTs in start order: it cuts the prefix
   whose removal makes the standard error of the rest's mean (in batches of 5) smallest, at most
   half the sample. The stage's ``warmup_s`` (run.json) is the start of the first request kept,
@@ -16,10 +17,12 @@ A stage is measured from its :class:`Sample` s (one per request it sent, in any 
 - each percentile SLO is read with its order-statistic interval
   (:mod:`locust_llm.capacity.intervals`) and is *met* when the interval's top is within the
   limit, *broken* when its bottom is above, *unclear* otherwise; the error share and goodput
-  likewise with Wilson intervals.
+  have Wilson intervals and are *broken* when the interval lies past the limit, *met* when the
+  value is within it (a stage is not held open to bound 0 errors below 1%: ~370 requests).
 
-:func:`stop_reason` ends a stage when every percentile SLO is decided (or one is broken), when
-every undecided one's interval is within :attr:`StageRule.width` of its value, or at the
+:func:`stop_reason` ends a stage when one SLO is broken; else, while the TTFT is not drifting
+up (the later half's median interval above the earlier half's), when every percentile SLO is
+decided or every undecided one's interval is within :attr:`StageRule.width` of its value, or at the
 stage's time or request cap; an unclear stage is then judged by its point estimates and says so.
 """
 
@@ -113,6 +116,10 @@ class StageMeasurement:
     throughput: float  # completions per second after the warm-up
     warmup_s: float  # seconds from the stage's start to the first request kept
     warmup_requests: int
+    throughput_hi: float = math.nan  # the throughput's upper bound (Poisson, 95%)
+    #: the later half's median TTFT interval above the earlier half's: still climbing (an open
+    #: loop's queue growing), so the stage may not end as met yet
+    drifting: bool = False
     overload: str = ""  # why the stage is past capacity apart from the SLOs ("" = it is not)
 
     @property
@@ -177,6 +184,7 @@ def measure(
     now_s: float,
     confidence: float = CONFIDENCE,
     overload: str = "",
+    not_before_s: float = 0.0,
 ) -> StageMeasurement:
     """The stage's readings at ``now_s`` from its samples so far (see the module docstring)."""
     ordered = sorted(samples, key=lambda s: s.start_s)
@@ -192,6 +200,8 @@ def measure(
         # the start of the first completed request kept (ok requests in start order)
         ok_starts = [s.start_s for s in ordered if s.ok and math.isfinite(s.ttft_s)]
         warm_start = max(warm_start, ok_starts[cut])
+    # an earlier stage's requests served into this one (the caller says until when)
+    warm_start = max(warm_start, min(not_before_s, now_s))
     longest = max((s.e2e_s for s in ordered if math.isfinite(s.e2e_s)), default=0.0)
     settle_by = now_s - longest
     kept = [s for s in ordered if warm_start <= s.start_s <= settle_by]
@@ -202,7 +212,16 @@ def measure(
     span = now_s - warm_start
     ended = sum(1 for s in ordered if s.ok and warm_start <= s.start_s + s.e2e_s <= now_s)
     throughput = ended / span if span > 0 and ended else math.nan
+    # the rate's upper bound (a Poisson count's, normal approximation): what an open loop's
+    # achieved rate is held to before the stage is called overloaded
+    throughput_hi = (ended + 1 + 1.96 * math.sqrt(ended + 1)) / span if span > 0 else math.nan
     readings = [_percentile_reading(p, completed, confidence) for p in slo.percentiles]
+    ttfts = [s.ttft_s for s in completed if math.isfinite(s.ttft_s)]
+    half = len(ttfts) // 2
+    drifting = half >= 10 and (
+        percentile_interval(ttfts[half:], 50, confidence).lo
+        > percentile_interval(ttfts[:half], 50, confidence).hi
+    )
     if slo.errors is not None:
         failed = sum(1 for s in kept if not s.ok)
         share = share_interval(failed, len(kept), confidence)
@@ -217,6 +236,8 @@ def measure(
         requests=len(kept),
         sent=sent,
         throughput=throughput,
+        throughput_hi=throughput_hi,
+        drifting=drifting,
         warmup_s=max(warm_start - stage_start_s, 0.0),
         warmup_requests=warm_count,
         overload=overload,
@@ -247,12 +268,15 @@ def _percentile_reading(p: PercentileSlo, completed: list[Sample], confidence: f
 def _share_reading(
     name: str, label: str, limit: float, share: ShareInterval, *, at_least: bool
 ) -> Reading:
+    # a share fails on evidence (its interval past the limit) and otherwise holds by its
+    # value: 0 errors in n bound the share below 1% only from n ~ 370 on, and a stage is not
+    # held open for that
     if share.n == 0:
         state = UNCLEAR
     elif at_least:
-        state = MET if share.lo >= limit else BROKEN if share.hi < limit else UNCLEAR
+        state = BROKEN if share.hi < limit else MET if share.value >= limit else UNCLEAR
     else:
-        state = MET if share.hi <= limit else BROKEN if share.lo > limit else UNCLEAR
+        state = BROKEN if share.lo > limit else MET if share.value <= limit else UNCLEAR
     return Reading(name, label, limit, share.value, share.lo, share.hi, state, "share", at_least)
 
 
@@ -269,6 +293,8 @@ def stop_reason(m: StageMeasurement, rule: StageRule, elapsed_s: float) -> str:
     percentiles = [r for r in m.readings if r.unit == "s"]
     if any(r.state == BROKEN for r in m.readings) or m.overload:
         return "decided"
+    if m.drifting:
+        return ""
     undecided = [r for r in percentiles if r.state == UNCLEAR]
     if not undecided:
         return "decided"

@@ -7,13 +7,13 @@ the stages: the simulator on virtual time, the Locust shape on the master.
 
 1. **grow**: from ``start``, multiply the load by ``factor`` until a stage fails: an SLO broken
    (by its interval; an unclear stage by its point estimates), the stage overloaded (the
-   caller's reason, e.g. open loop's achieved rate short of the offered one), or throughput no
-   longer rising (at most ``flat_gain`` times that of ``lo``, the highest load that passed,
-   while the load grew: in bisection too, so the bracket closes on the knee);
+   caller's reason, e.g. open loop's achieved rate short of the offered one), or (closed loop)
+   throughput no longer rising (at most ``flat_gain`` times the previous stage's while the load
+   doubled: more users only queue);
    ``max_load`` bounds it (all met there: "at least max_load"). A first stage that fails
    halves the load instead, down to ``min_load``.
 2. **bisect** between the last load that met every SLO (``lo``) and the first that did not
-   (``hi``), at their geometric mean, until ``hi / lo <= 1 + resolution`` (closed loop: or
+   (``hi``), judging by the SLOs (and the overload) alone, at their geometric mean, until ``hi / lo <= 1 + resolution`` (closed loop: or
    they are neighbours).
 3. **confirm**: measure ``lo`` once more. It holds: the answer. It fails: it becomes ``hi`` and
    the search goes on below it (``max_stages`` bounds the whole search).
@@ -194,7 +194,7 @@ class CapacitySearch:
         load = m.load
         passes = m.passes
         broken_by = tuple(m.broken_by())
-        if passes and self.phase != CONFIRM and self.lo is not None and load > self.lo:
+        if passes and s.closed and self.phase == GROW and self.lo is not None and load > self.lo:
             before = self.results[self.lo]
             flat = (
                 math.isfinite(m.throughput)

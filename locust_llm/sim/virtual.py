@@ -64,6 +64,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from locust_llm import __version__
@@ -170,11 +171,15 @@ class StagePlanner(Protocol):
 
     def on_record(self, record: RequestRecord) -> None: ...
 
-    def stage_over(self, stage: int, now_s: float) -> bool: ...
+    def stage_over(self, stage: int, now_s: float, older_in_flight: Callable[[], int]) -> bool: ...
 
     def next_plan(self, ended_stage: int, ended_s: float) -> StagePlan | None: ...
 
     def warmup_s(self, stage: int) -> float | None: ...
+
+    def idle_first(self, ended_stage: int) -> bool: ...
+
+    def stage_opened(self, stage: int, at_s: float) -> None: ...
 
     def run_info(self) -> dict[str, Any]: ...
 
@@ -407,8 +412,11 @@ class _Driver:
 
     # ---- stages -------------------------------------------------------------------------
     def open_stage(self, index: int, at_s: float) -> None:
+        if self.planner is not None:
+            self.planner.stage_opened(index, at_s)
         if self.stages:
-            self.stages[-1].end_wall_s = self.base + at_s
+            if math.isnan(self.stages[-1].end_wall_s):  # not ended before a pause
+                self.stages[-1].end_wall_s = self.base + at_s
             self.drop_arrivals(STAGE_ENDED)
         self.stage, self.stage_start, self.stage_completed = index, at_s, 0
         self.stage_sent = 0
@@ -465,12 +473,18 @@ class _Driver:
                 self.stages[self.stage].warmup_s = warmup
         return self.plans[nxt] if nxt < len(self.plans) else None
 
+    def older_in_flight(self) -> int:
+        """Requests of earlier stages still in flight (a backlog the current stage inherits)."""
+        return sum(1 for req in self.live.values() if req.stage < self.stage)
+
     def stage_over(self) -> float | None:
         """When the current stage ends (a virtual time), or None while it goes on."""
         plan = self.plans[self.stage]
         if plan.requests is not None and self.stage_completed >= plan.requests:
             return self.now
-        if self.planner is not None and self.planner.stage_over(self.stage, self.now):
+        if self.planner is not None and self.planner.stage_over(
+            self.stage, self.now, self.older_in_flight
+        ):
             return self.now
         if plan.duration_s is not None and self.now >= self.stage_start + plan.duration_s:
             return self.stage_start + plan.duration_s
@@ -530,8 +544,13 @@ class _Driver:
         self.scrape_until(0.0)
         self.open_stage(0, 0.0)
         draining_since: float | None = None
+        idle_before_next = False  # the next stage opens once nothing is in flight
         while True:
-            if draining_since is None:
+            if idle_before_next and not self.live:
+                idle_before_next = False
+                self.open_stage(self.stage + 1, self.now)
+                continue
+            if draining_since is None and not idle_before_next:
                 end = self.stage_over()
                 if end is not None and self.to_send and self.to_send[0][0] < end:
                     self.send_next_user()  # sent before the stage ended: the stage's own
@@ -541,6 +560,15 @@ class _Driver:
                     continue
                 if end is not None:
                     if self.next_plan(end) is not None:
+                        if self.planner is not None and self.planner.idle_first(self.stage):
+                            # a pause: the server serves the backlog, nothing new is sent
+                            self.stages[-1].end_wall_s = self.base + end
+                            self.drop_arrivals(STAGE_ENDED)
+                            self.users = 0
+                            self.to_send = []
+                            self.queued_users.clear()
+                            idle_before_next = True
+                            continue
                         self.open_stage(self.stage + 1, end)
                         continue
                     self.stages[-1].end_wall_s = self.base + end

@@ -3,7 +3,8 @@
 :class:`CapacityPlanner` is the virtual driver's
 :class:`~locust_llm.sim.virtual.StagePlanner`: it keeps each stage's samples, ends a stage when
 :func:`~locust_llm.capacity.measure.stop_reason` says it has run long enough (checked each
-time the stage's records have grown by a tenth), measures it, hands it to the
+time the stage's records have grown by a tenth, and not while requests of an earlier stage are
+still in flight: their backlog is the stage's warm-up), measures it, hands it to the
 :class:`~locust_llm.capacity.search.CapacitySearch` and plans the next load as an ordinary
 stage; each stage's warm-up goes into run.json (the report leaves it out), the answer into
 run.json's ``extra.capacity``. An open-loop stage completing less than
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from locust_llm.capacity import flags
@@ -34,10 +36,12 @@ def capacity_plan(load: float, *, closed: bool, rule: StageRule, name: str = "")
 
 
 def overload_reason(m: StageMeasurement, rate: float | None) -> str:
-    """Open loop: the completions fell short of the offered rate (the verdict's rule)."""
-    if rate is None or not math.isfinite(m.throughput):
+    """Open loop: the completions fell short of the offered rate (the verdict's rule), beyond
+    the count's own noise."""
+    if rate is None or not math.isfinite(m.throughput_hi):
         return ""
-    if m.throughput < DEFAULT_THRESHOLDS.open_loop_shortfall * rate:
+    # on evidence: even the rate's upper bound falls short
+    if m.throughput_hi < DEFAULT_THRESHOLDS.open_loop_shortfall * rate:
         return f"achieved {m.throughput:.3g} of {rate:.3g} requests/s offered"
     return ""
 
@@ -59,6 +63,9 @@ class CapacityPlanner:
         self.measured: dict[int, StageMeasurement] = {}
         self.reasons: dict[int, str] = {}
         self._check_at = rule.min_requests
+        #: stage -> when the last request of an earlier stage ended in it (wall s): its
+        #: measurement starts after that backlog
+        self.backlog_end: dict[int, float] = {}
         self._names: set[str] = set()
 
     def first_plan(self) -> StagePlan:
@@ -79,6 +86,10 @@ class CapacityPlanner:
     def on_record(self, record: RequestRecord) -> None:
         if record.error_kind in CLIENT_SIDE_KINDS or record.stage < 0:
             return
+        current = max(self.starts)
+        if record.stage < current and math.isfinite(record.e2e_s):  # an earlier stage's tail
+            end = record.start_wall_s + record.e2e_s
+            self.backlog_end[current] = max(self.backlog_end.get(current, 0.0), end)
         self.samples[record.stage].append(
             Sample(record.start_wall_s, record.ok, record.ttft_s, record.tpot_s, record.e2e_s)
         )
@@ -87,7 +98,7 @@ class CapacityPlanner:
         m = measure(
             self.samples[stage], self.slo, load=self.loads[stage],
             stage_start_s=self.base + self.starts[stage], now_s=self.base + now_s,
-            confidence=self.rule.confidence,
+            confidence=self.rule.confidence, not_before_s=self.backlog_end.get(stage, 0.0),
         )  # fmt: skip
         if not self.closed:
             reason = overload_reason(m, self.loads[stage])
@@ -96,19 +107,31 @@ class CapacityPlanner:
                     self.samples[stage], self.slo, load=self.loads[stage],
                     stage_start_s=self.base + self.starts[stage], now_s=self.base + now_s,
                     confidence=self.rule.confidence, overload=reason,
+                    not_before_s=self.backlog_end.get(stage, 0.0),
                 )  # fmt: skip
         return m
 
-    def stage_over(self, stage: int, now_s: float) -> bool:
+    def stage_over(self, stage: int, now_s: float, older_in_flight: Callable[[], int]) -> bool:
         n = len(self.samples[stage])
         if n < self._check_at:
             return False
         self._check_at = max(n + 1, math.ceil(n * 1.1))
+        if older_in_flight() and now_s - self.starts[stage] < self.rule.max_duration_s:
+            return False  # the server still serves an earlier stage's backlog
         m = self._measure(stage, now_s)
         reason = stop_reason(m, self.rule, now_s - self.starts[stage])
         if reason:
             self.reasons[stage] = reason
         return bool(reason)
+
+    def stage_opened(self, stage: int, at_s: float) -> None:
+        self.starts[stage] = at_s
+
+    def idle_first(self, ended_stage: int) -> bool:
+        """After a stage that failed, the next one waits until nothing is in flight: a queue
+        left behind would be measured as the next load's."""
+        m = self.measured.get(ended_stage)
+        return m is not None and not m.passes
 
     def warmup_s(self, stage: int) -> float | None:
         m = self.measured.get(stage)
@@ -124,7 +147,7 @@ class CapacityPlanner:
         if load is None:
             return None
         stage = ended_stage + 1
-        self.starts[stage] = ended_s
+        self.starts[stage] = ended_s  # or later, after a pause (stage_opened says)
         self._check_at = self.rule.min_requests
         return self._plan(stage, load)
 

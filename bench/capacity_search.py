@@ -1,0 +1,275 @@
+"""The capacity search against a dense virtual sweep, over random simulator configurations.
+
+For each configuration (seeded fresh unless ``--seed`` is given; the seed is printed and
+written): random batch limit, prompt and output lengths (uniform within +-50% of a random mean) and simulator seed; SLOs set from a
+one-user calibration run (a P90 or P99 of TPOT within 1.3-3x its one-user median, and of TTFT
+within 3-10x). Closed loop (users) and open loop (requests/s) in turn:
+
+1. the search (:class:`~locust_llm.sim.virtual_capacity.CapacityPlanner`, the defaults of
+   ``locust-llm virtual --find-capacity``) finds its capacity and counts its requests and
+   virtual seconds;
+2. the reference: a dense sweep of long stages (every user, or 2.5% steps of the rate, over
+   0.75-1.35x the found capacity, after a short doubling ramp, in one run as a sweep runs;
+   ``REF_REQUESTS`` requests each, the first 20% dropped) judged
+   by point estimates against the same SLOs (and, open loop, completions at least 90% of the
+   offered rate); the true capacity is the largest load of the grid below its first failing
+   one (outside the grid: a miss, listed);
+3. hit: the found capacity is within the resolution (10%) of the true one (closed loop: or
+   within one user);
+4. cost: the search's requests against the seed's fixed sweep (1, 10, 50, 100, 200 users with
+   10, 20, 100, 200, 400 requests: 730), and its virtual seconds against that sweep's.
+
+``python bench/capacity_search.py [--configs N] [--seed S] [--out FILE]`` prints a markdown
+section (command, machine, date, counts with denominators, each config's row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from locust_llm.capacity.measure import StageRule
+from locust_llm.capacity.search import CapacitySearch, SearchSettings
+from locust_llm.capacity.slo import PercentileSlo, Slo
+from locust_llm.metrics import CLIENT_SIDE_KINDS
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
+from locust_llm.sim.config import SimConfig
+from locust_llm.sim.virtual import VirtualWorkload, simulate
+from locust_llm.sim.virtual_capacity import CapacityPlanner
+from locust_llm.workloads.stages import StagePlan
+
+REF_REQUESTS = 1500
+SEED_LOADS = (1, 10, 50, 100, 200)
+SEED_REQUESTS = (10, 20, 100, 200, 400)
+RESOLUTION = 0.10
+
+
+@dataclass
+class Case:
+    index: int
+    sim: SimConfig
+    input_len: str
+    max_tokens: str
+    slo: Slo
+
+
+def make_case(index: int, rng: random.Random) -> Case:
+    sim = SimConfig(
+        max_num_seqs=rng.choice([4, 8, 16, 32]),
+        seed=rng.randrange(1 << 30),
+    )
+    # lengths drawn per request (uniform within +-50%): users with identical requests would
+    # run in lockstep on the deterministic engine, a steady state no real server shows
+    mean_in = rng.choice([64, 128, 256, 512, 1024])
+    mean_out = rng.choice([32, 64, 96, 128])
+    input_len = f"uniform:{mean_in // 2},{mean_in * 3 // 2}"
+    max_tokens = f"uniform:{mean_out // 2},{mean_out * 3 // 2}"
+    one = simulate(
+        sim,
+        VirtualWorkload(
+            stages=(StagePlan(concurrency=1, requests=30),),
+            input_len=str(input_len),
+            max_tokens=str(max_tokens),
+            seed=sim.seed,
+        ),  # fmt: skip
+        start_wall_s=0.0,
+    )
+    ok = [r for r in one.records if r.ok]
+    tpot1 = statistics.median(r.tpot_s for r in ok if math.isfinite(r.tpot_s))
+    ttft1 = statistics.median(r.ttft_s for r in ok)
+    q = rng.choice([90.0, 99.0])
+    slo = Slo(
+        percentiles=(
+            PercentileSlo("tpot", q, round(tpot1 * rng.uniform(1.3, 3.0), 4)),
+            PercentileSlo("ttft", q, round(ttft1 * rng.uniform(3.0, 10.0), 4)),
+        ),
+        errors=0.01,
+    )
+    return Case(index, sim, input_len, max_tokens, slo)
+
+
+def workload(case: Case, stages: tuple[StagePlan, ...]) -> VirtualWorkload:
+    return VirtualWorkload(
+        stages=stages, input_len=case.input_len, max_tokens=case.max_tokens,
+        seed=case.sim.seed, stop_timeout_s=0.0,
+    )  # fmt: skip
+
+
+def search(case: Case, closed: bool) -> tuple[CapacitySearch, int, float, float]:
+    settings = SearchSettings(
+        closed=closed, flat_gain=DEFAULT_THRESHOLDS.flat_gain, resolution=RESOLUTION,
+        min_load=1.0 if closed else 1 / 64,
+    )  # fmt: skip
+    s = CapacitySearch(settings)
+    planner = CapacityPlanner(s, case.slo, StageRule(), 0.0)
+    t0 = time.perf_counter()
+    run = simulate(case.sim, workload(case, (planner.first_plan(),)), start_wall_s=0.0,
+                   planner=planner)  # fmt: skip
+    return s, len(run.records), run.virtual_s, time.perf_counter() - t0
+
+
+def stage_passes(case: Case, records: list, load: float, closed: bool) -> bool:
+    """One long stage of the reference: the SLOs by point estimates after a 20% warm-up."""
+    records = sorted(
+        (r for r in records if r.error_kind not in CLIENT_SIDE_KINDS), key=lambda r: r.start_wall_s
+    )
+    kept = records[len(records) // 5 :]
+    ok = [r for r in kept if r.ok]
+    if not ok:
+        return False
+    for p in case.slo.percentiles:
+        values = sorted(getattr(r, p.field) for r in ok if math.isfinite(getattr(r, p.field)))
+        if not values or _pct(values, p.q) > p.limit_s:
+            return False
+    if case.slo.errors is not None and (len(kept) - len(ok)) / len(kept) > case.slo.errors:
+        return False
+    if not closed:
+        first = kept[0].start_wall_s
+        ends = [r.start_wall_s + r.e2e_s for r in ok]
+        span = max(ends) - first
+        if span > 0 and len(ok) / span < DEFAULT_THRESHOLDS.open_loop_shortfall * load:
+            return False
+    return True
+
+
+def _pct(values: list[float], q: float) -> float:
+    pos = (len(values) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def reference(case: Case, found: float, closed: bool) -> tuple[float | None, str]:
+    """The true capacity from a dense sweep around ``found`` (None: not inside the grid).
+
+    One run, as a sweep runs: short ramp stages (doubling up to the grid, 50 requests each: a
+    closed loop's users do not all start at once, as the search's do not) then every grid
+    load in ascending order, ``REF_REQUESTS`` requests each.
+    """
+    if closed:
+        lo, hi = max(1, math.floor(found * 0.75) - 1), math.ceil(found * 1.35) + 1
+        grid = [float(x) for x in range(lo, hi + 1)]
+    else:
+        grid = [found * (0.75 + 0.025 * k) for k in range(25)]
+    ramp: list[float] = []
+    x = 1.0 if closed else grid[0] / 8
+    while x < grid[0]:
+        ramp.append(x)
+        x *= 2
+    stages = tuple(
+        StagePlan(concurrency=int(load), requests=n, max_sends=n)
+        if closed
+        else StagePlan(rate=load, requests=n)
+        for load, n in [(r, 50) for r in ramp] + [(g, REF_REQUESTS) for g in grid]
+    )
+    run = simulate(case.sim, workload(case, stages), start_wall_s=0.0)
+    by_stage: dict[int, list] = {}
+    for r in run.records:
+        by_stage.setdefault(r.stage, []).append(r)
+    passes = [
+        stage_passes(case, by_stage.get(len(ramp) + i, []), load, closed)
+        for i, load in enumerate(grid)
+    ]
+    if passes[0] is False:
+        return None, f"fails at the grid's bottom {grid[0]:.3g}"
+    first_fail = next((i for i, ok in enumerate(passes) if not ok), None)
+    if first_fail is None:
+        return None, f"passes at the grid's top {grid[-1]:.3g}"
+    inversions = sum(1 for i in range(first_fail, len(passes)) if passes[i])
+    note = f"{inversions} pass(es) above the first failure" if inversions else ""
+    return grid[first_fail - 1], note
+
+
+def seed_sweep_virtual_s(case: Case) -> float:
+    stages = tuple(StagePlan(concurrency=c, requests=n) for c, n in zip(SEED_LOADS, SEED_REQUESTS))
+    return simulate(case.sim, workload(case, stages), start_wall_s=0.0).virtual_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    rng = random.Random(seed)
+    started = time.time()
+    rows, hits, total, cheaper = [], 0, 0, 0
+    misses: list[str] = []
+    seed_requests = sum(SEED_REQUESTS)
+    for i in range(args.configs):
+        case = make_case(i, rng)
+        seed_s = seed_sweep_virtual_s(case)
+        for closed in (True, False):
+            s, sent, virtual_s, compute_s = search(case, closed)
+            answer = s.answer()
+            found = answer.capacity
+            total += 1
+            mode = "users" if closed else "rate"
+            if found is None:
+                truth, note = None, "the search found no load meeting the SLOs"
+            else:
+                truth, note = reference(case, found, closed)
+            hit = False
+            if found is not None and truth is not None:
+                err = abs(found - truth) / truth
+                hit = err <= RESOLUTION + 1e-9 or (closed and abs(found - truth) <= 1)
+            hits += hit
+            cheaper += sent < seed_requests
+            row = (
+                f"| {i} | {mode} | {case.sim.max_num_seqs} | {case.input_len} / {case.max_tokens} "
+                f"| {case.slo.describe()} | {_fmt(found)} ({_fmt(answer.above)}) "
+                f"| {_fmt(truth)} | {'hit' if hit else 'MISS'} | {answer.stages} | {sent} "
+                f"| {virtual_s:.0f} s (seed {seed_s:.0f} s) | {note} |"
+            )
+            rows.append(row)
+            print(row, flush=True)
+            if not hit:
+                misses.append(row)
+    machine = f"{platform.machine()}, {platform.system()} {platform.release()}, " + (
+        f"{len(__import__('os').sched_getaffinity(0))} cores"
+    )
+    lines = [
+        "## Capacity search against a dense virtual sweep",
+        "",
+        f"Command: `python bench/capacity_search.py --configs {args.configs} --seed {seed}`"
+        f" (seed drawn fresh: {seed}); machine: {machine}; date: "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; "
+        f"{time.time() - started:.0f} s wall.",
+        "",
+        f"- within the resolution ({RESOLUTION:.0%}; closed loop: or 1 user) of the dense "
+        f"sweep's capacity: **{hits} of {total}** searches "
+        f"({args.configs} configurations x closed and open loop); misses are listed below",
+        f"- fewer requests than the seed's fixed sweep ({seed_requests}): **{cheaper} of {total}**",
+        "",
+        "| config | loop | max seqs | in/out tokens | SLOs | found (first failing) | dense "
+        "sweep | | stages | requests | virtual time (seed sweep) | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "Misses:" if misses else "Misses: none.",
+        *misses,
+    ]
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`locust-llm virtual --find-capacity` in-process on virtual time: the search lands on the
+simulator's slot limit, every stage it ran is an ordinary stage of run.json (warm-up marked),
+the report reads the run dir unchanged, and bad flags are one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from locust_llm.cli import main
+
+SLOTS = 8  # --max-num-seqs: a ninth user waits a whole answer for a slot
+
+
+@pytest.fixture(scope="module")
+def closed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("cap") / "run"
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main([
+            "virtual", "--find-capacity", "--slo", "ttft_p90=500ms,errors=1%",
+            "--max-num-seqs", str(SLOTS), "--max-tokens", "64", "--out", str(out),
+        ])  # fmt: skip
+    assert code == 0
+    return out, buf.getvalue()
+
+
+def test_the_search_lands_at_the_slot_limit(closed_run: tuple[Path, str]) -> None:
+    out, console = closed_run
+    info = json.loads((out / "run.json").read_text())
+    cap = info["extra"]["capacity"]
+    assert (cap["capacity"], cap["above"], cap["unit"]) == (SLOTS, SLOTS + 1, "users")
+    assert cap["done"] and cap["limited_by"] == ["P90 TTFT"]
+    # the answer, stated once, with the binding SLO and its interval
+    assert console.count("capacity 8 users (SLOs break between 8 and 9 users) at P90 TTFT") == 1
+    # every stage the search ran is an ordinary stage, in order, the confirmation included
+    names = [s["name"] for s in info["stages"]]
+    assert len(names) == len(cap["steps"]) == cap["stages"]
+    assert [s["load"] for s in cap["steps"]] == [s["concurrency"] for s in info["stages"]]
+    assert names[-1] == "c=8 #2" and cap["steps"][-1]["phase"] == "confirm"
+    assert any(s["warmup_s"] > 0 for s in info["stages"])
+    sent = sum(s["requests"] for s in cap["steps"])
+    assert sent == cap["requests"] and "search: " in console
+
+
+def test_the_report_reads_the_search_run_unchanged(closed_run: tuple[Path, str]) -> None:
+    out, _ = closed_run
+    assert main(["report", str(out), "--slo", "ttft_p90=500ms,errors=1%"]) in (0, 3)
+    assert (out / "report.md").exists() and (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--find-capacity"], "--find-capacity needs stage objectives in --slo"),
+        (["--find-capacity", "--slo", "ttft=1"], "needs stage objectives"),
+        (["--find-capacity", "--slo", "ttft_p99=1s", "--concurrency", "4"], "plans its own"),
+        (["--find-capacity", "--slo", "ttft_p99=1s", "--capacity-start", "1.5"], "whole"),
+        (["--find-capacity", "--slo", "ttft_p99=1s", "--capacity-factor", "1"], "above 1"),
+    ],
+)
+def test_bad_capacity_flags_are_one_line_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["virtual", *argv, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.strip().count("\n") == 0
