@@ -5,7 +5,7 @@ written): random batch limit, prompt and output lengths (uniform within +-50% of
 one-user calibration run (a P90 or P99 of TPOT within 1.3-3x its one-user median, and of TTFT
 within 3-10x). Closed loop (users) and open loop (requests/s) in turn:
 
-1. the search (:class:`~locust_llm.sim.virtual_capacity.CapacityPlanner`, the defaults of
+1. the search (:class:`~locust_llm.live.capacity_planner.CapacityPlanner`, the defaults of
    ``locust-llm virtual --find-capacity``) finds its capacity and counts its requests and
    virtual seconds;
 2. the reference: a dense sweep of long stages (every user, or 2.5% steps of the rate, over
@@ -45,7 +45,7 @@ from locust_llm.metrics import CLIENT_SIDE_KINDS
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.virtual import VirtualWorkload, simulate
-from locust_llm.sim.virtual_capacity import CapacityPlanner
+from locust_llm.live.capacity_planner import CapacityPlanner
 from locust_llm.workloads.stages import StagePlan
 
 REF_REQUESTS = 1500

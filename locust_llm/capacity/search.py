@@ -13,8 +13,8 @@ the stages: the simulator on virtual time, the Locust shape on the master.
    ``max_load`` bounds it (all met there: "at least max_load"). A first stage that fails
    halves the load instead, down to ``min_load``.
 2. **bisect** between the last load that met every SLO (``lo``) and the first that did not
-   (``hi``), judging by the SLOs (and the overload) alone, at their geometric mean, until ``hi / lo <= 1 + resolution`` (closed loop: or
-   they are neighbours).
+   (``hi``), judging by the SLOs (and the overload) alone, at their geometric mean, until
+   ``hi / lo <= 1 + resolution`` (closed loop: or they are neighbours).
 3. **confirm**: measure ``lo`` once more. It holds: the answer. It fails: it becomes ``hi`` and
    the search goes on below it (``max_stages`` bounds the whole search).
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from locust_llm.capacity.measure import UNCLEAR, Reading, StageMeasurement
 from locust_llm.errors import InputError
@@ -121,6 +122,23 @@ class CapacityAnswer:
             head += "; within the intervals at the boundary (judged by point estimates)"
         return head
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CapacityAnswer:
+        """The answer run.json's ``extra.capacity`` holds (its steps left out)."""
+        b = data.get("binding")
+        binding = None
+        if b:
+            binding = Reading(
+                b["name"], b["label"], b["limit"], _num(b["value"]), _num(b["lo"], 0.0),
+                _num(b["hi"], math.inf), b["state"], b.get("unit", "s"),
+            )  # fmt: skip
+        return cls(
+            unit=data["unit"], capacity=data.get("capacity"), above=data.get("above"),
+            binding=binding, limited_by=tuple(data.get("limited_by", ())),
+            uncertain=bool(data.get("uncertain")), stages=int(data.get("stages", 0)),
+            requests=int(data.get("requests", 0)),
+        )  # fmt: skip
+
     def to_dict(self) -> dict[str, object]:
         return {
             "unit": self.unit,
@@ -145,6 +163,10 @@ class CapacityAnswer:
                 for s in self.steps
             ],
         }
+
+
+def _num(value: float | None, missing: float = math.nan) -> float:
+    return missing if value is None else float(value)
 
 
 def _finite(value: float) -> float | None:

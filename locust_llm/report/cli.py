@@ -13,6 +13,7 @@ from typing import Any
 from locust_llm.capacity import slo as slo_grammar
 from locust_llm.errors import InputError
 from locust_llm.report.build import Report, build_report
+from locust_llm.report.capacity import capacity_report
 from locust_llm.report.compare import compare_runs
 from locust_llm.report.diagnosis.alerts import failing, parse_thresholds
 from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
@@ -110,6 +111,7 @@ def summary(report: Report) -> dict[str, Any]:
                 "ttft_s": report.slo.ttft_s,
                 "tpot_s": report.slo.tpot_s,
                 "e2e_s": report.slo.e2e_s,
+                "stage": report.slo.describe(),
             },
             "thresholds": report.thresholds.alert_values(),
             "roofline": (
@@ -122,6 +124,7 @@ def summary(report: Report) -> dict[str, Any]:
                 if report.floors
                 else None
             ),
+            "capacity": found.data if (found := capacity_report(report)) else None,
             "warnings": report.warnings,
             "stages": report.rows,
         }

@@ -770,7 +770,7 @@ def run_virtual(args: Any) -> int:
     config = sim_cli.config_from_args(args)
     planner = None
     if args.find_capacity:
-        from locust_llm.sim.virtual_capacity import planner_from_args
+        from locust_llm.live.capacity_planner import planner_from_args
 
         if args.concurrency or args.rate:
             raise InputError("--find-capacity plans its own stages: leave out --concurrency/--rate")

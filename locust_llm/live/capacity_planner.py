@@ -1,7 +1,10 @@
-"""The capacity search on virtual time: ``locust-llm virtual --find-capacity --slo ...``.
+"""The capacity search's stages, planned from the records as they arrive: one planner for the
+simulator's virtual time (``locust-llm virtual --find-capacity``, through
+:mod:`locust_llm.sim.virtual`'s ``StagePlanner`` hooks) and for the Locust master
+(``locust-llm run --find-capacity``: :class:`locust_llm.client.shapes.StagesShape` feeds it the
+record rows the master receives, as :mod:`locust_llm.live.stage_tally` is fed).
 
-:class:`CapacityPlanner` is the virtual driver's
-:class:`~locust_llm.sim.virtual.StagePlanner`: it keeps each stage's samples, ends a stage when
+:class:`CapacityPlanner` keeps each stage's samples, ends a stage when
 :func:`~locust_llm.capacity.measure.stop_reason` says it has run long enough (checked each
 time the stage's records have grown by a tenth, and not while requests of an earlier stage are
 still in flight: their backlog is the stage's warm-up), measures it, hands it to the
@@ -22,17 +25,29 @@ from locust_llm.capacity import flags
 from locust_llm.capacity.measure import Sample, StageMeasurement, StageRule, measure, stop_reason
 from locust_llm.capacity.search import CapacitySearch
 from locust_llm.capacity.slo import Slo
-from locust_llm.metrics import CLIENT_SIDE_KINDS, RequestRecord
+from locust_llm.metrics import CLIENT_SIDE_KINDS, RECORD_FIELDS, RequestRecord
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.workloads.stages import StagePlan
+
+_STAGE = RECORD_FIELDS.index("stage")
+_KIND = RECORD_FIELDS.index("error_kind")
+_START = RECORD_FIELDS.index("start_wall_s")
+_OK = RECORD_FIELDS.index("ok")
+_TTFT = RECORD_FIELDS.index("ttft_s")
+_TPOT = RECORD_FIELDS.index("tpot_s")
+_E2E = RECORD_FIELDS.index("e2e_s")
 
 
 def capacity_plan(load: float, *, closed: bool, rule: StageRule, name: str = "") -> StagePlan:
     """The stage that measures ``load``: capped by the rule's time and requests."""
-    caps = {"duration_s": rule.max_duration_s, "requests": rule.max_requests, "name": name}
     if closed:
-        return StagePlan(concurrency=int(load), max_sends=rule.max_requests, **caps)
-    return StagePlan(rate=load, **caps)
+        return StagePlan(
+            concurrency=int(load), max_sends=rule.max_requests, duration_s=rule.max_duration_s,
+            requests=rule.max_requests, name=name,
+        )  # fmt: skip
+    return StagePlan(
+        rate=load, duration_s=rule.max_duration_s, requests=rule.max_requests, name=name
+    )
 
 
 def overload_reason(m: StageMeasurement, rate: float | None) -> str:
@@ -84,15 +99,28 @@ class CapacityPlanner:
 
     # ---- StagePlanner -------------------------------------------------------------------
     def on_record(self, record: RequestRecord) -> None:
-        if record.error_kind in CLIENT_SIDE_KINDS or record.stage < 0:
+        """One record (the virtual driver's)."""
+        self.add(
+            record.stage, record.error_kind,
+            Sample(record.start_wall_s, record.ok, record.ttft_s, record.tpot_s, record.e2e_s),
+        )  # fmt: skip
+
+    def on_row(self, row: tuple[Any, ...]) -> None:
+        """One record row in ``RECORD_FIELDS`` order (the master's recorder keeps them so)."""
+        self.add(
+            row[_STAGE], row[_KIND],
+            Sample(row[_START], bool(row[_OK]), row[_TTFT], row[_TPOT], row[_E2E]),
+        )  # fmt: skip
+
+    def add(self, stage: int, error_kind: str, sample: Sample) -> None:
+        """A request of ``stage`` ended (the load test's own cancellations are left out)."""
+        if error_kind in CLIENT_SIDE_KINDS or stage < 0:
             return
         current = max(self.starts)
-        if record.stage < current and math.isfinite(record.e2e_s):  # an earlier stage's tail
-            end = record.start_wall_s + record.e2e_s
+        if stage < current and math.isfinite(sample.e2e_s):  # an earlier stage's tail
+            end = sample.start_s + sample.e2e_s
             self.backlog_end[current] = max(self.backlog_end.get(current, 0.0), end)
-        self.samples[record.stage].append(
-            Sample(record.start_wall_s, record.ok, record.ttft_s, record.tpot_s, record.e2e_s)
-        )
+        self.samples[stage].append(sample)
 
     def _measure(self, stage: int, now_s: float) -> StageMeasurement:
         m = measure(
@@ -160,8 +188,12 @@ class CapacityPlanner:
             f"(slo {self.slo.describe()})"
         )
 
+    def capacity_info(self) -> dict[str, Any]:
+        """run.json's ``extra.capacity`` as of now."""
+        return capacity_info(self.search, self.slo, self.rule, self.reasons)
+
     def run_info(self) -> dict[str, Any]:
-        return {"capacity": capacity_info(self.search, self.slo, self.rule, self.reasons)}
+        return {"capacity": self.capacity_info()}
 
 
 def capacity_info(
@@ -171,7 +203,8 @@ def capacity_info(
     answer = search.answer()
     s = search.settings
     out = answer.to_dict()
-    for step in out["steps"]:  # type: ignore[union-attr]
+    steps: list[dict[str, Any]] = out["steps"]  # type: ignore[assignment]
+    for step in steps:
         step["ended_by"] = reasons.get(step["stage"], "")
     out.update(
         sentence=answer.sentence(),
