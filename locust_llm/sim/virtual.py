@@ -62,9 +62,9 @@ import random
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from locust_llm import __version__
