@@ -5,6 +5,10 @@ the report reads the run dir unchanged, and bad flags are one-line errors."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +74,26 @@ def test_bad_capacity_flags_are_one_line_errors(
     assert main(["virtual", *argv, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.strip().count("\n") == 0
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "capacity.md"
+
+
+def _doc_commands() -> list[str]:
+    blocks = re.findall(r"```\n(.*?)```", DOC.read_text(), flags=re.S)
+    return [ln.strip() for b in blocks for ln in b.splitlines() if ln.startswith("locust-llm ")]
+
+
+def test_the_docs_command_runs_exactly_as_written(tmp_path: Path) -> None:
+    commands = _doc_commands()
+    assert len(commands) == 1 and "--find-capacity" in commands[0]
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run(
+        commands[0], shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # the answer the doc's example promises: the 8 slots
+    assert "capacity 8 users (SLOs break between 8 and 9 users)" in done.stdout
+    assert (tmp_path / "capacity-demo" / "run.json").is_file()
