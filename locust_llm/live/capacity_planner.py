@@ -210,6 +210,8 @@ def capacity_info(
         sentence=answer.sentence(),
         slo=slo.describe(),
         done=search.next_load() is None,
+        phase=search.phase,
+        next_load=search.next_load(),
         settings={
             "start": s.start, "factor": s.factor, "resolution": s.resolution,
             "max_load": s.max_load, "width": rule.width, "min_requests": rule.min_requests,
