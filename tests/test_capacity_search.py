@@ -200,3 +200,23 @@ def test_the_answer_states_load_bracket_binding_slo_and_cause() -> None:
         "limited by KV capacity (see verdict); within the intervals"
     )
     assert "; limited by KV capacity (see verdict)" in text
+
+
+def test_correlated_latencies_widen_the_interval_back_to_its_coverage() -> None:
+    # an AR(1) sequence (phi 0.8) as a queue makes latencies: consecutive values alike
+    rng = random.Random(11)
+    phi = 0.8
+    sd = 1 / math.sqrt(1 - phi * phi)
+    true_p90 = 10 + 1.2815516 * sd
+    covered = {False: 0, True: 0}
+    trials = 300
+    for _ in range(trials):
+        x, values = rng.gauss(0, sd), []
+        for _ in range(200):
+            x = phi * x + rng.gauss(0, 1)
+            values.append(10 + x)
+        for in_order in (False, True):
+            iv = percentile_interval(values, 90, in_order=in_order)
+            covered[in_order] += iv.lo <= true_p90 <= iv.hi
+    # measured: 0.68 taken as independent, 0.98 with the effective sample size (seed 11)
+    assert covered[False] / trials < 0.8 and covered[True] / trials >= 0.93

@@ -8,6 +8,11 @@ largest ``r`` with ``P(B <= r - 1) <= alpha / 2`` and the smallest ``s`` with
 ``P(B >= s) <= alpha / 2``. A rank outside ``1..n`` means the sample cannot bound that side:
 P99 from 20 samples has no upper bound (``hi = inf``), which is why a stage must run longer
 before a P99 under a limit can be trusted (about 370 samples at 95%).
+
+The ranks assume independent samples. Latencies of a queue are not (a burst slows several
+requests in a row): given the values in time order, :func:`percentile_interval` takes the
+ranks of the effective sample size of an AR(1) sequence with the values' lag-1
+autocorrelation, which widens the interval as the correlation grows.
 """
 
 from __future__ import annotations
@@ -116,15 +121,51 @@ def _linear(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * frac
 
 
+def lag1_correlation(values: Sequence[float]) -> float:
+    """The lag-1 autocorrelation of ``values`` in their order (0 for fewer than 3)."""
+    n = len(values)
+    if n < 3:
+        return 0.0
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values)
+    if var <= 0:
+        return 0.0
+    cov = sum((values[i] - mean) * (values[i + 1] - mean) for i in range(n - 1))
+    return cov / var
+
+
+def effective_size(values: Sequence[float]) -> float:
+    """How many independent samples ``values`` (in time order) are worth: ``n (1 - rho) /
+    (1 + rho)`` for a positive lag-1 autocorrelation ``rho`` (an AR(1) sequence's), else n."""
+    rho = lag1_correlation(values)
+    n = len(values)
+    if rho <= 0:
+        return float(n)
+    return max(1.0, n * (1 - rho) / (1 + rho))
+
+
 def percentile_interval(
-    values: Sequence[float], q: float, confidence: float = CONFIDENCE
+    values: Sequence[float], q: float, confidence: float = CONFIDENCE, *, in_order: bool = False
 ) -> PercentileInterval:
-    """The ``q``-th percentile (0 < q < 100) of the finite ``values`` with its interval."""
-    data = sorted(v for v in values if math.isfinite(v))
+    """The ``q``-th percentile (0 < q < 100) of the finite ``values`` with its interval.
+
+    ``in_order``: the values are in time order (requests by start) and may be correlated (a
+    queue makes consecutive latencies alike): the ranks are those of the effective sample size
+    (:func:`effective_size`), mapped back onto the sample, so the interval is wider.
+    """
+    finite = [v for v in values if math.isfinite(v)]
+    data = sorted(finite)
     n = len(data)
     if n == 0:
         return PercentileInterval(q, 0, math.nan, math.nan, math.nan, confidence)
-    r, s = rank_interval(n, q / 100.0, confidence)
+    n_eff = effective_size(finite) if in_order else float(n)
+    if n_eff < n:
+        m = max(1, int(n_eff))
+        r_e, s_e = rank_interval(m, q / 100.0, confidence)
+        r = math.floor(r_e * n / m) if r_e >= 1 else 0
+        s = min(math.ceil(s_e * n / m), n) if s_e <= m else n + 1
+    else:
+        r, s = rank_interval(n, q / 100.0, confidence)
     lo = data[r - 1] if r >= 1 else 0.0
     hi = data[s - 1] if s <= n else math.inf
     value = _linear(data, q)

@@ -252,8 +252,8 @@ def _within(s: Sample, slo: Slo) -> bool:
 
 
 def _percentile_reading(p: PercentileSlo, completed: list[Sample], confidence: float) -> Reading:
-    values = [getattr(s, p.field) for s in completed]
-    iv = percentile_interval(values, p.q, confidence)
+    values = [getattr(s, p.field) for s in completed]  # in start order
+    iv = percentile_interval(values, p.q, confidence, in_order=True)
     if iv.n == 0:
         state = UNCLEAR
     elif iv.hi <= p.limit_s:

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from locust_llm.capacity.intervals import percentile_interval
 from locust_llm.capacity.measure import Reading
 from locust_llm.capacity.search import CapacityAnswer, format_reading
@@ -65,15 +67,18 @@ def capacity_report(report: Report) -> CapacityReport | None:
     )
     slo = parse_slo(data.get("slo", ""))
     arrays = request_arrays(report.run.requests)
-    ok = arrays["ok"]
+    order = np.argsort(arrays["start_wall_s"], kind="stable")  # in time order: correlation
+    ok = arrays["ok"][order]
+    stage_ix = report.stage_ix[order]
     headers = ("stage", "load", "step", "judged", *(p.label for p in slo.percentiles), "ended by")
     rows = []
     for step in steps:
         stage = int(step.get("stage", -1))
-        inside = (report.stage_ix == stage) & ok
+        inside = (stage_ix == stage) & ok
         cells = []
         for p in slo.percentiles:
-            iv = percentile_interval(arrays[p.field][inside].tolist(), p.q)
+            values = arrays[p.field][order][inside].tolist()
+            iv = percentile_interval(values, p.q, in_order=True)
             reading = Reading(p.name, p.label, p.limit_s, iv.value, iv.lo, iv.hi, "")
             text = format_reading(reading).removeprefix(p.label + " ") if iv.n else "n/a"
             cells.append(f"{text} (n={iv.n})")
