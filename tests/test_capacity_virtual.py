@@ -97,3 +97,24 @@ def test_the_docs_command_runs_exactly_as_written(tmp_path: Path) -> None:
     # the answer the doc's example promises: the 8 slots
     assert "capacity 8 users (SLOs break between 8 and 9 users)" in done.stdout
     assert (tmp_path / "capacity-demo" / "run.json").is_file()
+
+
+def test_an_open_loop_search_lets_the_server_idle_after_a_failing_stage(tmp_path: Path) -> None:
+    out = tmp_path / "rate"
+    code = main([
+        "virtual", "--find-capacity", "rate", "--slo", "ttft_p90=500ms",
+        "--max-num-seqs", str(SLOTS), "--max-tokens", "64", "--out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    info = json.loads((out / "run.json").read_text())
+    cap, stages = info["extra"]["capacity"], info["stages"]
+    assert cap["unit"] == "requests/s" and cap["done"]
+    assert cap["above"] / cap["capacity"] <= 1.10 + 1e-9
+    assert [s["rate"] for s in stages] == [s["load"] for s in cap["steps"]]
+    failed = [i for i, s in enumerate(cap["steps"][:-1]) if not s["passes"]]
+    assert failed
+    for i in failed:  # nothing new is sent until the failed stage's queue is served
+        assert stages[i + 1]["start_wall_s"] > stages[i]["end_wall_s"]
+    passed = [i for i, s in enumerate(cap["steps"][:-1]) if s["passes"]]
+    for i in passed:  # a stage that held hands over at once
+        assert stages[i + 1]["start_wall_s"] == stages[i]["end_wall_s"]
