@@ -10,6 +10,17 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from locust_llm.capacity.measure import (
+    BROKEN,
+    MET,
+    UNCLEAR,
+    Reading,
+    StageMeasurement,
+    StageRule,
+)
+from locust_llm.capacity.search import CapacitySearch, SearchSettings
+from locust_llm.capacity.slo import parse_slo
+from locust_llm.live.capacity_planner import capacity_info
 from locust_llm.live.llmstats import LiveStats
 from locust_llm.metrics import RequestRecord
 from locust_llm.rundir.layout import Stage
@@ -272,3 +283,36 @@ def test_the_payload_s_errors_merge_the_workers_messages_per_kind() -> None:
     )
     master.reset()
     assert wd.stats_payload(_runtime(master), SimpleNamespace(state="stopped"))["errors"] == []
+
+
+def test_the_payload_follows_the_capacity_search_to_its_answer() -> None:
+    def _fake(load: float, cap: float) -> StageMeasurement:  # P99 TTFT 2 s at ``cap`` users
+        v = 2.0 * load / cap
+        state = MET if v < 1.9 else BROKEN if v > 2.1 else UNCLEAR
+        reading = Reading("ttft_p99", "P99 TTFT", 2.0, v, v * 0.95, v * 1.05, state)
+        return StageMeasurement(
+            load=load, readings=(reading,), requests=100, sent=120, throughput=load,
+            warmup_s=0.0, warmup_requests=0,
+        )  # fmt: skip
+
+    search = CapacitySearch(SearchSettings(closed=True, flat_gain=1.02))
+    slo = parse_slo("ttft_p99=2s")
+    rt = _runtime(_stats([0.1]), capacity_info=lambda: capacity_info(search, slo, StageRule(), {}))
+    idle = SimpleNamespace(state="running", user_count=1)
+    assert wd.stats_payload(_runtime(_stats([0.1])), idle)["capacity"] is None
+    first = wd.stats_payload(rt, idle)["capacity"]
+    assert first == {
+        "text": "capacity search: grow at 1 users; every SLO met up to -, broken at -",
+        "done": False, "slo": "ttft_p99=2s",
+    }  # fmt: skip
+    for _ in range(3):
+        search.record(_fake(search.next_load() or 0, 27.0))
+    assert wd.stats_payload(rt, idle)["capacity"]["text"].startswith(
+        "capacity search: grow at 8 users; every SLO met up to 4, broken at -"
+    )
+    while (load := search.next_load()) is not None:
+        search.record(_fake(load, 27.0))
+    done = wd.stats_payload(rt, idle)["capacity"]
+    assert done["done"] and done["text"].startswith(
+        "capacity 27 users (SLOs break between 27 and 29 users) at P99 TTFT"
+    )

@@ -280,6 +280,8 @@ def fill_run_info(rt: Runtime) -> RunInfo:
     if rt.is_master:
         info.workers = sorted(set(info.workers) | set(rt.recorder.worker_progress))
         info.lost_workers.update(rt.lost_workers)
+    if rt.capacity_info is not None:
+        info.extra["capacity"] = rt.capacity_info()
     if rt.recorder.reconnects_total:
         info.extra["reconnects"] = rt.recorder.reconnects_total
     if rt.recorder.backoffs_total:

@@ -73,6 +73,8 @@ class Recorder:
         self._ended_by_stage: Counter[int] = Counter()
         #: master/local: each stage's live QPS, tokens/s and TTFT P50, fed as records arrive
         self.stage_tallies = StageTallies()
+        #: master/local: also told every record row it keeps (the capacity search's planner)
+        self.row_sink: Callable[[tuple[Any, ...]], None] | None = None
 
     # ---- producing --------------------------------------------------------------------------
     def request_started(self) -> None:
@@ -163,6 +165,8 @@ class Recorder:
             if row[_KIND] != "cancelled":
                 self._ended_by_stage[row[_STAGE]] += 1
             self.stage_tallies.add_row(row)
+            if self.row_sink is not None:
+                self.row_sink(row)
             for name, index in _TRACKED:
                 self._values[name].add(row[index])
 

@@ -15,6 +15,7 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,9 @@ class Runtime:
         self.failure = ""
         self.plan: list[Any] | None = None
         self.plan_done = False
+        #: the capacity search's run.json entry as of now (set by the stage shape; None: no
+        #: search)
+        self.capacity_info: Callable[[], dict[str, Any]] | None = None
         #: master: permits granted per (worker, stage), kept for the whole run (the gate's own
         #: count is the current stage's), to reconcile a lost worker's permits with its records
         self.granted_by_worker_stage: Counter[tuple[str, int]] = Counter()

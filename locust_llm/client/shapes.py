@@ -24,13 +24,17 @@ from locust import LoadTestShape
 from locust.env import Environment
 from locust.runners import MasterRunner
 
+from locust_llm.capacity import flags as capacity_flags
+from locust_llm.capacity.search import CapacitySearch
 from locust_llm.client import lifecycle
 from locust_llm.client.messages import StageMessage
 from locust_llm.client.runtime import Runtime, runtime
 from locust_llm.client.shares import send_partitions
 from locust_llm.errors import InputError
+from locust_llm.live.capacity_planner import CapacityPlanner
 from locust_llm.options import lengths
 from locust_llm.options.config import ClientOptions
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.workloads.replay import Replay
 from locust_llm.workloads.stages import StagePlan, parse_stages
 
@@ -71,6 +75,7 @@ class StagesShape(LoadTestShape):
         self._plans: list[StagePlan] | None = None
         self._index = -1
         self._users = 0
+        self._planner: CapacityPlanner | None = None  # --llm-find-capacity: plans as it goes
 
     def _environment(self) -> Environment:
         """The runner's environment (Locust sets ``runner`` before it calls the shape)."""
@@ -92,11 +97,21 @@ class StagesShape(LoadTestShape):
     def check_options(self, options: ClientOptions) -> None:
         """Before any load (:class:`locust_llm.client.lifecycle.ChecksOptions`): the stage plan
         the options ask for parses."""
+        if options.find_capacity:
+            capacity_planner(options)
+            return
         plans = plan_stages(options)
         if options.open_loop and plans:
             open_loop_users(options, plans)
 
     def _setup(self) -> list[StagePlan]:
+        if self._plans is None and runtime(self._environment()).options.find_capacity:
+            rt = runtime(self._environment())
+            planner = self._planner = capacity_planner(rt.options)
+            rt.recorder.row_sink = planner.on_row
+            rt.capacity_info = planner.capacity_info
+            self._plans = [planner.first_plan()]
+            rt.plan = list(self._plans)
         if self._plans is None:
             rt = runtime(self._environment())
             plans = plan_stages(rt.options)
@@ -126,12 +141,26 @@ class StagesShape(LoadTestShape):
             return True
         if plan.requests is not None:  # a lost worker's permits with no record count as ended
             lost = lifecycle.lost_unrecorded(rt, stage.index) if rt.is_master else 0
-            return rt.recorder.ended_in(stage.index) + lost >= plan.requests
+            if rt.recorder.ended_in(stage.index) + lost >= plan.requests:
+                return True
+        if self._planner is not None:  # steady enough: records reach the master in a batch
+            seen_by = now - rt.options.record_batch_s
+            return self._planner.stage_over(stage.index, seen_by, _none_in_flight)
         return False
 
     def _advance(self, rt: Runtime, plans: list[StagePlan], now: float) -> bool:
         if rt.stages and math.isnan(rt.stages[-1].end_wall_s):
             rt.stages[-1].end_wall_s = now
+        if self._planner is not None and self._index >= 0:
+            planned = self._planner.next_plan(self._index, now - rt.options.record_batch_s)
+            warmup = self._planner.warmup_s(self._index)
+            if warmup is not None:  # the warm-up it found: the report leaves it out
+                rt.stages[-1].warmup_s = warmup
+            if planned is not None:
+                plans.append(planned)
+                rt.plan = list(plans)
+        if self._planner is not None:
+            self._planner.stage_opened(self._index + 1, now)
         self._index += 1
         if self._index >= len(plans):
             rt.plan_done = True
@@ -176,6 +205,29 @@ class StagesShape(LoadTestShape):
             stage=stage, quota=requests, rate=rate, start=start, open_loop=open_loop
         )
         lifecycle.broadcast_stage(rt, message, workers)
+
+
+def capacity_planner(options: ClientOptions) -> CapacityPlanner:
+    """The capacity search's planner from ``--llm-find-capacity``, ``--llm-capacity-slo`` and
+    ``--llm-capacity-search`` (InputError when they do not parse). Closed loop only: an open
+    loop left overloaded hands its queue to the next stage unless the server idles between
+    them, which the virtual driver does and this shape does not yet."""
+    if options.find_capacity == "rate":
+        raise InputError(
+            "--find-capacity rate runs on virtual time (locust-llm virtual --find-capacity rate);"
+            " against a server, search users"
+        )
+    settings, rule, slo = capacity_flags.from_spec(
+        options.find_capacity, options.capacity_slo, options.capacity_search,
+        flat_gain=DEFAULT_THRESHOLDS.flat_gain,
+    )  # fmt: skip
+    return CapacityPlanner(CapacitySearch(settings), slo, rule, 0.0)
+
+
+def _none_in_flight() -> int:
+    """The master does not count an earlier stage's requests in flight (closed loop: the users
+    a smaller stage stops end theirs); their records still mark the backlog's end."""
+    return 0
 
 
 def replay_pool_users(peak_rate_per_s: float) -> int:

@@ -27,6 +27,7 @@ from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
+from locust_llm.capacity import flags as capacity_flags
 from locust_llm.client.redact import Redactor, masked_url
 from locust_llm.errors import InputError
 from locust_llm.launch.early_checks import (
@@ -49,6 +50,7 @@ from locust_llm.live.progress import ProgressLine, follow
 from locust_llm.options.readers import base_url, split_hosts
 from locust_llm.options.table import SWEEP_FLAGS, by_name, env_var
 from locust_llm.options.validate import roofline_model
+from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.rundir.claim import RunDirClaim, lock_run_dir, new_run_dir
 from locust_llm.rundir.layout import claim_run_dir, report_command
 from locust_llm.rundir.states import (
@@ -228,6 +230,7 @@ def configure_run_parser(parser: argparse.ArgumentParser) -> None:
         add_standing_flag(parser, name, default="", use_env=True)
     add_standing_flag(parser, "api-key", default="", use_env=False)
     _add_sweep_arguments(parser, demo=False)
+    capacity_flags.add_flags(parser)
     add_plugin_options(parser)
 
 
@@ -617,9 +620,35 @@ def _check_open_loop(args: argparse.Namespace) -> None:
         raise InputError("--rate: open-loop stages need --stage-duration (seconds per stage)")
 
 
+def capacity_search_plan(args: argparse.Namespace) -> tuple[StagePlan, ...]:
+    """``run --find-capacity``: the flags checked before any process starts (InputError), and
+    the largest stage the search may ask for (what the open-file check sizes)."""
+    if args.rate:
+        raise InputError("--find-capacity plans its own loads: leave out --rate")
+    settings, rule, _ = capacity_flags.from_args(
+        args, args.slo, flat_gain=DEFAULT_THRESHOLDS.flat_gain
+    )
+    if not settings.closed:
+        raise InputError(
+            "--find-capacity rate runs on virtual time (locust-llm virtual --find-capacity rate);"
+            " against a server, search users"
+        )
+    return (StagePlan(concurrency=int(settings.max_load), duration_s=rule.max_duration_s),)
+
+
+def _capacity_llm_args(args: argparse.Namespace) -> list[str]:
+    return [
+        "--llm-find-capacity", args.find_capacity,
+        "--llm-capacity-slo", args.slo,
+        "--llm-capacity-search", capacity_flags.to_spec(args),
+    ]  # fmt: skip
+
+
 def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
     _check_open_loop(args)
     load = ["--llm-rate", args.rate] if args.rate else ["--llm-concurrency", args.concurrency]
+    if getattr(args, "find_capacity", ""):
+        load = _capacity_llm_args(args)
     out = [
         *load,
         "--llm-max-tokens",
@@ -631,7 +660,9 @@ def _sweep_llm_args(args: argparse.Namespace) -> list[str]:
         out.append("--llm-ignore-eos")
     if getattr(args, "overwrite", False):
         out.append("--llm-overwrite")
-    if args.stage_duration:
+    if getattr(args, "find_capacity", ""):
+        pass  # each stage ends when steady (or at its caps), as the search decides
+    elif args.stage_duration:
         out += ["--llm-stage-duration", args.stage_duration]
     else:
         out += ["--llm-stage-requests", args.stage_requests]
@@ -741,6 +772,8 @@ def resolve_workers(args: argparse.Namespace, *, server_cores: int = 0) -> str:
 
 def sweep_description(args: argparse.Namespace) -> str:
     """The sweep in words: its loads and how long each stage lasts."""
+    if getattr(args, "find_capacity", ""):
+        return f"capacity search ({args.find_capacity}) under --slo {args.slo}"
     per_stage = (
         f"{args.stage_duration} s per stage"
         if args.stage_duration
@@ -832,7 +865,8 @@ def run_llm_args(args: argparse.Namespace) -> list[str]:
 def run_run(args: argparse.Namespace) -> int:
     """``locust-llm run``: every flag is checked, then the run dir made and locked, before any
     process starts (so before any request)."""
-    plan = sweep_plan(args)  # bad stage flags stop here, before any process starts
+    # bad stage (or search) flags stop here, before any process starts
+    plan = capacity_search_plan(args) if args.find_capacity else sweep_plan(args)
     check_url("--host", args.host)
     check_timeouts(args.timeout, args.stop_timeout)
     roofline_model("--roofline-model", args.roofline_model)
@@ -872,7 +906,7 @@ def _run_in(
         timeout_s=args.timeout,
         quiet=args.quiet,
         env=env,
-        plan=plan,
+        plan=() if args.find_capacity else plan,  # the search plans its stages as it goes
         redact=launch_redactor(args),
         claim=claim,
     )

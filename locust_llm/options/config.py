@@ -79,6 +79,9 @@ class ClientOptions:
     stage_duration: str = ""
     warmup_s: float = 0.0
     soak: str = ""
+    find_capacity: str = ""  # --llm-find-capacity: "" (fixed stages) or users
+    capacity_slo: str = ""
+    capacity_search: str = ""
     rate: str = ""
     burstiness: float = 1.0
     max_users: int = 0

@@ -368,6 +368,26 @@ OPTIONS: tuple[Option, ...] = (
         section=_STAGES,
     ),
     Option(
+        name="find-capacity",
+        default="",
+        help="search the largest load meeting --llm-capacity-slo instead of fixed stages: users "
+        "(closed loop); `run --find-capacity` sets it (docs/capacity.md)",
+        section=_STAGES,
+    ),
+    Option(
+        name="capacity-slo",
+        default="",
+        help="the capacity search's objectives, e.g. ttft_p99=2s,errors=1% (run's --slo)",
+        section=_STAGES,
+    ),
+    Option(
+        name="capacity-search",
+        default="",
+        help="the capacity search's settings as KEY=VALUE,... (run's --capacity-* and --stage-* "
+        "flags), e.g. start=1,max=512,factor=2,resolution=10%",
+        section=_STAGES,
+    ),
+    Option(
         name="rate",
         default="",
         help="open loop: request rates per stage (req/s), e.g. 1,2,4,8",

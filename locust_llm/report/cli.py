@@ -10,8 +10,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from locust_llm.capacity import slo as slo_grammar
 from locust_llm.errors import InputError
 from locust_llm.report.build import Report, build_report
+from locust_llm.report.capacity import capacity_report
 from locust_llm.report.compare import compare_runs
 from locust_llm.report.diagnosis.alerts import failing, parse_thresholds
 from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
@@ -26,28 +28,8 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_ALERTS = 0, 2, 3
 
 
 def parse_slo(spec: str | None) -> Slo:
-    """``'ttft=0.5,tpot=50ms,e2e=10'`` (seconds unless suffixed ms) -> Slo."""
-    if not spec:
-        return Slo()
-    values: dict[str, float] = {}
-    for item in spec.split(","):
-        if not item.strip():
-            continue
-        name, sep, text = item.partition("=")
-        name, text = name.strip(), text.strip().lower()
-        if not sep or name not in ("ttft", "tpot", "e2e"):
-            raise InputError(f"--slo: cannot read {item.strip()!r}; expected ttft=S,tpot=S,e2e=S")
-        scale = 1e-3 if text.endswith("ms") else 1.0
-        try:
-            value = float(text.removesuffix("ms").removesuffix("s")) * scale
-        except ValueError:
-            raise InputError(
-                f"--slo {name}={text!r}: expected seconds, e.g. 0.5 or 500ms"
-            ) from None
-        if not value > 0 or not math.isfinite(value):
-            raise InputError(f"--slo {name}: must be a positive number of seconds")
-        values[f"{name}_s"] = value
-    return Slo(**values)
+    """``--slo`` text -> Slo (the one grammar: :mod:`locust_llm.capacity.slo`)."""
+    return slo_grammar.parse_slo(spec)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +111,7 @@ def summary(report: Report) -> dict[str, Any]:
                 "ttft_s": report.slo.ttft_s,
                 "tpot_s": report.slo.tpot_s,
                 "e2e_s": report.slo.e2e_s,
+                "stage": report.slo.describe(),
             },
             "thresholds": report.thresholds.alert_values(),
             "roofline": (
@@ -141,6 +124,7 @@ def summary(report: Report) -> dict[str, Any]:
                 if report.floors
                 else None
             ),
+            "capacity": found.data if (found := capacity_report(report)) else None,
             "warnings": report.warnings,
             # per error kind: count, share, its most frequent message and that one's count
             "errors": [k.as_dict() for k in report.errors],

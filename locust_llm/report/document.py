@@ -19,6 +19,7 @@ from typing import Any
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.blocks import Block, Bullets, Chart, Document, Paragraph, Section, Table
 from locust_llm.report.build import Report
+from locust_llm.report.capacity import capacity_report
 from locust_llm.report.diagnosis.client_delay import COLUMNS as CLIENT_DELAY_COLUMNS
 from locust_llm.report.diagnosis.client_delay import TABLE_HEADERS as CLIENT_DELAY_HEADERS
 from locust_llm.report.diagnosis.client_delay import client_delay_rows
@@ -604,6 +605,26 @@ def run_state_banner(report: Report) -> str:
     return banner(state, reason, stages_not_run(info.stages_planned, len(info.stages)))
 
 
+def _capacity(report: Report) -> list[Section]:
+    found = capacity_report(report)
+    if found is None:
+        return []
+    table = _table(found.headers, found.rows, *range(2, len(found.headers)))
+    blocks: tuple[Block, ...] = (
+        Paragraph(found.sentence, "Capacity"),
+        Paragraph(found.cost, "Search"),
+        Paragraph(
+            "each load's percentiles over the stage's requests after its warm-up, with their "
+            "95% order-statistic intervals [low, high] (inf: too few requests to bound it); a "
+            "load meets an SLO when the interval's top is within it, fails when its bottom is "
+            "above it, and is judged by the estimate when the interval holds the limit",
+            "Method",
+        ),
+        table,
+    )
+    return [Section("capacity", "Capacity under the SLOs", blocks)]
+
+
 def _run_state(report: Report) -> list[Section]:
     line = run_state_banner(report)
     if not line:
@@ -624,6 +645,7 @@ def document(report: Report) -> Document:
     sections = [
         *_run_state(report),
         _overview(report),
+        *_capacity(report),
         _verdict(report),
         *_error_messages(report),
         _stage_verdicts(report),

@@ -56,6 +56,10 @@ def render_console(report: Report, report_path: Path | None = None) -> str:
             lines.append(f"{block.lead}: {block.text}")
         elif isinstance(block, Bullets):
             lines += [f"{block.lead}:", *(f"  - {i}" for i in block.items)]
+    capacity = [s for s in doc.sections if s.key == "capacity"]
+    for block in capacity[0].blocks[:2] if capacity else ():
+        if isinstance(block, Paragraph):
+            lines.append(f"{block.lead}: {block.text}")
     verdict = doc.section("verdict")
     evidence, actions = _blocks(doc, "verdict", Bullets)
     basis = next(b for b in verdict.blocks if isinstance(b, Paragraph))

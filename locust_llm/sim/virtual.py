@@ -66,11 +66,13 @@ import random
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from locust_llm import __version__
+from locust_llm.capacity import flags as capacity_flags
 from locust_llm.client.recorder import Recorder
 from locust_llm.errors import InputError
 from locust_llm.metrics import RequestRecord, StreamTiming, summarize_stream
@@ -168,6 +170,25 @@ class VirtualWorkload:
         return self.stages[0].rate is not None
 
 
+class StagePlanner(Protocol):
+    """Plans stages as the run goes (the capacity search): told every record, asked whether
+    the current stage may end now and what comes after it."""
+
+    def on_record(self, record: RequestRecord) -> None: ...
+
+    def stage_over(self, stage: int, now_s: float, older_in_flight: Callable[[], int]) -> bool: ...
+
+    def next_plan(self, ended_stage: int, ended_s: float) -> StagePlan | None: ...
+
+    def warmup_s(self, stage: int) -> float | None: ...
+
+    def idle_first(self, ended_stage: int) -> bool: ...
+
+    def stage_opened(self, stage: int, at_s: float) -> None: ...
+
+    def run_info(self) -> dict[str, Any]: ...
+
+
 @dataclass(slots=True)
 class _Request:
     """Client side of one request in flight."""
@@ -209,7 +230,9 @@ class _Driver:
         workload: VirtualWorkload,
         base_wall_s: float,
         engine: Engine,
+        planner: StagePlanner | None = None,
     ) -> None:
+        self.planner = planner
         self.cfg = config.validated()
         self.wl = workload.checked()
         self.engine = engine
@@ -235,6 +258,8 @@ class _Driver:
         self.records: list[RequestRecord] = []
         self.telemetry: list[tuple[float, str, str, str, float]] = []
         self.stages: list[Stage] = []
+        #: the stages to play; :meth:`next_plan` may add one when the last has ended
+        self.plans: list[StagePlan] = list(self.wl.stages)
         self.live: dict[int, _Request] = {}  # engine request id -> request
         self.arrivals: deque[tuple[float, int]] = deque()  # open loop: (time, stage) in order
         self.next_scrape = 0.0
@@ -377,6 +402,8 @@ class _Driver:
         self.records.append(record)
         if self.trace is not None:
             self.trace.write(self.trace_line(req, record, error))
+        if self.planner is not None:
+            self.planner.on_record(record)
         if req.engine_req is not None:
             self.live.pop(req.engine_req.id, None)
         self.busy_users.discard(req.user)
@@ -447,12 +474,15 @@ class _Driver:
 
     # ---- stages -------------------------------------------------------------------------
     def open_stage(self, index: int, at_s: float) -> None:
+        if self.planner is not None:
+            self.planner.stage_opened(index, at_s)
         if self.stages:
-            self.stages[-1].end_wall_s = self.base + at_s
+            if math.isnan(self.stages[-1].end_wall_s):  # not ended before a pause
+                self.stages[-1].end_wall_s = self.base + at_s
             self.drop_arrivals(STAGE_ENDED)
         self.stage, self.stage_start, self.stage_completed = index, at_s, 0
         self.stage_sent = 0
-        plan = self.wl.stages[index]
+        plan = self.plans[index]
         self.stages.append(plan.window(index, self.base + at_s, warmup_s=self.wl.warmup_s))
         if plan.rate is not None:
             self.plan_arrivals(plan, at_s)
@@ -491,10 +521,32 @@ class _Driver:
             unsent[reason] = unsent.get(reason, 0) + 1
         self.arrivals.clear()
 
+    def next_plan(self, ended_s: float) -> StagePlan | None:
+        """The stage after the current one, which ended at ``ended_s`` (None: the run ends);
+        a planner adds it to :attr:`plans` as it goes."""
+        nxt = self.stage + 1
+        if nxt >= len(self.plans) and self.planner is not None:
+            planned = self.planner.next_plan(self.stage, ended_s)
+            if planned is not None:
+                self.plans.append(planned)
+        if self.planner is not None:
+            warmup = self.planner.warmup_s(self.stage)
+            if warmup is not None:  # the warm-up it found: the report leaves it out
+                self.stages[self.stage].warmup_s = warmup
+        return self.plans[nxt] if nxt < len(self.plans) else None
+
+    def older_in_flight(self) -> int:
+        """Requests of earlier stages still in flight (a backlog the current stage inherits)."""
+        return sum(1 for req in self.live.values() if req.stage < self.stage)
+
     def stage_over(self) -> float | None:
         """When the current stage ends (a virtual time), or None while it goes on."""
-        plan = self.wl.stages[self.stage]
+        plan = self.plans[self.stage]
         if plan.requests is not None and self.stage_completed >= plan.requests:
+            return self.now
+        if self.planner is not None and self.planner.stage_over(
+            self.stage, self.now, self.older_in_flight
+        ):
             return self.now
         if plan.duration_s is not None and self.now >= self.stage_start + plan.duration_s:
             return self.stage_start + plan.duration_s
@@ -554,8 +606,13 @@ class _Driver:
         self.scrape_until(0.0)
         self.open_stage(0, 0.0)
         draining_since: float | None = None
+        idle_before_next = False  # the next stage opens once nothing is in flight
         while True:
-            if draining_since is None:
+            if idle_before_next and not self.live:
+                idle_before_next = False
+                self.open_stage(self.stage + 1, self.now)
+                continue
+            if draining_since is None and not idle_before_next:
                 end = self.stage_over()
                 if end is not None and self.to_send and self.to_send[0][0] < end:
                     self.send_next_user()  # sent before the stage ended: the stage's own
@@ -564,7 +621,16 @@ class _Driver:
                     self.send_arrival()  # due before the stage ended: sent in it
                     continue
                 if end is not None:
-                    if self.stage + 1 < len(self.wl.stages):
+                    if self.next_plan(end) is not None:
+                        if self.planner is not None and self.planner.idle_first(self.stage):
+                            # a pause: the server serves the backlog, nothing new is sent
+                            self.stages[-1].end_wall_s = self.base + end
+                            self.drop_arrivals(STAGE_ENDED)
+                            self.users = 0
+                            self.to_send = []
+                            self.queued_users.clear()
+                            idle_before_next = True
+                            continue
                         self.open_stage(self.stage + 1, end)
                         continue
                     self.stages[-1].end_wall_s = self.base + end
@@ -615,13 +681,13 @@ class _Driver:
         """The first closed-loop user due sends its request (if the stage still wants one)."""
         at, _, user = heapq.heappop(self.to_send)
         self.queued_users.discard(user)
-        limit = self.wl.stages[self.stage].max_sends
+        limit = self.plans[self.stage].max_sends
         if user < self.users and (limit is None or self.stage_sent < limit):
             self.stage_sent += 1
             self.send(user, at, at)
 
     def stage_deadline(self) -> float:
-        plan = self.wl.stages[self.stage]
+        plan = self.plans[self.stage]
         return math.inf if plan.duration_s is None else self.stage_start + plan.duration_s
 
     def step(self) -> None:
@@ -660,14 +726,18 @@ def simulate(
     model: ModelSpec | None = None,
     gpu: GpuSpec | None = None,
     start_wall_s: float | None = None,
+    planner: StagePlanner | None = None,
 ) -> VirtualRun:
     """Play ``workload`` on virtual time against an engine built from ``config``.
 
-    ``model`` / ``gpu`` replace the config's presets (as :class:`Engine` takes them).
+    ``model`` / ``gpu`` replace the config's presets (as :class:`Engine` takes them); a
+    ``planner`` ends stages and adds new ones as the run goes (``workload.stages`` holds the
+    first); what it says of the run goes into run.json's ``extra``.
     """
     t0 = time.perf_counter()
     base = time.time() if start_wall_s is None else start_wall_s
-    driver = _Driver(config, workload, base, Engine(config, model=model, gpu=gpu))
+    engine = Engine(config, model=model, gpu=gpu)
+    driver = _Driver(config, workload, base, engine, planner)
     try:
         end = driver.run()
     finally:
@@ -701,6 +771,7 @@ def simulate(
             "compute_s": compute_s,
             "steps": driver.steps,
             "preemptions": driver.engine.stats.preemptions_total,
+            **(planner.run_info() if planner is not None else {}),
         },
     )
     return VirtualRun(
@@ -757,6 +828,8 @@ def configure_parser(parser: Any) -> None:
     add("--warmup", type=float, default=0.0, help="seconds per stage left out of the tables")
     add("--stop-timeout", type=float, default=60.0, help="drain time after the last stage (s)")
     add("--out", default="", help="run dir (default reports/virtual-<UTC time>)")
+    add("--slo", default="", help="objectives, e.g. ttft_p99=2s,errors=1%% (--find-capacity)")
+    capacity_flags.add_flags(parser)
 
 
 def run_virtual(args: Any) -> int:
@@ -764,14 +837,24 @@ def run_virtual(args: Any) -> int:
     from datetime import datetime, timezone
 
     config = sim_cli.config_from_args(args)
-    workload = VirtualWorkload(
-        stages=parse_stages(
+    planner = None
+    if args.find_capacity:
+        from locust_llm.live.capacity_planner import planner_from_args
+
+        if args.concurrency or args.rate:
+            raise InputError("--find-capacity plans its own stages: leave out --concurrency/--rate")
+        planner = planner_from_args(args, time.time())
+        stages: tuple[StagePlan, ...] = (planner.first_plan(),)
+    else:
+        stages = parse_stages(
             concurrency=args.concurrency,
             rate=args.rate,
             requests=args.stage_requests,
             duration=args.stage_duration,
             flags=SWEEP_FLAGS,
-        ),
+        )
+    workload = VirtualWorkload(
+        stages=stages,
         input_len=args.input_len,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
@@ -785,9 +868,12 @@ def run_virtual(args: Any) -> int:
     )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = Path(args.out) if args.out else Path("reports") / f"virtual-{stamp}"
-    result = simulate(config, workload)
+    result = simulate(config, workload, start_wall_s=planner.base if planner else None,
+                      planner=planner)  # fmt: skip
     result.info.command = ["locust-llm", *sys.argv[1:]]
     write_run_dir(result, run_dir)
+    if planner is not None:
+        print(planner.console_answer())
     print(
         f"virtual run: {len(result.records)} requests, {result.virtual_s:.1f} s simulated in "
         f"{result.compute_s:.2f} s ({result.speedup:.0f}x real time); run dir {run_dir}\n"

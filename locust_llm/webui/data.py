@@ -367,6 +367,29 @@ def report_info(runtime: Any) -> dict[str, Any]:
     }
 
 
+def capacity_state(runtime: Any) -> dict[str, Any] | None:
+    """The capacity search as the tab shows it (None without one): its answer once done, else
+    the phase, the load it measures and the bracket so far."""
+    info_of = getattr(runtime, "capacity_info", None)
+    if not callable(info_of):
+        return None
+    info = info_of()
+    unit = info.get("unit", "users")
+
+    def load(x: Any) -> str:
+        return "-" if x is None else f"{x:g}"
+
+    if info.get("done"):
+        text = f"{info['sentence']} (the report names what limits it)"
+    else:
+        text = (
+            f"capacity search: {info.get('phase')} at {load(info.get('next_load'))} {unit}; "
+            f"every SLO met up to {load(info.get('capacity'))}, broken at "
+            f"{load(info.get('above'))}"
+        )
+    return {"text": text, "done": bool(info.get("done")), "slo": info.get("slo", "")}
+
+
 def backoff_state(runtime: Any) -> dict[str, int]:
     """Users waiting out a back-off after connection errors now, and the waits so far (the
     whole run: this process and every worker's last batch)."""
@@ -394,6 +417,7 @@ def stats_payload(runtime: Any, runner: Any, now: float | None = None) -> dict[s
         "stage": current_stage(runtime),
         "stages_begun": stages_begun(runtime, now, record_delay_s(runtime, runner)),
         "backoff": backoff_state(runtime),
+        "capacity": capacity_state(runtime),
         "endpoints": endpoint_rows(stats, rates_time(stats, state, now)),
         "errors": error_messages(stats),
         "signals": latest_signals(rows),

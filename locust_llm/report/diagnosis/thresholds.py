@@ -24,6 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from locust_llm.capacity.slo import Slo
+
+__all__ = ["ALERT_FIELDS", "DEFAULT_THRESHOLDS", "Slo", "Thresholds", "error_rate_exceeded"]
+
 #: The fields ``--alert`` may override (each is also an alert check).
 ALERT_FIELDS: tuple[str, ...] = ("gpu_mem", "gpu_util", "error_rate", "ttft", "tpot", "e2e")
 
@@ -117,16 +121,3 @@ def error_rate_exceeded(rate: float, thresholds: Thresholds) -> bool:
     """True when ``rate`` is above the error-rate threshold (never when it is off or NaN)."""
     limit = thresholds.error_rate
     return limit is not None and rate > limit
-
-
-@dataclass(frozen=True, kw_only=True)
-class Slo:
-    """Service-level objectives for goodput (seconds; None = not given)."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-
-    @property
-    def given(self) -> bool:
-        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.e2e_s))

@@ -99,6 +99,7 @@
       bo.users_waiting + "</b> users (server unreachable; " + bo.waits + " waits)</span>");
     else if (bo && bo.waits > 0) parts.push('<span id="backoff">back-off waits <b>' + bo.waits +
       "</b></span>");
+    if (d.capacity) parts.push('<span id="capacity">' + esc(d.capacity.text) + "</span>");
     var rep = d.report;
     if (rep.ready) parts.push('<a id="report-link" href="llm/report">download report</a>');
     else if (rep.run_ended && rep.command) parts.push("report: run <code>" +

@@ -1,0 +1,303 @@
+"""One stage's figures against the SLOs, with intervals, and when the stage has run long enough.
+
+A stage is measured from its :class:`Sample` s (one per request it sent, in any order):
+
+- **warm-up**: the first requests, while the batch fills, are left out: those sent in the
+  stage's first median E2E (one cycle of a closed loop's users; at most half the stage so far),
+  those sent before the last request of an earlier stage ended (its backlog; the caller
+  says when), and more where :func:`warmup_cut` says so. It is
+  MSER-5 (White's marginal standard error rule) on the TTFTs in start order: it cuts the prefix
+  whose removal makes the standard error of the rest's mean (in batches of 5) smallest, at most
+  half the sample. The stage's ``warmup_s`` (run.json) is the start of the first request kept,
+  so the report leaves the same requests out;
+- **settled**: only requests started at least the longest E2E seen before "now" count, so the
+  long requests still in flight do not bias the percentiles low (a record exists only once its
+  request ended);
+- throughput: the completions that ended after the warm-up, per second up to "now";
+- each percentile SLO is read with its order-statistic interval
+  (:mod:`locust_llm.capacity.intervals`) and is *met* when the interval's top is within the
+  limit, *broken* when its bottom is above, *unclear* otherwise; the error share and goodput
+  have Wilson intervals and are *broken* when the interval lies past the limit, *met* when the
+  value is within it (a stage is not held open to bound 0 errors below 1%: ~370 requests).
+
+:func:`stop_reason` ends a stage when one SLO is broken; else, while the TTFT is not drifting
+up (the later half's median interval above the earlier half's), when every percentile SLO is
+decided or every undecided one's interval is within :attr:`StageRule.width` of its value, or at the
+stage's time or request cap; an unclear stage is then judged by its point estimates and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from locust_llm.capacity.intervals import (
+    CONFIDENCE,
+    ShareInterval,
+    percentile_interval,
+    share_interval,
+)
+from locust_llm.capacity.slo import PercentileSlo, Slo
+
+MET, BROKEN, UNCLEAR = "met", "broken", "unclear"
+
+
+class Sample(NamedTuple):
+    """One request as the stage measurement needs it (times in seconds, NaN = none)."""
+
+    start_s: float
+    ok: bool
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StageRule:
+    """When a stage has run long enough (see :func:`stop_reason`)."""
+
+    width: float = 0.25  # an undecided percentile is measured when (hi - lo) / value <= this
+    min_requests: int = 20  # settled requests before any decision
+    max_requests: int = 2000  # the request cap of a stage (all its samples)
+    max_duration_s: float = 300.0  # the time cap of a stage
+    confidence: float = CONFIDENCE
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One SLO read on a stage: its value, interval and state against the limit."""
+
+    name: str  # as --slo writes it: ttft_p99, errors, goodput
+    label: str  # as the report prints it: P99 TTFT, errors, goodput
+    limit: float
+    value: float
+    lo: float
+    hi: float
+    state: str  # met | broken | unclear
+    unit: str = "s"  # s | share
+    at_least: bool = False  # goodput: the value must reach the limit
+
+    @property
+    def passes(self) -> bool:
+        """The point estimate meets the objective (what an unclear reading is judged by)."""
+        if math.isnan(self.value):
+            return False
+        return self.value >= self.limit if self.at_least else self.value <= self.limit
+
+    @property
+    def load_ratio(self) -> float:
+        """How close to its limit (1 = at it; higher = worse)."""
+        if math.isnan(self.value) or self.limit == 0:
+            return math.inf
+        return self.limit / self.value if self.at_least else self.value / self.limit
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name, "label": self.label, "limit": self.limit,
+            "value": _json(self.value), "lo": _json(self.lo), "hi": _json(self.hi),
+            "state": self.state, "unit": self.unit,
+        }  # fmt: skip
+
+
+def _json(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class StageMeasurement:
+    """A stage's load and SLO readings (what the search decides by)."""
+
+    load: float
+    readings: tuple[Reading, ...]
+    requests: int  # settled requests after the warm-up (the readings' sample)
+    sent: int  # every request of the stage
+    throughput: float  # completions per second after the warm-up
+    warmup_s: float  # seconds from the stage's start to the first request kept
+    warmup_requests: int
+    throughput_hi: float = math.nan  # the throughput's upper bound (Poisson, 95%)
+    #: the later half's median TTFT interval above the earlier half's: still climbing (an open
+    #: loop's queue growing), so the stage may not end as met yet
+    drifting: bool = False
+    overload: str = ""  # why the stage is past capacity apart from the SLOs ("" = it is not)
+
+    @property
+    def state(self) -> str:
+        """broken if any reading is (or the stage is overloaded), met if all are, else unclear."""
+        if self.overload or any(r.state == BROKEN for r in self.readings):
+            return BROKEN
+        if all(r.state == MET for r in self.readings):
+            return MET
+        return UNCLEAR
+
+    @property
+    def passes(self) -> bool:
+        """Meets every SLO: by the intervals when decided, else by the point estimates."""
+        state = self.state
+        if state != UNCLEAR:
+            return state == MET
+        return all(r.passes for r in self.readings)
+
+    def broken_by(self) -> list[str]:
+        """What fails at this stage: the readings that do (by the rule :attr:`passes` uses) and
+        the overload."""
+        failing = [r.label for r in self.readings if r.state == BROKEN]
+        if not failing and self.state == UNCLEAR:
+            failing = [r.label for r in self.readings if not r.passes]
+        return failing + ([self.overload] if self.overload else [])
+
+    def binding(self) -> Reading | None:
+        """The reading closest to (or furthest past) its limit."""
+        return max(self.readings, key=lambda r: r.load_ratio, default=None)
+
+
+def warmup_cut(values: Sequence[float], batch: int = 5) -> int:
+    """MSER-``batch``: how many leading values to drop (a multiple of ``batch``, at most half)."""
+    n_batches = len(values) // batch
+    if n_batches < 4:
+        return 0
+    means = [sum(values[i * batch : (i + 1) * batch]) / batch for i in range(n_batches)]
+    best, best_d = math.inf, 0
+    suffix_sum = suffix_sq = 0.0
+    stats: list[tuple[float, float]] = [(0.0, 0.0)] * (n_batches + 1)
+    for i in range(n_batches - 1, -1, -1):
+        suffix_sum += means[i]
+        suffix_sq += means[i] * means[i]
+        stats[i] = (suffix_sum, suffix_sq)
+    for d in range(0, n_batches // 2 + 1):
+        k = n_batches - d
+        total, squares = stats[d]
+        var = max(squares / k - (total / k) ** 2, 0.0)
+        score = var / k
+        if score < best - 1e-15:
+            best, best_d = score, d
+    return best_d * batch
+
+
+def measure(
+    samples: Iterable[Sample],
+    slo: Slo,
+    *,
+    load: float,
+    stage_start_s: float,
+    now_s: float,
+    confidence: float = CONFIDENCE,
+    overload: str = "",
+    not_before_s: float = 0.0,
+) -> StageMeasurement:
+    """The stage's readings at ``now_s`` from its samples so far (see the module docstring)."""
+    ordered = sorted(samples, key=lambda s: s.start_s)
+    sent = len(ordered)
+    ok_ttfts = [s.ttft_s for s in ordered if s.ok and math.isfinite(s.ttft_s)]
+    cut = warmup_cut(ok_ttfts)
+    # at least one cycle: the requests sent in the stage's first median E2E (at most half the
+    # time so far) met a batch still filling with the stage's new users or arrivals
+    e2es = sorted(s.e2e_s for s in ordered if s.ok and math.isfinite(s.e2e_s))
+    cycle = e2es[len(e2es) // 2] if e2es else 0.0
+    warm_start = stage_start_s + min(cycle, max(now_s - stage_start_s, 0.0) / 2)
+    if cut:
+        # the start of the first completed request kept (ok requests in start order)
+        ok_starts = [s.start_s for s in ordered if s.ok and math.isfinite(s.ttft_s)]
+        warm_start = max(warm_start, ok_starts[cut])
+    # an earlier stage's requests served into this one (the caller says until when)
+    warm_start = max(warm_start, min(not_before_s, now_s))
+    longest = max((s.e2e_s for s in ordered if math.isfinite(s.e2e_s)), default=0.0)
+    settle_by = now_s - longest
+    kept = [s for s in ordered if warm_start <= s.start_s <= settle_by]
+    warm_count = sum(1 for s in ordered if s.start_s < warm_start)
+    completed = [s for s in kept if s.ok]
+    # completions that ended after the warm-up, per second since (a server that falls behind
+    # an open loop completes fewer than were sent)
+    span = now_s - warm_start
+    ended = sum(1 for s in ordered if s.ok and warm_start <= s.start_s + s.e2e_s <= now_s)
+    throughput = ended / span if span > 0 and ended else math.nan
+    # the rate's upper bound (a Poisson count's, normal approximation): what an open loop's
+    # achieved rate is held to before the stage is called overloaded
+    throughput_hi = (ended + 1 + 1.96 * math.sqrt(ended + 1)) / span if span > 0 else math.nan
+    readings = [_percentile_reading(p, completed, confidence) for p in slo.percentiles]
+    ttfts = [s.ttft_s for s in completed if math.isfinite(s.ttft_s)]
+    half = len(ttfts) // 2
+    drifting = half >= 10 and (
+        percentile_interval(ttfts[half:], 50, confidence).lo
+        > percentile_interval(ttfts[:half], 50, confidence).hi
+    )
+    if slo.errors is not None:
+        failed = sum(1 for s in kept if not s.ok)
+        share = share_interval(failed, len(kept), confidence)
+        readings.append(_share_reading("errors", "errors", slo.errors, share, at_least=False))
+    if slo.goodput is not None:
+        good = sum(1 for s in completed if _within(s, slo))
+        share = share_interval(good, len(completed), confidence)
+        readings.append(_share_reading("goodput", "goodput", slo.goodput, share, at_least=True))
+    return StageMeasurement(
+        load=load,
+        readings=tuple(readings),
+        requests=len(kept),
+        sent=sent,
+        throughput=throughput,
+        throughput_hi=throughput_hi,
+        drifting=drifting,
+        warmup_s=max(warm_start - stage_start_s, 0.0),
+        warmup_requests=warm_count,
+        overload=overload,
+    )
+
+
+def _within(s: Sample, slo: Slo) -> bool:
+    for bound, value in ((slo.ttft_s, s.ttft_s), (slo.tpot_s, s.tpot_s), (slo.e2e_s, s.e2e_s)):
+        if bound is not None and not (value <= bound):
+            return False
+    return True
+
+
+def _percentile_reading(p: PercentileSlo, completed: list[Sample], confidence: float) -> Reading:
+    values = [getattr(s, p.field) for s in completed]  # in start order
+    iv = percentile_interval(values, p.q, confidence, in_order=True)
+    if iv.n == 0:
+        state = UNCLEAR
+    elif iv.hi <= p.limit_s:
+        state = MET
+    elif iv.lo > p.limit_s:
+        state = BROKEN
+    else:
+        state = UNCLEAR
+    return Reading(p.name, p.label, p.limit_s, iv.value, iv.lo, iv.hi, state)
+
+
+def _share_reading(
+    name: str, label: str, limit: float, share: ShareInterval, *, at_least: bool
+) -> Reading:
+    # a share fails on evidence (its interval past the limit) and otherwise holds by its
+    # value: 0 errors in n bound the share below 1% only from n ~ 370 on, and a stage is not
+    # held open for that
+    if share.n == 0:
+        state = UNCLEAR
+    elif at_least:
+        state = BROKEN if share.hi < limit else MET if share.value >= limit else UNCLEAR
+    else:
+        state = BROKEN if share.lo > limit else MET if share.value <= limit else UNCLEAR
+    return Reading(name, label, limit, share.value, share.lo, share.hi, state, "share", at_least)
+
+
+def stop_reason(m: StageMeasurement, rule: StageRule, elapsed_s: float) -> str:
+    """Why the stage may end now ("" = it goes on): ``decided`` (every percentile SLO met, or
+    one broken), ``measured`` (the undecided ones' intervals are within ``rule.width``),
+    ``time cap``, ``request cap``."""
+    if elapsed_s >= rule.max_duration_s:
+        return "time cap"
+    if m.sent >= rule.max_requests:
+        return "request cap"
+    if m.requests < rule.min_requests:
+        return ""
+    percentiles = [r for r in m.readings if r.unit == "s"]
+    if any(r.state == BROKEN for r in m.readings) or m.overload:
+        return "decided"
+    if m.drifting:
+        return ""
+    undecided = [r for r in percentiles if r.state == UNCLEAR]
+    if not undecided:
+        return "decided"
+    if all(r.value > 0 and (r.hi - r.lo) / r.value <= rule.width for r in undecided):
+        return "measured"
+    return ""

@@ -1,0 +1,53 @@
+"""`locust-llm run --find-capacity` against the suite's real llama.cpp server (2 parallel slots,
+a tiny random-weight model): with a P90 TTFT objective set just above the single-slot latency
+(2.5 times the P90 TTFT one user measures first), a third user waits for a slot and breaks it,
+so the search lands on the slot limit: capacity 2 users, between 2 and 3."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from llamacpp.model import write_tiny_model
+from llamacpp.server import LlamaServer, start_llama_server
+
+pytestmark = pytest.mark.slow
+SLOTS = 2
+CLI = [sys.executable, "-m", "locust_llm.cli", "run"]
+# a long decode beside a short prompt: a request waiting for a slot waits a whole answer
+COMMON = ["--max-tokens", "256", "--ignore-eos", "--input-len", "64", "--workers", "1",
+          "--quiet", "--timeout", "200"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    model = write_tiny_model(tmp_path_factory.mktemp("model"), n_embd=256, n_layer=2, n_head=4)
+    with start_llama_server(model.gguf, tmp_path_factory.mktemp("s"), slots=SLOTS) as server:
+        yield server
+
+
+def test_the_search_lands_at_the_slot_limit(server: LlamaServer, tmp_path: Path) -> None:
+    one = tmp_path / "one-user"
+    subprocess.run(
+        [*CLI, "--host", server.url, "--concurrency", "1", "--stage-requests", "20",
+         "--out", str(one), *COMMON],
+        check=True, capture_output=True, text=True, timeout=260,
+    )  # fmt: skip
+    ttfts = sorted(pq.read_table(one / "requests.parquet").column("ttft_s").to_pylist())
+    slo = f"ttft_p90={2.5 * ttfts[int(0.9 * len(ttfts))] * 1000:.0f}ms"
+    out = tmp_path / "search"
+    done = subprocess.run(
+        [*CLI, "--host", server.url, "--find-capacity", "--slo", slo,
+         "--stage-max-duration", "20s", "--capacity-max", "8", "--out", str(out), *COMMON],
+        capture_output=True, text=True, timeout=260,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    cap = json.loads((out / "run.json").read_text())["extra"]["capacity"]
+    steps = [(s["load"], s["passes"]) for s in cap["steps"]]
+    assert (cap["capacity"], cap["above"]) == (SLOTS, SLOTS + 1), (slo, steps)
+    assert f"Capacity: capacity {SLOTS} users (SLOs break between 2 and 3 users)" in done.stdout
