@@ -71,18 +71,23 @@ def test_model_split_calibrates_on_the_lowest_load_and_puts_the_rest_in_the_queu
     assert high["queue_avg_s"] > 0.9 * 2.0  # a 256-token prompt takes tens of ms
 
 
-def test_a_waiting_gauge_is_the_one_queue_estimate_without_phase_histograms() -> None:
-    """llama.cpp's case: the server's own waiting gauge by Little's law (mean waiting /
-    completions per second) is the queue, not the model beside it; the split line quotes one
-    queue time."""
-    low = _row(ttft_avg_s=0.040)
+def test_a_servers_prefill_clock_is_the_one_split_without_phase_histograms() -> None:
+    """llama.cpp's case: its prefill clock (prompt_seconds_total) over the stage window, per
+    request, is the prefill and the rest of TTFT the queue; neither the model's queue nor
+    Little's law's (24 waiting / 12 per s = 2 s) is quoted beside it."""
+    low = _row(ttft_avg_s=0.040, requests=10.0)
     high = _row(stage=1, concurrency=64.0, ttft_avg_s=2.5, running=40.0, waiting=24.0,
-                qps=12.0, tpot_avg_s=0.03)  # fmt: skip
-    decompose([low, high], {}, get_model("mistral-7b"), get_gpu("rtx4090"))
-    assert high["ttft_split_source"] == "waiting gauge"
-    assert high["queue_avg_s"] == pytest.approx(24.0 / 12.0) == high["queue_little_s"]
-    assert high["prefill_avg_s"] == pytest.approx(0.5)
-    assert split_line(high) == "TTFT = 2000 ms queue + 500 ms prefill (source: waiting gauge)"
+                qps=12.0, tpot_avg_s=0.03, requests=120.0, start_wall_s=10.0,
+                end_wall_s=20.0)  # fmt: skip
+    series = counter_series({"prompt_seconds_total": [(9.0, "s", 1.0), (19.5, "s", 61.0)]})
+    decompose([low, high], series, get_model("mistral-7b"), get_gpu("rtx4090"))
+    assert high["ttft_split_source"] == "server prefill clock"
+    assert high["prefill_avg_s"] == pytest.approx(60.0 / 120.0)
+    assert high["queue_avg_s"] == pytest.approx(2.0)
+    assert high["queue_little_s"] == pytest.approx(2.0)  # the table's cross-check
+    assert split_line(high) == (
+        "TTFT = 2000 ms queue + 500 ms prefill (source: server prefill clock)"
+    )
 
 
 def test_an_empty_waiting_gauge_caps_the_queue_at_the_step_under_way() -> None:

@@ -28,13 +28,16 @@ Pure (numpy in, dicts out). Two sources, best first:
    0.05..1). Without a roofline (no model/GPU given) the lowest-load stage's mean TTFT per
    input token is the prefill rate. Queue = mean TTFT - prefill (>= 0).
 
-2a. ``waiting gauge`` (before the model, for a server that exports a waiting gauge but no
-   phase histograms: llama.cpp's ``requests_deferred``, SGLang's queue): Little's law on the
-   server's own gauge, mean waiting requests / completions per second = the mean time in the
-   queue (``queue_little_s``), prefill the rest of TTFT. One queue estimate per stage: the
-   server's phase histograms where it has them, its waiting gauge where it has that, the model
-   otherwise (``queue_little_s`` stays in the stage table, a cross-check of the histograms).
-   Decode = mean E2E - mean TTFT (client side).
+2a. ``server prefill clock`` (before the model, for a server that keeps a prefill clock but no
+   phase histograms: llama.cpp's ``prompt_seconds_total``): its increase over the stage window
+   per request of the stage is the prefill, the queue the rest of TTFT.
+
+One queue estimate per stage, from the server's own counters where it exports them (the
+histograms, the prefill clock), the model otherwise. Little's law on the waiting gauge, mean
+waiting / completions per second (``queue_little_s``), stays in the stage table as a
+cross-check, not in the split: on a real llama.cpp server (``requests_deferred``) it fell a
+third short of the queue the server's prefill clock leaves (tests/test_llamacpp_prefix_cache.py).
+Decode = mean E2E - mean TTFT (client side).
 """
 
 from __future__ import annotations
@@ -414,13 +417,12 @@ def _decompose_row(
         if not math.isnan(phases.decode_s):
             row["decode_avg_s"] = phases.decode_s
         return
-    little = _f(row, "queue_little_s")
-    if not math.isnan(little + ttft):  # the server's own waiting gauge: its queue, one estimate
-        # at least the wait for the step under way, which a sampled gauge rarely catches
-        queue = min(max(little, step_wait_s(row, prefill_model.open_loop)), ttft)
+    clock = _prefill_clock_s(series, row, lo, hi)
+    if not math.isnan(clock + ttft):  # the server's own prefill clock (llama.cpp)
+        prefill = min(clock, ttft)
         row.update(
-            queue_avg_s=queue, prefill_avg_s=ttft - queue, outside_avg_s=NAN,
-            ttft_split_source="waiting gauge", phase_requests=NAN,
+            queue_avg_s=ttft - prefill, prefill_avg_s=prefill, outside_avg_s=NAN,
+            ttft_split_source="server prefill clock", phase_requests=NAN,
         )  # fmt: skip
         return
     prefill = prefill_model.prefill_s(row)
@@ -442,6 +444,17 @@ def _decompose_row(
         ttft_split_source="model",
         phase_requests=NAN,
     )
+
+
+def _prefill_clock_s(series: SeriesLookup, row: Mapping[str, Any], lo: float, hi: float) -> float:
+    """Mean server seconds of prompt computation per request of the stage, from a prefill
+    clock the server keeps (llama.cpp's ``prompt_seconds_total``) over the stage window; NaN
+    without one or without requests."""
+    requests = _f(row, "requests")
+    if math.isnan(lo + hi) or not requests > 0:
+        return NAN
+    seconds = series_increase(series, "prompt_seconds_total", lo, hi)
+    return seconds / requests if seconds > 0 else NAN
 
 
 def split_line(row: Mapping[str, Any]) -> str:
