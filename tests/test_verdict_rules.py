@@ -35,7 +35,7 @@ def _check(name: str, row: dict, **flags: object):
 
 def test_the_registry_is_ordered_and_every_rule_documented() -> None:
     names = RULES.names()
-    assert names[:4] == ("too_few_requests", "oom", "client_cpu", "errors")
+    assert names[:5] == ("cut_off", "too_few_requests", "oom", "client_cpu", "errors")
     assert names.index("admission") < names.index("under_loaded") < names.index("step_bound")
     assert names[-1] == "nothing_saturated"
     assert all(r.doc for r in RULES)

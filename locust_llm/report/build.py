@@ -58,6 +58,16 @@ class Report:
     def rows(self) -> list[dict[str, Any]]:
         return self.table.to_dict("records")
 
+    @property
+    def request_counts(self) -> dict[str, int]:
+        """The stages' requests: sent, completed, failed (the server's), cancelled (by the
+        load test, at a stage's or the run's end) and client errors (locust-llm's own)."""
+        keys = ("sent", "completed", "failed", "cancelled", "client_errors")
+        return {
+            k: int(self.table[k].fillna(0).sum()) if k in self.table and len(self.table) else 0
+            for k in keys
+        }
+
 
 def recorded_device(roofline: dict[str, Any]) -> GpuSpec | None:
     """The device run.json's roofline entry names (``run``'s device flags): a preset, ``cpu``

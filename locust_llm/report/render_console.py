@@ -1,7 +1,8 @@
 """The console summary of a report: what ``locust-llm report``, ``run`` and ``demo`` print.
 
-The field's compact table first (per stage QPS, output tok/s, TTFT / TPOT / E2E P50 and P99,
-errors: what vLLM's benchmark, GuideLLM and EvalScope print), then the reading, conclusion and
+The field's compact table (per stage QPS, output tok/s, TTFT / TPOT / E2E P50 and P99,
+errors: what vLLM's benchmark, GuideLLM and EvalScope print), the requests sent, completed,
+failed and cancelled, then the reading, conclusion and
 caveats, the verdict with its evidence, the alerts and where the full report is. Every line
 comes from the document model (:mod:`locust_llm.report.document`), so the console says what
 report.md and report.html say.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from locust_llm.report.blocks import Bullets, Paragraph, Table
 from locust_llm.report.build import Report
-from locust_llm.report.document import document, field_table, run_state_banner
+from locust_llm.report.document import document, field_table, request_counts, run_state_banner
 
 
 def text_table(table: Table, indent: str = "  ") -> str:
@@ -38,6 +39,7 @@ def render_console(report: Report, report_path: Path | None = None) -> str:
     state = run_state_banner(report)
     lines = [state, ""] if state else []
     lines += ["Per stage (times in ms):", text_table(field_table(report)), ""]
+    lines += [f"Requests: {request_counts(report)}."]
     for block in doc.section("overview").blocks:
         if isinstance(block, Paragraph) and block.lead:
             lines.append(f"{block.lead}: {block.text}")

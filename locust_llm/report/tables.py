@@ -10,7 +10,9 @@ QPS closed loop = completed
 / duration, TPS = output tokens of completed requests / duration (total TPS adds their input
 tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
 numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
-load test cancelled itself at its end, and client-side bugs, count in neither); goodput = completed
+load test cancelled itself at its end, and client-side bugs, count in neither; ``sent`` counts every
+record, ``cut_off`` those cancelled or timed out, ``cut_off_wait_p50_s`` how long they had been in
+flight, median); goodput = completed
 requests meeting every SLO given / duration. Telemetry is combined as each signal's definition
 says (:mod:`locust_llm.telemetry.signals`: over the GPUs of a source, then over sources, each
 source at its
@@ -65,6 +67,9 @@ COLUMNS: tuple[str, ...] = (
     "failed",
     "cancelled",
     "client_errors",
+    "sent",
+    "cut_off",
+    "cut_off_wait_p50_s",
     "qps",
     "output_tps",
     "total_tps",
@@ -169,6 +174,11 @@ def _request_stats(
     client_errors = int((kinds == "client_error").sum())  # our own bugs: not the server's
     n, completed = int(ok.size) - cancelled - client_errors, int(ok.sum())
     failed = n - completed
+    # cut off: sent and never answered in full, because the load test stopped them (cancelled
+    # at the stage's or the run's end) or the client gave up waiting (timeout); how long they
+    # had been in flight (e2e_s: send -> cancel / timeout) says whether the server was slow
+    cut = (kinds == "cancelled") | (kinds == "timeout")
+    cut_wait = req["e2e_s"][~ok][cut]
     dur = duration if duration > 0 else NAN
     e2e, ttft, tpot = req["e2e_s"][ok], req["ttft_s"][ok], req["tpot_s"][ok]
     out_tok = req["output_tokens"][ok].astype(float)
@@ -180,6 +190,9 @@ def _request_stats(
         "failed": failed,
         "cancelled": cancelled,
         "client_errors": client_errors,
+        "sent": int(ok.size),
+        "cut_off": int(cut.sum()),
+        "cut_off_wait_p50_s": _pcts(cut_wait, (50,))[0],
         "qps": completed / dur,
         "output_tps": float(out_tok.sum()) / dur,
         "total_tps": float(out_tok.sum() + in_known.sum()) / dur,

@@ -353,9 +353,8 @@ class _Driver:
         else:
             record.error_kind, record.status_code = error.kind, error.status
             record.error_message = error.message
+            # a cancelled request keeps its time in flight (send -> cancel) as the client's does
             summarize_stream(record, timing, received if received else None)
-            if error.kind == "cancelled":
-                record.e2e_s = math.nan
         self.records.append(record)
         if req.engine_req is not None:
             self.live.pop(req.engine_req.id, None)

@@ -45,6 +45,10 @@ class Thresholds:
 
     # -- verdict rules ----------------------------------------------------------------------
     min_requests: int = 5  # fewer requests in a stage: insufficient data
+    # requests cut off (cancelled at the stage's or run's end, or timed out) at least this
+    # share of those sent (and at least min_requests): the stage is judged on them (a stage
+    # far past capacity completes nothing before the run ends: overload, not too few requests)
+    cut_off_share: float = 0.5
     confident_requests: int = 20  # fewer (4 x min_requests): the verdict's confidence is low
     client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
     client_delay_bound_s: float = 0.010  # first-token client delay P99 at or above (s) ...

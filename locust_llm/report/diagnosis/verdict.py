@@ -177,6 +177,7 @@ class Finding:
     cause: str = ""
     extra_actions: tuple[str, ...] = ()
     client_side: bool = False
+    requests: float = math.nan  # the requests it rests on, when not the stage's answered ones
 
 
 @dataclass(frozen=True)
@@ -326,6 +327,85 @@ def _step_cause(ctx: Context) -> str:
 # -- the rules, in order ------------------------------------------------------------------------
 
 
+def _cut_off(ctx: Context) -> tuple[float, float, float]:
+    """(sent, cut off, median seconds in flight when cut off) of the stage's requests."""
+    sent = ctx.v("sent")
+    if math.isnan(sent):  # a table without the count
+        sent = ctx.v("requests") + (ctx.v("cancelled") if ctx.v("cancelled") > 0 else 0.0)
+    return sent, ctx.v("cut_off"), ctx.v("cut_off_wait_p50_s")
+
+
+def _cut_off_text(ctx: Context) -> str:
+    """"N requests sent at load L: M completed, K cut off (...) after X s in flight (median)"."""
+    sent, cut, wait = _cut_off(ctx)
+    cancelled = ctx.v("cancelled") if ctx.v("cancelled") > 0 else 0.0
+    timeouts = cut - cancelled
+    how = [f"{num(cancelled)} cancelled at the stage's or the run's end"] if cancelled else []
+    how += [f"{num(timeouts)} timed out"] if timeouts > 0 else []
+    return (
+        f"{num(sent)} requests sent {ctx.where}: {num(ctx.v('completed'))} completed, "
+        f"{num(cut)} cut off ({', '.join(how)}) after {num(wait, 1)} s in flight (median)"
+    )
+
+
+@rule(
+    "cut_off",
+    "requests cut off (cancelled at the stage's or the run's end, or timed out) are at least "
+    "`cut_off_share` of those sent and at least `min_requests`, and the server fell behind: "
+    "they had been in flight at least `latency_climb` x the P99 latency of the next-lower "
+    "load, or the server held a standing queue (waiting >= 1 and >= `standing_queue_share` "
+    "of the batch). Overloaded, whatever few completed: the cause is what stopped admission "
+    "or the step bound, where known (not for a stage with out-of-memory errors or a busy "
+    "client: those rules judge it)",
+    kinds=("overloaded",),
+    causes=(
+        "kv_capacity_admission",
+        "batch_limit_admission",
+        *STEP_CAUSES,
+    ),
+    reads=(
+        "cut_off_share",
+        "min_requests",
+        "latency_climb",
+        "standing_queue_share",
+        "client_cpu",
+        "min_telemetry_samples",
+    ),
+)
+def _cut(ctx: Context) -> Finding | None:
+    th = ctx.thresholds
+    sent, cut, wait = _cut_off(ctx)
+    if not (cut >= th.min_requests and cut >= th.cut_off_share * sent):
+        return None
+    if ctx.v("error_rate_oom") > 0 or ctx.v("worker_cpu_max") >= th.client_cpu:
+        return None
+    behind = []
+    prev = ctx.lower
+    if prev is not None and wait >= th.latency_climb * _v(prev, "latency_p99_s"):
+        behind.append(
+            f"at load {load_label(prev.get('concurrency'), prev.get('rate'))} requests took "
+            f"{num(_v(prev, 'latency_p99_s'), 1)} s (P99): the server fell behind"
+        )
+    if _standing_queue(ctx):
+        behind.append(
+            f"standing queue: {num(ctx.server_v('waiting'))} waiting vs "
+            f"{num(ctx.server_v('running'))} running on average"
+        )
+    if not behind:
+        return None
+    cause, blocker = _admission_blocker(ctx) if ctx.telemetry_ok else ("", "")
+    cause = cause or _step_cause(ctx)
+    evidence = [_cut_off_text(ctx), *behind, blocker]
+    return Finding(
+        "overloaded",
+        tuple(e for e in evidence if e),
+        cause,
+        client_side=not ctx.telemetry_ok,
+        requests=sent,
+    )
+
+
+
 @rule(
     "too_few_requests",
     "fewer than `min_requests` requests in the stage, unless none completed and the error rate "
@@ -340,9 +420,12 @@ def _too_few(ctx: Context) -> Finding | None:
     if ctx.v("completed") == 0 and error_rate_exceeded(ctx.v("error_rate"), ctx.thresholds):
         return None  # a dead server: the errors rule says so
     n = num(requests if not math.isnan(requests) else 0)
-    return Finding(
-        "insufficient_data", (f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})",)
-    )
+    evidence = [f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})"]
+    cut = ctx.v("cut_off")
+    if cut > 0:  # cut off, but too few of them, or with no sign the server fell behind
+        why = "too few to judge" if cut < ctx.thresholds.min_requests else "no sign the server "
+        evidence.append(f"{_cut_off_text(ctx)}: {why}" + ("" if cut < ctx.thresholds.min_requests else "fell behind"))
+    return Finding("insufficient_data", tuple(evidence))
 
 
 @rule("oom", "a request failed with error kind `oom` (out of memory)", kinds=("memory_oom",))
@@ -903,10 +986,15 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
 CONFIDENCE_READS: tuple[str, ...] = ("confident_requests",)
 
 
+def _requests(ctx: Context, finding: Finding) -> float:
+    """The requests a finding rests on: its own count, else the stage's answered requests."""
+    return finding.requests if not math.isnan(finding.requests) else ctx.v("requests")
+
+
 def _confidence(ctx: Context, finding: Finding) -> str:
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
-    if ctx.v("requests") < ctx.thresholds.confident_requests:
+    if _requests(ctx, finding) < ctx.thresholds.confident_requests:
         return "low"
     has_model = not math.isnan(ctx.v("mfu"))
     server_split = ctx.row.get("ttft_split_source") == "server"
@@ -947,7 +1035,7 @@ def stage_verdict(
             stage=stage,
             cause=found.cause,
             rule=r.name,
-            requests=int(ctx.v("requests")) if not math.isnan(ctx.v("requests")) else 0,
+            requests=int(_requests(ctx, found)) if not math.isnan(_requests(ctx, found)) else 0,
             telemetry_samples=int(samples) if not math.isnan(samples) else 0,
             confidence=_confidence(ctx, found),
             client_side=found.client_side,
