@@ -18,7 +18,7 @@ from locust_llm.errors import InputError
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.diagnosis.alerts import Alert, check
 from locust_llm.report.diagnosis.client_delay import add_client_delay, delay_caveats
-from locust_llm.report.diagnosis.knee import Knee, find_knee
+from locust_llm.report.diagnosis.knee import Knee, find_knee, stage_scaling
 from locust_llm.report.diagnosis.lag import lag_warnings
 from locust_llm.report.diagnosis.resources import server_limits, with_observed_limit
 from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
@@ -247,6 +247,12 @@ def build_report(
         limits=server_limits(extra),
     )
     device_warnings = without_gpu_telemetry(table, words)  # report/wording.py
+    # how each stage answered its load: the one classification the reading, the cap and the
+    # verdict read (knee.stage_scaling)
+    scaling = stage_scaling(
+        table.to_dict("records"), thresholds, floors.model if floors else None
+    )
+    table["scaling"] = [scaling.get(int(s), "") for s in table["stage"]]
     rows = table.to_dict("records")
     add_client_delay(rows, run.requests, stages, run.info.end_wall_s)  # report/client_delay.py
     verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(extra))

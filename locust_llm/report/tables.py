@@ -3,11 +3,11 @@
 Pure (numpy/pandas in, DataFrame out, no I/O). Definitions follow ARCHITECTURE.md: a request
 belongs to the stage whose window holds its start time and is left out when it started in the
 stage's first ``warmup_s``; the stage's duration is its window minus the warm-up (a stage that
-ends at a request count ends at its last completion); QPS = completed (open loop: completed
-inside the window, the achieved throughput; the later ones are ``completed_after_window``, and
-``latency_sched_*`` is latency from the scheduled send time, beside latency from the send);
-QPS closed loop = completed
-/ duration, TPS = output tokens of completed requests / duration (total TPS adds their input
+ends at a request count ends at its last completion); QPS = completed / duration (open loop:
+the achieved rate: the window's requests completed over it shifted by their latency, against
+the arrivals due in it: :func:`achieved`; ``completed_in_window`` / ``completed_after_window``
+split the completions at the window's end, and ``latency_sched_*`` is latency from the
+scheduled send time, beside latency from the send), TPS = output tokens of completed requests / duration (total TPS adds their input
 tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
 numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
 load test cancelled itself at its end, and client-side bugs, count in neither; ``sent`` counts every
@@ -130,6 +130,7 @@ COLUMNS: tuple[str, ...] = (
     "server_samples",
     *decompose.COLUMNS,
     *resources.COLUMNS,
+    "scaling",  # the step that reached the stage (knee.stage_scaling; the report fills it)
 )
 
 
@@ -235,8 +236,9 @@ def _request_stats(
 def _open_loop_stats(
     req: dict[str, np.ndarray], ok: np.ndarray, dur: float, window_end_s: float, open_loop: bool
 ) -> dict:
-    """Open loop: completions inside the stage window (achieved throughput) and after it (the
-    tail), and latency from the scheduled send time beside latency from the send."""
+    """Open loop: completions inside the stage window and after it (the tail), and latency
+    from the scheduled send time beside latency from the send (the achieved rate:
+    :func:`achieved`)."""
     out = dict.fromkeys(
         ("completed_in_window", "completed_after_window", "latency_sched_p50_s",
          "latency_sched_p99_s"),
@@ -252,7 +254,6 @@ def _open_loop_stats(
         (req["start_wall_s"] - req["scheduled_wall_s"])[ok], nan=0.0
     )
     out["latency_sched_p50_s"], out["latency_sched_p99_s"] = _pcts(since_due, (50, 99))
-    out["qps_in_window"] = inside / dur
     return out
 
 
@@ -565,17 +566,12 @@ def stage_table(
             "duration_s": end - lo,
         }
         row.update(_request_stats(req, end - lo, slo, mode == "open", end))
-        if mode == "open":
-            # achieved throughput = completions inside the window; the tail is shown apart
-            row["qps"] = row.pop("qps_in_window")
-            row["offered_rps"] = row["rate"]
-            row["achieved_ratio"] = row["qps"] / row["rate"] if row["rate"] > 0 else NAN
-        else:
-            row.pop("qps_in_window", None)
-            row["offered_rps"] = row["achieved_ratio"] = NAN
         row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
         row.update(_floor_stats(row, floors, row["concurrency"]))
         row.update(arrival_stats(stage, sent_by_stage))
+        row["offered_rps"] = row["achieved_ratio"] = NAN
+        if mode == "open":
+            row.update(achieved(req, row, stage, lo, end, run_end_wall_s))
         rows.append(row)
     model, gpu, tp = (floors.model, floors.gpu, floors.tp) if floors else (None, None, 1)
     ok = arrays["ok"] & np.isfinite(arrays["e2e_s"])
@@ -595,6 +591,52 @@ def stage_table(
     )
     resources.add_resources(rows, model, gpu, limits or resources.ServerLimits(), tp=tp)
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def achieved(
+    req: dict[str, np.ndarray],
+    row: dict[str, Any],
+    stage: Stage,
+    lo: float,
+    end: float,
+    run_end_s: float = NAN,
+) -> dict[str, float]:
+    """Open loop: the achieved rate against the arrivals due in the window.
+
+    A request completes about one latency after it was due, so the window's own completions
+    fall short of its arrivals by the requests due in its last latency even when the server
+    keeps up. Served are therefore the requests sent in the window that completed between its
+    start plus the stage's shortest latency and its end plus its median latency (E2E P50; the
+    window is cut where that would pass the run's end, and no latency is added when that
+    leaves less than a quarter of it); they are set against the arrivals due in the same
+    window: run.json's arrivals drawn in the stage, pro rata (the nominal rate x time where
+    the run dir did not count them). A server that keeps up serves them all; one past
+    capacity serves about its capacity over the shifted window.
+    ``qps`` = served / the window, ``offered_rps`` = arrivals due / the window,
+    ``achieved_ratio`` = served / arrivals due."""
+    ok = req["ok"] & np.isfinite(req["e2e_s"])
+    shift = row["latency_p50_s"] if math.isfinite(row["latency_p50_s"]) else 0.0
+    top = min(end, run_end_s - shift) if math.isfinite(run_end_s) else end
+    if not top - lo >= 0.25 * (end - lo):
+        shift, top = 0.0, end
+    span = top - lo
+    if not span > 0:
+        return {"qps": NAN, "offered_rps": NAN, "achieved_ratio": NAN}
+    sent = req["start_wall_s"][ok]
+    done = sent + req["e2e_s"][ok]
+    first = float(req["e2e_s"][ok].min()) if shift > 0 and ok.any() else 0.0
+    served = float(((sent < top) & (done >= lo + first) & (done < top + shift)).sum())
+    stage_span = end - stage.start_wall_s
+    drawn = row["arrivals_drawn"]
+    if math.isfinite(drawn) and stage_span > 0:
+        due = drawn * span / stage_span
+    else:
+        due = row["rate"] * span
+    return {
+        "qps": served / span,
+        "offered_rps": due / span,
+        "achieved_ratio": served / due if due > 0 else NAN,
+    }
 
 
 def scheduled_sends(requests: pd.DataFrame) -> dict[int, int]:

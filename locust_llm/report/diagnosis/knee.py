@@ -104,6 +104,16 @@ def _label(row: Mapping[str, Any]) -> str:
     return load_label(row.get("concurrency"), row.get("rate"))
 
 
+def achieved_share(row: Mapping[str, Any]) -> float:
+    """Open loop: the achieved rate / the arrivals due in the window (the table's
+    ``achieved_ratio``: :func:`locust_llm.report.tables.achieved`; QPS / the nominal rate where
+    a table lacks it); NaN in closed loop."""
+    share = _f(row, "achieved_ratio")
+    if math.isnan(share) and _f(row, "rate") > 0:
+        share = _f(row, "qps") / _f(row, "rate")
+    return share
+
+
 def meets_slo(
     row: Mapping[str, Any], slo: Slo, thresholds: Thresholds = Thresholds()
 ) -> tuple[bool, str]:
@@ -212,17 +222,9 @@ def _phrase(group: list[Step], thresholds: Thresholds) -> str:
     return f"{span} throughput falls ({qps}) and {_latency_words(lat, thresholds)}: overload"
 
 
-def find_knee(
-    rows: Sequence[Mapping[str, Any]],
-    *,
-    slo: Slo | None = None,
-    thresholds: Thresholds = Thresholds(),
-    overloaded: Sequence[int] = (),
-    model: ModelSpec | None = None,
-) -> Knee:
-    """Classify the sweep's steps and pick the best range and the cap (module docstring);
-    stages in ``overloaded`` (their verdict says so) are never the cap."""
-    slo = slo or Slo()
+def _swept(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The stages the sweep compares: not soak, with completed requests and a load, by load
+    (of equal loads the first)."""
     stages = sorted(
         (
             r
@@ -235,9 +237,15 @@ def find_knee(
     for r in stages:
         if not dedup or _load(r) > _load(dedup[-1]):
             dedup.append(r)
-    if not dedup:
-        return Knee(notes=("no stage with completed requests and a load: no knee",))
-    unit = "concurrency" if not math.isnan(_f(dedup[0], "concurrency")) else "rate"
+    return dedup
+
+
+def sweep_steps(
+    dedup: Sequence[Mapping[str, Any]],
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    model: ModelSpec | None = None,
+) -> list[Step]:
+    """Each step from one swept load to the next, classified (module docstring)."""
     steps = []
     for lo, hi in itertools.pairwise(dedup):
         gain = _f(hi, "qps") / _f(lo, "qps") if _f(lo, "qps") > 0 else math.nan
@@ -265,20 +273,126 @@ def find_knee(
                 _f(hi, "latency_p99_s"),
             )
         )
+    return steps
+
+
+#: Step classes that say the load met no more capacity: near the limit (``flattening``) or
+#: overload (``flat``, ``falling``). A stage reached by one has no headroom: its verdict is
+#: never ``low_concurrency`` (the reading would say the opposite).
+NO_HEADROOM: tuple[str, ...] = ("flattening", "flat", "falling")
+
+#: What the reading says of a stage reached by a step of each class.
+SAYS: dict[str, str] = {
+    "linear": "scales",
+    "moe": "scales (MoE)",
+    "flattening": "near the limit",
+    "flat": "overload",
+    "falling": "overload",
+}
+
+
+def stage_scaling(
+    rows: Sequence[Mapping[str, Any]],
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    model: ModelSpec | None = None,
+) -> dict[int, str]:
+    """The one classification of how each stage answered its load, which the reading, the
+    cap and the verdict all read: stage -> the class of the step that reached it from the
+    next-lower load (``linear``, ``moe``, ``flattening``, ``flat``, ``falling``); "" for the
+    lowest load, a stage with no completed request or a soak stage."""
+    out = {int(r["stage"]): "" for r in rows if is_num(r.get("stage"))}
+    for step in sweep_steps(_swept(rows), thresholds, model):
+        out[step.hi_stage] = step.cls
+    return out
+
+
+def contradictions(
+    rows: Sequence[Mapping[str, Any]], kinds: Sequence[str], knee: Knee
+) -> list[str]:
+    """Where the stage verdicts' ``kinds`` (one per row) say the opposite of the reading or
+    the cap: headroom (``low_concurrency``, or ``healthy``: nothing saturated) on a stage the
+    reading calls near the limit or overloaded, or ``low_concurrency`` ("offer more load") on a
+    stage above the recommended cap that met the SLOs. Empty when they agree."""
+    out = []
+    by_stage = {int(s.hi_stage): s for s in knee.steps}
+    cap_load = math.nan
+    for r in rows:
+        if knee.cap_stage is not None and int(r["stage"]) == knee.cap_stage:
+            cap_load = _load(r)
+    for r, kind in zip(rows, kinds, strict=True):
+        stage = int(r["stage"])
+        step = by_stage.get(stage)
+        said = SAYS.get(step.cls, "") if step else ""
+        if kind == "low_concurrency" and step is not None and step.cls in NO_HEADROOM:
+            out.append(f"stage {stage}: verdict {kind} (headroom), reading '{said}'")
+        if kind == "healthy" and step is not None and step.cls in ("flat", "falling"):
+            out.append(f"stage {stage}: verdict {kind} (nothing saturated), reading '{said}'")
+        slo_missed = any(
+            n.startswith(f"load {_label(r)} misses the SLOs") for n in knee.notes
+        )
+        if kind == "low_concurrency" and _load(r) > cap_load and not slo_missed:
+            out.append(
+                f"stage {stage}: verdict {kind} (offer more load) above the cap at {knee.cap}"
+            )
+    return out
+
+
+def _cut_off_phrase(rows: Sequence[Mapping[str, Any]], above: float, blocked: set[int]) -> str:
+    """The stages above the swept loads whose requests were cut off and whose verdict says
+    overloaded: "512: 0 of 480 completed, the rest cut off: overload"; "" when none."""
+    cut = sorted(
+        (
+            r
+            for r in rows
+            if int(r["stage"]) in blocked
+            and r.get("kind") != "soak"
+            and _load(r) > above
+            and _f(r, "cut_off") > 0
+        ),
+        key=_load,
+    )
+    if not cut:
+        return ""
+    span = _label(cut[0]) if len(cut) == 1 else f"{_label(cut[0])}-{_label(cut[-1])}"
+    done = sum(_f(r, "completed") for r in cut)
+    sent = sum(_f(r, "sent") for r in cut)
+    return f"{span}: {num(done)} of {num(sent)} requests completed, the rest cut off: overload"
+
+
+def find_knee(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    slo: Slo | None = None,
+    thresholds: Thresholds = Thresholds(),
+    overloaded: Sequence[int] = (),
+    model: ModelSpec | None = None,
+) -> Knee:
+    """Classify the sweep's steps and pick the best range and the cap (module docstring);
+    stages in ``overloaded`` (their verdict says so) are never the cap."""
+    slo = slo or Slo()
+    dedup = _swept(rows)
+    if not dedup:
+        return Knee(notes=("no stage with completed requests and a load: no knee",))
+    unit = "concurrency" if not math.isnan(_f(dedup[0], "concurrency")) else "rate"
+    steps = sweep_steps(dedup, thresholds, model)
     notes: list[str] = []
     blocked = set(overloaded)
 
     def acceptable(i: int) -> tuple[bool, str]:
         ok, why = meets_slo(dedup[i], slo, thresholds)
         if not ok:
+            if why.startswith("error rate"):  # the error-rate limit holds with no SLO given
+                return False, f"fails too often: {why} > {thresholds.error_rate:.0%}"
             return False, f"misses the SLOs: {why}"
         if int(dedup[i]["stage"]) in blocked:
             return False, "is overloaded (see its verdict)"
-        rate, qps = _f(dedup[i], "rate"), _f(dedup[i], "qps")
-        if rate > 0 and not qps >= thresholds.open_loop_achieved * rate:
+        share = achieved_share(dedup[i])
+        if share < thresholds.open_loop_achieved:
+            due = _f(dedup[i], "offered_rps")
+            due = due if not math.isnan(due) else _f(dedup[i], "rate")
             return False, (
-                f"achieves {num(qps, 2)} of {num(rate, 2)} req/s offered "
-                f"(< {thresholds.open_loop_achieved:.0%})"
+                f"achieves {num(_f(dedup[i], 'qps'), 2)} of {num(due, 2)} req/s due "
+                f"({share:.0%} < {thresholds.open_loop_achieved:.0%})"
             )
         return True, ""
 
@@ -327,7 +441,14 @@ def find_knee(
             groups[-1].append(step)
         else:
             groups.append([step])
-    reading = "; ".join(_phrase(g, thresholds) for g in groups)
+    cut_off = _cut_off_phrase(rows, _load(dedup[-1]), blocked)
+    reading = "; ".join([*(_phrase(g, thresholds) for g in groups), *([cut_off] if cut_off else [])])
+    if not steps and cut_off and ok0:  # one stage scaled, the loads above it were cut off
+        lab = _label(dedup[0])
+        return Knee(
+            (), int(dedup[0]["stage"]), int(dedup[0]["stage"]), lab, lab, reading,
+            f"best {unit} {lab}; cap {unit} at {lab}", tuple(notes),
+        )  # fmt: skip
     if not steps:
         notes.append("one load level only: sweep the load to find the knee")
         cap_ix = None  # never a cap from a single stage
@@ -343,7 +464,8 @@ def find_knee(
             "",
             "",
             reading,
-            f"no {unit} meets the SLOs; lower the load or fix the server",
+            f"no cap: the lowest {unit} ({_label(dedup[0])}) {why0}; lower the load or fix "
+            "the server",
             tuple(notes),
         )
     if steps[-1].cls in ("linear", "moe"):

@@ -45,6 +45,7 @@ from locust_llm.report.diagnosis.actions import (
 )
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
+from locust_llm.report.diagnosis.knee import NO_HEADROOM, SAYS, achieved_share, stage_scaling
 from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.fmt import column as _v
@@ -158,6 +159,25 @@ class Context:
     @property
     def lower(self) -> Mapping[str, Any] | None:
         return _lower_neighbour(self.row, self.rows)
+
+    @property
+    def scaling(self) -> str:
+        """How the stage answered its load (:func:`~locust_llm.report.diagnosis.knee.
+        stage_scaling`: ``linear``, ``flattening``, ``flat``, ``falling``, ``moe``, or "" at
+        the lowest load): the row's, as the report filled it, else classified here the same
+        way."""
+        said = self.row.get("scaling")
+        if isinstance(said, str):
+            return said
+        stage = self.row.get("stage")
+        key = int(stage) if is_num(stage) else 0
+        return stage_scaling(self.rows, self.thresholds).get(key, "")
+
+    @property
+    def headroom_refused(self) -> str:
+        """Why the stage has no headroom by its scaling (the reading's words), or ""."""
+        cls = self.scaling
+        return SAYS[cls] if cls in NO_HEADROOM else ""
 
     def max_num_seqs(self) -> float:
         value = self.server.get("max_num_seqs")
@@ -707,14 +727,17 @@ def _admission(ctx: Context) -> Finding | None:
     "under_loaded",
     "no admission queue and the GPU busy less than `busy_share`; without a busy signal, "
     "throughput still scaling (gain over the lower stage at least `linear_efficiency` of the "
-    "load ratio's): client-side, its cause the step bound",
+    "load ratio's): client-side, its cause the step bound. Never on a stage the step from the "
+    "lower load reached flattening (gain below `linear_efficiency` of proportional), flat or "
+    "falling (within `flat_band` of 1, or below): the reading calls it near the limit or "
+    "overload",
     kinds=("low_concurrency",),
     causes=("under_loaded", *STEP_CAUSES),
-    reads=(*_QUEUE_READS, "busy_share", "linear_efficiency", *_STEP_READS),
+    reads=(*_QUEUE_READS, "busy_share", "linear_efficiency", "flat_band", *_STEP_READS),
 )
 def _under(ctx: Context) -> Finding | None:
     th = ctx.thresholds
-    if _queued(ctx):
+    if _queued(ctx) or ctx.headroom_refused:
         return None
     busy = ctx.server_v("gpu_util")
     if not math.isnan(busy):
@@ -730,9 +753,7 @@ def _under(ctx: Context) -> Finding | None:
             "under_loaded",
         )
     gain, load_ratio, prev = _gain(ctx)
-    if prev is None or not load_ratio > 1:
-        return None
-    if (gain - 1) / (load_ratio - 1) < th.linear_efficiency:
+    if prev is None or ctx.scaling not in ("linear", "moe"):
         return None
     # throughput scales, but whether the device idles is unknown: the step bound, where the
     # resource model gives one, names what each step waits on
@@ -755,12 +776,16 @@ def _under(ctx: Context) -> Finding | None:
     "small_batch",
     "no queue and the batch at most `low_batch_fraction` of its limit (max-num-seqs, the "
     "server's slots or the KV capacity): busy, but more load still adds throughput; the cause "
-    "is the step bound",
+    "is the step bound. Not where compute sets the step time (compute-bound steps: a larger "
+    "batch adds compute, not throughput), nor on a stage reached flattening, flat or falling "
+    "(as `under_loaded`)",
     kinds=("low_concurrency",),
     causes=STEP_CAUSES,
-    reads=(*_QUEUE_READS, "low_batch_fraction", *_STEP_READS),
+    reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band", *_STEP_READS),
 )
 def _small(ctx: Context) -> Finding | None:
+    if ctx.headroom_refused or ctx.row.get("step_bound") == "compute":
+        return None  # throughput stopped answering load, or compute sets the step time
     small = _small_batch(ctx)
     if not small:
         return None
@@ -878,7 +903,8 @@ def _phase(ctx: Context) -> Finding | None:
     "past_knee",
     "throughput flat (gain over the lower stage at most `flat_gain`) while P99 latency climbs "
     "(at least `latency_climb`), or an open loop achieving less than `open_loop_shortfall` of "
-    "the offered rate; the cause is the step bound where known",
+    "the arrivals due in its window (the window's requests completed over it shifted by "
+    "their latency); the cause is the step bound where known",
     kinds=("overloaded",),
     causes=STEP_CAUSES,
     reads=(
@@ -906,10 +932,12 @@ def _knee(ctx: Context) -> Finding | None:
                 f"latency went {ms(_v(prev, 'latency_p99_s'))} -> "
                 f"{ms(ctx.v('latency_p99_s'))} ms ({ratio(climb)})"
             )
-    rate, qps = ctx.v("rate"), ctx.v("qps")
-    if rate > 0 and qps < th.open_loop_shortfall * rate:
+    share = achieved_share(ctx.row)
+    if share < th.open_loop_shortfall:
+        due = ctx.v("offered_rps") if ctx.v("offered_rps") >= 0 else ctx.v("rate")
         found.append(
-            f"achieved {num(qps, 2)} req/s of {num(rate, 2)} req/s offered ({pct(qps / rate)})"
+            f"achieved {num(ctx.v('qps'), 2)} req/s of the {num(due, 2)} req/s due in the "
+            f"window ({pct(share)})"
         )
     if not found:
         return None
