@@ -51,7 +51,8 @@ def test_run_rate_counts_completions_inside_the_window(tmp_path: Path) -> None:
     # judged against the arrivals due in the window, so it passes the 95% test (completions in
     # the window over the nominal rate fell short by the requests due in its last latency)
     assert low["unsent_stage_ended"] == 0 and low["arrivals_unsent"] == 0
-    assert low["achieved_ratio"] >= 0.95
+    assert low["arrivals_served"] >= low["arrivals_due"] - 1  # the window's edges: one
+    assert low["achieved_ratio"] >= 0.85
     assert high["achieved_ratio"] < 0.95  # overloaded: short of the arrivals due ...
     assert high["completed_after_window"] > 0  # ... with a tail after the window
     # no SLO was given: no conclusion or caveat speaks of SLOs

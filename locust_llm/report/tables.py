@@ -4,8 +4,8 @@ Pure (numpy/pandas in, DataFrame out, no I/O). Definitions follow ARCHITECTURE.m
 belongs to the stage whose window holds its start time and is left out when it started in the
 stage's first ``warmup_s``; the stage's duration is its window minus the warm-up (a stage that
 ends at a request count ends at its last completion); QPS = completed / duration (open loop:
-the achieved rate: the window's requests completed over it shifted by their latency, against
-the arrivals due in it: :func:`achieved`; ``completed_in_window`` / ``completed_after_window``
+the achieved rate: the window's requests served, over the window stretched by the growth of
+their latency, against the arrivals due in it: :func:`achieved`; ``completed_in_window`` / ``completed_after_window``
 split the completions at the window's end, and ``latency_sched_*`` is latency from the
 scheduled send time, beside latency from the send), TPS = output tokens of completed requests / duration (total TPS adds their input
 tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
@@ -94,6 +94,8 @@ COLUMNS: tuple[str, ...] = (
     "completed_after_window",
     "offered_rps",
     "achieved_ratio",
+    "arrivals_due",
+    "arrivals_served",
     *ARRIVAL_COLUMNS,
     "latency_sched_p50_s",
     "latency_sched_p99_s",
@@ -571,7 +573,7 @@ def stage_table(
         row.update(arrival_stats(stage, sent_by_stage))
         row["offered_rps"] = row["achieved_ratio"] = NAN
         if mode == "open":
-            row.update(achieved(req, row, stage, lo, end, run_end_wall_s))
+            row.update(achieved(req, row, stage, lo, end))
         rows.append(row)
     model, gpu, tp = (floors.model, floors.gpu, floors.tp) if floors else (None, None, 1)
     ok = arrays["ok"] & np.isfinite(arrays["e2e_s"])
@@ -599,43 +601,56 @@ def achieved(
     stage: Stage,
     lo: float,
     end: float,
-    run_end_s: float = NAN,
 ) -> dict[str, float]:
     """Open loop: the achieved rate against the arrivals due in the window.
 
-    A request completes about one latency after it was due, so the window's own completions
-    fall short of its arrivals by the requests due in its last latency even when the server
-    keeps up. Served are therefore the requests sent in the window that completed between its
-    start plus the stage's shortest latency and its end plus its median latency (E2E P50; the
-    window is cut where that would pass the run's end, and no latency is added when that
-    leaves less than a quarter of it); they are set against the arrivals due in the same
-    window: run.json's arrivals drawn in the stage, pro rata (the nominal rate x time where
-    the run dir did not count them). A server that keeps up serves them all; one past
-    capacity serves about its capacity over the shifted window.
-    ``qps`` = served / the window, ``offered_rps`` = arrivals due / the window,
-    ``achieved_ratio`` = served / arrivals due."""
-    ok = req["ok"] & np.isfinite(req["e2e_s"])
-    shift = row["latency_p50_s"] if math.isfinite(row["latency_p50_s"]) else 0.0
-    top = min(end, run_end_s - shift) if math.isfinite(run_end_s) else end
-    if not top - lo >= 0.25 * (end - lo):
-        shift, top = 0.0, end
-    span = top - lo
+    A request completes about one latency after it was due, so counting the window's own
+    completions falls short of its arrivals by those due in its last latency even when the
+    server keeps up (more, the more the latencies spread). A server that keeps up admits the
+    window's arrivals as they come; one past capacity works off a queue that grows, so the
+    arrivals due late wait longer for their first token than those due early (the time a
+    growing batch adds to each decode step, while the stage ramps up, is no queue). So:
+    served = the window's requests that completed (whenever); stretch = how much longer than
+    the window the server took to admit them: the growth of the median time to first token
+    from the scheduled time (P50 of the requests due in the window's last quarter minus the
+    first's, over the 3/4 of the window between them; a request cut off, cancelled or timed
+    out, before its first token waited without end), none when it did not grow. ``qps`` =
+    served / (window + stretch), ``offered_rps`` = the arrivals due / the window (run.json's
+    arrivals drawn in the stage, pro rata to the window; the nominal rate x time where the
+    run dir did not count them), ``achieved_ratio`` = ``qps`` / ``offered_rps``
+    (``arrivals_served`` / ``arrivals_due``: a stage falls short by more than one of them
+    before the ratio is judged: :func:`~locust_llm.report.diagnosis.knee.falls_short`)."""
+    span = end - lo
+    keys = ("qps", "offered_rps", "achieved_ratio", "arrivals_due", "arrivals_served")
     if not span > 0:
-        return {"qps": NAN, "offered_rps": NAN, "achieved_ratio": NAN}
-    sent = req["start_wall_s"][ok]
-    done = sent + req["e2e_s"][ok]
-    first = float(req["e2e_s"][ok].min()) if shift > 0 and ok.any() else 0.0
-    served = float(((sent < top) & (done >= lo + first) & (done < top + shift)).sum())
+        return dict.fromkeys(keys, NAN)
+    kinds = req["error_kind"]
+    cut = (kinds == "cancelled") | (kinds == "timeout")
+    due_at = np.where(
+        np.isfinite(req["scheduled_wall_s"]), req["scheduled_wall_s"], req["start_wall_s"]
+    )
+    first_token = np.where(np.isfinite(req["ttft_s"]), req["ttft_s"], req["e2e_s"])
+    waited = req["start_wall_s"] + first_token - due_at
+    waited[~np.isfinite(waited)] = np.inf  # no first token: still waiting when cut off
+    counted = req["ok"] | cut  # answered, or cut off (other failures tell nothing of time)
+    quarter = span / 4
+    first = waited[counted & (due_at < lo + quarter)]
+    last = waited[counted & (due_at >= end - quarter)]
+    growth = 0.0
+    if first.size and last.size:
+        growth = max(float(np.median(last)) - float(np.median(first)), 0.0) / (span - quarter)
+    stretch = span * (1 + growth) if math.isfinite(growth) else math.inf
+    served = float(req["ok"].sum())
     stage_span = end - stage.start_wall_s
     drawn = row["arrivals_drawn"]
-    if math.isfinite(drawn) and stage_span > 0:
-        due = drawn * span / stage_span
-    else:
-        due = row["rate"] * span
+    due = drawn * span / stage_span if math.isfinite(drawn) and stage_span > 0 else row["rate"] * span
+    rate = served / stretch  # 0 when the queue grew without end
     return {
-        "qps": served / span,
+        "qps": rate,
         "offered_rps": due / span,
-        "achieved_ratio": served / due if due > 0 else NAN,
+        "achieved_ratio": rate * span / due if due > 0 else NAN,
+        "arrivals_due": due,
+        "arrivals_served": rate * span,
     }
 
 

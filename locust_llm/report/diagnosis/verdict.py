@@ -45,7 +45,13 @@ from locust_llm.report.diagnosis.actions import (
 )
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
-from locust_llm.report.diagnosis.knee import NO_HEADROOM, SAYS, achieved_share, stage_scaling
+from locust_llm.report.diagnosis.knee import (
+    NO_HEADROOM,
+    SAYS,
+    achieved_share,
+    falls_short,
+    stage_scaling,
+)
 from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.fmt import column as _v
@@ -903,8 +909,8 @@ def _phase(ctx: Context) -> Finding | None:
     "past_knee",
     "throughput flat (gain over the lower stage at most `flat_gain`) while P99 latency climbs "
     "(at least `latency_climb`), or an open loop achieving less than `open_loop_shortfall` of "
-    "the arrivals due in its window (the window's requests completed over it shifted by "
-    "their latency); the cause is the step bound where known",
+    "the arrivals due in its window, and more than one request short (the window's requests "
+    "completed over it shifted by their latency); the cause is the step bound where known",
     kinds=("overloaded",),
     causes=STEP_CAUSES,
     reads=(
@@ -933,7 +939,7 @@ def _knee(ctx: Context) -> Finding | None:
                 f"{ms(ctx.v('latency_p99_s'))} ms ({ratio(climb)})"
             )
     share = achieved_share(ctx.row)
-    if share < th.open_loop_shortfall:
+    if falls_short(ctx.row, th.open_loop_shortfall):
         due = ctx.v("offered_rps") if ctx.v("offered_rps") >= 0 else ctx.v("rate")
         found.append(
             f"achieved {num(ctx.v('qps'), 2)} req/s of the {num(due, 2)} req/s due in the "
