@@ -252,7 +252,8 @@ def build_report(
     scaling = stage_scaling(
         table.to_dict("records"), thresholds, floors.model if floors else None
     )
-    table["scaling"] = [scaling.get(int(s), "") for s in table["stage"]]
+    table["scaling"] = [scaling.get(int(s), ("", ""))[0] for s in table["stage"]]
+    table["scaling_next"] = [scaling.get(int(s), ("", ""))[1] for s in table["stage"]]
     rows = table.to_dict("records")
     add_client_delay(rows, run.requests, stages, run.info.end_wall_s)  # report/client_delay.py
     verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(extra))

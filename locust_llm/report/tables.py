@@ -132,7 +132,10 @@ COLUMNS: tuple[str, ...] = (
     "server_samples",
     *decompose.COLUMNS,
     *resources.COLUMNS,
-    "scaling",  # the step that reached the stage (knee.stage_scaling; the report fills it)
+    # the steps that reached the stage and left it for the next load (knee.stage_scaling;
+    # the report fills them)
+    "scaling",
+    "scaling_next",
 )
 
 

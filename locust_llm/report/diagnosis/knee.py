@@ -306,41 +306,51 @@ def stage_scaling(
     rows: Sequence[Mapping[str, Any]],
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     model: ModelSpec | None = None,
-) -> dict[int, str]:
+) -> dict[int, tuple[str, str]]:
     """The one classification of how each stage answered its load, which the reading, the
-    cap and the verdict all read: stage -> the class of the step that reached it from the
-    next-lower load (``linear``, ``moe``, ``flattening``, ``flat``, ``falling``); "" for the
-    lowest load, a stage with no completed request or a soak stage."""
-    out = {int(r["stage"]): "" for r in rows if is_num(r.get("stage"))}
+    cap and the verdict all read: stage -> (the class of the step that reached it from the
+    next-lower load, the class of the step from it to the next-higher load): ``linear``,
+    ``moe``, ``flattening``, ``flat``, ``falling``; "" where there is no such step (the lowest
+    or highest load, a stage with no completed request, a soak stage)."""
+    out = {int(r["stage"]): ("", "") for r in rows if is_num(r.get("stage"))}
     for step in sweep_steps(_swept(rows), thresholds, model):
-        out[step.hi_stage] = step.cls
+        out[step.hi_stage] = (step.cls, out.get(step.hi_stage, ("", ""))[1])
+        out[step.lo_stage] = (out.get(step.lo_stage, ("", ""))[0], step.cls)
     return out
+
+
+def no_headroom(scaling: str, scaling_next: str) -> str:
+    """What the reading says of a stage that has no headroom by its steps (reached by, or
+    leading to, a flattening, flat or falling step: more load met no more capacity), or ""."""
+    for cls in (scaling, scaling_next):
+        if cls in NO_HEADROOM:
+            return SAYS[cls]
+    return ""
 
 
 def contradictions(
     rows: Sequence[Mapping[str, Any]], kinds: Sequence[str], knee: Knee
 ) -> list[str]:
     """Where the stage verdicts' ``kinds`` (one per row) say the opposite of the reading or
-    the cap: headroom (``low_concurrency``, or ``healthy``: nothing saturated) on a stage the
-    reading calls near the limit or overloaded, or ``low_concurrency`` ("offer more load") on a
-    stage above the recommended cap that met the SLOs. Empty when they agree."""
+    the cap: headroom (``low_concurrency``: "offer more load") on a stage the reading calls
+    near the limit or overloaded, or from which it says more load flattens or falls; nothing
+    saturated (``healthy``) on a stage it calls overloaded; ``low_concurrency`` on a stage
+    above the recommended cap that met the SLOs. Empty when they agree."""
     out = []
-    by_stage = {int(s.hi_stage): s for s in knee.steps}
+    into = {int(s.hi_stage): s.cls for s in knee.steps}
+    onward = {int(s.lo_stage): s.cls for s in knee.steps}
     cap_load = math.nan
     for r in rows:
         if knee.cap_stage is not None and int(r["stage"]) == knee.cap_stage:
             cap_load = _load(r)
     for r, kind in zip(rows, kinds, strict=True):
         stage = int(r["stage"])
-        step = by_stage.get(stage)
-        said = SAYS.get(step.cls, "") if step else ""
-        if kind == "low_concurrency" and step is not None and step.cls in NO_HEADROOM:
+        said = no_headroom(into.get(stage, ""), onward.get(stage, ""))
+        if kind == "low_concurrency" and said:
             out.append(f"stage {stage}: verdict {kind} (headroom), reading '{said}'")
-        if kind == "healthy" and step is not None and step.cls in ("flat", "falling"):
-            out.append(f"stage {stage}: verdict {kind} (nothing saturated), reading '{said}'")
-        slo_missed = any(
-            n.startswith(f"load {_label(r)} misses the SLOs") for n in knee.notes
-        )
+        if kind == "healthy" and into.get(stage) in ("flat", "falling"):
+            out.append(f"stage {stage}: verdict {kind} (nothing saturated), reading 'overload'")
+        slo_missed = any(n.startswith(f"load {_label(r)} misses the SLOs") for n in knee.notes)
         if kind == "low_concurrency" and _load(r) > cap_load and not slo_missed:
             out.append(
                 f"stage {stage}: verdict {kind} (offer more load) above the cap at {knee.cap}"

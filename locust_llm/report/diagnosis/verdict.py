@@ -46,10 +46,9 @@ from locust_llm.report.diagnosis.actions import (
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.diagnosis.knee import (
-    NO_HEADROOM,
-    SAYS,
     achieved_share,
     falls_short,
+    no_headroom,
     stage_scaling,
 )
 from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
@@ -166,24 +165,22 @@ class Context:
     def lower(self) -> Mapping[str, Any] | None:
         return _lower_neighbour(self.row, self.rows)
 
-    @property
-    def scaling(self) -> str:
+    def scaling(self) -> tuple[str, str]:
         """How the stage answered its load (:func:`~locust_llm.report.diagnosis.knee.
-        stage_scaling`: ``linear``, ``flattening``, ``flat``, ``falling``, ``moe``, or "" at
-        the lowest load): the row's, as the report filled it, else classified here the same
-        way."""
-        said = self.row.get("scaling")
-        if isinstance(said, str):
-            return said
+        stage_scaling`: the classes of the steps that reached it and left it, ``linear``,
+        ``flattening``, ``flat``, ``falling``, ``moe`` or ""): the row's, as the report filled
+        them, else classified here the same way."""
+        into, onward = self.row.get("scaling"), self.row.get("scaling_next")
+        if isinstance(into, str) and isinstance(onward, str):
+            return into, onward
         stage = self.row.get("stage")
         key = int(stage) if is_num(stage) else 0
-        return stage_scaling(self.rows, self.thresholds).get(key, "")
+        return stage_scaling(self.rows, self.thresholds).get(key, ("", ""))
 
     @property
     def headroom_refused(self) -> str:
-        """Why the stage has no headroom by its scaling (the reading's words), or ""."""
-        cls = self.scaling
-        return SAYS[cls] if cls in NO_HEADROOM else ""
+        """Why the stage has no headroom by its steps (the reading's words), or ""."""
+        return no_headroom(*self.scaling())
 
     def max_num_seqs(self) -> float:
         value = self.server.get("max_num_seqs")
@@ -733,10 +730,10 @@ def _admission(ctx: Context) -> Finding | None:
     "under_loaded",
     "no admission queue and the GPU busy less than `busy_share`; without a busy signal, "
     "throughput still scaling (gain over the lower stage at least `linear_efficiency` of the "
-    "load ratio's): client-side, its cause the step bound. Never on a stage the step from the "
-    "lower load reached flattening (gain below `linear_efficiency` of proportional), flat or "
-    "falling (within `flat_band` of 1, or below): the reading calls it near the limit or "
-    "overload",
+    "load ratio's): client-side, its cause the step bound. Never on a stage reached by, or "
+    "leading to the next load by, a step that flattens (gain below `linear_efficiency` of "
+    "proportional), stays flat or falls (within `flat_band` of 1, or below): the reading "
+    "calls it near the limit or overload",
     kinds=("low_concurrency",),
     causes=("under_loaded", *STEP_CAUSES),
     reads=(*_QUEUE_READS, "busy_share", "linear_efficiency", "flat_band", *_STEP_READS),
@@ -759,7 +756,7 @@ def _under(ctx: Context) -> Finding | None:
             "under_loaded",
         )
     gain, load_ratio, prev = _gain(ctx)
-    if prev is None or ctx.scaling not in ("linear", "moe"):
+    if prev is None or ctx.scaling()[0] not in ("linear", "moe"):
         return None
     # throughput scales, but whether the device idles is unknown: the step bound, where the
     # resource model gives one, names what each step waits on
@@ -783,8 +780,8 @@ def _under(ctx: Context) -> Finding | None:
     "no queue and the batch at most `low_batch_fraction` of its limit (max-num-seqs, the "
     "server's slots or the KV capacity): busy, but more load still adds throughput; the cause "
     "is the step bound. Not where compute sets the step time (compute-bound steps: a larger "
-    "batch adds compute, not throughput), nor on a stage reached flattening, flat or falling "
-    "(as `under_loaded`)",
+    "batch adds compute, not throughput), nor on a stage reached by, or leading to, a step "
+    "that flattens, stays flat or falls (as `under_loaded`)",
     kinds=("low_concurrency",),
     causes=STEP_CAUSES,
     reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band", *_STEP_READS),
