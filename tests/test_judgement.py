@@ -50,19 +50,24 @@ REGIMES: dict[str, tuple[SimConfig, VirtualWorkload]] = {
     ),
     "kv_capacity": (
         SimConfig(
-            model="mistral-7b", gpu="h100-sxm", num_gpu_blocks_override=256,
+            model="mistral-7b",
+            gpu="h100-sxm",
+            num_gpu_blocks_override=256,
             enable_prefix_caching=False,
         ),
         _closed((4, 16, 64), 64, input_len="1024", max_tokens="256", ignore_eos=True),
-    ),  # fmt: skip
+    ),
     "open_loop_past_capacity": (
         SimConfig(model="qwen2.5-0.5b", gpu="a10", max_num_seqs=8, enable_prefix_caching=False),
         VirtualWorkload(
             stages=tuple(StagePlan(rate=r, duration_s=15.0) for r in (1.0, 4.0, 16.0, 64.0)),
-            input_len="256", max_tokens="128", ignore_eos=True, scrape_interval_s=0.25,
+            input_len="256",
+            max_tokens="128",
+            ignore_eos=True,
+            scrape_interval_s=0.25,
             stop_timeout_s=5.0,
         ),
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -249,9 +249,7 @@ def build_report(
     device_warnings = without_gpu_telemetry(table, words)  # report/wording.py
     # how each stage answered its load: the one classification the reading, the cap and the
     # verdict read (knee.stage_scaling)
-    scaling = stage_scaling(
-        table.to_dict("records"), thresholds, floors.model if floors else None
-    )
+    scaling = stage_scaling(table.to_dict("records"), thresholds, floors.model if floors else None)
     table["scaling"] = [scaling.get(int(s), ("", ""))[0] for s in table["stage"]]
     table["scaling_next"] = [scaling.get(int(s), ("", ""))[1] for s in table["stage"]]
     rows = table.to_dict("records")

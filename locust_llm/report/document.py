@@ -136,7 +136,7 @@ def _stamp(wall_s: float) -> str:
 
 
 def request_counts(report: Report) -> str:
-    """"1,741 sent, 63 completed, 0 failed, 1,678 cancelled" (client errors when any)."""
+    """ "1,741 sent, 63 completed, 0 failed, 1,678 cancelled" (client errors when any)."""
     n = report.request_counts
     text = (
         f"{num(n['sent'])} sent, {num(n['completed'])} completed, {num(n['failed'])} failed, "

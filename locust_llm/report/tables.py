@@ -4,21 +4,20 @@ Pure (numpy/pandas in, DataFrame out, no I/O). Definitions follow ARCHITECTURE.m
 belongs to the stage whose window holds its start time and is left out when it started in the
 stage's first ``warmup_s``; the stage's duration is its window minus the warm-up (a stage that
 ends at a request count ends at its last completion); QPS = completed / duration (open loop:
-the achieved rate: the window's requests served, over the window stretched by the growth of
-their latency, against the arrivals due in it: :func:`achieved`; ``completed_in_window`` / ``completed_after_window``
-split the completions at the window's end, and ``latency_sched_*`` is latency from the
-scheduled send time, beside latency from the send), TPS = output tokens of completed requests / duration (total TPS adds their input
-tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
-numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
-load test cancelled itself at its end, and client-side bugs, count in neither; ``sent`` counts every
-record, ``cut_off`` those cancelled or timed out, ``cut_off_wait_p50_s`` how long they had been in
-flight, median); goodput = completed
-requests meeting every SLO given / duration. Telemetry is combined as each signal's definition
-says (:mod:`locust_llm.telemetry.signals`: over the GPUs of a source, then over sources, each
-source at its
-latest sample), the same way the live web tab combines it, and that timeline is averaged (and
-its peak taken) over the same window; a signal with no samples in a window is NaN ("no data"),
-never 0.
+the achieved rate, the window's requests served over the window stretched by the growth of
+their wait, against the arrivals due in it: :func:`achieved`; ``completed_in_window`` /
+``completed_after_window`` split the completions at the window's end, and ``latency_sched_*``
+is latency from the scheduled send time, beside latency from the send); TPS = output tokens of
+completed requests / duration (total TPS adds their input tokens); latency, TTFT and TPOT
+statistics are over completed requests, percentiles exact with numpy's default linear
+interpolation; error rate = failed / all, per kind too (requests the load test cancelled itself
+at its end, and client-side bugs, count in neither; ``sent`` counts every record, ``cut_off``
+those cancelled or timed out, ``cut_off_wait_p50_s`` how long they had been in flight, median);
+goodput = completed requests meeting every SLO given / duration. Telemetry is combined as each
+signal's definition says (:mod:`locust_llm.telemetry.signals`: over the GPUs of a source, then
+over sources, each source at its latest sample), the same way the live web tab combines it, and
+that timeline is averaged (and its peak taken) over the same window; a signal with no samples in
+a window is NaN ("no data"), never 0.
 """
 
 from __future__ import annotations
@@ -646,7 +645,9 @@ def achieved(
     served = float(req["ok"].sum())
     stage_span = end - stage.start_wall_s
     drawn = row["arrivals_drawn"]
-    due = drawn * span / stage_span if math.isfinite(drawn) and stage_span > 0 else row["rate"] * span
+    due = (
+        drawn * span / stage_span if math.isfinite(drawn) and stage_span > 0 else row["rate"] * span
+    )
     rate = served / stretch  # 0 when the queue grew without end
     return {
         "qps": rate,

@@ -463,7 +463,9 @@ def find_knee(
         else:
             groups.append([step])
     cut_off = _cut_off_phrase(rows, _load(dedup[-1]), blocked)
-    reading = "; ".join([*(_phrase(g, thresholds) for g in groups), *([cut_off] if cut_off else [])])
+    reading = "; ".join(
+        [*(_phrase(g, thresholds) for g in groups), *([cut_off] if cut_off else [])]
+    )
     if not steps and cut_off and ok0:  # one stage scaled, the loads above it were cut off
         lab = _label(dedup[0])
         return Knee(

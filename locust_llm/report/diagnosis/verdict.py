@@ -359,7 +359,7 @@ def _cut_off(ctx: Context) -> tuple[float, float, float]:
 
 
 def _cut_off_text(ctx: Context) -> str:
-    """"N requests sent at load L: M completed, K cut off (...) after X s in flight (median)"."""
+    """ "N requests sent at load L: M completed, K cut off (...) after X s in flight (median)"."""
     sent, cut, wait = _cut_off(ctx)
     cancelled = ctx.v("cancelled") if ctx.v("cancelled") > 0 else 0.0
     timeouts = cut - cancelled
@@ -393,6 +393,11 @@ def _cut_off_text(ctx: Context) -> str:
         "standing_queue_share",
         "client_cpu",
         "min_telemetry_samples",
+        "budget_fill",
+        "slot_fill",
+        "saturated_kv",
+        "prefill_saturated",
+        *_STEP_READS,
     ),
 )
 def _cut(ctx: Context) -> Finding | None:
@@ -428,7 +433,6 @@ def _cut(ctx: Context) -> Finding | None:
     )
 
 
-
 @rule(
     "too_few_requests",
     "fewer than `min_requests` requests in the stage, unless none completed and the error rate "
@@ -447,7 +451,10 @@ def _too_few(ctx: Context) -> Finding | None:
     cut = ctx.v("cut_off")
     if cut > 0:  # cut off, but too few of them, or with no sign the server fell behind
         why = "too few to judge" if cut < ctx.thresholds.min_requests else "no sign the server "
-        evidence.append(f"{_cut_off_text(ctx)}: {why}" + ("" if cut < ctx.thresholds.min_requests else "fell behind"))
+        evidence.append(
+            f"{_cut_off_text(ctx)}: {why}"
+            + ("" if cut < ctx.thresholds.min_requests else "fell behind")
+        )
     return Finding("insufficient_data", tuple(evidence))
 
 
@@ -778,13 +785,13 @@ def _under(ctx: Context) -> Finding | None:
 @rule(
     "small_batch",
     "no queue and the batch at most `low_batch_fraction` of its limit (max-num-seqs, the "
-    "server's slots or the KV capacity): busy, but more load still adds throughput; the cause "
-    "is the step bound. Not where compute sets the step time (compute-bound steps: a larger "
-    "batch adds compute, not throughput), nor on a stage reached by, or leading to, a step "
-    "that flattens, stays flat or falls (as `under_loaded`)",
+    "server's slots or the KV capacity): busy, but more load still adds throughput, the "
+    "memory-bound decode steps reading the weights once for more sequences. Not where compute "
+    "sets the step time (a larger batch adds compute, not throughput), nor on a stage reached "
+    "by, or leading to, a step that flattens, stays flat or falls (as `under_loaded`)",
     kinds=("low_concurrency",),
-    causes=STEP_CAUSES,
-    reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band", *_STEP_READS),
+    causes=("bandwidth_bound_decode",),
+    reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band"),
 )
 def _small(ctx: Context) -> Finding | None:
     if ctx.headroom_refused or ctx.row.get("step_bound") == "compute":
