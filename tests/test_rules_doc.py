@@ -104,6 +104,8 @@ def _rows() -> list[dict]:
         # requests cut off: in flight 5 x the lower load's P99 (or a standing queue), few done
         {"sent": 60.0, "cut_off": 50.0, "cancelled": 50.0, "cut_off_wait_p50_s": 5.0,
          "completed": 2.0, "requests": 10.0},
+        {"sent": 60.0, "cut_off": 50.0, "cancelled": 50.0, "cut_off_wait_p50_s": 5.0,
+         "completed": 2.0, "requests": 10.0, "failed": 8.0},  # the server failed them
         {"sent": 60.0, "cut_off": 50.0, "cancelled": 45.0, "cut_off_wait_p50_s": 5.0,
          "completed": 2.0, "requests": 15.0, "kv_cache_usage_max": 1.0, "preemptions": 5.0},
         {"sent": 60.0, "cut_off": 50.0, "cancelled": 50.0, "cut_off_wait_p50_s": 0.5,

@@ -378,8 +378,8 @@ def _cut_off_text(ctx: Context) -> str:
     "they had been in flight at least `latency_climb` x the P99 latency of the next-lower "
     "load, or the server held a standing queue (waiting >= 1 and >= `standing_queue_share` "
     "of the batch). Overloaded, whatever few completed: the cause is what stopped admission "
-    "or the step bound, where known (not for a stage with out-of-memory errors or a busy "
-    "client: those rules judge it)",
+    "or the step bound, where known (not for a stage with out-of-memory errors, other "
+    "failures than timeouts above `error_rate`, or a busy client: those rules judge it)",
     kinds=("overloaded",),
     causes=(
         "kv_capacity_admission",
@@ -389,6 +389,7 @@ def _cut_off_text(ctx: Context) -> str:
     reads=(
         "cut_off_share",
         "min_requests",
+        "error_rate",
         "latency_climb",
         "standing_queue_share",
         "client_cpu",
@@ -407,6 +408,9 @@ def _cut(ctx: Context) -> Finding | None:
         return None
     if ctx.v("error_rate_oom") > 0 or ctx.v("worker_cpu_max") >= th.client_cpu:
         return None
+    failed = ctx.v("failed") - (cut - (ctx.v("cancelled") if ctx.v("cancelled") > 0 else 0.0))
+    if failed > 0 and error_rate_exceeded(failed / ctx.v("requests"), th):
+        return None  # the server failed requests, other than by timing out: the errors rule
     behind = []
     prev = ctx.lower
     if prev is not None and wait >= th.latency_climb * _v(prev, "latency_p99_s"):
