@@ -454,11 +454,9 @@ def _too_few(ctx: Context) -> Finding | None:
     evidence = [f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})"]
     cut = ctx.v("cut_off")
     if cut > 0:  # cut off, but too few of them, or with no sign the server fell behind
-        why = "too few to judge" if cut < ctx.thresholds.min_requests else "no sign the server "
-        evidence.append(
-            f"{_cut_off_text(ctx)}: {why}"
-            + ("" if cut < ctx.thresholds.min_requests else "fell behind")
-        )
+        few = cut < ctx.thresholds.min_requests
+        why = "too few to judge" if few else "no sign the server fell behind"
+        evidence.append(f"{_cut_off_text(ctx)}: {why}")
     return Finding("insufficient_data", tuple(evidence))
 
 
