@@ -612,8 +612,9 @@ def achieved(
     window's arrivals as they come; one past capacity works off a queue that grows, so the
     arrivals due late wait longer for their first token than those due early (the time a
     growing batch adds to each decode step, while the stage ramps up, is no queue). So:
-    served = the window's requests that completed (whenever); stretch = how much longer than
-    the window the server took to admit them: the growth of the median time to first token
+    served = the window's requests that completed (whenever), or that the server was
+    answering when the load test cancelled them (their first token had come); stretch = how
+    much longer than the window the server took to admit them: the growth of the median time to first token
     from the scheduled time (P50 of the requests due in the window's last quarter minus the
     first's, over the 3/4 of the window between them; a request cut off, cancelled or timed
     out, before its first token waited without end), none when it did not grow. ``qps`` =
@@ -631,7 +632,10 @@ def achieved(
     due_at = np.where(
         np.isfinite(req["scheduled_wall_s"]), req["scheduled_wall_s"], req["start_wall_s"]
     )
-    first_token = np.where(np.isfinite(req["ttft_s"]), req["ttft_s"], req["e2e_s"])
+    # an answer without a first-token time (not streamed) had it at its end
+    first_token = np.where(
+        np.isfinite(req["ttft_s"]), req["ttft_s"], np.where(req["ok"], req["e2e_s"], np.nan)
+    )
     waited = req["start_wall_s"] + first_token - due_at
     waited[~np.isfinite(waited)] = np.inf  # no first token: still waiting when cut off
     counted = req["ok"] | cut  # answered, or cut off (other failures tell nothing of time)
@@ -642,7 +646,8 @@ def achieved(
     if first.size and last.size:
         growth = max(float(np.median(last)) - float(np.median(first)), 0.0) / (span - quarter)
     stretch = span * (1 + growth) if math.isfinite(growth) else math.inf
-    served = float(req["ok"].sum())
+    # answered, or being answered when the load test stopped it (its first token had come)
+    served = float((req["ok"] | ((kinds == "cancelled") & np.isfinite(req["ttft_s"]))).sum())
     stage_span = end - stage.start_wall_s
     drawn = row["arrivals_drawn"]
     due = (
