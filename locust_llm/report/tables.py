@@ -614,10 +614,11 @@ def achieved(
     growing batch adds to each decode step, while the stage ramps up, is no queue). So:
     served = the window's requests that completed (whenever), or that the server was
     answering when the load test cancelled them (their first token had come); stretch = how
-    much longer than the window the server took to admit them: the growth of the median time to first token
-    from the scheduled time (P50 of the requests due in the window's last quarter minus the
-    first's, over the 3/4 of the window between them; a request cut off, cancelled or timed
-    out, before its first token waited without end), none when it did not grow. ``qps`` =
+    much longer than the window the server took to admit them: the growth of the median time
+    to first token from the scheduled time (P50 of the requests due in the window's last
+    quarter minus the first's, over the 3/4 of the window between them; a request cut off,
+    cancelled or timed out, before its first token waited without end), none when it did not
+    grow. ``qps`` =
     served / (window + stretch), ``offered_rps`` = the arrivals due / the window (run.json's
     arrivals drawn in the stage, pro rata to the window; the nominal rate x time where the
     run dir did not count them), ``achieved_ratio`` = ``qps`` / ``offered_rps``
