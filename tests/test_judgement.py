@@ -92,6 +92,11 @@ def _assert_one_voice(report: Report, labels: list, name: str) -> None:
     said = contradictions(report.rows, kinds, report.knee)
     truth = dict(zip([r["stage"] for r in report.rows], labels, strict=True))
     assert said == [], (name, said, kinds, truth, report.knee.reading, report.knee.conclusion)
+    # headroom needs an idle device or a step bound that more sequences amortise: never on
+    # compute-bound steps with the GPU saturated (more requests add compute, not throughput)
+    for row, kind in zip(report.rows, kinds, strict=True):
+        if row["step_bound"] == "compute" and row["gpu_util"] >= 0.9:
+            assert kind != "low_concurrency", (name, row["stage"], truth)
     # the headline agrees with the reading of the load it judges
     top = max(report.rows, key=lambda r: (r["concurrency"] == r["concurrency"], r["stage"]))
     if report.overall.kind == "low_concurrency":

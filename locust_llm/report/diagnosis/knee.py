@@ -319,13 +319,19 @@ def stage_scaling(
     return out
 
 
-def no_headroom(scaling: str, scaling_next: str) -> str:
-    """What the reading says of a stage that has no headroom by its steps (reached by, or
-    leading to, a flattening, flat or falling step: more load met no more capacity), or ""."""
-    for cls in (scaling, scaling_next):
-        if cls in NO_HEADROOM:
-            return SAYS[cls]
-    return ""
+#: Step classes out of a stage that say more load added nothing: it has no headroom.
+NOTHING_MORE: tuple[str, ...] = ("flat", "falling")
+
+
+def no_headroom(scaling: str, scaling_next: str, onward: tuple[str, ...] = NOTHING_MORE) -> str:
+    """What the reading says of a stage that has no headroom by its steps, or "": reached by
+    a flattening, flat or falling step (the reading calls it near the limit or overload), or
+    leading to the next load by a step of ``onward`` (flat or falling: more load added
+    nothing; a flattening step out still added throughput, so a stage whose device idles keeps
+    its headroom below it, while a busy one does not: ``NO_HEADROOM``)."""
+    if scaling in NO_HEADROOM:
+        return SAYS[scaling]
+    return SAYS[scaling_next] if scaling_next in onward else ""
 
 
 def contradictions(
@@ -333,7 +339,7 @@ def contradictions(
 ) -> list[str]:
     """Where the stage verdicts' ``kinds`` (one per row) say the opposite of the reading or
     the cap: headroom (``low_concurrency``: "offer more load") on a stage the reading calls
-    near the limit or overloaded, or from which it says more load flattens or falls; nothing
+    near the limit or overloaded, or from which it says more load added nothing; nothing
     saturated (``healthy``) on a stage it calls overloaded; ``low_concurrency`` on a stage
     above the recommended cap that met the SLOs. Empty when they agree."""
     out = []

@@ -46,6 +46,8 @@ from locust_llm.report.diagnosis.actions import (
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.diagnosis.knee import (
+    NO_HEADROOM,
+    NOTHING_MORE,
     achieved_share,
     falls_short,
     no_headroom,
@@ -177,10 +179,11 @@ class Context:
         key = int(stage) if is_num(stage) else 0
         return stage_scaling(self.rows, self.thresholds).get(key, ("", ""))
 
-    @property
-    def headroom_refused(self) -> str:
-        """Why the stage has no headroom by its steps (the reading's words), or ""."""
-        return no_headroom(*self.scaling())
+    def headroom_refused(self, idle: bool = False) -> str:
+        """Why the stage has no headroom by its steps (the reading's words), or "". ``idle``:
+        the device was seen idle, so a flattening step to the next load still leaves headroom
+        here (:func:`~locust_llm.report.diagnosis.knee.no_headroom`)."""
+        return no_headroom(*self.scaling(), onward=NOTHING_MORE if idle else NO_HEADROOM)
 
     def max_num_seqs(self) -> float:
         value = self.server.get("max_num_seqs")
@@ -739,19 +742,20 @@ def _admission(ctx: Context) -> Finding | None:
     "under_loaded",
     "no admission queue and the GPU busy less than `busy_share`; without a busy signal, "
     "throughput still scaling (gain over the lower stage at least `linear_efficiency` of the "
-    "load ratio's): client-side, its cause the step bound. Never on a stage reached by, or "
-    "leading to the next load by, a step that flattens (gain below `linear_efficiency` of "
-    "proportional), stays flat or falls (within `flat_band` of 1, or below): the reading "
-    "calls it near the limit or overload",
+    "load ratio's): client-side, its cause the step bound. Never on a stage reached by a step "
+    "that flattens (gain below `linear_efficiency` of proportional), stays flat or falls "
+    "(within `flat_band` of 1, or below): the reading calls it near the limit or overload; "
+    "nor on one whose step to the next load stays flat or falls (or, without an idle GPU, "
+    "flattens)",
     kinds=("low_concurrency",),
     causes=("under_loaded", *STEP_CAUSES),
     reads=(*_QUEUE_READS, "busy_share", "linear_efficiency", "flat_band", *_STEP_READS),
 )
 def _under(ctx: Context) -> Finding | None:
     th = ctx.thresholds
-    if _queued(ctx) or ctx.headroom_refused:
-        return None
     busy = ctx.server_v("gpu_util")
+    if _queued(ctx) or ctx.headroom_refused(idle=busy < th.busy_share):
+        return None
     if not math.isnan(busy):
         if busy >= th.busy_share:
             return None
@@ -796,7 +800,7 @@ def _under(ctx: Context) -> Finding | None:
     reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band"),
 )
 def _small(ctx: Context) -> Finding | None:
-    if ctx.headroom_refused or ctx.row.get("step_bound") == "compute":
+    if ctx.headroom_refused() or ctx.row.get("step_bound") == "compute":
         return None  # throughput stopped answering load, or compute sets the step time
     small = _small_batch(ctx)
     if not small:
