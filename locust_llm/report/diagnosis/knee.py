@@ -4,7 +4,8 @@ Pure. Stages other than soak with completed requests are ordered by load (concur
 open loop). Each step from one load to the next is classified (the thresholds are fields of
 :class:`locust_llm.report.diagnosis.thresholds.Thresholds`):
 
-- gain = QPS ratio, load ratio = load ratio, efficiency = (gain - 1) / (load ratio - 1),
+- gain = QPS ratio, load ratio = load ratio (open loop: of the arrivals due in the windows),
+  efficiency = (gain - 1) / (load ratio - 1),
   latency cost = P99 latency ratio;
 - ``linear`` (still scaling) when efficiency >= 0.5 (at least half of proportional scaling),
 - ``flat`` when gain is within 2% of 1, ``falling`` when it is lower, ``flattening`` otherwise.
@@ -98,6 +99,14 @@ def _f(row: Mapping[str, Any], key: str) -> float:
 def _load(row: Mapping[str, Any]) -> float:
     c = _f(row, "concurrency")
     return c if not math.isnan(c) else _f(row, "rate")
+
+
+def _offered(row: Mapping[str, Any]) -> float:
+    """The load a step's ratio compares: the concurrency, or in open loop the arrivals due in
+    the window per second (a Poisson draw of 12 arrivals where 20 were nominal is the load
+    the server was offered), else the nominal rate."""
+    due = _f(row, "offered_rps")
+    return due if due > 0 and math.isnan(_f(row, "concurrency")) else _load(row)
 
 
 def _label(row: Mapping[str, Any]) -> str:
@@ -260,7 +269,7 @@ def sweep_steps(
     steps = []
     for lo, hi in itertools.pairwise(dedup):
         gain = _f(hi, "qps") / _f(lo, "qps") if _f(lo, "qps") > 0 else math.nan
-        lr = _load(hi) / _load(lo) if _load(lo) > 0 else math.nan
+        lr = _offered(hi) / _offered(lo) if _offered(lo) > 0 else math.nan
         eff = (gain - 1) / (lr - 1) if lr > 1 else math.nan
         lat = (
             _f(hi, "latency_p99_s") / _f(lo, "latency_p99_s")
