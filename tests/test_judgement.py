@@ -115,7 +115,7 @@ def test_the_reading_and_the_verdict_agree_in_each_regime(name: str, tmp_path: P
 def test_the_reading_and_the_verdict_agree_on_the_accuracy_matrix(tmp_path: Path) -> None:
     # the first cases of the accuracy bench's seeded matrix (closed and open loop, far below
     # to far above capacity, KV budgets that preempt): before one classification was shared,
-    # cases 0, 1 and 4 of these said "headroom" on 4 stages the reading called near the limit
+    # cases 0 and 1 of these said "headroom" on 3 stages the reading called near the limit
     # (and 60 cases on seed 1 gave 20 contradictions; 2026-12-02)
     rng = verdict_accuracy.random.Random(1)
     for index in range(5):

@@ -328,19 +328,15 @@ def stage_scaling(
     return out
 
 
-#: Step classes out of a stage that say more load added nothing: it has no headroom.
-NOTHING_MORE: tuple[str, ...] = ("flat", "falling")
-
-
-def no_headroom(scaling: str, scaling_next: str, onward: tuple[str, ...] = NOTHING_MORE) -> str:
+def no_headroom(scaling: str, scaling_next: str, onward: bool = True) -> str:
     """What the reading says of a stage that has no headroom by its steps, or "": reached by
-    a flattening, flat or falling step (the reading calls it near the limit or overload), or
-    leading to the next load by a step of ``onward`` (flat or falling: more load added
-    nothing; a flattening step out still added throughput, so a stage whose device idles keeps
-    its headroom below it, while a busy one does not: ``NO_HEADROOM``)."""
-    if scaling in NO_HEADROOM:
-        return SAYS[scaling]
-    return SAYS[scaling_next] if scaling_next in onward else ""
+    a flattening, flat or falling step (the reading calls it near the limit or overload), or,
+    with ``onward``, leading to the next load by one (a busy stage from which more load added
+    little; one whose device was seen idle keeps its headroom below the knee)."""
+    for cls in (scaling, scaling_next if onward else ""):
+        if cls in NO_HEADROOM:
+            return SAYS[cls]
+    return ""
 
 
 def contradictions(
@@ -348,19 +344,18 @@ def contradictions(
 ) -> list[str]:
     """Where the stage verdicts' ``kinds`` (one per row) say the opposite of the reading or
     the cap: headroom (``low_concurrency``: "offer more load") on a stage the reading calls
-    near the limit or overloaded, or from which it says more load added nothing; nothing
-    saturated (``healthy``) on a stage it calls overloaded; ``low_concurrency`` on a stage
-    above the recommended cap that met the SLOs. Empty when they agree."""
+    near the limit or overloaded (the step that reached it flattens, stays flat or falls);
+    nothing saturated (``healthy``) on a stage it calls overloaded; ``low_concurrency`` on a
+    stage above the recommended cap that met the SLOs. Empty when they agree."""
     out = []
     into = {int(s.hi_stage): s.cls for s in knee.steps}
-    onward = {int(s.lo_stage): s.cls for s in knee.steps}
     cap_load = math.nan
     for r in rows:
         if knee.cap_stage is not None and int(r["stage"]) == knee.cap_stage:
             cap_load = _load(r)
     for r, kind in zip(rows, kinds, strict=True):
         stage = int(r["stage"])
-        said = no_headroom(into.get(stage, ""), onward.get(stage, ""))
+        said = no_headroom(into.get(stage, ""), "", onward=False)
         if kind == "low_concurrency" and said:
             out.append(f"stage {stage}: verdict {kind} (headroom), reading '{said}'")
         if kind == "healthy" and into.get(stage) in ("flat", "falling"):

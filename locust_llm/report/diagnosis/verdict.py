@@ -46,8 +46,6 @@ from locust_llm.report.diagnosis.actions import (
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.diagnosis.knee import (
-    NO_HEADROOM,
-    NOTHING_MORE,
     achieved_share,
     falls_short,
     no_headroom,
@@ -181,9 +179,9 @@ class Context:
 
     def headroom_refused(self, idle: bool = False) -> str:
         """Why the stage has no headroom by its steps (the reading's words), or "". ``idle``:
-        the device was seen idle, so a flattening step to the next load still leaves headroom
-        here (:func:`~locust_llm.report.diagnosis.knee.no_headroom`)."""
-        return no_headroom(*self.scaling(), onward=NOTHING_MORE if idle else NO_HEADROOM)
+        the device was seen idle, so the step to the next load does not take its headroom
+        (:func:`~locust_llm.report.diagnosis.knee.no_headroom`)."""
+        return no_headroom(*self.scaling(), onward=not idle)
 
     def max_num_seqs(self) -> float:
         value = self.server.get("max_num_seqs")
@@ -745,8 +743,7 @@ def _admission(ctx: Context) -> Finding | None:
     "load ratio's): client-side, its cause the step bound. Never on a stage reached by a step "
     "that flattens (gain below `linear_efficiency` of proportional), stays flat or falls "
     "(within `flat_band` of 1, or below): the reading calls it near the limit or overload; "
-    "nor on one whose step to the next load stays flat or falls (or, without an idle GPU, "
-    "flattens)",
+    "nor, unless its GPU was seen idle, on one whose step to the next load does so",
     kinds=("low_concurrency",),
     causes=("under_loaded", *STEP_CAUSES),
     reads=(*_QUEUE_READS, "busy_share", "linear_efficiency", "flat_band", *_STEP_READS),
