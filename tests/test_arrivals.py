@@ -83,17 +83,18 @@ def test_the_gate_counts_each_reason_and_sent_plus_unsent_is_drawn() -> None:
 
     assert user(0) and user(0)  # 100.0 and 100.25 sent
     switch_at.append(100.4)
-    assert not user(0)  # holds 100.5, but stage 0 ends at 100.4: due after its stage
+    assert not user(0)  # holds 100.5, but stage 0 ends at 100.4: not its arrival at all
     assert user(1)  # stage 1's first arrival, 100.4
     clock.now_s = 101.0  # every user busy: 100.65 and 100.9 come due, nobody claims them
     gate.enter_stage(2, quota=None, rate_per_s=4.0, start_wall_s=101.0, open_loop=True)
     assert user(2)  # 101.0
-    held = gate.claim_arrival(never)  # 101.25: held when the run stops
+    held = gate.claim_arrival(never)  # 101.25: due, and still held when the run stops
+    clock.now_s = 101.3
     gate.stop()
     assert not gate.wait_for_arrival(held, 2, never)
     counts = gate.schedule.counts
     assert [counts[s].to_list() for s in (0, 1, 2)] == [
-        [3, 0, 1, 0],  # drawn, pool ran dry, stage ended, run stopped
+        [2, 0, 0, 0],  # drawn, pool ran dry, stage ended, run stopped
         [3, 2, 0, 0],
         [2, 0, 0, 1],
     ]

@@ -17,7 +17,15 @@ import pytest
 
 from locust_llm.client.gate import StageGate, ThreadWaiter
 from locust_llm.client.messages import PermitAsk, PermitGrant, StageMessage
-from locust_llm.workloads.arrivals import Constant, Gamma, Poisson, arrival_process
+from locust_llm.workloads.arrivals import (
+    POOL_RAN_DRY,
+    RUN_STOPPED,
+    STAGE_ENDED,
+    Constant,
+    Gamma,
+    Poisson,
+    arrival_process,
+)
 
 
 class FakeClock:
@@ -183,6 +191,36 @@ def test_a_stage_change_drops_a_slot_still_waiting() -> None:
     assert when == 1002.0
     assert not gate.wait_until(when, 0, never)  # stage 1 began at ~1000.5: slot dropped
     assert clock() < 1002.0
+
+
+def test_an_arrival_belongs_to_the_stage_whose_window_holds_its_time() -> None:
+    # idle users claim their next arrival ahead of time: at a stage's end they hold arrivals
+    # drawn for after it. Those were never due in its window: not its arrivals, nor unsent
+    # ("70 of 143 arrivals unsent (stage ended)" at 25% of capacity, where all 73 of the
+    # window were sent); one due inside the window and not sent is counted unsent
+    clock = FakeClock(0.0)
+    gate = StageGate(
+        waiter=AdvancingWaiter(clock), clock=clock, rng=random.Random(1), arrivals=Constant()
+    )
+    gate.enter_stage(0, quota=None, rate_per_s=2.0, start_wall_s=0.0, open_loop=True)
+    held = [gate.claim_arrival(never) for _ in range(10)]  # 0.0, 0.5, ... 4.5
+    for when in held[:4]:  # 0.0-1.5: sent in the window
+        clock.now_s = max(clock.now_s, when)  # type: ignore[type-var]
+        assert gate.wait_for_arrival(when, 0, never)  # type: ignore[arg-type]
+    clock.now_s = 1.8
+    gate.enter_stage(1, quota=None)  # stage 0's window is [0, 1.8)
+    for when in held[4:]:  # 2.0-4.5: drawn for after the window ended
+        assert not gate.wait_for_arrival(when, 0, never)  # type: ignore[arg-type]
+    counts = gate.schedule.counts[0]
+    assert counts.drawn == 4 and counts.unsent_total == 0
+    # due inside the window but not sent (the stage ended while its user was late)
+    gate.enter_stage(2, quota=None, rate_per_s=2.0, start_wall_s=10.0, open_loop=True)
+    late = gate.claim_arrival(never)
+    clock.now_s = 10.2
+    gate.enter_stage(3, quota=None)
+    assert not gate.wait_for_arrival(late, 2, never)  # type: ignore[arg-type]
+    assert gate.schedule.counts[2].drawn == 1
+    assert gate.schedule.counts[2].unsent == {POOL_RAN_DRY: 0, STAGE_ENDED: 1, RUN_STOPPED: 0}
 
 
 def test_between_open_loop_stages_users_wait_for_a_rate_and_closed_loop_has_no_slots() -> None:

@@ -101,6 +101,20 @@ def _rows() -> list[dict]:
         {"prefill_token_share": 0.1},
         {"prefill_token_share": 0.1, "running": 2.0, "running_max": 2.0},
         {"prefill_token_share": 0.1, "gpu_util": math.nan, "server_samples": 0.0, "qps": 30.0},
+        # requests cut off: in flight 5 x the lower load's P99 (or a standing queue), few done
+        {"sent": 60.0, "cut_off": 50.0, "cancelled": 50.0, "cut_off_wait_p50_s": 5.0,
+         "completed": 2.0, "requests": 10.0},
+        {"sent": 60.0, "cut_off": 50.0, "cancelled": 50.0, "cut_off_wait_p50_s": 5.0,
+         "completed": 2.0, "requests": 10.0, "failed": 8.0},  # the server failed them
+        {"sent": 60.0, "cut_off": 50.0, "cancelled": 45.0, "cut_off_wait_p50_s": 5.0,
+         "completed": 2.0, "requests": 15.0, "kv_cache_usage_max": 1.0, "preemptions": 5.0},
+        {"sent": 60.0, "cut_off": 50.0, "cancelled": 50.0, "cut_off_wait_p50_s": 0.5,
+         "completed": 2.0, "requests": 10.0, "waiting": 30.0, "running": 15.0},
+        {"sent": 60.0, "cut_off": 50.0, "cancelled": 50.0, "cut_off_wait_p50_s": 5.0,
+         "completed": 2.0, "requests": 10.0, "gpu_util": math.nan, "server_samples": 0.0},
+        {"sent": 60.0, "cut_off": 50.0, "cancelled": 50.0, "cut_off_wait_p50_s": 5.0,
+         "completed": 2.0, "requests": 10.0, "gpu_util": math.nan, "server_samples": 0.0,
+         "prefill_token_share": 0.1, "prompt_step_share": 0.1},
         {  # prompts queue for the token budget
             "concurrency": 64.0, "ttft_avg_s": 5.0, "queue_avg_s": 4.5, "waiting": 40.0,
             "running": 20.0, "running_max": 24.0, "kv_cache_usage_max": 1.0, "mfu": 0.8,

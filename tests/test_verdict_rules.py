@@ -35,7 +35,7 @@ def _check(name: str, row: dict, **flags: object):
 
 def test_the_registry_is_ordered_and_every_rule_documented() -> None:
     names = RULES.names()
-    assert names[:4] == ("too_few_requests", "oom", "client_cpu", "errors")
+    assert names[:5] == ("cut_off", "too_few_requests", "oom", "client_cpu", "errors")
     assert names.index("admission") < names.index("under_loaded") < names.index("step_bound")
     assert names[-1] == "nothing_saturated"
     assert all(r.doc for r in RULES)
@@ -257,3 +257,32 @@ def test_a_stage_where_no_request_ended_is_not_told_to_scrape_or_give_a_model() 
     assert both.kind == "insufficient_data"
     assert both.actions == (*NO_REQUEST_ACTIONS, *KIND_ACTIONS["insufficient_data"])
     assert "--model" not in " ".join(overall_verdict([empty], verdicts).actions)
+
+
+def test_cut_off_requests_are_overload_only_when_the_server_fell_behind() -> None:
+    # 480 sent at 512 users, none completed: cancelled at the run's end after 22 s in flight,
+    # where the next-lower load's requests took 2 s at P99
+    lower = _row(stage=0, concurrency=32.0, latency_p99_s=2.0)
+    cut = dict(requests=0.0, completed=0.0, failed=0.0, cancelled=480.0, sent=480.0,
+               cut_off=480.0, cut_off_wait_p50_s=22.0, concurrency=512.0, qps=0.0,
+               kv_cache_usage_max=1.0, preemptions=7.0, waiting=0.0)  # fmt: skip
+    v = stage_verdict(_row(**cut), [lower, _row(**cut)])
+    assert (v.kind, v.rule, v.cause) == ("overloaded", "cut_off", "kv_capacity_admission")
+    assert v.evidence[0].startswith("480 requests sent at load 512: 0 completed, 480 cut off")
+    assert "at load 32 requests took 2 s (P99): the server fell behind" in v.evidence[1]
+    assert v.requests == 480
+    # cut off no later than the lower load's requests took, and no queue: too few to judge,
+    # and the verdict says what was cut off
+    early = {**cut, "cut_off_wait_p50_s": 1.0}
+    v = stage_verdict(_row(**early), [lower, _row(**early)])
+    assert v.kind == "insufficient_data"
+    assert v.evidence[1].endswith("no sign the server fell behind")
+    # the same stage where the server failed what it answered: the errors rule judges it
+    failing = {
+        **cut,
+        "requests": 40.0,
+        "failed": 40.0,
+        "error_rate": 1.0,
+        "error_rate_http_5xx": 1.0,
+    }
+    assert stage_verdict(_row(**failing), [lower, _row(**failing)]).kind == "errors"

@@ -149,6 +149,7 @@ class StageGate:
         """A test starts (again): clear the stop flag and the last run's arrival counts."""
         self.stopped = False
         self.schedule.counts.clear()
+        self.schedule.ends.clear()
 
     def stop(self) -> None:
         """The test stops: every waiter wakes and gets 'stop'; arrivals due but unclaimed are
@@ -226,7 +227,7 @@ class StageGate:
         finally:  # an exception here (the user killed at a stop) leaves it unsent too
             if not sent:
                 ended = self.stage != stage and not self.stopped  # else the run stopped
-                self.schedule.drop(stage, STAGE_ENDED if ended else RUN_STOPPED)
+                self.schedule.drop(stage, STAGE_ENDED if ended else RUN_STOPPED, when_wall_s)
         return sent
 
     def wait_until(self, when_wall_s: float, stage: int, stopping: Stopping) -> bool:

@@ -19,7 +19,7 @@ from locust_llm.errors import InputError
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.diagnosis.alerts import Alert, check
 from locust_llm.report.diagnosis.client_delay import add_client_delay, delay_caveats
-from locust_llm.report.diagnosis.knee import Knee, find_knee
+from locust_llm.report.diagnosis.knee import Knee, find_knee, stage_scaling
 from locust_llm.report.diagnosis.lag import lag_warnings
 from locust_llm.report.diagnosis.resources import server_limits, with_observed_limit
 from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
@@ -62,6 +62,16 @@ class Report:
     @property
     def rows(self) -> list[dict[str, Any]]:
         return self.table.to_dict("records")
+
+    @property
+    def request_counts(self) -> dict[str, int]:
+        """The stages' requests: sent, completed, failed (the server's), cancelled (by the
+        load test, at a stage's or the run's end) and client errors (locust-llm's own)."""
+        keys = ("sent", "completed", "failed", "cancelled", "client_errors")
+        return {
+            k: int(self.table[k].fillna(0).sum()) if k in self.table and len(self.table) else 0
+            for k in keys
+        }
 
 
 def recorded_device(roofline: dict[str, Any]) -> GpuSpec | None:
@@ -242,6 +252,11 @@ def build_report(
         limits=server_limits(extra),
     )
     device_warnings = without_gpu_telemetry(table, words)  # report/wording.py
+    # how each stage answered its load: the one classification the reading, the cap and the
+    # verdict read (knee.stage_scaling)
+    scaling = stage_scaling(table.to_dict("records"), thresholds, floors.model if floors else None)
+    table["scaling"] = [scaling.get(int(s), ("", ""))[0] for s in table["stage"]]
+    table["scaling_next"] = [scaling.get(int(s), ("", ""))[1] for s in table["stage"]]
     rows = table.to_dict("records")
     add_client_delay(rows, run.requests, stages, run.info.end_wall_s)  # report/client_delay.py
     arrays = request_arrays(run.requests)

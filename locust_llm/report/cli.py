@@ -101,6 +101,7 @@ def summary(report: Report) -> dict[str, Any]:
             "run_id": info.run_id,
             "mode": info.mode,
             "server_instances": info.server_instances,
+            "requests": report.request_counts,
             "verdict": report.overall.as_dict(),
             "stage_verdicts": [v.as_dict() for v in report.verdicts],
             "knee": report.knee.as_dict(),

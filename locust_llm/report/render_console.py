@@ -1,10 +1,11 @@
 """The console summary of a report: what ``locust-llm report``, ``run`` and ``demo`` print.
 
 The field's compact table first (per stage QPS, output tok/s, TTFT / TPOT / E2E P50 and P99,
-errors: what vLLM's benchmark, GuideLLM and EvalScope print), each error kind's most frequent
-message when requests failed, then the reading, conclusion and caveats, the verdict with its
-evidence and actions, the time split, the alerts, the comparison with other runs (``--compare``)
-and where the full report is. Every line
+errors: what vLLM's benchmark, GuideLLM and EvalScope print), the requests sent, completed,
+failed and cancelled, each error kind's most frequent message when requests failed, then the
+reading, conclusion and caveats, the capacity search's answer, the verdict with its evidence
+and actions, the time split, the alerts, the comparison with other runs (``--compare``) and
+where the full report is. Every line
 comes from the document model (:mod:`locust_llm.report.document`), so the console says what
 report.md and report.html say.
 """
@@ -16,7 +17,7 @@ from typing import TypeVar
 
 from locust_llm.report.blocks import Block, Bullets, Document, Paragraph, Table
 from locust_llm.report.build import Report
-from locust_llm.report.document import document, field_table, run_state_banner
+from locust_llm.report.document import document, field_table, request_counts, run_state_banner
 
 B = TypeVar("B", bound=Block)
 
@@ -48,8 +49,9 @@ def render_console(report: Report, report_path: Path | None = None) -> str:
     state = run_state_banner(report)
     lines = [state, ""] if state else []
     lines += ["Per stage (times in ms):", text_table(field_table(report)), ""]
+    lines += [f"Requests: {request_counts(report)}."]
     if report.errors:
-        lines += ["Errors (each kind's most frequent message):"]
+        lines += ["", "Errors (each kind's most frequent message):"]
         lines += [text_table(_blocks(doc, "error-messages", Table)[0]), ""]
     for block in doc.section("overview").blocks:
         if isinstance(block, Paragraph) and block.lead:

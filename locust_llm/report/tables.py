@@ -3,20 +3,21 @@
 Pure (numpy/pandas in, DataFrame out, no I/O). Definitions follow ARCHITECTURE.md: a request
 belongs to the stage whose window holds its start time and is left out when it started in the
 stage's first ``warmup_s``; the stage's duration is its window minus the warm-up (a stage that
-ends at a request count ends at its last completion); QPS = completed (open loop: completed
-inside the window, the achieved throughput; the later ones are ``completed_after_window``, and
-``latency_sched_*`` is latency from the scheduled send time, beside latency from the send);
-QPS closed loop = completed
-/ duration, TPS = output tokens of completed requests / duration (total TPS adds their input
-tokens); latency, TTFT and TPOT statistics are over completed requests, percentiles exact with
-numpy's default linear interpolation; error rate = failed / all, per kind too (requests the
-load test cancelled itself at its end, and client-side bugs, count in neither); goodput = completed
-requests meeting every SLO given / duration. Telemetry is combined as each signal's definition
-says (:mod:`locust_llm.telemetry.signals`: over the GPUs of a source, then over sources, each
-source at its
-latest sample), the same way the live web tab combines it, and that timeline is averaged (and
-its peak taken) over the same window; a signal with no samples in a window is NaN ("no data"),
-never 0.
+ends at a request count ends at its last completion); QPS = completed / duration (open loop:
+the achieved rate, the window's requests served over the window stretched by the growth of
+their wait, against the arrivals due in it: :func:`achieved`; ``completed_in_window`` /
+``completed_after_window`` split the completions at the window's end, and ``latency_sched_*``
+is latency from the scheduled send time, beside latency from the send); TPS = output tokens of
+completed requests / duration (total TPS adds their input tokens); latency, TTFT and TPOT
+statistics are over completed requests, percentiles exact with numpy's default linear
+interpolation; error rate = failed / all, per kind too (requests the load test cancelled itself
+at its end, and client-side bugs, count in neither; ``sent`` counts every record, ``cut_off``
+those cancelled or timed out, ``cut_off_wait_p50_s`` how long they had been in flight, median);
+goodput = completed requests meeting every SLO given / duration. Telemetry is combined as each
+signal's definition says (:mod:`locust_llm.telemetry.signals`: over the GPUs of a source, then
+over sources, each source at its latest sample), the same way the live web tab combines it, and
+that timeline is averaged (and its peak taken) over the same window; a signal with no samples in
+a window is NaN ("no data"), never 0.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ COLUMNS: tuple[str, ...] = (
     "failed",
     "cancelled",
     "client_errors",
+    "sent",
+    "cut_off",
+    "cut_off_wait_p50_s",
     "qps",
     "output_tps",
     "total_tps",
@@ -89,6 +93,8 @@ COLUMNS: tuple[str, ...] = (
     "completed_after_window",
     "offered_rps",
     "achieved_ratio",
+    "arrivals_due",
+    "arrivals_served",
     *ARRIVAL_COLUMNS,
     "latency_sched_p50_s",
     "latency_sched_p99_s",
@@ -125,6 +131,10 @@ COLUMNS: tuple[str, ...] = (
     "server_samples",
     *decompose.COLUMNS,
     *resources.COLUMNS,
+    # the steps that reached the stage and left it for the next load (knee.stage_scaling;
+    # the report fills them)
+    "scaling",
+    "scaling_next",
 )
 
 
@@ -169,6 +179,11 @@ def _request_stats(
     client_errors = int((kinds == "client_error").sum())  # our own bugs: not the server's
     n, completed = int(ok.size) - cancelled - client_errors, int(ok.sum())
     failed = n - completed
+    # cut off: sent and never answered in full, because the load test stopped them (cancelled
+    # at the stage's or the run's end) or the client gave up waiting (timeout); how long they
+    # had been in flight (e2e_s: send -> cancel / timeout) says whether the server was slow
+    cut = (kinds == "cancelled") | (kinds == "timeout")
+    cut_wait = req["e2e_s"][~ok][cut]
     dur = duration if duration > 0 else NAN
     e2e, ttft, tpot = req["e2e_s"][ok], req["ttft_s"][ok], req["tpot_s"][ok]
     out_tok = req["output_tokens"][ok].astype(float)
@@ -180,6 +195,9 @@ def _request_stats(
         "failed": failed,
         "cancelled": cancelled,
         "client_errors": client_errors,
+        "sent": int(ok.size),
+        "cut_off": int(cut.sum()),
+        "cut_off_wait_p50_s": _pcts(cut_wait, (50,))[0],
         "qps": completed / dur,
         "output_tps": float(out_tok.sum()) / dur,
         "total_tps": float(out_tok.sum() + in_known.sum()) / dur,
@@ -222,8 +240,9 @@ def _request_stats(
 def _open_loop_stats(
     req: dict[str, np.ndarray], ok: np.ndarray, dur: float, window_end_s: float, open_loop: bool
 ) -> dict:
-    """Open loop: completions inside the stage window (achieved throughput) and after it (the
-    tail), and latency from the scheduled send time beside latency from the send."""
+    """Open loop: completions inside the stage window and after it (the tail), and latency
+    from the scheduled send time beside latency from the send (the achieved rate:
+    :func:`achieved`)."""
     out = dict.fromkeys(
         ("completed_in_window", "completed_after_window", "latency_sched_p50_s",
          "latency_sched_p99_s"),
@@ -239,7 +258,6 @@ def _open_loop_stats(
         (req["start_wall_s"] - req["scheduled_wall_s"])[ok], nan=0.0
     )
     out["latency_sched_p50_s"], out["latency_sched_p99_s"] = _pcts(since_due, (50, 99))
-    out["qps_in_window"] = inside / dur
     return out
 
 
@@ -552,17 +570,12 @@ def stage_table(
             "duration_s": end - lo,
         }
         row.update(_request_stats(req, end - lo, slo, mode == "open", end))
-        if mode == "open":
-            # achieved throughput = completions inside the window; the tail is shown apart
-            row["qps"] = row.pop("qps_in_window")
-            row["offered_rps"] = row["rate"]
-            row["achieved_ratio"] = row["qps"] / row["rate"] if row["rate"] > 0 else NAN
-        else:
-            row.pop("qps_in_window", None)
-            row["offered_rps"] = row["achieved_ratio"] = NAN
         row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
         row.update(_floor_stats(row, floors, row["concurrency"]))
         row.update(arrival_stats(stage, sent_by_stage))
+        row["offered_rps"] = row["achieved_ratio"] = NAN
+        if mode == "open":
+            row.update(achieved(req, row, stage, lo, end))
         rows.append(row)
     model, gpu, tp = (floors.model, floors.gpu, floors.tp) if floors else (None, None, 1)
     ok = arrays["ok"] & np.isfinite(arrays["e2e_s"])
@@ -582,6 +595,73 @@ def stage_table(
     )
     resources.add_resources(rows, model, gpu, limits or resources.ServerLimits(), tp=tp)
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def achieved(
+    req: dict[str, np.ndarray],
+    row: dict[str, Any],
+    stage: Stage,
+    lo: float,
+    end: float,
+) -> dict[str, float]:
+    """Open loop: the achieved rate against the arrivals due in the window.
+
+    A request completes about one latency after it was due, so counting the window's own
+    completions falls short of its arrivals by those due in its last latency even when the
+    server keeps up (more, the more the latencies spread). A server that keeps up admits the
+    window's arrivals as they come; one past capacity works off a queue that grows, so the
+    arrivals due late wait longer for their first token than those due early (the time a
+    growing batch adds to each decode step, while the stage ramps up, is no queue). So:
+    served = the window's requests that completed (whenever), or that the server was
+    answering when the load test cancelled them (their first token had come); stretch = how
+    much longer than the window the server took to admit them: the growth of the median time
+    to first token from the scheduled time (P50 of the requests due in the window's last
+    quarter minus the first's, over the 3/4 of the window between them; a request cut off,
+    cancelled or timed out, before its first token waited without end), none when it did not
+    grow. ``qps`` =
+    served / (window + stretch), ``offered_rps`` = the arrivals due / the window (run.json's
+    arrivals drawn in the stage, pro rata to the window; the nominal rate x time where the
+    run dir did not count them), ``achieved_ratio`` = ``qps`` / ``offered_rps``
+    (``arrivals_served`` / ``arrivals_due``: a stage falls short by more than one of them
+    before the ratio is judged: :func:`~locust_llm.report.diagnosis.knee.falls_short`)."""
+    span = end - lo
+    keys = ("qps", "offered_rps", "achieved_ratio", "arrivals_due", "arrivals_served")
+    if not span > 0:
+        return dict.fromkeys(keys, NAN)
+    kinds = req["error_kind"]
+    cut = (kinds == "cancelled") | (kinds == "timeout")
+    due_at = np.where(
+        np.isfinite(req["scheduled_wall_s"]), req["scheduled_wall_s"], req["start_wall_s"]
+    )
+    # an answer without a first-token time (not streamed) had it at its end
+    first_token = np.where(
+        np.isfinite(req["ttft_s"]), req["ttft_s"], np.where(req["ok"], req["e2e_s"], np.nan)
+    )
+    waited = req["start_wall_s"] + first_token - due_at
+    waited[~np.isfinite(waited)] = np.inf  # no first token: still waiting when cut off
+    counted = req["ok"] | cut  # answered, or cut off (other failures tell nothing of time)
+    quarter = span / 4
+    first = waited[counted & (due_at < lo + quarter)]
+    last = waited[counted & (due_at >= end - quarter)]
+    growth = 0.0
+    if first.size and last.size:
+        growth = max(float(np.median(last)) - float(np.median(first)), 0.0) / (span - quarter)
+    stretch = span * (1 + growth) if math.isfinite(growth) else math.inf
+    # answered, or being answered when the load test stopped it (its first token had come)
+    served = float((req["ok"] | ((kinds == "cancelled") & np.isfinite(req["ttft_s"]))).sum())
+    stage_span = end - stage.start_wall_s
+    drawn = row["arrivals_drawn"]
+    due = (
+        drawn * span / stage_span if math.isfinite(drawn) and stage_span > 0 else row["rate"] * span
+    )
+    rate = served / stretch  # 0 when the queue grew without end
+    return {
+        "qps": rate,
+        "offered_rps": due / span,
+        "achieved_ratio": rate * span / due if due > 0 else NAN,
+        "arrivals_due": due,
+        "arrivals_served": rate * span,
+    }
 
 
 def scheduled_sends(requests: pd.DataFrame) -> dict[int, int]:

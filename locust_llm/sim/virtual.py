@@ -396,9 +396,8 @@ class _Driver:
         else:
             record.error_kind, record.status_code = error.kind, error.status
             record.error_message = error.message
+            # a cancelled request keeps its time in flight (send -> cancel) as the client's does
             summarize_stream(record, timing, received if received else None)
-            if error.kind == "cancelled":
-                record.e2e_s = math.nan
         self.records.append(record)
         if self.trace is not None:
             self.trace.write(self.trace_line(req, record, error))

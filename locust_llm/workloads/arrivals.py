@@ -6,7 +6,9 @@ keeps its own seeded stream and tests can replay one.
 
 :class:`ArrivalSchedule` draws one process's send times stage by stage and accounts for every
 arrival it drew: sent, or never sent with a reason (:data:`UNSENT_REASONS`: the user pool ran
-dry, the stage ended before its time, the run stopped), in :class:`ArrivalCounts` per stage.
+dry, the stage ended before its time, the run stopped), in :class:`ArrivalCounts` per stage. An
+arrival belongs to the stage whose window holds its time: one a user claimed for after its stage
+ended is not that stage's (nor counted unsent).
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class ArrivalSchedule:
         self.rate_per_s = 0.0
         self.next_s = math.nan
         self.counts: dict[int, ArrivalCounts] = {}
+        self.ends: dict[int, float] = {}  # stage -> when it ended (closed)
 
     def open(self, stage: int, rate_per_s: float, start_s: float) -> None:
         """Start drawing ``stage``'s arrivals at ``rate_per_s`` from ``start_s``."""
@@ -125,14 +128,23 @@ class ArrivalSchedule:
         self._counts(self.stage).drawn += 1
         return when
 
-    def drop(self, stage: int, reason: str) -> None:
-        """An arrival of ``stage`` a user claimed will not be sent, for ``reason``."""
-        self._counts(stage).unsent[reason] += 1
+    def drop(self, stage: int, reason: str, when_s: float = math.nan) -> None:
+        """An arrival of ``stage`` a user claimed (for ``when_s``) will not be sent, for
+        ``reason``. One drawn for the stage's end or later was never due in its window: it is
+        taken back out of the stage's drawn count, not counted unsent (a user claims its next
+        arrival ahead of time, so at a stage's end the idle users hold arrivals past it)."""
+        counts = self._counts(stage)
+        if when_s >= self.ends.get(stage, math.inf):
+            counts.drawn -= 1
+            return
+        counts.unsent[reason] += 1
 
     def close(self, end_s: float, reason: str = POOL_RAN_DRY) -> None:
         """End the current stage at ``end_s``: arrivals due before it that no user claimed are
         drawn and counted unsent (``pool_ran_dry``: every user was busy until the stage ended;
         ``run_stopped`` at a stop); nothing more is drawn until :meth:`open`."""
+        if self.stage >= 0 and self.stage not in self.ends:
+            self.ends[self.stage] = end_s
         if self.rate_per_s > 0 and self.stage >= 0 and not math.isnan(self.next_s):
             counts = self._counts(self.stage)
             while self.next_s < end_s:
@@ -142,7 +154,8 @@ class ArrivalSchedule:
         self.rate_per_s, self.next_s = 0.0, math.nan
 
     def tally(self) -> int:
-        """Arrivals drawn plus unsent so far, all stages (changes whenever a count does)."""
+        """Arrivals drawn plus unsent so far, all stages (changes whenever a count does, but
+        for a claim taken back: then the counts are what they were)."""
         return sum(c.drawn + c.unsent_total for c in self.counts.values())
 
     def _counts(self, stage: int) -> ArrivalCounts:

@@ -4,7 +4,8 @@ Pure. Stages other than soak with completed requests are ordered by load (concur
 open loop). Each step from one load to the next is classified (the thresholds are fields of
 :class:`locust_llm.report.diagnosis.thresholds.Thresholds`):
 
-- gain = QPS ratio, load ratio = load ratio, efficiency = (gain - 1) / (load ratio - 1),
+- gain = QPS ratio, load ratio = load ratio (open loop: of the arrivals due in the windows),
+  efficiency = (gain - 1) / (load ratio - 1),
   latency cost = P99 latency ratio;
 - ``linear`` (still scaling) when efficiency >= 0.5 (at least half of proportional scaling),
 - ``flat`` when gain is within 2% of 1, ``falling`` when it is lower, ``flattening`` otherwise.
@@ -100,8 +101,37 @@ def _load(row: Mapping[str, Any]) -> float:
     return c if not math.isnan(c) else _f(row, "rate")
 
 
+def _offered(row: Mapping[str, Any]) -> float:
+    """The load a step's ratio compares: the concurrency, or in open loop the arrivals due in
+    the window per second (a Poisson draw of 12 arrivals where 20 were nominal is the load
+    the server was offered), else the nominal rate."""
+    due = _f(row, "offered_rps")
+    return due if due > 0 and math.isnan(_f(row, "concurrency")) else _load(row)
+
+
 def _label(row: Mapping[str, Any]) -> str:
     return load_label(row.get("concurrency"), row.get("rate"))
+
+
+def achieved_share(row: Mapping[str, Any]) -> float:
+    """Open loop: the achieved rate / the arrivals due in the window (the table's
+    ``achieved_ratio``: :func:`locust_llm.report.tables.achieved`; QPS / the nominal rate where
+    a table lacks it); NaN in closed loop."""
+    share = _f(row, "achieved_ratio")
+    if math.isnan(share) and _f(row, "rate") > 0:
+        share = _f(row, "qps") / _f(row, "rate")
+    return share
+
+
+def falls_short(row: Mapping[str, Any], threshold: float) -> bool:
+    """Open loop: the stage achieved less than ``threshold`` of the arrivals due in its window,
+    and more than one request short (which request of the window's edges completes inside the
+    shifted window is chance: one of 19 arrivals is 5%); False in closed loop."""
+    share = achieved_share(row)
+    if not share < threshold:
+        return False
+    due, served = _f(row, "arrivals_due"), _f(row, "arrivals_served")
+    return math.isnan(due - served) or due - served > 1
 
 
 def meets_slo(
@@ -212,17 +242,9 @@ def _phrase(group: list[Step], thresholds: Thresholds) -> str:
     return f"{span} throughput falls ({qps}) and {_latency_words(lat, thresholds)}: overload"
 
 
-def find_knee(
-    rows: Sequence[Mapping[str, Any]],
-    *,
-    slo: Slo | None = None,
-    thresholds: Thresholds = Thresholds(),
-    overloaded: Sequence[int] = (),
-    model: ModelSpec | None = None,
-) -> Knee:
-    """Classify the sweep's steps and pick the best range and the cap (module docstring);
-    stages in ``overloaded`` (their verdict says so) are never the cap."""
-    slo = slo or Slo()
+def _swept(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The stages the sweep compares: not soak, with completed requests and a load, by load
+    (of equal loads the first)."""
     stages = sorted(
         (
             r
@@ -235,19 +257,19 @@ def find_knee(
     for r in stages:
         if not dedup or _load(r) > _load(dedup[-1]):
             dedup.append(r)
-    if not dedup:
-        sent = sum(_f(r, "requests") for r in rows if _f(r, "requests") > 0)
-        if sent and not any(_f(r, "completed") > 0 for r in rows):
-            return Knee(
-                reading=f"no request completed: all {num(sent)} failed (see the verdict)",
-                notes=("no stage with completed requests and a load: no knee",),
-            )
-        return Knee(notes=("no stage with completed requests and a load: no knee",))
-    unit = "concurrency" if not math.isnan(_f(dedup[0], "concurrency")) else "rate"
+    return dedup
+
+
+def sweep_steps(
+    dedup: Sequence[Mapping[str, Any]],
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    model: ModelSpec | None = None,
+) -> list[Step]:
+    """Each step from one swept load to the next, classified (module docstring)."""
     steps = []
     for lo, hi in itertools.pairwise(dedup):
         gain = _f(hi, "qps") / _f(lo, "qps") if _f(lo, "qps") > 0 else math.nan
-        lr = _load(hi) / _load(lo) if _load(lo) > 0 else math.nan
+        lr = _offered(hi) / _offered(lo) if _offered(lo) > 0 else math.nan
         eff = (gain - 1) / (lr - 1) if lr > 1 else math.nan
         lat = (
             _f(hi, "latency_p99_s") / _f(lo, "latency_p99_s")
@@ -271,20 +293,142 @@ def find_knee(
                 _f(hi, "latency_p99_s"),
             )
         )
+    return steps
+
+
+#: Step classes that say the load met no more capacity: near the limit (``flattening``) or
+#: overload (``flat``, ``falling``). A stage reached by one has no headroom: its verdict is
+#: never ``low_concurrency`` (the reading would say the opposite).
+NO_HEADROOM: tuple[str, ...] = ("flattening", "flat", "falling")
+
+#: What the reading says of a stage reached by a step of each class.
+SAYS: dict[str, str] = {
+    "linear": "scales",
+    "moe": "scales (MoE)",
+    "flattening": "near the limit",
+    "flat": "overload",
+    "falling": "overload",
+}
+
+
+def stage_scaling(
+    rows: Sequence[Mapping[str, Any]],
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    model: ModelSpec | None = None,
+) -> dict[int, tuple[str, str]]:
+    """The one classification of how each stage answered its load, which the reading, the
+    cap and the verdict all read: stage -> (the class of the step that reached it from the
+    next-lower load, the class of the step from it to the next-higher load): ``linear``,
+    ``moe``, ``flattening``, ``flat``, ``falling``; "" where there is no such step (the lowest
+    or highest load, a stage with no completed request, a soak stage)."""
+    out = {int(r["stage"]): ("", "") for r in rows if is_num(r.get("stage"))}
+    for step in sweep_steps(_swept(rows), thresholds, model):
+        out[step.hi_stage] = (step.cls, out.get(step.hi_stage, ("", ""))[1])
+        out[step.lo_stage] = (out.get(step.lo_stage, ("", ""))[0], step.cls)
+    return out
+
+
+def no_headroom(scaling: str, scaling_next: str, onward: bool = True) -> str:
+    """What the reading says of a stage that has no headroom by its steps, or "": reached by
+    a flattening, flat or falling step (the reading calls it near the limit or overload), or,
+    with ``onward``, leading to the next load by one (a busy stage from which more load added
+    little; one whose device was seen idle keeps its headroom below the knee)."""
+    for cls in (scaling, scaling_next if onward else ""):
+        if cls in NO_HEADROOM:
+            return SAYS[cls]
+    return ""
+
+
+def contradictions(
+    rows: Sequence[Mapping[str, Any]], kinds: Sequence[str], knee: Knee
+) -> list[str]:
+    """Where the stage verdicts' ``kinds`` (one per row) say the opposite of the reading or
+    the cap: headroom (``low_concurrency``: "offer more load") on a stage the reading calls
+    near the limit or overloaded (the step that reached it flattens, stays flat or falls);
+    nothing saturated (``healthy``) on a stage it calls overloaded; ``low_concurrency`` on a
+    stage above the recommended cap that met the SLOs. Empty when they agree."""
+    out = []
+    into = {int(s.hi_stage): s.cls for s in knee.steps}
+    cap_load = math.nan
+    for r in rows:
+        if knee.cap_stage is not None and int(r["stage"]) == knee.cap_stage:
+            cap_load = _load(r)
+    for r, kind in zip(rows, kinds, strict=True):
+        stage = int(r["stage"])
+        said = no_headroom(into.get(stage, ""), "", onward=False)
+        if kind == "low_concurrency" and said:
+            out.append(f"stage {stage}: verdict {kind} (headroom), reading '{said}'")
+        if kind == "healthy" and into.get(stage) in ("flat", "falling"):
+            out.append(f"stage {stage}: verdict {kind} (nothing saturated), reading 'overload'")
+        slo_missed = any(n.startswith(f"load {_label(r)} misses the SLOs") for n in knee.notes)
+        if kind == "low_concurrency" and _load(r) > cap_load and not slo_missed:
+            out.append(
+                f"stage {stage}: verdict {kind} (offer more load) above the cap at {knee.cap}"
+            )
+    return out
+
+
+def _cut_off_phrase(rows: Sequence[Mapping[str, Any]], above: float, blocked: set[int]) -> str:
+    """The stages above the swept loads whose requests were cut off and whose verdict says
+    overloaded: "512: 0 of 480 completed, the rest cut off: overload"; "" when none."""
+    cut = sorted(
+        (
+            r
+            for r in rows
+            if int(r["stage"]) in blocked
+            and r.get("kind") != "soak"
+            and _load(r) > above
+            and _f(r, "cut_off") > 0
+        ),
+        key=_load,
+    )
+    if not cut:
+        return ""
+    span = _label(cut[0]) if len(cut) == 1 else f"{_label(cut[0])}-{_label(cut[-1])}"
+    done = sum(_f(r, "completed") for r in cut)
+    sent = sum(_f(r, "sent") for r in cut)
+    return f"{span}: {num(done)} of {num(sent)} requests completed, the rest cut off: overload"
+
+
+def find_knee(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    slo: Slo | None = None,
+    thresholds: Thresholds = Thresholds(),
+    overloaded: Sequence[int] = (),
+    model: ModelSpec | None = None,
+) -> Knee:
+    """Classify the sweep's steps and pick the best range and the cap (module docstring);
+    stages in ``overloaded`` (their verdict says so) are never the cap."""
+    slo = slo or Slo()
+    dedup = _swept(rows)
+    if not dedup:
+        none = ("no stage with completed requests and a load: no knee",)
+        failed = sum(_f(r, "requests") for r in rows if _f(r, "requests") > 0)
+        if failed and not any(_f(r, "completed") > 0 for r in rows):
+            reading = f"no request completed: all {num(failed)} failed (see the verdict)"
+            return Knee(reading=reading, notes=none)
+        return Knee(notes=none)
+    unit = "concurrency" if not math.isnan(_f(dedup[0], "concurrency")) else "rate"
+    steps = sweep_steps(dedup, thresholds, model)
     notes: list[str] = []
     blocked = set(overloaded)
 
     def acceptable(i: int) -> tuple[bool, str]:
         ok, why = meets_slo(dedup[i], slo, thresholds)
         if not ok:
+            if why.startswith("error rate"):  # the error-rate limit holds with no SLO given
+                return False, f"fails too often: {why} > {thresholds.error_rate:.0%}"
             return False, f"misses the SLOs: {why}"
         if int(dedup[i]["stage"]) in blocked:
             return False, "is overloaded (see its verdict)"
-        rate, qps = _f(dedup[i], "rate"), _f(dedup[i], "qps")
-        if rate > 0 and not qps >= thresholds.open_loop_achieved * rate:
+        share = achieved_share(dedup[i])
+        if falls_short(dedup[i], thresholds.open_loop_achieved):
+            due = _f(dedup[i], "offered_rps")
+            due = due if not math.isnan(due) else _f(dedup[i], "rate")
             return False, (
-                f"achieves {num(qps, 2)} of {num(rate, 2)} req/s offered "
-                f"(< {thresholds.open_loop_achieved:.0%})"
+                f"achieves {num(_f(dedup[i], 'qps'), 2)} of {num(due, 2)} req/s due "
+                f"({share:.0%} < {thresholds.open_loop_achieved:.0%})"
             )
         return True, ""
 
@@ -333,7 +477,16 @@ def find_knee(
             groups[-1].append(step)
         else:
             groups.append([step])
-    reading = "; ".join(_phrase(g, thresholds) for g in groups)
+    cut_off = _cut_off_phrase(rows, _load(dedup[-1]), blocked)
+    reading = "; ".join(
+        [*(_phrase(g, thresholds) for g in groups), *([cut_off] if cut_off else [])]
+    )
+    if not steps and cut_off and ok0:  # one stage scaled, the loads above it were cut off
+        lab = _label(dedup[0])
+        return Knee(
+            (), int(dedup[0]["stage"]), int(dedup[0]["stage"]), lab, lab, reading,
+            f"best {unit} {lab}; cap {unit} at {lab}", tuple(notes),
+        )  # fmt: skip
     if not steps:
         notes.append("one load level only: sweep the load to find the knee")
         cap_ix = None  # never a cap from a single stage
@@ -349,7 +502,8 @@ def find_knee(
             "",
             "",
             reading,
-            f"no {unit} meets the SLOs; lower the load or fix the server",
+            f"no cap: the lowest {unit} ({_label(dedup[0])}) {why0}; lower the load or fix "
+            "the server",
             tuple(notes),
         )
     if steps[-1].cls in ("linear", "moe"):

@@ -49,6 +49,10 @@ class Thresholds:
 
     # -- verdict rules ----------------------------------------------------------------------
     min_requests: int = 5  # fewer requests in a stage: insufficient data
+    # requests cut off (cancelled at the stage's or run's end, or timed out) at least this
+    # share of those sent (and at least min_requests): the stage is judged on them (a stage
+    # far past capacity completes nothing before the run ends: overload, not too few requests)
+    cut_off_share: float = 0.5
     confident_requests: int = 20  # fewer (4 x min_requests): the verdict's confidence is low
     client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
     client_delay_bound_s: float = 0.010  # first-token client delay P99 at or above (s) ...
@@ -67,7 +71,7 @@ class Thresholds:
     prefill_share: float = 0.5  # mean TTFT / mean E2E at or above: the prefill phase dominates
     flat_gain: float = 1.02  # throughput ratio over the lower stage at most this: flat
     latency_climb: float = 1.25  # P99 ratio at least this: latency climbs
-    open_loop_shortfall: float = 0.90  # achieved / offered rate below this: overloaded
+    open_loop_shortfall: float = 0.90  # achieved rate / arrivals due below this: overloaded
     queue_share: float = 0.5  # queue time / TTFT at or above: requests wait for admission ...
     queue_min_steps: float = 2.0  # ... when it is longer than this many mean decode steps
     busy_share: float = 0.5  # GPU busy below this with no queue: under-loaded
@@ -86,7 +90,7 @@ class Thresholds:
     # -- knee and cap -----------------------------------------------------------------------
     linear_efficiency: float = 0.5  # (gain - 1) / (load ratio - 1) at least this: linear
     flat_band: float = 0.02  # gain within this of 1: flat
-    open_loop_achieved: float = 0.95  # open loop: achieved / offered at least this for a cap
+    open_loop_achieved: float = 0.95  # open loop: achieved / arrivals due at least this: a cap
     min_gain: float = 0.05  # the cap needs at least this throughput gain per step ...
     latency_weight: float = 0.10  # ... and at least this share of the P99 increase
     moe_gain_share: float = 0.8  # gain / what an MoE's expert reads allow: sublinear, not limit

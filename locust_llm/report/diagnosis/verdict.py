@@ -48,6 +48,12 @@ from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES,
 from locust_llm.report.diagnosis.client_delay import late_first_reads
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.diagnosis.engines import engine_of, in_engine_words
+from locust_llm.report.diagnosis.knee import (
+    achieved_share,
+    falls_short,
+    no_headroom,
+    stage_scaling,
+)
 from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.fmt import column as _v
@@ -162,6 +168,24 @@ class Context:
     def lower(self) -> Mapping[str, Any] | None:
         return _lower_neighbour(self.row, self.rows)
 
+    def scaling(self) -> tuple[str, str]:
+        """How the stage answered its load (:func:`~locust_llm.report.diagnosis.knee.
+        stage_scaling`: the classes of the steps that reached it and left it, ``linear``,
+        ``flattening``, ``flat``, ``falling``, ``moe`` or ""): the row's, as the report filled
+        them, else classified here the same way."""
+        into, onward = self.row.get("scaling"), self.row.get("scaling_next")
+        if isinstance(into, str) and isinstance(onward, str):
+            return into, onward
+        stage = self.row.get("stage")
+        key = int(stage) if is_num(stage) else 0
+        return stage_scaling(self.rows, self.thresholds).get(key, ("", ""))
+
+    def headroom_refused(self, idle: bool = False) -> str:
+        """Why the stage has no headroom by its steps (the reading's words), or "". ``idle``:
+        the device was seen idle, so the step to the next load does not take its headroom
+        (:func:`~locust_llm.report.diagnosis.knee.no_headroom`)."""
+        return no_headroom(*self.scaling(), onward=not idle)
+
     def max_num_seqs(self) -> float:
         value = self.server.get("max_num_seqs")
         return float(value) if is_num(value) and value > 0 else math.nan
@@ -181,6 +205,7 @@ class Finding:
     extra_actions: tuple[str, ...] = ()
     client_side: bool = False
     actions: tuple[str, ...] = ()  # given: these instead of the kind's or cause's own
+    requests: float = math.nan  # the requests it rests on, when not the stage's answered ones
 
 
 @dataclass(frozen=True)
@@ -330,6 +355,93 @@ def _step_cause(ctx: Context) -> str:
 # -- the rules, in order ------------------------------------------------------------------------
 
 
+def _cut_off(ctx: Context) -> tuple[float, float, float]:
+    """(sent, cut off, median seconds in flight when cut off) of the stage's requests."""
+    sent = ctx.v("sent")
+    if math.isnan(sent):  # a table without the count
+        sent = ctx.v("requests") + (ctx.v("cancelled") if ctx.v("cancelled") > 0 else 0.0)
+    return sent, ctx.v("cut_off"), ctx.v("cut_off_wait_p50_s")
+
+
+def _cut_off_text(ctx: Context) -> str:
+    """ "N requests sent at load L: M completed, K cut off (...) after X s in flight (median)"."""
+    sent, cut, wait = _cut_off(ctx)
+    cancelled = ctx.v("cancelled") if ctx.v("cancelled") > 0 else 0.0
+    timeouts = cut - cancelled
+    how = [f"{num(cancelled)} cancelled at the stage's or the run's end"] if cancelled else []
+    how += [f"{num(timeouts)} timed out"] if timeouts > 0 else []
+    return (
+        f"{num(sent)} requests sent {ctx.where}: {num(ctx.v('completed'))} completed, "
+        f"{num(cut)} cut off ({', '.join(how)}) after {num(wait, 1)} s in flight (median)"
+    )
+
+
+@rule(
+    "cut_off",
+    "requests cut off (cancelled at the stage's or the run's end, or timed out) are at least "
+    "`cut_off_share` of those sent and at least `min_requests`, and the server fell behind: "
+    "they had been in flight at least `latency_climb` x the P99 latency of the next-lower "
+    "load, or the server held a standing queue (waiting >= 1 and >= `standing_queue_share` "
+    "of the batch). Overloaded, whatever few completed: the cause is what stopped admission "
+    "or the step bound, where known (not for a stage with out-of-memory errors, other "
+    "failures than timeouts above `error_rate`, or a busy client: those rules judge it)",
+    kinds=("overloaded",),
+    causes=(
+        "kv_capacity_admission",
+        "batch_limit_admission",
+        *STEP_CAUSES,
+    ),
+    reads=(
+        "cut_off_share",
+        "min_requests",
+        "error_rate",
+        "latency_climb",
+        "standing_queue_share",
+        "client_cpu",
+        "min_telemetry_samples",
+        "budget_fill",
+        "slot_fill",
+        "saturated_kv",
+        "prefill_saturated",
+        *_STEP_READS,
+    ),
+)
+def _cut(ctx: Context) -> Finding | None:
+    th = ctx.thresholds
+    sent, cut, wait = _cut_off(ctx)
+    if not (cut >= th.min_requests and cut >= th.cut_off_share * sent):
+        return None
+    if ctx.v("error_rate_oom") > 0 or ctx.v("worker_cpu_max") >= th.client_cpu:
+        return None
+    failed = ctx.v("failed") - (cut - (ctx.v("cancelled") if ctx.v("cancelled") > 0 else 0.0))
+    if failed > 0 and error_rate_exceeded(failed / ctx.v("requests"), th):
+        return None  # the server failed requests, other than by timing out: the errors rule
+    behind = []
+    prev = ctx.lower
+    if prev is not None and wait >= th.latency_climb * _v(prev, "latency_p99_s"):
+        behind.append(
+            f"at load {load_label(prev.get('concurrency'), prev.get('rate'))} requests took "
+            f"{num(_v(prev, 'latency_p99_s'), 1)} s (P99): the server fell behind"
+        )
+    if _standing_queue(ctx):
+        behind.append(
+            f"standing queue: {num(ctx.server_v('waiting'))} waiting vs "
+            f"{num(ctx.server_v('running'))} running on average"
+        )
+    if not behind:
+        return None
+    cause, blocker = _admission_blocker(ctx) if ctx.telemetry_ok else ("", "")
+    cause = cause or _step_cause(ctx)
+    evidence = [_cut_off_text(ctx), *behind, blocker]
+    return Finding(
+        "overloaded",
+        tuple(e for e in evidence if e),
+        cause,
+        client_side=not ctx.telemetry_ok,
+        requests=sent,
+    )
+
+
 @rule(
     "too_few_requests",
     "fewer than `min_requests` requests in the stage, unless none completed and the error rate "
@@ -344,11 +456,15 @@ def _too_few(ctx: Context) -> Finding | None:
     if ctx.v("completed") == 0 and error_rate_exceeded(ctx.v("error_rate"), ctx.thresholds):
         return None  # a dead server: the errors rule says so
     n = num(requests if not math.isnan(requests) else 0)
-    return Finding(
-        "insufficient_data",
-        (f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})",),
-        actions=NO_REQUEST_ACTIONS if not requests > 0 else (),
-    )
+    evidence = [f"{n} requests {ctx.where} (< {ctx.thresholds.min_requests})"]
+    cut = ctx.v("cut_off")
+    if cut > 0:  # cut off, but too few of them, or with no sign the server fell behind
+        few = cut < ctx.thresholds.min_requests
+        why = "too few to judge" if few else "no sign the server fell behind"
+        evidence.append(f"{_cut_off_text(ctx)}: {why}")
+    # no request ended and none was cut off: what stopped them is in the run's output
+    none = not requests > 0 and not cut > 0
+    return Finding("insufficient_data", tuple(evidence), actions=NO_REQUEST_ACTIONS if none else ())
 
 
 @rule(
@@ -649,16 +765,19 @@ def _admission(ctx: Context) -> Finding | None:
     "under_loaded",
     "no admission queue and the GPU busy less than `busy_share`; without a busy signal, "
     "throughput still scaling (gain over the lower stage at least `linear_efficiency` of the "
-    "load ratio's): client-side, its cause the step bound",
+    "load ratio's): client-side, its cause the step bound. Never on a stage reached by a step "
+    "that flattens (gain below `linear_efficiency` of proportional), stays flat or falls "
+    "(within `flat_band` of 1, or below): the reading calls it near the limit or overload; "
+    "nor, unless its GPU was seen idle, on one whose step to the next load does so",
     kinds=("low_concurrency",),
     causes=("under_loaded", *STEP_CAUSES),
-    reads=(*_QUEUE_READS, "busy_share", "linear_efficiency", *_STEP_READS),
+    reads=(*_QUEUE_READS, "busy_share", "linear_efficiency", "flat_band", *_STEP_READS),
 )
 def _under(ctx: Context) -> Finding | None:
     th = ctx.thresholds
-    if _queued(ctx):
-        return None
     busy = ctx.server_v("gpu_util")
+    if _queued(ctx) or ctx.headroom_refused(idle=busy < th.busy_share):
+        return None
     if not math.isnan(busy):
         if busy >= th.busy_share:
             return None
@@ -672,9 +791,7 @@ def _under(ctx: Context) -> Finding | None:
             "under_loaded",
         )
     gain, load_ratio, prev = _gain(ctx)
-    if prev is None or not load_ratio > 1:
-        return None
-    if (gain - 1) / (load_ratio - 1) < th.linear_efficiency:
+    if prev is None or ctx.scaling()[0] not in ("linear", "moe"):
         return None
     # throughput scales, but whether the device idles is unknown: the step bound, where the
     # resource model gives one, names what each step waits on
@@ -696,13 +813,17 @@ def _under(ctx: Context) -> Finding | None:
 @rule(
     "small_batch",
     "no queue and the batch at most `low_batch_fraction` of its limit (max-num-seqs, the "
-    "server's slots or the KV capacity): busy, but more load still adds throughput; the cause "
-    "is the step bound",
+    "server's slots or the KV capacity): busy, but more load still adds throughput, the "
+    "memory-bound decode steps reading the weights once for more sequences. Not where compute "
+    "sets the step time (a larger batch adds compute, not throughput), nor on a stage reached "
+    "by, or leading to, a step that flattens, stays flat or falls (as `under_loaded`)",
     kinds=("low_concurrency",),
-    causes=STEP_CAUSES,
-    reads=(*_QUEUE_READS, "low_batch_fraction", *_STEP_READS),
+    causes=("bandwidth_bound_decode",),
+    reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band"),
 )
 def _small(ctx: Context) -> Finding | None:
+    if ctx.headroom_refused() or ctx.row.get("step_bound") == "compute":
+        return None  # throughput stopped answering load, or compute sets the step time
     small = _small_batch(ctx)
     if not small:
         return None
@@ -820,7 +941,8 @@ def _phase(ctx: Context) -> Finding | None:
     "past_knee",
     "throughput flat (gain over the lower stage at most `flat_gain`) while P99 latency climbs "
     "(at least `latency_climb`), or an open loop achieving less than `open_loop_shortfall` of "
-    "the offered rate; the cause is the step bound where known",
+    "the arrivals due in its window, and more than one request short (the window's requests "
+    "completed over it shifted by their latency); the cause is the step bound where known",
     kinds=("overloaded",),
     causes=STEP_CAUSES,
     reads=(
@@ -848,10 +970,12 @@ def _knee(ctx: Context) -> Finding | None:
                 f"latency went {ms(_v(prev, 'latency_p99_s'))} -> "
                 f"{ms(ctx.v('latency_p99_s'))} ms ({ratio(climb)})"
             )
-    rate, qps = ctx.v("rate"), ctx.v("qps")
-    if rate > 0 and qps < th.open_loop_shortfall * rate:
+    share = achieved_share(ctx.row)
+    if falls_short(ctx.row, th.open_loop_shortfall):
+        due = ctx.v("offered_rps") if ctx.v("offered_rps") >= 0 else ctx.v("rate")
         found.append(
-            f"achieved {num(qps, 2)} req/s of {num(rate, 2)} req/s offered ({pct(qps / rate)})"
+            f"achieved {num(ctx.v('qps'), 2)} req/s of the {num(due, 2)} req/s due in the "
+            f"window ({pct(share)})"
         )
     if not found:
         return None
@@ -928,10 +1052,15 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
 CONFIDENCE_READS: tuple[str, ...] = ("confident_requests",)
 
 
+def _requests(ctx: Context, finding: Finding) -> float:
+    """The requests a finding rests on: its own count, else the stage's answered requests."""
+    return finding.requests if not math.isnan(finding.requests) else ctx.v("requests")
+
+
 def _confidence(ctx: Context, finding: Finding) -> str:
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
-    if ctx.v("requests") < ctx.thresholds.confident_requests:
+    if _requests(ctx, finding) < ctx.thresholds.confident_requests:
         return "low"
     has_model = not math.isnan(ctx.v("mfu"))
     server_split = ctx.row.get("ttft_split_source") == "server"
@@ -977,7 +1106,7 @@ def stage_verdict(
             stage=stage,
             cause=found.cause,
             rule=r.name,
-            requests=int(ctx.v("requests")) if not math.isnan(ctx.v("requests")) else 0,
+            requests=int(_requests(ctx, found)) if not math.isnan(_requests(ctx, found)) else 0,
             telemetry_samples=int(samples) if not math.isnan(samples) else 0,
             confidence=_confidence(ctx, found),
             client_side=found.client_side,
