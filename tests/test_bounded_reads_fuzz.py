@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.ghc_response import GhcResponse
 from locust_llm.client.http11 import Http11Connection, read_head
-from locust_llm.client.stream import Exchange, StreamReader, read_to_record
+from locust_llm.client.stream import Exchange, StreamReader, format_bytes, read_to_record
 from locust_llm.client.transport import READ_ERRORS
 from locust_llm.metrics import ERROR_KINDS, RequestRecord
 
@@ -212,10 +212,10 @@ def test_a_stream_past_its_event_limit_is_bad_payload_naming_it(
     good = b"".join(_token("a") + b"\n\n" for _ in range(tokens))
     if blank_lines:
         bad = b"data: " + b"x" * (event_limit + excess)
-        expected = f"SSE line over the {event_limit} bytes limit"
+        expected = f"SSE line over the {format_bytes(event_limit)} limit"
     else:
         bad = b": x\n" * ((event_limit + excess) // 4 + 1)
-        expected = f"SSE event over the {event_limit} bytes limit"
+        expected = f"SSE event over the {format_bytes(event_limit)} limit"
     body = good + bad + b"\n\ndata: [DONE]\n\n"
     wire = _head(200, "text/event-stream", framing, len(body)) + _frame(body, framing, frame_cuts)
     resp = LineWatch(_open(transport, wire, read_cuts))
@@ -244,7 +244,9 @@ def test_a_body_past_its_limit_is_bad_payload_naming_it(
     resp = LineWatch(_open(transport, wire, read_cuts))
     record, peak = _read(resp, False, 1 << 20, body_limit)
     assert record.error_kind == "bad_payload", record.error_message
-    assert record.error_message.startswith(f"response body over the {body_limit} bytes limit")
+    assert record.error_message.startswith(
+        f"response body over the {format_bytes(body_limit)} limit"
+    )
     assert "(--llm-max-body-bytes)" in record.error_message
     if framing == "length":  # refused on its Content-Length, before a byte of it is read
         assert record.error_message.endswith(f"Content-Length {len(body)}")
