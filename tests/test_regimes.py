@@ -184,9 +184,11 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
     ),
     # --gpu-memory-utilization 0.62 leaves 200 KV blocks (3,200 tokens) beside 14.5 GB of
     # weights: ~5 sequences of 512 + 64 tokens; 8 users overflow it and --oom fails them.
+    # (--max-model-len 3200: the longest sequence that cache holds, or the simulator, as vLLM,
+    # refuses to start.)
     "oom": (
         Regime(
-            sim=["--oom", "--gpu-memory-utilization", "0.62"],
+            sim=["--oom", "--gpu-memory-utilization", "0.62", "--max-model-len", "3200"],
             sweep=[
                 "--llm-concurrency",
                 "2,8",
