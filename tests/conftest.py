@@ -187,8 +187,8 @@ def run_distributed(
 def _host_shared(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test shares the host; a conformance measurement takes it alone (quiet_host).
     After a test outside the quick tier (those start servers and clients; a collection costs
-    a few ms, see pytest_collection_finish), its garbage is collected and any socket it left unclosed is listed as its leak
-    (:func:`_collect_leaks`)."""
+    a few ms, see pytest_collection_finish), its garbage is collected and any socket it left
+    unclosed is listed as its leak (:func:`_collect_leaks`)."""
     with quiet_host.shared():
         yield
     if request.node.get_closest_marker("quick") is None:  # the quick tier stays quick
