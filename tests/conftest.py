@@ -49,11 +49,38 @@ NOT_QUICK = frozenset(
 )  # fmt: skip
 
 
+#: The longest files, longest first (a full run's durations on this 2-core machine). The two
+#: test processes take whole files (``--dist loadfile``) in the order the items are collected
+#: (``--no-loadscope-reorder`` in pyproject.toml): these start first, every other file outside
+#: the quick tier follows, and the quick tier's many short files come last, so the processes end
+#: together instead of one running a long file alone at the end while the other idles. The two
+#: vLLM files are apart: each starts an engine (~30 s of both cores) before its measurement.
+LONGEST_FIRST = (
+    "test_vllm_regimes.py", "test_regimes.py", "test_cluster_faults.py",
+    "test_vllm_conformance.py", "test_sim_virtual.py", "test_demo.py", "test_run_devices.py",
+    "test_run_dir_exclusive.py", "test_run_states.py", "test_verdict_accuracy.py",
+    "test_calibration.py", "test_reliability_run.py", "test_sessions_sim.py",
+)  # fmt: skip
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    """Where an item runs: the longest files first, the quick tier last."""
+    name = item.path.name
+    if name in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(name))
+    return (2, 0) if item.get_closest_marker("quick") else (1, 0)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         full_only = {"slow", "browser", "gpu"} & {m.name for m in item.iter_markers()}
         if not full_only and item.path.name not in NOT_QUICK:
             item.add_marker(pytest.mark.quick)
+    # a file runs where its first-placed test does, its tests in their own order (stable sort)
+    by_file: dict[Path, tuple[int, int]] = {}
+    for item in items:
+        by_file[item.path] = min(by_file.get(item.path, (3, 0)), _run_order(item))
+    items.sort(key=lambda item: by_file[item.path])
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -62,6 +89,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             "a test module imported locust into the pytest process (gevent monkey-patching); "
             "run Locust in a subprocess instead"
         )
+    # What collection left (every test module, pandas, pyarrow ...: ~200,000 objects) lives
+    # until the session ends: frozen, the collection after each test (_collect_leaks) and
+    # Python's own skip it, and scan only what tests made (200-300 ms -> a few ms a test). No
+    # test has run yet, so no object a test leaves is among the frozen.
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(trylast=True)
@@ -155,8 +188,8 @@ def run_distributed(
 def _host_shared(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test shares the host; a conformance measurement takes it alone (quiet_host).
     After a test outside the quick tier (those start servers and clients; a collection costs
-    ~50 ms), its garbage is collected and any socket it left unclosed is listed as its leak
-    (:func:`_collect_leaks`)."""
+    a few ms, see pytest_collection_finish), its garbage is collected and any socket it left
+    unclosed is listed as its leak (:func:`_collect_leaks`)."""
     with quiet_host.shared():
         yield
     if request.node.get_closest_marker("quick") is None:  # the quick tier stays quick

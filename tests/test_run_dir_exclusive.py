@@ -36,9 +36,10 @@ def _finished(sim_url: str) -> float:
     return metric_value(http_get(sim_url + "/metrics"), "vllm:request_success_total")
 
 
-def _short_run(sim_url: str, *extra: str) -> list[str]:
+def _short_run(sim_url: str, *extra: str, requests: int = 20) -> list[str]:
+    """A one-stage run of ``requests`` (20: two runs started together overlap for seconds)."""
     return [LOCUST_LLM, "run", "--host", sim_url, "--concurrency", "2", "--stage-requests",
-            "20", "--max-tokens", "20", "--workers", "1", "--quiet", *extra]  # fmt: skip
+            str(requests), "--max-tokens", "20", "--workers", "1", "--quiet", *extra]  # fmt: skip
 
 
 def _done(cmd: list[str], *, timeout_s: float = 60, cwd: Path = ROOT
@@ -98,7 +99,8 @@ def test_a_locked_run_dir_is_refused_and_its_files_stay_byte_identical(tmp_path:
     with Cluster(tmp_path) as cluster:
         _, sim_url = cluster.sim(*SIM_ARGS)
         out = tmp_path / "run"
-        first = _done(_short_run(sim_url, "--out", str(out)), timeout_s=180)
+        # a finished run's dir (4 requests: what is judged is its files, not its figures)
+        first = _done(_short_run(sim_url, "--out", str(out), requests=4), timeout_s=180)
         assert first.returncode in (0, 3), first.stdout[-2000:] + first.stderr[-2000:]
         served = _finished(sim_url)
         # a live run holding the dir: a process that took its lock (as a run does at start)
@@ -127,7 +129,8 @@ def test_a_locked_run_dir_is_refused_and_its_files_stay_byte_identical(tmp_path:
             assert _finished(sim_url) == served  # and nothing sent
         finally:
             holder.communicate(timeout=10)  # closing its stdin ends it: the lock goes with it
-        again = _done(_short_run(sim_url, "--out", str(out), "--overwrite"), timeout_s=180)
+        again = _done(_short_run(sim_url, "--out", str(out), "--overwrite", requests=4),
+                      timeout_s=180)  # fmt: skip
         assert again.returncode in (0, 3), again.stderr[-2000:]
         assert (out / "run.lock").read_text().split()[:2] != ["pid", str(holder.pid)]
         assert _finished(sim_url) > served
