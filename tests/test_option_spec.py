@@ -37,7 +37,7 @@ def test_every_entry_is_a_flag_with_its_env_var_and_a_config_key_on_the_page() -
     assert page == render_markdown()
     for option in options.OPTIONS:
         action = actions[option.flag]
-        assert action.dest == option.dest and action.help == option.help
+        assert action.dest == option.dest and action.help == option.argparse_help
         assert getattr(action, "env_var", None) == option.env_var
         assert f"`{option.env_var}` / `{option.config_key}`" in page, option.flag
     assert len({o.name for o in options.OPTIONS}) == len(options.OPTIONS)  # declared once

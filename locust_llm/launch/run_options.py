@@ -47,7 +47,7 @@ def add_standing_flag(
         option.flag,
         dest=SWEEP_FLAG_FOR[name],
         default=default,
-        help=option.help if help_text is None else help_text,
+        help=option.argparse_help if help_text is None else help_text,
         **kwargs,
     )
 
@@ -61,8 +61,8 @@ def plugin_help(option: Option) -> str:
     help does not already say one (a switch is off unless given)."""
     shown = option.shown_default
     if not option.takes_value or shown == "-" or "default" in option.help:
-        return option.help
-    return f"{option.help} (default {shown})"
+        return option.argparse_help
+    return f"{option.argparse_help} (default {str(shown).replace('%', '%%')})"
 
 
 def add_plugin_options(parser: argparse.ArgumentParser) -> None:

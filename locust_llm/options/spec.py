@@ -80,6 +80,12 @@ class Option:
         return env_var(self.name)
 
     @property
+    def argparse_help(self) -> str:
+        """The help as an argparse parser takes it: argparse %-formats every help string, so a
+        literal ``%`` (``errors=1%``) is doubled (else ``--help`` fails with ValueError)."""
+        return self.help.replace("%", "%%")
+
+    @property
     def config_key(self) -> str:
         """The key of a Locust config file (``llm-<name> = value``)."""
         return f"llm-{self.name}"

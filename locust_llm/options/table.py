@@ -508,7 +508,7 @@ def add_arguments(parser: Any, *, web_ui_stages: bool = True) -> None:
         kwargs = option.argparse_kwargs()
         if with_env:
             kwargs["env_var"] = option.env_var
-        action = group.add_argument(option.flag, help=option.help, **kwargs)
+        action = group.add_argument(option.flag, help=option.argparse_help, **kwargs)
         if option in web_ui_options(stages=web_ui_stages):
             action.include_in_web_ui = True
             action.is_secret = option.secret
