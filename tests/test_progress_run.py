@@ -87,9 +87,11 @@ def test_a_run_shows_each_stage_s_own_figures_and_its_unsent_arrivals(tmp_path: 
     done = {int(m[0]) - 1: m for m in _DONE.findall(out)}
     assert sorted(done) == [0, 1], out
 
-    # during the first stage (3 s, shorter than Locust's report interval) its figures are known
-    during = [p["stages_begun"][0] for p in payloads
-              if (p.get("stage") or {}).get("index") == 0 and p["stages_begun"]]  # fmt: skip
+    # the first stage's figures (3 s, shorter than Locust's report interval) are known before
+    # its line settles (1.5 s after its end, when all its records are in): during the stage,
+    # or, on a host busy enough that its first records reach the master after the 3 s, in the
+    # moment before it settles (a fresh-clone CI run polled none inside the 3 s)
+    during = [p["stages_begun"][0] for p in payloads if p["stages_begun"]]
     assert any(
         s["qps"] and s["ttft_p50_s"] and s["dispatch_delay_s"] >= BEHIND_S and not s["settled"]
         for s in during
