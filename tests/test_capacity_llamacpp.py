@@ -1,7 +1,8 @@
 """`locust-llm run --find-capacity` against the suite's real llama.cpp server (2 parallel slots,
-a tiny random-weight model): with a P90 TTFT objective set just above the single-slot latency
-(2.5 times the P90 TTFT one user measures first), a third user waits for a slot and breaks it,
-so the search lands on the slot limit: capacity 2 users, between 2 and 3."""
+a tiny random-weight model): with a P90 TTFT objective set just above the latency of requests
+that each have their slot (1.5 times the P90 TTFT 2 users measure first), a third user waits
+for a slot and breaks it, so the search lands on the slot limit: capacity 2 users, between 2
+and 3."""
 
 from __future__ import annotations
 
@@ -32,14 +33,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
 
 
 def test_the_search_lands_at_the_slot_limit(server: LlamaServer, tmp_path: Path) -> None:
-    one = tmp_path / "one-user"
+    # the reference is measured at the slot limit itself (2 users, each with its slot, sharing
+    # the host's 2 cores as the search's stages do): a P90 TTFT 1.5 times that holds for 2
+    # users, and a third waits a whole 256-token answer for a slot. (Measured at 1 user, 2.5
+    # times failed at 2 users once on a busy CI host: 2 decodes on 2 cores slow each other.)
+    ref = tmp_path / "at-the-slots"
     subprocess.run(
-        [*CLI, "--host", server.url, "--concurrency", "1", "--stage-requests", "20",
-         "--out", str(one), *COMMON],
+        [*CLI, "--host", server.url, "--concurrency", str(SLOTS), "--stage-requests", "20",
+         "--out", str(ref), *COMMON],
         check=True, capture_output=True, text=True, timeout=260,
     )  # fmt: skip
-    ttfts = sorted(pq.read_table(one / "requests.parquet").column("ttft_s").to_pylist())
-    slo = f"ttft_p90={2.5 * ttfts[int(0.9 * len(ttfts))] * 1000:.0f}ms"
+    ttfts = sorted(pq.read_table(ref / "requests.parquet").column("ttft_s").to_pylist())
+    slo = f"ttft_p90={1.5 * ttfts[int(0.9 * len(ttfts))] * 1000:.0f}ms"
     out = tmp_path / "search"
     done = subprocess.run(
         [*CLI, "--host", server.url, "--find-capacity", "--slo", slo,
