@@ -208,41 +208,35 @@ def kv_blocks_for(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
         tp=tp,
     )
     blocks = int(budget // block_bytes) if budget > 0 else 0
+    holds = blocks * config.block_size
+    if holds >= config.max_model_len:
+        return blocks
+    # refused: the smallest change that lets one max-length sequence fit
+    advice = fit_advice(
+        model,
+        gpu,
+        gpu_memory_utilization=util,
+        reserve_bytes=config.memory_reserve_bytes,
+        tp=tp,
+        kv_tokens=config.max_model_len,
+    )
     if blocks < 1:
-        advice = fit_advice(
-            model,
-            gpu,
-            gpu_memory_utilization=util,
-            reserve_bytes=config.memory_reserve_bytes,
-            tp=tp,
-            kv_tokens=config.max_model_len,
-        )
         where = f"{gpu.name}" if tp == 1 else f"{tp} x {gpu.name} (--tp {tp})"
         raise InputError(
             f"{model.name} ({model.weights_bytes / 1e9:.1f} GB of weights) leaves no KV cache on "
             f"{where} at --gpu-memory-utilization {util}; {advice}"
         )
-    holds = blocks * config.block_size
-    if holds < config.max_model_len:  # vLLM checks this at start and refuses to serve
-        where = f"{gpu.name}" if tp == 1 else f"each of {tp} x {gpu.name} (--tp {tp})"
-        need = -(-config.max_model_len // config.block_size) * block_bytes
-        advice = fit_advice(
-            model,
-            gpu,
-            gpu_memory_utilization=util,
-            reserve_bytes=config.memory_reserve_bytes,
-            tp=tp,
-            kv_tokens=config.max_model_len,
-        )
-        raise InputError(
-            f"--max-model-len {config.max_model_len}: one sequence that long needs "
-            f"{need / 2**30:.2f} GiB of KV cache on {where}, more than the "
-            f"{blocks * block_bytes / 2**30:.2f} GiB left for it at --gpu-memory-utilization "
-            f"{util} ({blocks} blocks of {config.block_size} tokens: {holds} tokens); vLLM "
-            f"refuses to start so. Lower --max-model-len to {holds} or less"
-            + (f"; or the {advice}" if advice else "")
-        )
-    return blocks
+    # vLLM checks this at start and refuses to serve
+    where = f"{gpu.name}" if tp == 1 else f"each of {tp} x {gpu.name} (--tp {tp})"
+    need = -(-config.max_model_len // config.block_size) * block_bytes
+    raise InputError(
+        f"--max-model-len {config.max_model_len}: one sequence that long needs "
+        f"{need / 2**30:.2f} GiB of KV cache on {where}, more than the "
+        f"{blocks * block_bytes / 2**30:.2f} GiB left for it at --gpu-memory-utilization "
+        f"{util} ({blocks} blocks of {config.block_size} tokens: {holds} tokens); vLLM "
+        f"refuses to start so. Lower --max-model-len to {holds} or less"
+        + (f"; or the {advice}" if advice else "")
+    )
 
 
 class Engine:
