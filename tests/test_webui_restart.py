@@ -27,6 +27,7 @@ from webui_support import (
     get,
     get_json,
     locust_ui,
+    log_tails,
     running_sim,
     spawn,
     wait_for,
@@ -46,6 +47,19 @@ def _aggregated_requests(ui: str) -> int:
 
 def _workers(ui: str) -> int:
     return int(get_json(ui + "/llm/stats")["worker_count"] or 0)
+
+
+def _state_of(ui: str, page: Any, logs: Path) -> str:
+    """What the master, the page and the logs say, for a wait that timed out."""
+    try:
+        master_state = get_json(ui + "/stats/requests")["state"]
+    except Exception as exc:  # the master itself may be what hangs
+        master_state = repr(exc)
+    names = ("master.log", "worker1.log", "worker2.log", "sim.log")
+    return (
+        f"Locust's state: {master_state}; the page's header: {page.inner_text('header')!r}\n"
+        + log_tails(*(logs / n for n in names))
+    )
 
 
 def _start_from_the_form(page: Any, shown: str, max_tokens: str | None) -> None:
@@ -98,7 +112,7 @@ def test_stop_then_start_again_with_workers_and_the_forms_llm_fields(tmp_path: P
                 run_dir = Path(get_json(ui + "/llm/stats")["report"]["run_dir"])
                 page.get_by_role("button", name=re.compile("^stop$", re.I)).click()
                 wait_for("the UI to show STOPPED", lambda: "STOPPED" in page.inner_text("header"),
-                         30.0)  # fmt: skip
+                         60.0, explain=lambda: _state_of(ui, page, tmp_path))  # fmt: skip
                 wait_for("the run dir", lambda d=run_dir: (d / "requests.parquet").is_file(), 20.0)
                 runs.append((shown, run_dir, to_records_s))
             # the workers are still there, ready for the next Start

@@ -66,8 +66,15 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 0.2) -> Any:
-    """Call ``check`` until it returns something truthy (returned); fail after ``timeout_s``."""
+def wait_for(
+    what: str,
+    check: Callable[[], Any],
+    timeout_s: float,
+    every_s: float = 0.2,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Call ``check`` until it returns something truthy (returned); fail after ``timeout_s``,
+    with what ``explain`` says of the processes' state then (their logs, their own status)."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -79,7 +86,23 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: flo
         if value:
             return value
         time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} ({last_error})")
+    context = ""
+    if explain is not None:
+        try:
+            context = "\n" + explain()
+        except Exception as exc:  # the explanation must not hide the timeout
+            context = f"\n(no explanation: {exc!r})"
+    timed_out = f"timed out after {timeout_s} s waiting for {what} ({last_error})"
+    raise AssertionError(timed_out + context)
+
+
+def log_tails(*logs: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of each log, headed by its name (for a failure's message)."""
+    parts = []
+    for log in logs:
+        text = log.read_text(errors="replace").splitlines() if log.is_file() else ["(no file)"]
+        parts.append(f"--- {log.name} (last {lines} lines)\n" + "\n".join(text[-lines:]))
+    return "\n".join(parts)
 
 
 @contextmanager

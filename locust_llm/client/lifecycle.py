@@ -701,6 +701,10 @@ def _history_loop(rt: Runtime) -> None:
 def _worker_stop(rt: Runtime) -> None:
     runner = rt.environment.runner
     runner.stop()  # stops users (graceful within --stop-timeout); test_stop flushes
+    # the users are stopped (or never started: Locust's stop returns at once on a stopped
+    # runner and test_stop does not fire); either way Locust's own 'stop', next, must not
+    # sleep the spawn's stop timeout deaf to the master
+    rt.environment.stop_timeout = 0
     _flush_records(rt)
     runner.send_message(MSG_DRAINED, rt.worker_id)
 
