@@ -237,6 +237,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if hasattr(terminalreporter.config, "workerinput"):  # an xdist worker: its controller lists
+        return  # (a worker used to read the file first and delete it, unprinted)
     path = Path(os.environ.get(LEAKS_ENV, ""))
     if path.name and path.is_file():
         lines = path.read_text().splitlines()
