@@ -134,6 +134,20 @@ class RequestRecord:
 #: Column names of a record, in order (the requests.parquet schema).
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 
+# Positions in a record row (a tuple in RECORD_FIELDS order) of the columns the live paths read
+# per record (the recorder, the stage tally, the capacity planner): plain module constants,
+# declared once here, so that path indexes a tuple and looks nothing up by name.
+COL_STAGE = RECORD_FIELDS.index("stage")
+COL_START = RECORD_FIELDS.index("start_wall_s")
+COL_SCHEDULED = RECORD_FIELDS.index("scheduled_wall_s")
+COL_E2E = RECORD_FIELDS.index("e2e_s")
+COL_OK = RECORD_FIELDS.index("ok")
+COL_KIND = RECORD_FIELDS.index("error_kind")
+COL_TTFT = RECORD_FIELDS.index("ttft_s")
+COL_TPOT = RECORD_FIELDS.index("tpot_s")
+COL_OUT = RECORD_FIELDS.index("output_tokens")
+COL_TRACE_LINE = RECORD_FIELDS.index("trace_line")
+
 
 @dataclass(slots=True)
 class StreamTiming:

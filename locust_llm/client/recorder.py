@@ -25,7 +25,7 @@ from typing import Any
 
 from locust_llm.client.messages import RecordBatch
 from locust_llm.live.stage_tally import StageTallies
-from locust_llm.metrics import RECORD_FIELDS, RequestRecord
+from locust_llm.metrics import COL_KIND, COL_STAGE, COL_TRACE_LINE, RECORD_FIELDS, RequestRecord
 from locust_llm.rundir.journal import JOURNAL_FILE, RecordJournal, journal_to_parquet
 from locust_llm.rundir.layout import REQUESTS_FILE, RunInfo, write_run_info
 from locust_llm.workloads.arrivals import ArrivalCounts
@@ -33,9 +33,6 @@ from locust_llm.workloads.arrivals import ArrivalCounts
 logger = logging.getLogger(__name__)
 
 _as_row = attrgetter(*RECORD_FIELDS)  # a record as a tuple in column order (40x astuple's speed)
-_STAGE = RECORD_FIELDS.index("stage")
-_KIND = RECORD_FIELDS.index("error_kind")
-_TRACE_LINE = RECORD_FIELDS.index("trace_line")
 #: record fields whose distinct values the master keeps (run.json's model and endpoint)
 TRACKED_FIELDS: tuple[str, ...] = ("model", "endpoint")
 _TRACKED = tuple((name, RECORD_FIELDS.index(name)) for name in TRACKED_FIELDS)
@@ -119,9 +116,9 @@ class Recorder:
         )
         self.worker_progress[worker] = (batch.sent, batch.recorded)
         for row in batch.records:
-            self.received_by_worker_stage[(worker, row[_STAGE])] += 1
-            if row[_TRACE_LINE] >= 0:
-                self.trace_lines_by_worker.setdefault(worker, set()).add(row[_TRACE_LINE])
+            self.received_by_worker_stage[(worker, row[COL_STAGE])] += 1
+            if row[COL_TRACE_LINE] >= 0:
+                self.trace_lines_by_worker.setdefault(worker, set()).add(row[COL_TRACE_LINE])
         self.reconnects_by_worker[worker] = batch.reconnects
         self.backoffs_by_worker[worker] = batch.backoffs
         self.backing_off_by_worker[worker] = batch.backing_off
@@ -162,8 +159,8 @@ class Recorder:
         self.unflushed.extend(rows)
         self.count += len(rows)
         for row in rows:
-            if row[_KIND] != "cancelled":
-                self._ended_by_stage[row[_STAGE]] += 1
+            if row[COL_KIND] != "cancelled":
+                self._ended_by_stage[row[COL_STAGE]] += 1
             self.stage_tallies.add_row(row)
             if self.row_sink is not None:
                 self.row_sink(row)

@@ -25,17 +25,19 @@ from locust_llm.capacity import flags
 from locust_llm.capacity.measure import Sample, StageMeasurement, StageRule, measure, stop_reason
 from locust_llm.capacity.search import CapacitySearch
 from locust_llm.capacity.slo import Slo
-from locust_llm.metrics import CLIENT_SIDE_KINDS, RECORD_FIELDS, RequestRecord
+from locust_llm.metrics import (
+    CLIENT_SIDE_KINDS,
+    COL_E2E,
+    COL_KIND,
+    COL_OK,
+    COL_STAGE,
+    COL_START,
+    COL_TPOT,
+    COL_TTFT,
+    RequestRecord,
+)
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.workloads.stages import StagePlan
-
-_STAGE = RECORD_FIELDS.index("stage")
-_KIND = RECORD_FIELDS.index("error_kind")
-_START = RECORD_FIELDS.index("start_wall_s")
-_OK = RECORD_FIELDS.index("ok")
-_TTFT = RECORD_FIELDS.index("ttft_s")
-_TPOT = RECORD_FIELDS.index("tpot_s")
-_E2E = RECORD_FIELDS.index("e2e_s")
 
 
 def capacity_plan(load: float, *, closed: bool, rule: StageRule, name: str = "") -> StagePlan:
@@ -108,8 +110,8 @@ class CapacityPlanner:
     def on_row(self, row: tuple[Any, ...]) -> None:
         """One record row in ``RECORD_FIELDS`` order (the master's recorder keeps them so)."""
         self.add(
-            row[_STAGE], row[_KIND],
-            Sample(row[_START], bool(row[_OK]), row[_TTFT], row[_TPOT], row[_E2E]),
+            row[COL_STAGE], row[COL_KIND],
+            Sample(row[COL_START], bool(row[COL_OK]), row[COL_TTFT], row[COL_TPOT], row[COL_E2E]),
         )  # fmt: skip
 
     def add(self, stage: int, error_kind: str, sample: Sample) -> None:

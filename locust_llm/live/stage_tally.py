@@ -38,7 +38,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from locust_llm.live.histogram import LatencyHistogram
-from locust_llm.metrics import CLIENT_SIDE_KINDS, RECORD_FIELDS
+from locust_llm.metrics import (
+    CLIENT_SIDE_KINDS,
+    COL_E2E,
+    COL_KIND,
+    COL_OK,
+    COL_OUT,
+    COL_SCHEDULED,
+    COL_STAGE,
+    COL_START,
+    COL_TTFT,
+)
 
 #: Seconds of completions the QPS and tokens/s are taken over (Locust's charts' window).
 WINDOW_S = 10.0
@@ -47,15 +57,6 @@ TICKS_PER_S = 10
 #: Seconds of ticks a stage keeps behind its newest completion.
 KEEP_S = 30.0
 _KEEP_TICKS = int(KEEP_S * TICKS_PER_S)
-
-_STAGE = RECORD_FIELDS.index("stage")
-_START = RECORD_FIELDS.index("start_wall_s")
-_E2E = RECORD_FIELDS.index("e2e_s")
-_OK = RECORD_FIELDS.index("ok")
-_KIND = RECORD_FIELDS.index("error_kind")
-_TTFT = RECORD_FIELDS.index("ttft_s")
-_OUT = RECORD_FIELDS.index("output_tokens")
-_SCHEDULED = RECORD_FIELDS.index("scheduled_wall_s")
 
 
 def tick_of(time_s: float) -> int:
@@ -187,18 +188,18 @@ class StageTallies:
 
     def add_row(self, row: tuple[Any, ...]) -> None:
         """Fold one record into its stage (cancelled and client errors are left out)."""
-        if row[_KIND] in CLIENT_SIDE_KINDS:
+        if row[COL_KIND] in CLIENT_SIDE_KINDS:
             return
-        stage = row[_STAGE]
+        stage = row[COL_STAGE]
         tally = self.stages.get(stage)
         if tally is None:
             tally = self.stages[stage] = StageTally()
         tally.add(
-            end_s=end_of(row[_START], row[_E2E]),
-            ok=bool(row[_OK]),
-            ttft_s=row[_TTFT],
-            output_tokens=row[_OUT],
-            dispatch_delay_s=row[_START] - row[_SCHEDULED],
+            end_s=end_of(row[COL_START], row[COL_E2E]),
+            ok=bool(row[COL_OK]),
+            ttft_s=row[COL_TTFT],
+            output_tokens=row[COL_OUT],
+            dispatch_delay_s=row[COL_START] - row[COL_SCHEDULED],
             timed=stage not in self._final,
         )
 
