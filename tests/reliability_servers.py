@@ -1,4 +1,5 @@
-"""Small loopback HTTP(S) servers that misbehave on purpose, for the reliability tests.
+"""Small loopback HTTP(S) servers that misbehave on purpose, for the reliability, hint and
+base-URL tests.
 
 ``serving(handler_class, tls=None)`` runs a ThreadingHTTPServer on 127.0.0.1 port 0, optionally
 in TLS with a certificate :func:`self_signed` makes with the openssl CLI, and yields its base
@@ -48,6 +49,19 @@ def answering(status: int, content_type: str, body: bytes) -> type[Quiet]:
             self.reply(status, content_type, body)
 
     return Fixed
+
+
+def not_found(seen: list[str] | None = None) -> type[Quiet]:
+    """A handler answering 404 to every GET (no /v1/models, no /metrics), listing each path
+    asked in ``seen``."""
+
+    class NotFound(Quiet):
+        def do_GET(self) -> None:
+            if seen is not None:
+                seen.append(self.path)
+            self.reply(404, "text/plain", b"")
+
+    return NotFound
 
 
 class EchoSecrets(Quiet):

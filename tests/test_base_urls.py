@@ -18,16 +18,14 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from cluster_utils import http_get, metric_value
 from conftest import free_port, run_locust
+from reliability_servers import not_found, serving
 
 from locust_llm.launch.sweep import simulator
 
@@ -114,34 +112,9 @@ def test_a_host_without_a_scheme_is_refused_before_anything_is_sent(
     assert _finished(sim) == before
 
 
-@contextmanager
-def _paths_server() -> Iterator[tuple[str, list[str]]]:
-    """An HTTP server that answers 404 to everything and lists the paths it was asked."""
-    seen: list[str] = []
-
-    class NotFound(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            seen.append(self.path)
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
 def test_a_gateway_prefix_is_kept_and_a_404_names_the_url_asked(tmp_path: Path) -> None:
-    with _paths_server() as (url, seen):
+    seen: list[str] = []
+    with serving(not_found(seen)) as url:
         # the 404 stops the run at start: -t only bounds a run that would not stop
         out = run_locust(["-f", "locustfiles/chat.py", "--headless", "-u", "2", "-r", "2",
                           "-t", "60s", "--host", f"{url}/team-a/v1/", "--llm-server-metrics",

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import free_port, run_locust
+from reliability_servers import not_found, serving
 
 from locust_llm.launch.sweep import simulator
 from locust_llm.report.sources import source_summaries
@@ -34,30 +31,6 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         [*CLI, "run", "--workers", "0", *args], capture_output=True, text=True, timeout=180,
         check=False,
     )  # fmt: skip
-
-
-@contextmanager
-def _not_found_server() -> Iterator[str]:
-    """An HTTP server that answers 404 to everything (no /v1/models)."""
-
-    class NotFound(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def test_a_dead_host_is_a_connection_problem_not_a_missing_model(tmp_path: Path) -> None:
@@ -75,7 +48,7 @@ def test_a_dead_host_is_a_connection_problem_not_a_missing_model(tmp_path: Path)
 
 
 def test_no_model_list_names_the_flag_of_each_command(tmp_path: Path) -> None:
-    with _not_found_server() as host:  # the 404 stops the run at start (a 3 s limit could first)
+    with serving(not_found()) as host:  # the 404 stops the run at start (a 3 s limit could first)
         out = run_locust([
             "-f", "locustfiles/chat.py", "--host", host, "--headless", "-u", "1", "-r", "1",
             "-t", "60s", "--llm-run-dir", str(tmp_path / "run"), "--llm-server-metrics", "none",
