@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import errno
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from time import perf_counter
 
 import gevent.socket
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
@@ -346,6 +347,8 @@ class Http11Client:
     """Requests to one server over one keep-alive connection, opened on first use."""
 
     connection_class: type[Http11Connection] = Http11Connection
+    #: :meth:`request` says when the request's last byte went to the kernel (``on_sent``)
+    stamps_sends = True
 
     def __init__(
         self, host: str, port: int, *, connection_timeout: float, network_timeout: float
@@ -370,8 +373,11 @@ class Http11Client:
         path: str,
         body: bytes = b"",
         headers: Mapping[str, str] | None = None,
+        on_sent: Callable[[float], None] | None = None,
     ) -> Http11Response:
-        """Write a request and return the response once its head is in."""
+        """Write a request and return the response once its head is in. ``on_sent`` gets
+        ``perf_counter()`` as the final send returns: the request's last byte is in the kernel
+        (one clock read per request; a send that fails never calls it)."""
         conn = self._conn
         if conn is None or conn.sock.fileno() < 0 or conn.eof:
             conn = self._conn = self._open()
@@ -389,6 +395,8 @@ class Http11Client:
         try:
             try:
                 conn.sock.sendall(head + body)
+                if on_sent is not None:
+                    on_sent(perf_counter())
             except (BrokenPipeError, ConnectionResetError):  # a kept connection the server closed
                 raise HTTPConnectionClosed("connection closed.") from None
             except OSError as exc:

@@ -75,17 +75,20 @@ class Transport:
         body: bytes,
         headers: dict[str, str],
         before_send: Callable[[], None] | None = None,
+        after_send: Callable[[float], None] | None = None,
     ) -> Any:
         """Send a POST and return the response once its head is in (the body is not read).
 
-        ``before_send`` runs just before each attempt (the caller's send timestamp).
+        ``before_send`` runs just before each attempt (the caller's start stamp);
+        ``after_send(perf_counter())`` as an attempt's final send returns, where the client
+        can say (:mod:`locust_llm.client.http11`; geventhttpclient cannot: never called).
         """
         reused = base_url in self._kept
         self._kept.discard(base_url)
         if before_send is not None:
             before_send()
         try:
-            return self._send(base_url, path, body, headers)
+            return self._send(base_url, path, body, headers, after_send)
         except HTTPConnectionClosed:  # closed before any byte of the response
             if not reused:
                 raise RequestFailed("connect", "HTTPConnectionClosed: connection closed.") from None
@@ -96,7 +99,7 @@ class Transport:
         if before_send is not None:
             before_send()
         try:
-            return self._send(base_url, path, body, headers)
+            return self._send(base_url, path, body, headers, after_send)
         except HTTPConnectionClosed as exc:
             raise RequestFailed("connect", f"HTTPConnectionClosed: {exc}") from None
 
@@ -108,10 +111,21 @@ class Transport:
         if kept and base_url in self._clients:
             self._kept.add(base_url)
 
-    def _send(self, base_url: str, path: str, body: bytes, headers: dict[str, str]) -> Any:
+    def _send(
+        self,
+        base_url: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        after_send: Callable[[float], None] | None = None,
+    ) -> Any:
         """One attempt; failures other than a connection closed before any byte are mapped."""
+        client: Any = self._client(base_url)
         try:
-            resp = self._client(base_url).request("POST", path, body=body, headers=headers)
+            if after_send is not None and getattr(client, "stamps_sends", False):
+                resp = client.request("POST", path, body=body, headers=headers, on_sent=after_send)
+            else:
+                resp = client.request("POST", path, body=body, headers=headers)
         except HTTPConnectionClosed:
             raise
         except (OSError, HTTPParseError) as exc:

@@ -267,7 +267,9 @@ class LLMUser(User):
         headers = self.runtime.headers
         if self.options.request_id_header:
             headers = {**headers, "X-Request-Id": ex.record.request_id}
-        resp = self.transport.post(base_url, path, body, headers, before_send=ex.stamp_send)
+        resp = self.transport.post(
+            base_url, path, body, headers, before_send=ex.stamp_send, after_send=ex.stamp_sent
+        )
         try:
             usage_tokens = self.reader.read(resp, ex, self.answer_sink)
             if self.reader.streamed and not resp.message_complete:
