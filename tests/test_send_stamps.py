@@ -112,3 +112,110 @@ def test_at_a_burst_the_send_delay_is_within_the_servers_arrival(tmp_path: Path)
     assert "send delay (start to last byte sent)" in md
     p50 = np.percentile(send * 1e3, 50)
     assert f"| {p50:.2f} | {np.percentile(send * 1e3, 99):.2f} | {send.max() * 1e3:.2f} |" in md
+
+
+def _counting_server(answers: int, *, close_first: bool = False) -> tuple[socket.socket, list]:
+    """A listener thread that counts accepted connections and answers ``answers`` requests
+    (``close_first``: the first connection is closed unanswered once a request came)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    accepted: list[float] = []
+
+    def serve() -> None:
+        served = 0
+        while served < answers:
+            conn, _ = listener.accept()
+            accepted.append(time.perf_counter())
+            with conn:
+                while served < answers:
+                    got = conn.recv(65536)
+                    if not got:
+                        break
+                    if close_first and len(accepted) == 1:
+                        break  # closed with the request unanswered: it was never processed
+                    conn.sendall(ANSWER)
+                    served += 1
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, accepted
+
+
+def test_preconnect_opens_the_connection_before_the_request_and_the_request_uses_it() -> None:
+    from locust_llm.client.kernel_transport import KernelTransport
+
+    listener, accepted = _counting_server(2)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    transport = KernelTransport(connect_timeout_s=2, read_timeout_s=2, insecure=False)
+    try:
+        assert transport.preconnect(url) is True
+        deadline = time.monotonic() + 2
+        while not accepted and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert len(accepted) == 1  # open before any request
+        assert transport.preconnect(url) is False  # already open: nothing more
+        starts: list[float] = []
+        sent: list[float] = []
+        for _ in range(2):
+            resp = transport.post(url, "/", b"{}", {}, before_send=lambda: starts.append(
+                time.perf_counter()), after_send=sent.append)  # fmt: skip
+            assert resp.read() == b"ok"
+            transport.release(url, resp)
+        assert len(accepted) == 1 and len(sent) == 2  # both requests on that one connection
+        assert all(0 < s - t < 0.05 for t, s in zip(starts, sent, strict=True))
+    finally:
+        transport.close()
+        listener.close()
+
+
+def test_a_preconnected_connection_the_server_closed_is_resent_once() -> None:
+    from locust_llm.client.kernel_transport import KernelTransport
+
+    listener, accepted = _counting_server(1, close_first=True)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    reconnects: list[int] = []
+    transport = KernelTransport(connect_timeout_s=2, read_timeout_s=2, insecure=False,
+                                on_reconnect=lambda: reconnects.append(1))  # fmt: skip
+    try:
+        transport.preconnect(url)
+        resp = transport.post(url, "/", b"{}", {})
+        assert resp.read() == b"ok"
+        transport.release(url, resp)
+    finally:
+        transport.close()
+        listener.close()
+    assert len(accepted) == 2 and reconnects == [1]
+
+
+def test_geventhttpclient_cannot_preconnect() -> None:
+    from locust_llm.client.transport import Transport
+
+    transport = Transport(connect_timeout_s=2, read_timeout_s=2, insecure=False)
+    try:
+        assert transport.preconnect("http://127.0.0.1:9") is False  # nothing opened, no error
+    finally:
+        transport.close()
+
+
+@linux_only
+@pytest.mark.slow
+def test_with_preconnect_the_send_delay_leaves_the_connect_out(tmp_path: Path) -> None:
+    """64 users with ``--llm-preconnect`` against the simulator: every request ok, none resent,
+    and the send delay (start stamp to the final send's return: no connect, no wait in the
+    worker in between) under a millisecond at the median."""
+    run_dir = tmp_path / "run"
+    sim_args = ["--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--zero-cost", "--step-overhead-ms",
+                "10", "--output-len", "fixed:8"]  # fmt: skip
+    with simulator(sim_args, tmp_path / "sim.log") as url:
+        out = run_locust([
+            "-f", "locustfiles/sweep.py", "--host", url, "--headless", "--only-summary",
+            "--stop-timeout", "10s", "--llm-run-dir", str(run_dir), "--llm-concurrency", "64",
+            "--llm-stage-requests", "128", "--llm-max-tokens", "8", "--llm-input-len", "32",
+            "--llm-server-metrics", "none", "--llm-transport", "kernel", "--llm-preconnect",
+        ], timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:]
+    records = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(records) == 128 and records.ok.all()
+    info = json.loads((run_dir / "run.json").read_text())
+    assert "reconnects" not in json.dumps(info)  # none resent (counted only when some were)
+    assert np.median(records.sent_s) < 0.001, records.sent_s.describe()

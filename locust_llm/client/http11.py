@@ -19,6 +19,7 @@ other ``OSError`` as the socket raises them.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import math
 from collections.abc import Callable, Mapping
 from time import perf_counter
@@ -343,6 +344,15 @@ def _parse_head(conn: Http11Connection, head: str) -> Http11Response:
     return Http11Response(conn, parts[0], status, headers)
 
 
+def _ip_family(host: str) -> int | None:
+    """The address family of an IP literal (``127.0.0.1``, ``::1``); None for a name."""
+    try:
+        version = ipaddress.ip_address(host).version
+    except ValueError:
+        return None
+    return gevent.socket.AF_INET if version == 4 else gevent.socket.AF_INET6
+
+
 class Http11Client:
     """Requests to one server over one keep-alive connection, opened on first use."""
 
@@ -360,12 +370,30 @@ class Http11Client:
         self._conn: Http11Connection | None = None
 
     def _open(self) -> Http11Connection:
-        sock = gevent.socket.create_connection(
-            (self.host, self.port), timeout=self.connection_timeout
-        )
+        family = _ip_family(self.host)
+        if family is None:  # a name: the resolver (gevent's runs getaddrinfo on a thread)
+            sock = gevent.socket.create_connection(
+                (self.host, self.port), timeout=self.connection_timeout
+            )
+        else:  # an address: no resolver round trip on the connect's path
+            sock = gevent.socket.socket(family, gevent.socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.connection_timeout)
+                sock.connect((self.host, self.port))
+            except BaseException:
+                sock.close()
+                raise
         sock.setsockopt(gevent.socket.IPPROTO_TCP, gevent.socket.TCP_NODELAY, 1)
         sock.settimeout(self.network_timeout)
         return self.connection_class(sock)
+
+    def connect(self) -> bool:
+        """Open the connection now unless one is open; True when this opened it."""
+        conn = self._conn
+        if conn is not None and conn.sock.fileno() >= 0 and not conn.eof:
+            return False
+        self._conn = self._open()
+        return True
 
     def request(
         self,

@@ -103,6 +103,19 @@ class Transport:
         except HTTPConnectionClosed as exc:
             raise RequestFailed("connect", f"HTTPConnectionClosed: {exc}") from None
 
+    def preconnect(self, base_url: str) -> bool:
+        """Open the connection to ``base_url`` now, off any request's timed path, where the
+        client can (our HTTP/1.1 client; geventhttpclient connects on first use: False). It
+        counts as kept: a server that closes it before the first request gets that request
+        once more on a fresh connection, as after any kept connection. Connect errors
+        propagate (OSError)."""
+        client: Any = self._client(base_url)
+        if not hasattr(client, "connect"):
+            return False
+        opened = bool(client.connect())
+        self._kept.add(base_url)
+        return opened
+
     def release(self, base_url: str, resp: Any) -> None:
         """Done with ``resp``: its connection is kept for the next request unless the response
         said ``Connection: close`` or was not read to its end (then it is closed)."""
