@@ -29,7 +29,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.peers import aiperf, evalscope, loops, ours, truth
-from bench.peers.common import Load, cpu_between
+from bench.peers.common import Load, add_peers_option, cpu_between, use_peers
 from bench.peers.simproc import simulator
 
 CLIENTS = {
@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="requests per stream")
     p.add_argument("--json", type=Path)
     p.add_argument("--work", type=Path)
+    add_peers_option(p)
     args = p.parse_args(argv)
+    use_peers(args.peers)
     work = args.work or Path(tempfile.mkdtemp(prefix="capacity-"))
     rows = []
     for client in args.clients.split(","):

@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.peers import aiperf, evalscope, loops, ours, rawsocket, truth
-from bench.peers.common import ClientRun, Load, Timed, cpu_between
+from bench.peers.common import ClientRun, Load, Timed, add_peers_option, cpu_between, use_peers
 from bench.peers.simproc import FIDELITY_ENGINE, simulator
 
 CLIENTS = {"raw": rawsocket.run, "ours": ours.run, "evalscope": evalscope.run,
@@ -134,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write all results as JSON")
     p.add_argument("--work", type=Path, help="keep client/sim outputs here")
     p.add_argument("--analyze", type=Path, metavar="WORK", help="re-analyze a kept --work dir")
+    add_peers_option(p)
     args = p.parse_args(argv)
+    use_peers(args.peers)
     if args.analyze:
         done = [analyze(d) for d in sorted(args.analyze.iterdir(), key=_order)
                 if (d / "client_run.json").exists()]  # fmt: skip

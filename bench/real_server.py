@@ -38,7 +38,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import numpy as np  # noqa: E402
 
-from bench.peers.common import MAX_TOKENS, ClientRun, Load  # noqa: E402
+from bench.peers.common import (  # noqa: E402
+    MAX_TOKENS,
+    ClientRun,
+    Load,
+    add_peers_option,
+    use_peers,
+)
 
 SLOTS = 4
 FULL = (Load(concurrency=1, requests=12), Load(concurrency=4, requests=24))
@@ -158,7 +164,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=0, help="turns per client (default 3, quick 1)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "real_server.md"))
     p.add_argument("--work", default="", help="keep the clients' outputs here")
+    add_peers_option(p)
     args = p.parse_args()
+    use_peers(args.peers)
     rounds = args.rounds or (1 if args.quick else 3)
     loads = QUICK if args.quick else FULL
     command = " ".join([".venv/bin/python bench/real_server.py", *sys.argv[1:]])

@@ -6,7 +6,10 @@ the run dir, the report) reads the resulting :class:`RequestRecord`.
 
 Definitions (the docs state them the same way):
 
-- ``t0``: ``perf_counter()`` just before the request is written; ``time.time()`` is kept beside it.
+- ``t0``: ``perf_counter()`` just before the request is written (before the connect, when the
+  connection is new); ``time.time()`` is kept beside it.
+- **send delay** = ``sent_s``: when the final send of the request returned (its last byte in
+  the kernel) - ``t0``: the connect and the worker's own delay before the bytes left.
 - **TTFT** = first chunk that carries generated text (content or reasoning) - ``t0``;
   reasoning models also get **TTFR** (first reasoning chunk) and **TTFC** (first answer chunk).
 - **E2E** = end of stream (``[DONE]`` or close) - ``t0``.
@@ -88,6 +91,10 @@ class RequestRecord:
     status_code: int = 0
     error_kind: str = ""  # one of ERROR_KINDS when not ok
     error_message: str = ""
+    # when the request's last byte was handed to the kernel (the final send's return), offset
+    # from t0: the send-side delay (connect, the worker's own wait); nan where the transport
+    # does not say (geventhttpclient, the virtual users)
+    sent_s: float = NAN
     ttft_s: float = NAN  # first generated token (content or reasoning)
     ttfc_s: float = NAN  # first content token (excluding reasoning)
     e2e_s: float = NAN
@@ -164,6 +171,7 @@ class StreamTiming:
     first_reasoning_time: float = NAN
     end_time: float = NAN
     stamped: bool = False  # chunk_times are kernel receive stamps (else user-space reads)
+    sent_time: float = NAN  # when the request's final send returned
     first_user_time: float = NAN  # when Python read the first / last token's line
     last_user_time: float = NAN
     # filled by summarize_stream: per-token ITL samples and their weights (for the live stats)
@@ -237,6 +245,8 @@ def summarize_stream(
         known = sum(timing.chunk_tokens)
         record.output_tokens = known if known >= len(times) else len(times)
         record.tokens_estimated = True
+    if timing.sent_time == timing.sent_time:  # not nan
+        record.sent_s = timing.sent_time - timing.t0
     if not math.isnan(timing.end_time):
         record.e2e_s = timing.end_time - timing.t0
     if times:

@@ -105,3 +105,16 @@ def test_late_reads_beside_a_long_ttft_are_a_caveat_not_the_stage_s_limit() -> N
     short = {**base, "ttft_p50_s": 0.040}
     assert stage_verdict(short).kind == "client_bound"
     assert delay_caveats([short], ["client_bound"]) == []
+
+
+def test_the_send_delay_is_summarized_per_stage_and_nan_without_the_column() -> None:
+    starts = [1.0] * 4 + [11.0] * 4
+    records = _records([0.001] * 8, starts)
+    rows: list[dict] = [{"stage": 0}, {"stage": 1}]
+    add_client_delay(rows, records, STAGES, 20.0)  # a run from before the send stamp
+    assert math.isnan(rows[0]["send_delay_p50_s"]) and math.isnan(rows[1]["send_delay_max_s"])
+    records["sent_s"] = [0.001, 0.002, 0.003, 0.004, 0.010, 0.020, 0.030, np.nan]
+    add_client_delay(rows, records, STAGES, 20.0)
+    assert math.isclose(rows[0]["send_delay_p50_s"], 0.0025)
+    assert math.isclose(rows[0]["send_delay_max_s"], 0.004)
+    assert math.isclose(rows[1]["send_delay_p50_s"], 0.020)  # the nan is left out

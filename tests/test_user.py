@@ -18,6 +18,8 @@ import pytest
 from conftest import ROOT, run_distributed, run_locust
 from fake_openai import FakeConfig, fake_openai_server
 
+from locust_llm.client.kernel_transport import kernel_stamps_available
+
 pytestmark = pytest.mark.slow
 
 SECRET = "sk-test-SECRET-0123456789"
@@ -103,6 +105,9 @@ def test_master_and_two_workers_lose_nothing(tmp_path: Path) -> None:
     records = pd.read_parquet(run_dir / "requests.parquet")
     assert len(records) == _locust_requests(output) > 20
     assert records.request_id.is_unique and records.worker_id.nunique() == 2
+    if kernel_stamps_available():  # the workers' batches carry the send stamp to the master
+        done = records[records.ok]
+        assert len(done) > 20 and (done.sent_s > 0).all() and (done.sent_s < done.e2e_s).all()
     info = json.loads((run_dir / "run.json").read_text())
     assert len(info["workers"]) == 2 and not info["lost_workers"]
     row = _llm_csv(run_dir)["/v1/chat/completions"]

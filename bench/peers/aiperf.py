@@ -19,11 +19,12 @@ from pathlib import Path
 from bench.peers.common import (
     MAX_TOKENS,
     MODEL,
-    PEER_VENVS,
-    TOKENIZER,
     ClientRun,
     Load,
+    PeerMissing,
     Timed,
+    peer_tokenizer,
+    peer_venv,
     prompt_text,
     run_measured,
 )
@@ -32,8 +33,9 @@ from bench.peers.common import (
 def command(url: str, load: Load, work: Path) -> list[str]:
     prompts = work / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"text": prompt_text(i)}) + "\n" for i in range(512)))
-    cmd = [str(PEER_VENVS["aiperf"] / "bin" / "aiperf"), "profile", "--model", MODEL,
-           "--url", url, "--endpoint-type", "chat", "--streaming", "--tokenizer", str(TOKENIZER),
+    cmd = [str(peer_venv("aiperf") / "bin" / "aiperf"), "profile", "--model", MODEL,
+           "--url", url, "--endpoint-type", "chat", "--streaming",
+           "--tokenizer", str(peer_tokenizer()),
            "--input-file", str(prompts), "--custom-dataset-type", "single_turn",
            "--use-server-token-count", "--use-legacy-max-tokens",
            "--extra-inputs", f"max_tokens:{MAX_TOKENS}",
@@ -78,7 +80,11 @@ def read_records(path: Path) -> tuple[list[Timed], int]:
 def run(url: str, load: Load, work: Path, *, cpu: int | None = None,
         timeout_s: float = 300) -> ClientRun:  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
-    rc, samples, wall = run_measured(command(url, load, work), timeout_s=timeout_s, cwd=work,
+    try:
+        cmd = command(url, load, work)
+    except PeerMissing as exc:  # counted as a run without records, with the reason
+        return ClientRun("aiperf", load, [], note=f"not run: {exc}")
+    rc, samples, wall = run_measured(cmd, timeout_s=timeout_s, cwd=work,
                                      log=work / "client.log", cpu=cpu)  # fmt: skip
     path = work / "art" / "profile_export.jsonl"
     if not path.exists():

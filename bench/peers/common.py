@@ -17,20 +17,58 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 NAN = float("nan")
-#: where the peers live unless an env var says otherwise: beside the suite's engine builds
-PEER_HOME = Path.home() / ".cache" / "locust-llm" / "peers"
-#: per-peer virtualenvs (each peer pins its own dependencies); override with env vars
-PEER_VENVS: dict[str, Path] = {
-    "guidellm": Path(os.environ.get("LOCUST_LLM_GUIDELLM_VENV", PEER_HOME / "guidellm")),
-    "evalscope": Path(os.environ.get("LOCUST_LLM_EVALSCOPE_VENV", PEER_HOME / "evalscope")),
-    "aiperf": Path(os.environ.get("LOCUST_LLM_AIPERF_VENV", PEER_HOME / "aiperf")),
-}
-#: the small word-level tokenizer EvalScope and AIPerf need offline (docs/metrics.md)
-TOKENIZER = Path(os.environ.get("LOCUST_LLM_PEER_TOKENIZER", PEER_HOME / "tokenizer"))
+#: the directory holding one virtualenv per peer (``evalscope/``, ``aiperf/``, ``guidellm/``)
+#: and the offline ``tokenizer/``; the benches' ``--peers DIR`` sets it
+PEERS_ENV = "LOCUST_LLM_PEERS"
+#: per-peer virtualenvs (each peer pins its own dependencies), each overriding ``$PEERS_ENV``
+VENV_ENV = {name: f"LOCUST_LLM_{name.upper()}_VENV" for name in ("guidellm", "evalscope", "aiperf")}
+#: the small word-level tokenizer EvalScope and AIPerf need offline (bench/peers/tokenizer.py)
+TOKENIZER_ENV = "LOCUST_LLM_PEER_TOKENIZER"
+
+
+class PeerMissing(Exception):
+    """A peer's path is not configured: no machine-specific default stands in for it."""
+
+
+def _peer_path(env: str, name: str) -> Path:
+    if os.environ.get(env):
+        return Path(os.environ[env]).expanduser()
+    if os.environ.get(PEERS_ENV):
+        return Path(os.environ[PEERS_ENV]).expanduser() / name
+    raise PeerMissing(f"{name}: set {env}, or {PEERS_ENV} (or the bench's --peers DIR) to a "
+                      f"directory holding {name}/ (docs/metrics.md)")  # fmt: skip
+
+
+def peer_venv(name: str) -> Path:
+    """The virtualenv of peer ``name`` (``$LOCUST_LLM_<NAME>_VENV``, else
+    ``$LOCUST_LLM_PEERS/<name>``); :class:`PeerMissing` when neither is set."""
+    return _peer_path(VENV_ENV[name], name)
+
+
+def add_peers_option(parser: Any) -> None:
+    """The benches' ``--peers DIR`` (an argparse parser); :func:`use_peers` applies it."""
+    parser.add_argument(
+        "--peers", type=Path, metavar="DIR", help=f"the peers' venvs and tokenizer (${PEERS_ENV})"
+    )
+
+
+def use_peers(path: Path | None) -> None:
+    """``--peers DIR``: the peers (and their child processes' adapters) look there."""
+    if path is not None:
+        os.environ[PEERS_ENV] = str(path.expanduser().resolve())
+
+
+def peer_tokenizer() -> Path:
+    """The peers' offline tokenizer (``$LOCUST_LLM_PEER_TOKENIZER``, else
+    ``$LOCUST_LLM_PEERS/tokenizer``); :class:`PeerMissing` when neither is set."""
+    return _peer_path(TOKENIZER_ENV, "tokenizer")
+
+
 MODEL = "bench-model"
 PROMPT_WORDS = (48, 240)  # words per prompt, varied by index (the trace's prompt_tokens key)
 MAX_TOKENS = 256  # output cap each client asks; the simulator's EOS draw ends most answers first

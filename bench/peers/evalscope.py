@@ -23,21 +23,24 @@ from pathlib import Path
 from bench.peers.common import (
     MAX_TOKENS,
     MODEL,
-    PEER_VENVS,
-    TOKENIZER,
     ClientRun,
     Load,
+    PeerMissing,
     Timed,
+    peer_tokenizer,
+    peer_venv,
     prompt_text,
     run_measured,
 )
 
 
 def command(url: str, load: Load, work: Path, *, prompt: Callable[[int], str] = prompt_text,
-            tokenizer: Path = TOKENIZER) -> list[str]:  # fmt: skip
+            tokenizer: Path | None = None) -> list[str]:  # fmt: skip
     prompts = work / "prompts.txt"
     prompts.write_text("".join(prompt(i) + "\n" for i in range(512)))
-    cmd = [str(PEER_VENVS["evalscope"] / "bin" / "evalscope"), "perf",
+    venv = peer_venv("evalscope")
+    tokenizer = tokenizer or peer_tokenizer()
+    cmd = [str(venv / "bin" / "evalscope"), "perf",
            "--url", f"{url}/v1/chat/completions", "--api", "openai", "--model", MODEL,
            "--dataset", "line_by_line", "--dataset-path", str(prompts),
            "--max-tokens", str(MAX_TOKENS), "--stream", "--outputs-dir", str(work / "out"),
@@ -76,10 +79,13 @@ def read_records(db: Path) -> tuple[list[Timed], int]:
 
 
 def run(url: str, load: Load, work: Path, *, cpu: int | None = None, timeout_s: float = 300,
-        prompt: Callable[[int], str] = prompt_text, tokenizer: Path = TOKENIZER
+        prompt: Callable[[int], str] = prompt_text, tokenizer: Path | None = None
         ) -> ClientRun:  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
-    cmd = command(url, load, work, prompt=prompt, tokenizer=tokenizer)
+    try:
+        cmd = command(url, load, work, prompt=prompt, tokenizer=tokenizer)
+    except PeerMissing as exc:  # counted as a run without records, with the reason
+        return ClientRun("evalscope", load, [], note=f"not run: {exc}")
     rc, samples, wall = run_measured(cmd, timeout_s=timeout_s, cwd=work,
                                      log=work / "client.log", cpu=cpu)  # fmt: skip
     dbs = sorted((work / "out").rglob("benchmark_data.db"))

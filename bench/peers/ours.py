@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +28,8 @@ def write_prompts(path: Path, n: int = 512, prompt: Callable[[int], str] = promp
 
 
 def command(url: str, load: Load, work: Path, *, locustfile: str = "locustfiles/sweep.py",
-            prompt: Callable[[int], str] = prompt_text) -> list[str]:  # fmt: skip
+            prompt: Callable[[int], str] = prompt_text, extra: Sequence[str] = ()
+            ) -> list[str]:  # fmt: skip
     exe = Path(sys.executable).parent / "locust"
     prompts = write_prompts(work / "prompts.jsonl", prompt=prompt)
     cmd = [str(exe), "-f", locustfile, "--host", url, "--headless", "--only-summary",
@@ -40,7 +41,7 @@ def command(url: str, load: Load, work: Path, *, locustfile: str = "locustfiles/
     else:
         cmd += ["--llm-concurrency", str(load.concurrency),
                 "--llm-stage-requests", str(load.requests)]  # fmt: skip
-    return cmd
+    return [*cmd, *extra]
 
 
 def read_records(run_dir: Path) -> tuple[list[Timed], int]:
@@ -64,9 +65,11 @@ def read_records(run_dir: Path) -> tuple[list[Timed], int]:
 
 
 def run(url: str, load: Load, work: Path, *, cpu: int | None = None, timeout_s: float = 300,
-        prompt: Callable[[int], str] = prompt_text) -> ClientRun:  # fmt: skip
+        prompt: Callable[[int], str] = prompt_text, extra: Sequence[str] = ()
+        ) -> ClientRun:  # fmt: skip
+    """``extra``: more command-line options (``--llm-preconnect``)."""
     work.mkdir(parents=True, exist_ok=True)
-    cmd = command(url, load, work, prompt=prompt)
+    cmd = command(url, load, work, prompt=prompt, extra=extra)
     rc, samples, wall = run_measured(cmd, timeout_s=timeout_s, cwd=ROOT,
                                      log=work / "client.log", cpu=cpu)  # fmt: skip
     if not (work / "run" / "requests.parquet").exists():

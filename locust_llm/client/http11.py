@@ -19,8 +19,10 @@ other ``OSError`` as the socket raises them.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from time import perf_counter
 
 import gevent.socket
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
@@ -342,10 +344,21 @@ def _parse_head(conn: Http11Connection, head: str) -> Http11Response:
     return Http11Response(conn, parts[0], status, headers)
 
 
+def _ip_family(host: str) -> int | None:
+    """The address family of an IP literal (``127.0.0.1``, ``::1``); None for a name."""
+    try:
+        version = ipaddress.ip_address(host).version
+    except ValueError:
+        return None
+    return gevent.socket.AF_INET if version == 4 else gevent.socket.AF_INET6
+
+
 class Http11Client:
     """Requests to one server over one keep-alive connection, opened on first use."""
 
     connection_class: type[Http11Connection] = Http11Connection
+    #: :meth:`request` says when the request's last byte went to the kernel (``on_sent``)
+    stamps_sends = True
 
     def __init__(
         self, host: str, port: int, *, connection_timeout: float, network_timeout: float
@@ -357,12 +370,30 @@ class Http11Client:
         self._conn: Http11Connection | None = None
 
     def _open(self) -> Http11Connection:
-        sock = gevent.socket.create_connection(
-            (self.host, self.port), timeout=self.connection_timeout
-        )
+        family = _ip_family(self.host)
+        if family is None:  # a name: the resolver (gevent's runs getaddrinfo on a thread)
+            sock = gevent.socket.create_connection(
+                (self.host, self.port), timeout=self.connection_timeout
+            )
+        else:  # an address: no resolver round trip on the connect's path
+            sock = gevent.socket.socket(family, gevent.socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.connection_timeout)
+                sock.connect((self.host, self.port))
+            except BaseException:
+                sock.close()
+                raise
         sock.setsockopt(gevent.socket.IPPROTO_TCP, gevent.socket.TCP_NODELAY, 1)
         sock.settimeout(self.network_timeout)
         return self.connection_class(sock)
+
+    def connect(self) -> bool:
+        """Open the connection now unless one is open; True when this opened it."""
+        conn = self._conn
+        if conn is not None and conn.sock.fileno() >= 0 and not conn.eof:
+            return False
+        self._conn = self._open()
+        return True
 
     def request(
         self,
@@ -370,8 +401,11 @@ class Http11Client:
         path: str,
         body: bytes = b"",
         headers: Mapping[str, str] | None = None,
+        on_sent: Callable[[float], None] | None = None,
     ) -> Http11Response:
-        """Write a request and return the response once its head is in."""
+        """Write a request and return the response once its head is in. ``on_sent`` gets
+        ``perf_counter()`` as the final send returns: the request's last byte is in the kernel
+        (one clock read per request; a send that fails never calls it)."""
         conn = self._conn
         if conn is None or conn.sock.fileno() < 0 or conn.eof:
             conn = self._conn = self._open()
@@ -389,6 +423,8 @@ class Http11Client:
         try:
             try:
                 conn.sock.sendall(head + body)
+                if on_sent is not None:
+                    on_sent(perf_counter())
             except (BrokenPipeError, ConnectionResetError):  # a kept connection the server closed
                 raise HTTPConnectionClosed("connection closed.") from None
             except OSError as exc:

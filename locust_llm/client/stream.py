@@ -28,6 +28,7 @@ and a fake clock.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from time import perf_counter
@@ -91,6 +92,11 @@ class Exchange:
         """Just before the request is written (again, after a reconnect): t0 and its wall time."""
         self.record.start_wall_s = self.wall()
         self.timing.t0 = self.clock()
+        self.timing.sent_time = math.nan  # an earlier attempt's send is not this one's
+
+    def stamp_sent(self, when: float) -> None:
+        """The request's final send returned at ``when`` (the transport's ``after_send``)."""
+        self.timing.sent_time = when
 
     def succeeded(self, usage_tokens: int | None) -> None:
         self.record.ok = True

@@ -75,17 +75,20 @@ class Transport:
         body: bytes,
         headers: dict[str, str],
         before_send: Callable[[], None] | None = None,
+        after_send: Callable[[float], None] | None = None,
     ) -> Any:
         """Send a POST and return the response once its head is in (the body is not read).
 
-        ``before_send`` runs just before each attempt (the caller's send timestamp).
+        ``before_send`` runs just before each attempt (the caller's start stamp);
+        ``after_send(perf_counter())`` as an attempt's final send returns, where the client
+        can say (:mod:`locust_llm.client.http11`; geventhttpclient cannot: never called).
         """
         reused = base_url in self._kept
         self._kept.discard(base_url)
         if before_send is not None:
             before_send()
         try:
-            return self._send(base_url, path, body, headers)
+            return self._send(base_url, path, body, headers, after_send)
         except HTTPConnectionClosed:  # closed before any byte of the response
             if not reused:
                 raise RequestFailed("connect", "HTTPConnectionClosed: connection closed.") from None
@@ -96,9 +99,22 @@ class Transport:
         if before_send is not None:
             before_send()
         try:
-            return self._send(base_url, path, body, headers)
+            return self._send(base_url, path, body, headers, after_send)
         except HTTPConnectionClosed as exc:
             raise RequestFailed("connect", f"HTTPConnectionClosed: {exc}") from None
+
+    def preconnect(self, base_url: str) -> bool:
+        """Open the connection to ``base_url`` now, off any request's timed path, where the
+        client can (our HTTP/1.1 client; geventhttpclient connects on first use: False). It
+        counts as kept: a server that closes it before the first request gets that request
+        once more on a fresh connection, as after any kept connection. Connect errors
+        propagate (OSError)."""
+        client: Any = self._client(base_url)
+        if not hasattr(client, "connect"):
+            return False
+        opened = bool(client.connect())
+        self._kept.add(base_url)
+        return opened
 
     def release(self, base_url: str, resp: Any) -> None:
         """Done with ``resp``: its connection is kept for the next request unless the response
@@ -108,10 +124,21 @@ class Transport:
         if kept and base_url in self._clients:
             self._kept.add(base_url)
 
-    def _send(self, base_url: str, path: str, body: bytes, headers: dict[str, str]) -> Any:
+    def _send(
+        self,
+        base_url: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        after_send: Callable[[float], None] | None = None,
+    ) -> Any:
         """One attempt; failures other than a connection closed before any byte are mapped."""
+        client: Any = self._client(base_url)
         try:
-            resp = self._client(base_url).request("POST", path, body=body, headers=headers)
+            if after_send is not None and getattr(client, "stamps_sends", False):
+                resp = client.request("POST", path, body=body, headers=headers, on_sent=after_send)
+            else:
+                resp = client.request("POST", path, body=body, headers=headers)
         except HTTPConnectionClosed:
             raise
         except (OSError, HTTPParseError) as exc:

@@ -83,6 +83,7 @@ class LLMUser(User):
     #: when a list, the payloads of the answer's content chunks (or its whole body) are
     #: appended to it: multi-turn sessions read the server's answer from them
     answer_sink: list[bytes] | None = None
+    _preconnected = False  # --llm-preconnect done (per instance once it ran)
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -143,6 +144,8 @@ class LLMUser(User):
         open-loop slot whose stage ended before it came due is dropped, not sent in the next.
         """
         gate = self.runtime.gate
+        if self.options.preconnect and not self._preconnected:
+            self._preconnect()
         if not gate.acquire(self._stopping):
             raise StopUser()
         stage = gate.stage
@@ -163,6 +166,16 @@ class LLMUser(User):
                 gate.wait_until(time.time() + delay_s, stage, self._stopping)
             finally:
                 self.runtime.recorder.backing_off -= 1
+
+    def _preconnect(self) -> None:
+        """``--llm-preconnect``: open a connection to each of the user's servers before its
+        first request (a server that cannot be reached fails that request, with its kind)."""
+        self._preconnected = True
+        for base_url in dict.fromkeys(self.settings.hosts):
+            try:
+                self.transport.preconnect(base_url)  # bounded by the connect timeout
+            except OSError:
+                self.transport.drop(base_url)
 
     # ---- request building ---------------------------------------------------------------------
     def build_body(self, prompt: Any, max_tokens: int) -> dict[str, Any]:
@@ -267,7 +280,9 @@ class LLMUser(User):
         headers = self.runtime.headers
         if self.options.request_id_header:
             headers = {**headers, "X-Request-Id": ex.record.request_id}
-        resp = self.transport.post(base_url, path, body, headers, before_send=ex.stamp_send)
+        resp = self.transport.post(
+            base_url, path, body, headers, before_send=ex.stamp_send, after_send=ex.stamp_sent
+        )
         try:
             usage_tokens = self.reader.read(resp, ex, self.answer_sink)
             if self.reader.streamed and not resp.message_complete:

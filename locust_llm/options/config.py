@@ -73,6 +73,7 @@ class ClientOptions:
     record_batch_s: float = 1.0
     debug_requests: int = 3
     transport: str = "auto"  # --llm-transport: auto, kernel, ghc (client/kernel_transport.py)
+    preconnect: bool = False  # --llm-preconnect: each user's connections opened before its first
     # stages
     concurrency: str = ""
     stage_requests: str = ""

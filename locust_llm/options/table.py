@@ -311,6 +311,15 @@ OPTIONS: tuple[Option, ...] = (
         choices=("auto", "kernel", "ghc"),
     ),
     Option(
+        name="preconnect",
+        default=False,
+        help="open each user's connection to each server before its first request, so that "
+        "request's TTFT and send delay leave the connect out (the kernel transport; "
+        "geventhttpclient connects on first use)",
+        section=_RUN,
+        kind="switch",
+    ),
+    Option(
         name="debug-requests",
         default=3,
         help="requests a locustfile run as a plain script (Locust's run_single_user) sends "

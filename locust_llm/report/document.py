@@ -588,17 +588,24 @@ def _comparison(report: Report) -> list[Section]:
 
 
 def _client_delay(report: Report) -> list[Section]:
-    """Per stage: how long after the kernel received first/last tokens the worker read them."""
+    """Per stage: how long after the kernel received first/last tokens the worker read them,
+    and the send delay (start stamp to the request's last byte sent) where records carry it."""
     rows = client_delay_rows(report.run.requests, report.stages, report.run.info.end_wall_s)
     if not rows:
         return []
+    sends = any(r["send_delay_p50_s"] == r["send_delay_p50_s"] for r in rows)  # any not nan
+    columns = [c for c in CLIENT_DELAY_COLUMNS if sends or not c.startswith("send_")]
     cells = [
         [_load(stage_row), num(r["client_delay_stamped"]), num(r["client_delay_first_merged"])]
-        + [ms(r[c], 2) for c in CLIENT_DELAY_COLUMNS]
+        + [ms(r[c], 2) for c in columns]
         for stage_row, r in zip(report.rows, rows, strict=True)
     ]
-    table = _table([load_header(report), *CLIENT_DELAY_HEADERS], cells)
-    return [Section("client-delay", "Client delay (kernel stamp to user-space read)", (table,))]
+    headers = CLIENT_DELAY_HEADERS[: 2 + len(columns)]
+    table = _table([load_header(report), *headers], cells)
+    title = "Client delay (kernel stamp to user-space read)"
+    if sends:
+        title += " and send delay (start to last byte sent)"
+    return [Section("client-delay", title, (table,))]
 
 
 def run_state_banner(report: Report) -> str:

@@ -14,6 +14,12 @@ reads ``client_delay_first_p99_s`` against the ``client_delay_bound_s`` threshol
 ``client_delay_min_late`` requests that late (``client_delay_first_late``: the requests whose first
 token was read at least ``client_delay_bound_s`` late; thresholds:
 :class:`locust_llm.report.diagnosis.thresholds.Thresholds`).
+
+The send side beside it: ``sent_s`` (when the request's final send returned, from its start
+stamp) is the send delay, what the worker added before the request's last byte left (the
+connect of a new connection, the wait for its turn in the worker); its per-stage p50/p99/max
+are ``send_delay_p50_s`` etc. (nan where the transport does not stamp sends). The TTFT of a
+record includes it; the receive stamps do not take it out.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "first_token_user_s",
     "last_token_user_s",
     "first_token_merged",
+    "sent_s",
 )
 
 #: The stage-row columns :func:`add_client_delay` fills (nan where no record has both stamps).
@@ -41,7 +48,7 @@ COLUMNS: tuple[str, ...] = tuple(
     f"client_delay_{which}_{stat}_s"
     for which in ("first", "last")
     for stat in ("p50", "p99", "max")
-)
+) + tuple(f"send_delay_{stat}_s" for stat in ("p50", "p99", "max"))
 
 
 def client_delays(requests: pd.DataFrame, which: str) -> np.ndarray:
@@ -82,6 +89,11 @@ def add_client_delay(
         else np.ones(len(requests), bool)
     )
     first, last = client_delays(requests, "first"), client_delays(requests, "last")
+    sent = (
+        requests["sent_s"].to_numpy(float, na_value=np.nan)
+        if "sent_s" in requests
+        else np.full(len(requests), np.nan)
+    )
     # records from before the flag existed carry no column: their count is unknown (nan)
     merged = (
         requests["first_token_merged"].fillna(False).to_numpy(bool)
@@ -100,6 +112,8 @@ def add_client_delay(
         for which, delays in (("first", first), ("last", last)):
             for stat, value in stage_delay_stats(delays[pick]).items():
                 row[f"client_delay_{which}_{stat}_s"] = value
+        for stat, value in stage_delay_stats(sent[pick]).items():
+            row[f"send_delay_{stat}_s"] = value
 
 
 #: The report table's columns after the load column.
@@ -112,6 +126,9 @@ TABLE_HEADERS: tuple[str, ...] = (
     "last token p50 ms",
     "last token p99 ms",
     "last token max ms",
+    "send p50 ms",
+    "send p99 ms",
+    "send max ms",
 )
 
 
