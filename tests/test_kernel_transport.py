@@ -39,13 +39,17 @@ def _line_chunk(text: bytes) -> bytes:
 
 
 @contextmanager
-def streaming_server(lines: int, gap_s: float) -> Iterator[tuple[StampedClient, list[float]]]:
-    """A server thread answering one request with ``lines`` SSE lines ``gap_s`` apart, each
-    sent time noted (perf_counter, the same clock as the stamps); yields a client to it."""
+def streaming_server(
+    lines: int, gap_s: float
+) -> Iterator[tuple[StampedClient, list[tuple[float, float]]]]:
+    """A server thread answering one request with ``lines`` SSE lines ``gap_s`` apart; yields a
+    client to it and each line's send bracket (perf_counter, the stamps' clock, read just before
+    and just after its sendall: on loopback the segment arrives inside that call, and on a busy
+    host the thread may be preempted on either side, which widens the bracket, never breaks it)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
-    sent_at: list[float] = []
+    sent_at: list[tuple[float, float]] = []
 
     def serve() -> None:
         conn, _ = listener.accept()
@@ -54,8 +58,9 @@ def streaming_server(lines: int, gap_s: float) -> Iterator[tuple[StampedClient, 
             conn.sendall(HEAD)
             for i in range(lines):
                 time.sleep(gap_s)
-                sent_at.append(time.perf_counter())
+                before = time.perf_counter()
                 conn.sendall(_line_chunk(b"data: %d\n" % i))
+                sent_at.append((before, time.perf_counter()))
             conn.sendall(b"0\r\n\r\n")
 
     thread = threading.Thread(target=serve, daemon=True)
@@ -70,6 +75,11 @@ def streaming_server(lines: int, gap_s: float) -> Iterator[tuple[StampedClient, 
         listener.close()
 
 
+def _inside(stamp: float, bracket: tuple[float, float], slack_s: float = 0.0005) -> bool:
+    """The kernel's stamp falls within the send's bracket (``slack_s``: the two clocks' reads)."""
+    return bracket[0] - slack_s <= stamp <= bracket[1] + slack_s
+
+
 @linux_only
 def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> None:
     with streaming_server(3, 0.03) as (client, sent_at):
@@ -80,7 +90,7 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
     # all three lines queued up while the reader slept: the kernel merged them, and the one read
     # carries the stamp of the latest segment, the last line's send (loopback: microseconds)
     arrival, user = lines[-1][1], lines[-1][2]
-    assert 0 <= arrival - sent_at[-1] < 0.002
+    assert _inside(arrival, sent_at[-1])
     assert user - arrival > 0.15  # the user-space read came long after
     conn = resp.conn
     assert conn.unstamped_reads == 0 and conn.reads >= 2  # the head, then the three lines
@@ -142,8 +152,7 @@ def test_lines_read_in_time_keep_their_own_stamps() -> None:
             stamps.append(resp.arrival_s)
             time.sleep(0.005)  # busy, but for less than the gap between lines
         assert resp.readline(b"\n") == b"" and resp.message_complete
-    errors = np.array(stamps) - np.array(sent_at)
-    assert (errors >= 0).all() and (errors < 0.002).all(), errors
+    assert all(map(_inside, stamps, sent_at)), list(zip(stamps, sent_at, strict=True))
 
 
 def test_selection_by_name_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
