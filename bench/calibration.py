@@ -22,6 +22,7 @@ not hidden.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import platform
 import random
@@ -122,7 +123,9 @@ class Case:
     gpu: str
     engine: dict[str, int]  # vLLM's scheduler settings on that GPU
     points: tuple[Point, ...]
-    gated: tuple[str, ...]  # metrics held to BAND
+    #: its throughput / TPOT metrics (the host-time and MoE tables move these; every published
+    #: figure, TTFT included, is gated unless EXCLUDED names it)
+    decode: tuple[str, ...]
     notes: str = ""
     derived: dict[str, str] = field(default_factory=dict)  # metric -> how the figure was derived
 
@@ -171,7 +174,7 @@ CASES: tuple[Case, ...] = (
             Point(1, 20, 1024, 128, {"tpot_ms": 1000 / 75}),
             Point(8, 160, 1024, 128, {"tps_ratio_c1": 6.6}),
         ),
-        gated=("tpot_ms", "tps_ratio_c1"),
+        decode=("tpot_ms", "tps_ratio_c1"),
         derived={
             "tpot_ms": "1000 / 75: 'decode at one request per time runs at about 75 "
             "tokens/sec, roughly 77% of the GPU's memory-bandwidth ceiling'"
@@ -207,7 +210,7 @@ CASES: tuple[Case, ...] = (
                 (48, 1190, 667, 840),
             )
         ),
-        gated=("output_tps",),
+        decode=("output_tps",),
         notes="The output length distribution is not published, only its mean (100 of at most "
         "128): replayed with log-normal lengths (sigma 0.5, the simulator's default shape) "
         "capped at 128 and averaging 100.",
@@ -238,7 +241,7 @@ CASES: tuple[Case, ...] = (
                 (8, 917.28, 7.71, 74.57),
             )
         ),
-        gated=("output_tps", "tpot_ms"),
+        decode=("output_tps", "tpot_ms"),
         notes="ShareGPT lengths vary per request and are not published: replayed log-normal "
         "(sigma 0.5) around the published means (23,260 input and 22,061 output tokens over "
         "100 requests: 233 and 221).",
@@ -260,7 +263,7 @@ CASES: tuple[Case, ...] = (
                 (505.51, 206.51, 50716.13),
             )
         ),
-        gated=("output_tps", "tpot_ms"),
+        decode=("output_tps", "tpot_ms"),
         notes="Lengths are the published totals / requests (3,200,000 / 100 input and 9,855 / "
         "100 output tokens for 32K; 1,997,942 / 500 and 99,803 / 500 for 4K; 998,175 / 500 "
         "and 50,000 / 500 for 2K).",
@@ -284,7 +287,7 @@ CASES: tuple[Case, ...] = (
                 (284.64, 301.73, 86908.30),
             )
         ),
-        gated=("output_tps", "tpot_ms"),
+        decode=("output_tps", "tpot_ms"),
         notes="The page does not say which A100: replayed on the 80 GB SXM preset (2,039 GB/s; "
         "the 40 GB one would leave 500 such prompts ~6 GB of KV cache). Lengths are the "
         "published totals / requests (9,891 / 100 output tokens for 32K, 99,783 / 500 for 4K, "
@@ -310,7 +313,7 @@ CASES: tuple[Case, ...] = (
                 (8192, 128, 2, 227.0, 10.6),
             )
         ),
-        gated=("tpot_ms",),
+        decode=("tpot_ms",),
         notes="Means over the requests of each row, as published (TTFT and TPOT columns).",
     ),
     Case(
@@ -335,7 +338,7 @@ CASES: tuple[Case, ...] = (
                 {"output_tps": 739.79, "tpot_ms": 13.18, "ttft_mean_ms": 267.22},
             ),
         ),
-        gated=("output_tps", "tpot_ms"),
+        decode=("output_tps", "tpot_ms"),
         notes="Lengths are the published totals / requests (204,169 / 100 input and 101,576 / "
         "100 output tokens), replayed fixed. The second MoE decode source: about 10 "
         "sequences per step, so uniform routing touches ~61 of the 128 experts per layer "
@@ -358,7 +361,7 @@ CASES: tuple[Case, ...] = (
                 (2048, 128, 4, 30.9, 5.0),
             )
         ),
-        gated=("tpot_ms",),
+        decode=("tpot_ms",),
         notes="A dense model from the same source, machine and harness as the MoE case: "
         "what the source's own setup costs, apart from the experts.",
     ),
@@ -437,6 +440,79 @@ UNMATCHED: dict[str, str] = {
         "harness costs ~0.5-0.8 ms more per step than ours, a property of the source, "
         "not of the model."
     ),
+    "4090-mistral7b#ttft_mean_ms": (
+        "TTFT means: the source's mean sits well above its median at C = 4 and 8 (63 against "
+        "53 ms, 79 against 55 ms), a tail of slow first tokens, where the simulator's mean "
+        "and median differ by a few ms; the medians there are held to the band "
+        "({median_4}, {median_8}). The source publishes neither its output length "
+        "distribution (which sets how many requests start together in a closed loop) nor "
+        "its vLLM version, so the tail's cause is not known."
+    ),
+    "4090-mistral7b@16,32,48#ttft_median_ms": (
+        "From C = 16 the source's median TTFT grows to 97, 277 and 840 ms at C = 16, 32 and 48 "
+        "(its median above its mean at C = 48), where the simulator's stays under 100 ms "
+        "({median_48} at C = 48): in the source new requests waited for several steps before "
+        "their prefill ran, as a smaller token budget or a scheduler that favours running "
+        "sequences would make them; the page gives neither the vLLM version nor "
+        "--max-num-batched-tokens, and throughput at the same points is in the band."
+    ),
+    "h100-qwen3-8b#ttft_mean_ms": (
+        "At C = 1..8 the source's TTFT is 59-75 ms for 233-token prompts that take ~8 ms to "
+        "prefill; on the same page, machine and harness SGLang's TTFT is 27.7 ms at C = 4 "
+        "against vLLM's 64.0 ms, with TPOT within 3%: ~36-50 ms of the deployment's own "
+        "before the engine (its `--backend openai-chat` requests go through the chat template "
+        "and the tokenizer in vLLM's API server). A fixed time before the engine fitted to "
+        "the fitting half is {front_fit_ms} ms (below), which brings these to "
+        "{h100_ttft_fit}, but it does not carry to the held-out half, so it is not the default."
+    ),
+    "h100-qwen3-30b-a3b#ttft_mean_ms": (
+        "267 ms published at C = 10 with 2,042-token prompts against {moe_h100_ttft} here; "
+        "the PR reports it beside a TPOT that the simulator matches, and nothing in it "
+        "separates the time before the engine from the prefill ({moe_h100_ttft_fit} with "
+        "the fitting half's fixed front time)."
+    ),
+}
+
+#: Published figures left out of the gate, each with the reason its inputs are unknown (a
+#: reason about the source, never the simulator's miss). Keys as UNMATCHED's. None today.
+EXCLUDED: dict[str, str] = {}
+
+
+def covers(key: str, row: Row) -> bool:
+    """Whether a key (``case``, ``case@C1,C2``, either with ``#metric,metric``) names ``row``."""
+    where, _, metrics = key.partition("#")
+    name, _, levels = where.partition("@")
+    return (
+        name == row.case.key
+        and (not levels or str(row.point.concurrency) in levels.split(","))
+        and (not metrics or row.metric in metrics.split(","))
+    )
+
+
+def excluded_reason(row: Row) -> str | None:
+    return next((why for key, why in EXCLUDED.items() if covers(key, row)), None)
+
+
+def publisher(case: Case) -> str:
+    """Who published a case: the GitHub owner, else the site's host."""
+    parts = case.source.split("/")
+    host = parts[2]
+    return parts[3] if host == "github.com" else host
+
+
+#: The split of the sources into a fitting half and a held-out half, made before any constant
+#: below was fitted: publishers in the order their first case entered the calibration,
+#: alternately fitting and held out, so that no publisher's harness (and its own overheads)
+#: sits on both sides. Cases added later go to the held-out half.
+PUBLISHER_ORDER = (
+    "johnmusgrave.com",
+    "mushfiqrahman.dev",
+    "gpustack",
+    "tenstorrent",
+    "vllm-project",
+)
+HALVES: dict[str, str] = {
+    name: "fit" if i % 2 == 0 else "held-out" for i, name in enumerate(PUBLISHER_ORDER)
 }
 
 
@@ -540,18 +616,18 @@ class Row:
 
     @property
     def gated(self) -> bool:
-        return self.metric in self.case.gated
+        """Every published figure is held to the band unless EXCLUDED says why its inputs are
+        unknown."""
+        return excluded_reason(self) is None
 
     @property
     def unmatched_key(self) -> str | None:
-        """The UNMATCHED entry covering this row (the whole case, or ``case@C1,C2``), if any."""
-        for key in UNMATCHED:
-            name, _, levels = key.partition("@")
-            if name == self.case.key and (
-                not levels or str(self.point.concurrency) in levels.split(",")
-            ):
-                return key
-        return None
+        """The UNMATCHED entry covering this row, if any."""
+        return next((key for key in UNMATCHED if covers(key, self)), None)
+
+    @property
+    def half(self) -> str:
+        return HALVES[publisher(self.case)]
 
     @property
     def matched(self) -> bool:
@@ -703,7 +779,7 @@ def burst_ratios(rows: list[Row]) -> dict[str, str]:
 
 
 def unmatched_figures(
-    rows: list[Row], sweep: list[tuple[int, dict[str, list[Row]]]]
+    rows: list[Row], sweep: list[tuple[int, dict[str, list[Row]]]], fit: FrontFit
 ) -> dict[str, str]:
     """The figures the not-matched explanations quote, measured now (``sweep``:
     :func:`moe_layer_sweep`)."""
@@ -736,8 +812,125 @@ def unmatched_figures(
         "q17_tpot_128": error("a100-qwen3-1.7b", 128, "tpot_ms"),
         "q17_tpot_2048": error("a100-qwen3-1.7b", 2048, "tpot_ms"),
         **moe_fit_figures(sweep),
+        **front_end_figures(rows),
+        **front_fit_figures(fit),
     }
     return out
+
+
+def front_fit_figures(fit: FrontFit) -> dict[str, str]:
+    """What the fitted front time does to the TTFT points the not-matched notes quote."""
+    ms = fit.fitted_ms
+
+    def pick(rows: list[Row], key: str) -> list[Row]:
+        return [r for r in rows if r.case.key == key and FAMILIES[r.metric] == "TTFT"]
+
+    h100 = pick(fit.rows[ms], "h100-qwen3-8b")
+    moe0, moe = (
+        pick(fit.rows[0], "h100-qwen3-30b-a3b")[0],
+        pick(fit.rows[ms], "h100-qwen3-30b-a3b")[0],
+    )
+    return {
+        "front_fit_ms": f"{ms}",
+        "h100_ttft_fit": f"{min(r.error for r in h100):+.1%} .. {max(r.error for r in h100):+.1%}",
+        "moe_h100_ttft": f"{_fmt(moe0.ours)} ms ({moe0.error:+.1%})",
+        "moe_h100_ttft_fit": f"{moe.error:+.1%}",
+    }
+
+
+FAMILIES = {
+    "output_tps": "throughput",
+    "tps_ratio_c1": "throughput",
+    "tpot_ms": "TPOT",
+    "ttft_mean_ms": "TTFT",
+    "ttft_median_ms": "TTFT",
+}
+
+
+def error_stats(rows: list[Row]) -> tuple[float, float, float, float]:
+    """(median absolute error, share within 10%, 15%, 30%) over ``rows`` (all published
+    figures: misses and points left out of the gate count)."""
+    errors = [abs(r.error) for r in rows]
+    if not errors:
+        return math.nan, math.nan, math.nan, math.nan
+    n = len(errors)
+    shares = (sum(e <= band for e in errors) / n for band in (0.10, 0.15, 0.30))
+    return (statistics.median(errors), *shares)
+
+
+def mean_abs_error(rows: list[Row]) -> float:
+    return statistics.fmean(abs(r.error) for r in rows) if rows else math.nan
+
+
+def halves_table(rows: list[Row]) -> str:
+    """Error on the fitting half and on the held-out half, all figures and per metric family."""
+    out = [
+        "| half | cases | metric | figures | median abs error | within 10% | within 15% "
+        "| within 30% |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for half in ("fit", "held-out"):
+        mine = [r for r in rows if r.half == half]
+        cases = ", ".join(dict.fromkeys(r.case.key for r in mine))
+        for family in ("all", "throughput", "TPOT", "TTFT"):
+            some = [r for r in mine if family == "all" or FAMILIES[r.metric] == family]
+            if not some:
+                continue
+            med, w10, w15, w30 = error_stats(some)
+            out.append(
+                f"| {half} | {cases if family == 'all' else ''} | {family} | {len(some)} | "
+                f"{med:.1%} | {w10:.0%} | {w15:.0%} | {w30:.0%} |"
+            )
+    return "\n".join(out)
+
+
+#: Fixed times before the engine (API server + tokenization per request) tried on the fitting
+#: half: the one with the smallest mean absolute TTFT error there is the fitted value (the
+#: mean, not the median: the median of the fitting half's TTFT figures sits on the bursts,
+#: which the front time cannot move).
+FRONT_FIT_MS = (0, 5, 10, 20, 30, 40, 50, 60)
+
+
+@dataclass
+class FrontFit:
+    """The front-time sweep: rows per tried value, and the value the fitting half picks."""
+
+    rows: dict[int, list[Row]]
+
+    def ttft(self, ms: int, half: str) -> list[Row]:
+        return [r for r in self.rows[ms] if r.half == half and FAMILIES[r.metric] == "TTFT"]
+
+    @property
+    def fitted_ms(self) -> int:
+        return min(self.rows, key=lambda ms: (round(mean_abs_error(self.ttft(ms, "fit")), 4), ms))
+
+
+def front_fit(base: list[Row] | None = None) -> FrontFit:
+    """Replay every case with each of FRONT_FIT_MS before the engine (``base``: the rows at 0)."""
+    rows = {
+        ms: (base if ms == 0 and base is not None else run_all({"api_server_s": ms / 1000}))
+        for ms in FRONT_FIT_MS
+    }
+    return FrontFit(rows)
+
+
+def front_fit_table(fit: FrontFit) -> str:
+    out = [
+        "| time before the engine (ms) | fitting half: TTFT mean abs error | TTFT median abs "
+        "error | TTFT within 15% | all figures median abs error | held-out half: TTFT mean abs "
+        "error | TTFT median abs error | TTFT within 15% | all figures median abs error |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for ms, rows in fit.rows.items():
+        cells = []
+        for half in ("fit", "held-out"):
+            t_med, _, t15, _ = error_stats(fit.ttft(ms, half))
+            a_med = error_stats([r for r in rows if r.half == half])[0]
+            t_mean = mean_abs_error(fit.ttft(ms, half))
+            cells += [f"{t_mean:.1%}", f"{t_med:.1%}", f"{t15:.0%}", f"{a_med:.1%}"]
+        mark = " (fitted)" if ms == fit.fitted_ms else ""
+        out.append(f"| {ms}{mark} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 #: The per-sequence host time's effect, shown beside the figures it moved into the band.
@@ -756,7 +949,7 @@ def host_time_table() -> str:
         point = next(p for p in case.points if p.concurrency == level)
         off = replay(case, point, {"step_overhead_per_seq_s": 0.0})
         on = replay(case, point)
-        for metric in case.gated:
+        for metric in case.decode:
             if metric not in point.theirs:
                 continue
             theirs = point.theirs[metric]
@@ -870,7 +1063,8 @@ def moe_layer_sweep() -> list[tuple[int, dict[str, list[Row]]]]:
             case = cases[key]
             layers = case.model.num_layers if isinstance(case.model, ModelSpec) else 0
             physics = {"step_overhead_s": base + layers * t_us * 1e-6}
-            by_case[key] = [r for r in run_case(case, physics) if r.gated]
+            rows = run_case(case, physics)
+            by_case[key] = [r for r in rows if r.gated and r.metric in case.decode]
         out.append((t_us, by_case))
     return out
 
@@ -972,11 +1166,13 @@ def front_end_figures(rows: list[Row]) -> dict[str, str]:
 
     m4 = row("4090-mistral7b", 4, "ttft_median_ms")
     m8 = row("4090-mistral7b", 8, "ttft_median_ms")
+    m48 = row("4090-mistral7b", 48, "ttft_median_ms")
     moe = row("a100-qwen3-30b-a3b", 1, "ttft_mean_ms", 128)
     h1 = row("h100-qwen3-8b", 1, "ttft_mean_ms")
     return {
         "median_4": f"{m4.error:+.1%}",
         "median_8": f"{m8.error:+.1%}",
+        "median_48": f"{_fmt(m48.ours)} ms",
         "moe_128": f"{moe.error:+.1%}",
         "h100_1_with": shifted(h1),
         "median_4_with": shifted(m4),
@@ -1082,9 +1278,12 @@ def docs_section(rows: list[Row]) -> str:
         "vLLM's own scheduler defaults for the GPU. Each point runs as `vllm bench serve` "
         "runs it (C requests at once, the next the instant one ends, N prompts in all) and "
         "is scored with its definitions (output throughput = output tokens / span; TPOT = "
-        "mean over requests of (E2E - TTFT) / (tokens - 1)). Figures marked gated are held "
-        f"to {BAND:.0%} by `tests/test_calibration.py`; the cases the simulator does not "
-        "match are listed with the reason.",
+        "mean over requests of (E2E - TTFT) / (tokens - 1); TTFT as the client measures it, "
+        "arrival to first token, with the engine profile's time before the engine). Every "
+        "published figure is gated, TTFT included, unless `EXCLUDED` names it with a reason "
+        "about the source (unknown inputs; none today): `tests/test_calibration.py` holds "
+        f"the gated figures to {BAND:.0%}, except the misses listed below with their reason "
+        "(`UNMATCHED`), which stay in the table and in every count.",
         "",
         "```",
         ".venv/bin/python bench/calibration.py --write  # + bench/results/calibration.md",
@@ -1098,11 +1297,10 @@ def docs_section(rows: list[Row]) -> str:
         parts.append(f"- `{c.key}`: {c.title}. <{c.source}>. {c.setup}. {c.notes}{derived}")
     parts += ["", table(rows), "", "Not matched, and why:", ""]
     sweep = moe_layer_sweep()
-    measured = unmatched_figures(rows, sweep)
+    measured = unmatched_figures(rows, sweep, front_fit_default())
     parts += [f"- `{key}`: {why.format(**measured)}" for key, why in UNMATCHED.items()]
     parts += ["", *moe_layer_section(sweep)]
     matched = matched_rows(rows)
-    front = front_end_figures(rows)
     worst = max(matched, key=lambda r: abs(r.error))
     inside = sum(abs(r.error) <= BAND for r in matched)
     cfg = SimConfig()
@@ -1143,20 +1341,65 @@ def docs_section(rows: list[Row]) -> str:
         "the issue's 5.2x at C=8 was measured in real time through the client on the 2-core "
         "host, with Locust's stage mechanics and the simulator's own 8192-token budget.",
         "",
-        "TTFT is not gated, and the simulator has no front-end term, because the sources "
-        "disagree on it: at low load the H100 source's vLLM TTFT (59-64 ms for 233-token "
-        "prompts, ~8 ms of prefill) exceeds SGLang's on the same machine and harness "
-        "(64.0 ms against 27.7 ms at C = 4, with TPOT within 3%) by "
-        f"{FRONT_END_GAP_S * 1000:g} ms, while the RTX 4090's median TTFT at C = 4 and 8 "
-        f"is {front['median_4']} and {front['median_8']} off the simulator's with no front "
-        f"end, and Tenstorrent's Qwen3-30B-A3B TTFT at 128 tokens {front['moe_128']}. "
-        f"Adding {FRONT_END_GAP_S * 1000:g} ms per request would take the H100's C = 1 "
-        f"TTFT to {front['h100_1_with']} and the others to {front['median_4_with']} (RTX "
-        f"4090, C = 4 median) and {front['moe_128_with']} (Tenstorrent): that time belongs "
-        "to one deployment (its vLLM build and API server), not to a constant of the engine.",
+        *halves_section(rows),
         "",
     ]
     return "\n".join(parts)
+
+
+def halves_section(rows: list[Row]) -> list[str]:
+    """The split into a fitting and a held-out half, the error on each, and the front-time fit."""
+    fit = front_fit_default()
+    ms = fit.fitted_ms
+    held0 = error_stats(fit.ttft(0, "held-out"))
+    held_fit = error_stats(fit.ttft(ms, "held-out"))
+    fit0 = error_stats(fit.ttft(0, "fit"))
+    fit_fit = error_stats(fit.ttft(ms, "fit"))
+    fit0_mean, fit_mean = mean_abs_error(fit.ttft(0, "fit")), mean_abs_error(fit.ttft(ms, "fit"))
+    held0_mean = mean_abs_error(fit.ttft(0, "held-out"))
+    held_mean = mean_abs_error(fit.ttft(ms, "held-out"))
+    order = ", ".join(f"{p} ({HALVES[p]})" for p in PUBLISHER_ORDER)
+    return [
+        "Fitting and held-out halves. Before any constant was fitted to them, the sources were "
+        "split by publisher, in the order each publisher's first case entered the calibration, "
+        f"alternately into a fitting half and a held-out half ({order}; `HALVES` in "
+        "`bench/calibration.py`), so that no publisher's harness and its own overheads sit "
+        "on both sides; sources added later go to the held-out half. The constants that "
+        "predate the split (the efficiencies, the 2 ms step and the 80 µs per sequence) "
+        "were set with all the sources of their time in view, the RTX 4090's among them, so "
+        "the held-out half is held out from the constants fitted since (the time before the "
+        "engine, below), not from those. The error on each half, over every published figure "
+        "(misses included):",
+        "",
+        halves_table(rows),
+        "",
+        "The time before the engine (API server, chat template, tokenization: the engine "
+        "profile's `api_server_s`), fitted on the fitting half only: each value below added "
+        "to every request, the fitted one the smallest mean absolute TTFT error on the "
+        "fitting half:",
+        "",
+        front_fit_table(fit),
+        "",
+        f"The fitting half asks for {ms} ms (its TTFT mean absolute error "
+        f"{fit0_mean:.1%} -> {fit_mean:.1%}, median {fit0[0]:.1%} -> {fit_fit[0]:.1%}); on "
+        f"the held-out half the same {ms} ms takes the TTFT mean absolute error from "
+        f"{held0_mean:.1%} to {held_mean:.1%}, the median from {held0[0]:.1%} to "
+        f"{held_fit[0]:.1%} and the share within 15% from {held0[2]:.0%} to "
+        f"{held_fit[2]:.0%}. "
+        + (
+            "It does not generalise: the time before the engine belongs to a deployment "
+            "(its API server, chat template and client), not to the engine, so `vllm-v1` "
+            "keeps 0 and a user who knows theirs sets it (`--api-server-ms`)."
+            if held_mean >= held0_mean
+            else "It generalises, and it is `vllm-v1`'s value."
+        ),
+    ]
+
+
+@functools.cache
+def front_fit_default() -> FrontFit:
+    """The front-time sweep at the default physics (computed once per process)."""
+    return front_fit()
 
 
 def write_docs(rows: list[Row]) -> None:
@@ -1188,11 +1431,20 @@ case): {physics()}.
 
 Each published point replayed in virtual time as `vllm bench serve` runs it (C requests at once,
 the next the instant one ends, N prompts in all), scored with `vllm bench serve`'s definitions.
-Gated figures must land within {BAND:.0%}; {met} of {len(gated)} gated figures do, and
-{matched_in} of {len(matched)} in the cases held to the band (the others are explained in
-docs/simulator.md, "Calibration").
+Every published figure is gated (TTFT included) unless EXCLUDED names it ({len(rows) - len(gated)}
+left out); gated figures must land within {BAND:.0%}: {met} of {len(gated)} gated figures do
+({len(rows)} published), and {matched_in} of {len(matched)} outside the listed misses (the misses
+are explained in docs/simulator.md, "Calibration").
 
 {table(rows)}
+
+## Fitting half and held-out half
+
+{halves_table(rows)}
+
+The time before the engine, fitted on the fitting half:
+
+{front_fit_table(front_fit_default())}
 
 Sources:
 
