@@ -164,3 +164,15 @@ def test_the_front_time_is_fitted_on_the_fitting_half_only() -> None:
     generalises = held[best] < held[0]
     default_ms = calibration.SimConfig().api_server_s * 1000
     assert default_ms == (best if generalises else 0)
+
+
+def test_the_sglang_profile_is_the_grid_fit_on_its_fitting_point() -> None:
+    from locust_llm.sim.engine_profiles import get_profile
+
+    step_ms, front_ms, mae, _ = calibration.sglang_fit_default()[0]
+    profile = get_profile("sglang")
+    assert profile.step_overhead_s * 1000 == pytest.approx(step_ms)
+    assert profile.api_server_s * 1000 == pytest.approx(front_ms)
+    assert mae <= calibration.BAND  # the fit lands in the band on the point it was fitted to
+    fitted = next(c for c in calibration.CASES if c.key == calibration.SGLANG_FIT_CASE)
+    assert calibration.HALVES[calibration.publisher(fitted)] == "fit"

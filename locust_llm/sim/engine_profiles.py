@@ -17,9 +17,10 @@ engines and their generations is the time the host spends around it and how ofte
 
 Every value carries its source in :attr:`EngineProfile.sources`: a URL or an engine code path,
 or "fitted" with the data it was fitted on, or "assumed" where nobody has measured it (then the
-profile is a labelled guess, not a calibration). ``vllm-v1`` is the default and the only profile
-the calibration (``bench/calibration.py``) holds to published figures; the others are not
-calibrated (no published sweep in the calibration ran them).
+profile is a labelled guess, not a calibration). ``vllm-v1`` is the default; it and ``sglang``
+(one published point) are the profiles the calibration (``bench/calibration.py``) holds to
+published figures; the others are not calibrated (no published sweep in the calibration ran
+them).
 
 Not modelled in any profile: scheduler policies other than first-come-first-served (SGLang's
 longest-prefix-match order, TGI's prefill-priority batching); the simulator admits in arrival
@@ -141,24 +142,31 @@ VLLM_V0_MULTISTEP = EngineProfile(
     },
 )
 
+_SGLANG_FIT = (
+    "fitted: bench/calibration.py sglang_fit(), the smallest mean absolute error over the four "
+    "published figures of `h100-qwen3-8b-sglang` (Qwen3-8B BF16, one H100, C = 4; gpustack's "
+    "performance lab, the calibration's fitting half); one point, no held-out SGLang source"
+)
+
 SGLANG = EngineProfile(
     name="sglang",
     title="SGLang (0.4+): overlap ('zero-overhead') scheduler",
-    step_overhead_s=0.001,
+    step_overhead_s=0.00175,
     step_overhead_per_seq_s=20e-6,
-    api_server_s=0.002,
+    api_server_s=0.015,
+    calibrated=True,
     sources={
-        "step_overhead_s": "assumed: the overlap scheduler prepares step n+1 on the CPU while "
-        "the GPU runs step n (https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-"
-        "batch-scheduler), so little host time is left on the critical path; the value is a "
-        "guess of the launch cost that remains",
-        "step_overhead_per_seq_s": "assumed: as step_overhead_s, hidden by the overlap",
+        "step_overhead_s": _SGLANG_FIT,
+        "step_overhead_per_seq_s": "assumed: the overlap scheduler prepares step n+1 on the "
+        "CPU while the GPU runs step n (https://lmsys.org/blog/2024-12-04-sglang-v0-4/"
+        "#zero-overhead-batch-scheduler), so little per-sequence host time is left on the "
+        "critical path; not fitted (one concurrency cannot separate it from the step's)",
         "decode_steps_per_schedule": "python/sglang/srt/managers/scheduler.py: event_loop_overlap "
         "schedules every step",
-        "api_server_s": "assumed: the TokenizerManager runs in the HTTP server's process and "
-        "hands requests to the scheduler over ZMQ (python/sglang/srt/managers/"
-        "tokenizer_manager.py); no published time per request",
-        "tokenize_s_per_token": "assumed 0 (not separated)",
+        "api_server_s": _SGLANG_FIT + "; the TokenizerManager runs in the HTTP server's process "
+        "and hands requests to the scheduler over ZMQ (python/sglang/srt/managers/"
+        "tokenizer_manager.py)",
+        "tokenize_s_per_token": "assumed 0 (not separated from api_server_s)",
         "detokenize_s_per_token": "assumed 0: a DetokenizerManager process of its own",
     },
 )
