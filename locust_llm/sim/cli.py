@@ -21,6 +21,17 @@ _FLAGS: dict[str, tuple[str, Any, str]] = {
     "--gpu": ("gpu", str, "roofline GPU preset (one GPU; --tp of them)"),
     "--tp": ("tp", int, "tensor-parallel degree: GPUs the weights and KV are split over"),
     "--interconnect": ("interconnect", str, "GPU link of the all-reduces: nvlink, pcie, ..."),
+    "--engine": (
+        "engine",
+        str,
+        "engine profile: host time per step and per sequence, steps per schedule, API server "
+        "and (de)tokenization time (vllm-v1, vllm-v0, vllm-v0-multistep, sglang, tgi, llamacpp)",
+    ),
+    "--decode-steps-per-schedule": (
+        "decode_steps_per_schedule",
+        int,
+        "decode steps per scheduling decision (0 = the engine profile's)",
+    ),
     "--served-model-name": ("served_model_name", str, "model name clients use"),
     "--bind": ("host", str, "address to listen on (127.0.0.1; 0.0.0.0 to expose)"),
     "--port": ("port", int, "port (0 = any free port; the URL is printed first)"),
@@ -56,13 +67,31 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
             flag, dest=name, type=kind, default=None, help=f"{help_text} (default {default!r})"
         )
     parser.add_argument(
-        "--step-overhead-ms", type=float, default=None, help="fixed cost per step in ms (default 2)"
+        "--step-overhead-ms",
+        type=float,
+        default=None,
+        help="fixed cost per step in ms (default: the engine profile's, 2 for vllm-v1)",
     )
     parser.add_argument(
         "--step-overhead-per-seq-us",
         type=float,
         default=None,
-        help="host time per sequence in a step, in µs (default 80)",
+        help="host time per sequence in a step, in µs (default: the engine profile's, 80 for "
+        "vllm-v1)",
+    )
+    parser.add_argument(
+        "--api-server-ms",
+        type=float,
+        default=None,
+        help="API server time per request before the engine sees it, in ms (default: the "
+        "engine profile's)",
+    )
+    parser.add_argument(
+        "--detokenize-us-per-token",
+        type=float,
+        default=None,
+        help="time from a token's step end to the socket, in µs per token (default: the "
+        "engine profile's)",
     )
     parser.add_argument(
         "--no-chunked-prefill", action="store_true", default=None, help="prefill whole prompts only"
@@ -106,6 +135,10 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         values["step_overhead_s"] = args.step_overhead_ms / 1000.0
     if getattr(args, "step_overhead_per_seq_us", None) is not None:
         values["step_overhead_per_seq_s"] = args.step_overhead_per_seq_us / 1e6
+    if getattr(args, "api_server_ms", None) is not None:
+        values["api_server_s"] = args.api_server_ms / 1000.0
+    if getattr(args, "detokenize_us_per_token", None) is not None:
+        values["detokenize_s_per_token"] = args.detokenize_us_per_token / 1e6
     if getattr(args, "no_chunked_prefill", None):
         values["enable_chunked_prefill"] = False
     if getattr(args, "enable_prefix_caching", None) is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from locust_llm.errors import InputError
 from locust_llm.roofline.floors import KV_BLOCK_TOKENS, MEMORY_RESERVE_BYTES, get_interconnect
+from locust_llm.sim.engine_profiles import DEFAULT_ENGINE, PROFILE_FIELDS, get_profile
 from locust_llm.workloads.distributions import parse_distribution
 
 if sys.version_info >= (3, 11):
@@ -49,10 +50,19 @@ class SimConfig:
     # physics
     bandwidth_efficiency: float = 0.85
     compute_efficiency: float = 0.7  # calibrated: bench/results/calibration.md
-    step_overhead_s: float = 0.002  # fixed per-step cost (scheduling, kernel launches)
+    #: the engine whose host-side constants (the six fields below) apply where they are not
+    #: given: a name of :data:`locust_llm.sim.engine_profiles.PROFILES`
+    engine: str = DEFAULT_ENGINE
+    # host-side constants; NaN (0 for the step count) = the engine profile's value
+    step_overhead_s: float = math.nan  # fixed per-step cost (scheduling, kernel launches)
     #: host time per sequence in the step (scheduling it, preparing its inputs, sampling and
     #: emitting its token), on the GPU's critical path between steps
-    step_overhead_per_seq_s: float = 80e-6
+    step_overhead_per_seq_s: float = math.nan
+    #: decode steps run per scheduling decision (vLLM V0's --num-scheduler-steps)
+    decode_steps_per_schedule: int = 0
+    api_server_s: float = math.nan  # per request, before the engine sees it
+    tokenize_s_per_token: float = math.nan  # per prompt token, before the engine sees it
+    detokenize_s_per_token: float = math.nan  # per token, from its step's end to the socket
     zero_cost: bool = False  # every step takes step_overhead_s only (benchmarks the front)
     oom: bool = False  # out-of-KV fails requests with a CUDA OOM 500 instead of preempting
     # responses
@@ -67,6 +77,18 @@ class SimConfig:
     step_trace_path: str = ""  # JSON lines, one per engine step; "" = none (costs nothing)
     listen_backlog: int = 4096  # pending connects the kernel queues (capped by somaxconn)
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        profile = get_profile(self.engine)
+        for name, value in profile.settings().items():
+            mine = getattr(self, name)
+            unset = mine == 0 if name == "decode_steps_per_schedule" else mine != mine  # NaN
+            if unset:
+                object.__setattr__(self, name, value)
+
+    def front_s(self, prompt_tokens: int) -> float:
+        """Time from a request's arrival to the engine seeing it: API server + tokenization."""
+        return self.api_server_s + self.tokenize_s_per_token * prompt_tokens
 
     @property
     def model_name(self) -> str:
@@ -83,6 +105,7 @@ class SimConfig:
             "tokens_per_chunk",
             "tp",
             "listen_backlog",
+            "decode_steps_per_schedule",
         )
         for name in positive_ints:
             value = getattr(self, name)
@@ -102,7 +125,14 @@ class SimConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise InputError(f"{_flag(name)} must be in (0, 1], got {value!r}")
-        for name in ("step_overhead_s", "step_overhead_per_seq_s", "memory_reserve_bytes"):
+        for name in (
+            "step_overhead_s",
+            "step_overhead_per_seq_s",
+            "memory_reserve_bytes",
+            "api_server_s",
+            "tokenize_s_per_token",
+            "detokenize_s_per_token",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InputError(f"{_flag(name)} must be a number >= 0, got {value!r}")
@@ -130,6 +160,11 @@ def config_from_mapping(values: Mapping[str, Any], *, base: SimConfig | None = N
         if name == "faults":
             value = tuple([value] if isinstance(value, str) else value)
         clean[name] = value
+    if "engine" in clean:  # the new engine's constants, except those given here
+        get_profile(clean["engine"])
+        for name in PROFILE_FIELDS:
+            if name not in clean:
+                clean[name] = 0 if name == "decode_steps_per_schedule" else math.nan
     return replace(base or SimConfig(), **clean).validated()
 
 

@@ -14,7 +14,10 @@ One step, the way vLLM's scheduler does it:
    prompt and the tokens already generated (recompute preemption). In ``oom`` mode it fails
    with a CUDA out-of-memory error instead.
 2. if nothing was preempted, waiting requests are admitted in arrival order while the token
-   budget, ``max_num_seqs`` and free blocks for their first chunk allow.
+   budget, ``max_num_seqs`` and free blocks for their first chunk allow. With
+   ``decode_steps_per_schedule`` = k > 1 (vLLM V0's multi-step scheduling), a step that only
+   decodes opens a schedule of k steps: the k - 1 after it admit nothing (``blocked_by``
+   "multi_step"), so a request arriving during them waits for their end.
 3. step time = max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x bandwidth
    efficiency)) + the tensor-parallel all-reduces + the fixed per-step overhead + the host
    time per sequence in the step (``step_overhead_per_seq_s``), with FLOPs,
@@ -148,9 +151,17 @@ class StepResult:
 
 
 #: Why a step left requests waiting: the KV pool had no blocks for the next one, the batch was
-#: at ``max_num_seqs``, the step's token budget was spent, or a preemption this step (no
-#: admissions then, as vLLM's scheduler does). "" = nothing was waiting.
-ADMISSION_BLOCKERS: tuple[str, ...] = ("kv_blocks", "max_num_seqs", "token_budget", "preemption")
+#: at ``max_num_seqs``, the step's token budget was spent, a preemption this step (no
+#: admissions then, as vLLM's scheduler does), or the step was one of a multi-step schedule's
+#: decode steps (``decode_steps_per_schedule`` > 1: nothing is admitted until they end).
+#: "" = nothing was waiting.
+ADMISSION_BLOCKERS: tuple[str, ...] = (
+    "kv_blocks",
+    "max_num_seqs",
+    "token_budget",
+    "preemption",
+    "multi_step",
+)
 
 
 @dataclass(slots=True)
@@ -264,6 +275,8 @@ class Engine:
         self.clock_s = 0.0
         self.stats = EngineStats()
         self._next_id = 0
+        #: decode steps left in the current multi-step schedule (no admissions during them)
+        self.schedule_steps_left = 0
 
     # ---- memory --------------------------------------------------------------------------
     @property
@@ -389,6 +402,8 @@ class Engine:
             return result
         budget = self.config.max_num_batched_tokens
         chunked = self.config.enable_chunked_prefill
+        locked = self.schedule_steps_left > 0 and bool(self.running)
+        self.schedule_steps_left = self.schedule_steps_left - 1 if locked else 0
         scheduled: list[tuple[SimRequest, int]] = []
         i = 0
         while i < len(self.running) and budget > 0:
@@ -403,10 +418,15 @@ class Engine:
             scheduled.append((req, n))
             budget -= n
             i += 1
-        if not result.preempted and not result.failed:
+        if result.preempted or result.failed:
+            result.blocked_by = "preemption" if self.waiting else ""
+        elif locked:
+            result.blocked_by = "multi_step" if self.waiting else ""
+        else:
             result.blocked_by = self._admit(budget, scheduled, result)
-        elif self.waiting:
-            result.blocked_by = "preemption"
+        steps = self.config.decode_steps_per_schedule
+        if not locked and steps > 1 and scheduled and all(n == 1 for _, n in scheduled):
+            self.schedule_steps_left = steps - 1  # a decode schedule: the next steps-1 follow it
         result.running, result.waiting = len(self.running), len(self.waiting)
         if not scheduled:
             return result

@@ -127,7 +127,7 @@ def ground_truth(
 
     blocked = {
         reason: share(lambda s, r=reason: s.get("blocked_by") == r)
-        for reason in ("kv_blocks", "max_num_seqs", "token_budget", "preemption")
+        for reason in ("kv_blocks", "max_num_seqs", "token_budget", "preemption", "multi_step")
     }
     blocked = {k: v for k, v in blocked.items() if v > 0}
     kv_share = sum(blocked.get(r, 0.0) for r in _KV_BLOCKERS)

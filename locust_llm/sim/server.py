@@ -188,11 +188,30 @@ class SimApp:
             # its blocks too, as in vLLM
             answer = answer_pieces(self.config.seed, number, output, chat=chat)
             hashes = block_hashes([*params["pieces"](), *answer], self.config.block_size)
+        front = self.config.front_s(prompt_tokens)  # the API server and the tokenizer first
+        if front > 0:
+            asyncio.get_running_loop().call_later(
+                front, self._enter, stream, prompt_tokens, max_tokens, hashes, arrival_mono + front
+            )
+            return
+        self._enter(stream, prompt_tokens, max_tokens, hashes, arrival_mono)
+
+    def _enter(
+        self,
+        stream: Stream,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        hashes: tuple[bytes, ...],
+        at_mono: float,
+    ) -> None:
+        """The request reaches the engine (unless its client left while it was in the front)."""
+        if stream.done:
+            return
         try:
             sim_req = self.engine.add(
                 prompt_tokens,
-                output,
-                arrival_s=arrival_mono,
+                stream.output,
+                arrival_s=at_mono,
                 max_tokens=max_tokens,
                 block_hashes=hashes,
             )
@@ -200,7 +219,7 @@ class SimApp:
             if self.config.oom:
                 stream.fail("oom")
             else:
-                stream.reject(400, str(exc), "messages" if chat else "prompt")
+                stream.reject(400, str(exc), "messages" if stream.chat else "prompt")
             return
         stream.attach(sim_req)
         self.scheduler.wake()
@@ -216,6 +235,15 @@ class SimApp:
                     kv_usage=self.engine.kv_usage_ratio,
                 )
             )
+        delay = self.config.detokenize_s_per_token  # from the step's end to the socket
+        if delay > 0:
+            asyncio.get_running_loop().call_later(delay, self._hand_out, result)
+        else:
+            self._hand_out(result, now)
+
+    def _hand_out(self, result: StepResult, now: float | None = None) -> None:
+        """The step's tokens and failures to their streams."""
+        now = time.monotonic() if now is None else now
         for req in result.emitted:
             stream = req.stream
             if isinstance(stream, Stream):

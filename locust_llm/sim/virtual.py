@@ -12,8 +12,10 @@ What it mirrors, and from where:
   max_tokens) pairs replayed in order (``lengths``); the output the server gives is
   the simulator's rule: ``max_tokens`` with ``ignore_eos``, else the smaller of the drawn
   EOS length (``SimConfig.output_len``) and ``max_tokens``;
-- a request is sent at its arrival instant and joins the engine's next step; every emitted token
-  is a chunk at the end of the step that produced it (``tokens_per_chunk`` groups them), and the
+- a request is sent at its arrival instant, reaches the engine after the engine profile's API
+  server and tokenization time (``SimConfig.front_s``) and joins the engine's next step after
+  that; every emitted token is a chunk at the end of the step that produced it plus the
+  profile's detokenization time (``tokens_per_chunk`` groups them), and the
   record is summarised by :func:`locust_llm.metrics.summarize_stream`, as the client does it;
 - closed loop: each user sends its next request ``turnaround_s`` (1 ms) after its previous
   one ends (no wait time; the millisecond is the client's and the HTTP front's, and it is why
@@ -262,6 +264,9 @@ class _Driver:
         self.plans: list[StagePlan] = list(self.wl.stages)
         self.live: dict[int, _Request] = {}  # engine request id -> request
         self.arrivals: deque[tuple[float, int]] = deque()  # open loop: (time, stage) in order
+        #: sent requests still in the API server: (time it reaches the engine, order, request,
+        #: max_tokens, block hashes), a heap
+        self.entering: list[tuple[float, int, _Request, int, tuple[bytes, ...]]] = []
         self.next_scrape = 0.0
         self.sent = 0
         self.stage = -1
@@ -333,17 +338,36 @@ class _Driver:
             chat = self.wl.endpoint == CHAT_ENDPOINT
             answer = answer_pieces(self.cfg.seed, self.sent, output, chat=chat)
             hashes = block_hashes([*pieces, *answer], self.cfg.block_size)
+        self.busy_users.add(user)
+        front = self.cfg.front_s(prompt)
+        if front > 0:  # the API server and the tokenizer first: the engine sees it later
+            self._seq += 1
+            entry = (at_s + front, self._seq, req, max_tokens, hashes)
+            heapq.heappush(self.entering, entry)
+            return
+        self.enter(req, at_s, max_tokens, hashes)
+
+    def enter(self, req: _Request, at_s: float, max_tokens: int, hashes: tuple[bytes, ...]) -> None:
+        """``req`` reaches the engine at ``at_s`` (after the API server and tokenization)."""
         try:
             req.engine_req = self.engine.add(
-                prompt, output, arrival_s=at_s, max_tokens=max_tokens, block_hashes=hashes
+                req.prompt_tokens,
+                req.output_tokens,
+                arrival_s=at_s,
+                max_tokens=max_tokens,
+                block_hashes=hashes,
             )
         except RequestTooLarge as exc:
             self.finish(req, at_s, error=StreamEnd(at_s, "http_4xx", 400, str(exc)))
             return
         self.live[req.engine_req.id] = req
-        self.busy_users.add(user)
         if math.isfinite(self.wl.read_timeout_s):
             self.watch(req)
+
+    def enter_next(self) -> None:
+        """The first request done with the API server joins the engine's queue."""
+        at, _, req, max_tokens, hashes = heapq.heappop(self.entering)
+        self.enter(req, at, max_tokens, hashes)
 
     def watch(self, req: _Request) -> None:
         """Look at ``req`` again at its read deadline."""
@@ -536,7 +560,8 @@ class _Driver:
 
     def older_in_flight(self) -> int:
         """Requests of earlier stages still in flight (a backlog the current stage inherits)."""
-        return sum(1 for req in self.live.values() if req.stage < self.stage)
+        entering = sum(1 for entry in self.entering if entry[2].stage < self.stage)
+        return entering + sum(1 for req in self.live.values() if req.stage < self.stage)
 
     def stage_over(self) -> float | None:
         """When the current stage ends (a virtual time), or None while it goes on."""
@@ -607,7 +632,7 @@ class _Driver:
         draining_since: float | None = None
         idle_before_next = False  # the next stage opens once nothing is in flight
         while True:
-            if idle_before_next and not self.live:
+            if idle_before_next and not self.live and not self.entering:
                 idle_before_next = False
                 self.open_stage(self.stage + 1, self.now)
                 continue
@@ -639,7 +664,8 @@ class _Driver:
                     self.queued_users.clear()
                     draining_since = end
             if draining_since is not None and (
-                not self.live or self.now >= draining_since + self.wl.stop_timeout_s
+                (not self.live and not self.entering)
+                or self.now >= draining_since + self.wl.stop_timeout_s
             ):
                 break
             if self.now > self.wl.max_virtual_s:
@@ -655,6 +681,9 @@ class _Driver:
             if self.arrivals and self.arrivals[0][0] <= self.now:
                 self.send_arrival()
                 continue
+            if self.entering and self.entering[0][0] <= self.now:
+                self.enter_next()
+                continue
             if self.engine.has_work:
                 self.step()
                 continue
@@ -662,13 +691,16 @@ class _Driver:
                 self.arrivals[0][0] if self.arrivals else math.inf,
                 self.to_send[0][0] if self.to_send else math.inf,
                 self.deadlines[0][0] if self.deadlines else math.inf,
+                self.entering[0][0] if self.entering else math.inf,
                 self.stage_deadline(),
             )
             if not math.isfinite(target):
                 break  # nothing left that could happen
             self.scrape_until(target)
             self.now = max(self.now, target)
-        for req in sorted(self.live.values(), key=lambda r: r.number):
+        still = [*self.live.values(), *(entry[2] for entry in self.entering)]
+        self.entering = []
+        for req in sorted(still, key=lambda r: r.number):
             if req.engine_req is not None:
                 self.engine.abort(req.engine_req)
             ended = StreamEnd(self.now, "cancelled", 0, "stopped by the load test")
@@ -701,11 +733,12 @@ class _Driver:
         end = result.end_s
         self.scrape_until(end)
         self.now = end
+        out = end + self.cfg.detokenize_s_per_token  # the tokens reach the socket
         for sim_req in result.emitted:
             req = self.live.get(sim_req.id)
             if req is None:
                 continue
-            broke = req.stream.token(end)
+            broke = req.stream.token(out)
             if broke is not None:  # a disconnect or a malformed chunk: the stream ends here
                 self.engine.abort(sim_req)
                 self.finish(req, broke.at_s, error=broke)
