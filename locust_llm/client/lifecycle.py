@@ -724,7 +724,12 @@ def _on_test_stopping(environment: Any, **_kw: Any) -> None:
         shape.kill(block=True)
         runner.shape_greenlet = runner.shape_last_tick = None
     rt.gate.stop()
-    _drain_workers(rt)
+    if _drain_workers(rt) and not rt.run_ended:
+        # every worker's last records are in: the run dir is written now, while Locust still
+        # says "running", so its "stopping" lasts only until the workers answer its 'stop'.
+        # Locust's web UI polls the state only while a test runs: a poll that read "stopping"
+        # (during a write on a busy host) was its last, and the page said STOPPING for good.
+        _finalise_run(rt)
 
 
 def _on_test_stop(environment: Any, **_kw: Any) -> None:
@@ -740,8 +745,16 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
         # spawn brings the master's stop timeout back
         environment.stop_timeout = 0
         return
+    if rt.is_master and rt.run_ended and rt.run_info is not None:
+        return  # finalised at test_stopping, every worker drained
     if rt.is_master:
         _drain_workers(rt)
+    _finalise_run(rt)
+
+
+def _finalise_run(rt: Runtime) -> None:
+    """Master / single process: every record is in; end the stages and write the run dir."""
+    environment = rt.environment
     if rt.telemetry is not None:
         rt.telemetry.stop()
     if rt.run_info is not None:
@@ -759,26 +772,27 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
         environment.host = masked_url(environment.host)
 
 
-def _drain_workers(rt: Runtime) -> None:
+def _drain_workers(rt: Runtime) -> bool:
     """Master: make every worker stop, flush and confirm before the run dir is written (one
-    drain at a time: a second caller waits for the one under way)."""
+    drain at a time: a second caller waits for the one under way). True when every worker
+    still connected has confirmed."""
     runner = rt.environment.runner
     if rt.draining:
         while rt.draining:
             gevent.sleep(0.05)
-        return
-    running = [
-        c.id
-        for c in runner.clients.all
-        if c.state in ("running", "spawning", "ready") and c.id not in rt.drained
-    ]  # a worker drained already in this test (test_stopping, then test_stop) is not asked again
-    if not running:
-        return
-    rt.draining = True
-    try:
-        _drain(rt, runner, running)
-    finally:
-        rt.draining = False
+    else:
+        running = [
+            c.id
+            for c in runner.clients.all
+            if c.state in ("running", "spawning", "ready") and c.id not in rt.drained
+        ]  # a worker drained already in this test (test_stopping, then test_stop) is not asked
+        if running:
+            rt.draining = True
+            try:
+                _drain(rt, runner, running)
+            finally:
+                rt.draining = False
+    return {c.id for c in runner.clients.all if c.state != "missing"} <= rt.drained
 
 
 def _drain(rt: Runtime, runner: Any, running: list[str]) -> None:
