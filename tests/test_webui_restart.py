@@ -45,6 +45,10 @@ def _aggregated_requests(ui: str) -> int:
     return next((r["requests"] for r in rows if r["name"] == "Aggregated"), 0)
 
 
+def _run_dir(ui: str) -> Path:
+    return Path(get_json(ui + "/llm/stats")["report"]["run_dir"])
+
+
 def _workers(ui: str) -> int:
     return int(get_json(ui + "/llm/stats")["worker_count"] or 0)
 
@@ -106,10 +110,15 @@ def test_stop_then_start_again_with_workers_and_the_forms_llm_fields(tmp_path: P
                 clicked = time.monotonic()
                 _start_from_the_form(page, shown, typed)
                 shown = typed or shown
-                wait_for(f"run {i + 1}'s requests", lambda: _aggregated_requests(ui) >= 8, 30.0)
+                # the new test's own requests: a read before the master took the Start still
+                # shows the last test's counts (its run dir tells them apart)
+                before = {d for _, d, _ in runs}
+                wait_for(f"run {i + 1}'s requests",
+                         lambda b=before: _run_dir(ui) not in b and _aggregated_requests(ui) >= 8,
+                         30.0, explain=lambda: _state_of(ui, page, tmp_path))  # fmt: skip
                 to_records_s = time.monotonic() - clicked
                 assert get_json(ui + "/llm/stats")["worker_count"] == 2
-                run_dir = Path(get_json(ui + "/llm/stats")["report"]["run_dir"])
+                run_dir = _run_dir(ui)
                 page.get_by_role("button", name=re.compile("^stop$", re.I)).click()
                 wait_for("the UI to show STOPPED", lambda: "STOPPED" in page.inner_text("header"),
                          60.0, explain=lambda: _state_of(ui, page, tmp_path))  # fmt: skip

@@ -52,7 +52,7 @@ from locust import events
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
-from locust_llm.client import webform
+from locust_llm.client import webform, webui_state
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.debug_lines import debug_line, shown_text
 from locust_llm.client.events import llm_events
@@ -510,6 +510,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         _form_stages = isinstance(environment.shape_class, ChecksOptions)
         webtab.install(environment, rt)
         webform.install(environment, lambda: _check_form(rt))
+        webui_state.install(environment)
     if isinstance(runner, MasterRunner):
         runner.register_message(
             MSG_RECORDS,
