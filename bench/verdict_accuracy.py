@@ -217,6 +217,8 @@ class StageResult:
     queue_err: float  # |report queue share of TTFT - trace queue share|
     prefill_err: float
     description: str
+    confidence: str = ""  # the verdict's confidence (high / medium / low)
+    rule: str = ""  # the verdict rule that decided
 
 
 def _phase_contradiction(cause: str, truth: Any) -> str:
@@ -320,6 +322,8 @@ def judge(
                 queue_err=q_err,
                 prefill_err=q_err,  # queue + prefill = TTFT on both sides
                 description=description,
+                confidence=verdict.confidence,
+                rule=verdict.rule,
             )
         )
     return out

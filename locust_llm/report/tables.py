@@ -117,6 +117,7 @@ COLUMNS: tuple[str, ...] = (
     "running_max",
     "waiting",
     "waiting_max",
+    "waiting_share",
     "preemptions",
     "server_output_tokens",
     "server_prompt_tps",
@@ -378,6 +379,10 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
 
     for signal in ("gpu_util", "gpu_mem_util", "kv_cache_usage", "running", "waiting"):
         row[signal], row[f"{signal}_max"] = combined(signal)
+    # the share of the stage's samples with a request waiting: how long a queue stood, where
+    # the mean cannot tell a queue standing throughout from a burst (the verdict's admission)
+    waiting = tel.combined_window("waiting", lo, hi)
+    row["waiting_share"] = float((waiting >= 1).mean()) if waiting.size else NAN
     row["dram_bw_util"] = combined("dram_bw_util")[0]
     row["power_w"] = combined("power_w")[0]
     row["preemptions"] = series_increase(tel.series, "preemptions", lo, hi)  # summed

@@ -64,6 +64,9 @@ class Thresholds:
     no_queue_waiting: float = 0.5  # mean waiting below: no queue (verdict and time split)
     no_queue_share: float = 0.25  # ... or below 1 and below this share of the mean batch
     standing_queue_share: float = 0.5  # waiting (at least 1) at this share of running: a queue
+    # requests waiting in at least this share of a stage's waiting-gauge samples: the queue
+    # stood (admission); less is bursts (the simulator's label: waits in half the step time)
+    queue_stood_share: float = 0.5
     low_batch_fraction: float = 0.25  # running at most this share of its limit: under-used
     saturated_gpu_util: float = 0.90
     saturated_bw_util: float = 0.70

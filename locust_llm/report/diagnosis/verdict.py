@@ -252,6 +252,7 @@ _STEP_READS: tuple[str, ...] = (
 #: The thresholds :func:`_queued` reads (with the server signals' sample count).
 _QUEUE_READS: tuple[str, ...] = (
     "no_queue_waiting",
+    "queue_stood_share",
     "queue_share",
     "queue_min_steps",
     "standing_queue_share",
@@ -285,17 +286,33 @@ def _queue_share(ctx: Context) -> float:
     return queue / ttft if ttft > 0 else math.nan
 
 
+def _queue_stood(ctx: Context) -> bool:
+    """Requests waited in at least ``queue_stood_share`` of the stage's samples of the waiting
+    gauge (unknown: True). A queue in a third of the steps is bursts of arrivals or of
+    preemptions, not an admission limit: the steps are."""
+    share, least = ctx.server_v("waiting_share"), ctx.thresholds.queue_stood_share
+    return math.isnan(share) or share >= least
+
+
 def _standing_queue(ctx: Context) -> bool:
+    """Its definition: at least one request waiting on average, at least
+    ``standing_queue_share`` of the batch, and waiting in at least ``queue_stood_share`` of
+    the samples (a queue that stood, not a burst)."""
     waiting, running = ctx.server_v("waiting"), ctx.server_v("running")
     share = ctx.thresholds.standing_queue_share
-    return waiting >= 1 and waiting >= share * (running if running > 0 else 0)
+    stood = _queue_stood(ctx)
+    return stood and waiting >= 1 and waiting >= share * (running if running > 0 else 0)
 
 
 def _queued(ctx: Context) -> bool:
     """Requests wait for admission: a standing queue; a KV cache that preempted while the
     waiting gauge saw at least one request wait (only a cache out of blocks preempts, and a
     preempted sequence waits to resume: its wait shows in its tokens, not in TTFT); or, unless
-    the waiting gauge says nothing waits, queue time at least ``queue_share`` of TTFT."""
+    the waiting gauge says nothing waits, queue time at least ``queue_share`` of TTFT. Never
+    when the waiting gauge saw requests wait in less than ``queue_stood_share`` of its samples
+    (:func:`_queue_stood`)."""
+    if not _queue_stood(ctx):
+        return False
     if _standing_queue(ctx):
         return True
     if ctx.server_v("preemptions") > 0 and ctx.server_v("waiting_max") >= 1:
@@ -382,10 +399,13 @@ def _cut_off_text(ctx: Context) -> str:
     "`cut_off_share` of those sent and at least `min_requests`, and the server fell behind: "
     "they had been in flight at least `latency_climb` x the P99 latency of the next-lower "
     "load, or the server held a standing queue (waiting >= 1 and >= `standing_queue_share` "
-    "of the batch). Overloaded, whatever few completed: the cause is what stopped admission "
-    "or the step bound, where known (not for a stage with out-of-memory errors, other "
-    "failures than timeouts above `error_rate`, or a busy client: those rules judge it)",
-    kinds=("overloaded",),
+    "of the batch, in at least `queue_stood_share` of the samples). Overloaded, whatever few "
+    "completed: the cause is what stopped admission or the step bound, where known; when no "
+    "admission gate stopped them (the step's token budget, or the step bound alone), the step "
+    "bound's own kind (`prefill_bound`, `decode_bound`) with the cut-off as its evidence (not "
+    "for a stage with out-of-memory errors, other failures than timeouts above `error_rate`, "
+    "or a busy client: those rules judge it)",
+    kinds=("overloaded", "prefill_bound", "decode_bound"),
     causes=(
         "kv_capacity_admission",
         "batch_limit_admission",
@@ -397,8 +417,10 @@ def _cut_off_text(ctx: Context) -> str:
         "error_rate",
         "latency_climb",
         "standing_queue_share",
+        "queue_stood_share",
         "client_cpu",
         "min_telemetry_samples",
+        "cache_note_share",
         "budget_fill",
         "slot_fill",
         "saturated_kv",
@@ -433,8 +455,10 @@ def _cut(ctx: Context) -> Finding | None:
     cause, blocker = _admission_blocker(ctx) if ctx.telemetry_ok else ("", "")
     cause = cause or _step_cause(ctx)
     evidence = [_cut_off_text(ctx), *behind, blocker]
+    # no admission gate stopped them: the steps' bound is the limit, named by its own kind
+    # (prompts queued for prefill compute are prefill_bound), the cut-off the evidence
     return Finding(
-        "overloaded",
+        CAUSE_KINDS[cause] if cause in STEP_CAUSES else "overloaded",
         tuple(e for e in evidence if e),
         cause,
         client_side=not ctx.telemetry_ok,
@@ -500,7 +524,8 @@ def _oom(ctx: Context) -> Finding | None:
     "reached `client_delay_bound_s` for at least `client_delay_min_late` requests and "
     "`client_delay_share` of the stage's TTFT P50 (smaller, it is a measurement caveat in the "
     "report's warnings, not the stage's limit), with no standing queue on the server (waiting "
-    ">= 1 and >= `standing_queue_share` of the batch; with one, the server is offered more "
+    ">= 1 and >= `standing_queue_share` of the batch in at least `queue_stood_share` of the "
+    "samples; with one, the server is offered more "
     "than it takes: the stage is the server's)",
     kinds=("client_bound",),
     reads=(
@@ -509,6 +534,7 @@ def _oom(ctx: Context) -> Finding | None:
         "client_delay_min_late",
         "client_delay_share",
         "standing_queue_share",
+        "queue_stood_share",
         "min_telemetry_samples",
     ),
 )
@@ -699,7 +725,16 @@ def _token_budget_text(ctx: Context) -> str:
     running = ctx.server_v("running")
     per_step = prompts + (running if running > 0 else 0.0)
     if not per_step >= ctx.thresholds.budget_fill * budget:
-        return ""
+        if not _prompt_saturated(ctx):
+            return ""
+        # prompts' compute fills the busy time: every step is as long as its prompt chunks,
+        # so more KV space or slots admit nothing sooner; the queue is for prefill compute
+        # (the mean TPOT under-counts the tokens of the long, budget-filled steps)
+        return (
+            f"{_resources_text(ctx)}; prompts' compute sets "
+            f"{pct(ctx.v('compute_time_share'))} of the busy time (>= "
+            f"{pct(ctx.thresholds.prefill_saturated)}): prompts queue for prefill compute"
+        )
     return (
         f"{_resources_text(ctx)}; ~{num(per_step, 0)} tokens per step ({num(prompts, 0)} of "
         f"them prompt tokens) of a {num(budget)}-token budget (--max-num-batched-tokens): "
@@ -709,13 +744,17 @@ def _token_budget_text(ctx: Context) -> str:
 
 @rule(
     "admission",
-    "requests wait for admission: queue time at least `queue_share` of TTFT and longer than "
+    "requests wait for admission, in at least `queue_stood_share` of the waiting gauge's "
+    "samples (a queue that stood, not a burst): queue time at least `queue_share` of TTFT and "
+    "longer than "
     "`queue_min_steps` decode steps (unless the waiting gauge reads below `no_queue_waiting`), "
     "a standing queue (waiting >= 1 and >= half the batch), or a KV cache that preempted while "
     "at least one request waited (preempted sequences wait to resume; TTFT does not show it). The "
     "cause, in the order a scheduler tests its admission gates: the step's token budget "
     "(compute-bound steps whose tokens per step fill `budget_fill` of "
-    "--max-num-batched-tokens: the step bound's cause, prompts queue for prefill compute); "
+    "--max-num-batched-tokens, or whose prompts' compute sets `prefill_saturated` of the busy "
+    "time: the step bound's cause and kind, `prefill_bound`, not `overloaded`: prompts queue "
+    "for prefill compute); "
     "`batch_limit_admission` when demand exceeds max-num-seqs or the server's slots (given, "
     "probed, or read from a flat running gauge) and the "
     "batch reached `slot_fill` of it or requests wait (without a running gauge: more users than "
@@ -725,7 +764,7 @@ def _token_budget_text(ctx: Context) -> str:
     "`prefill_saturated` of the busy time); `kv_capacity_admission` when the KV cache peaked "
     "at `saturated_kv` (or within one sequence of full) or preempted; else, with no KV "
     "signal, a batch that stays at one plateau (`slot_fill`) while load grows",
-    kinds=("overloaded",),
+    kinds=("overloaded", "prefill_bound"),
     causes=(
         "kv_capacity_admission",
         "batch_limit_admission",
@@ -748,6 +787,9 @@ def _admission(ctx: Context) -> Finding | None:
     cause, blocker = _admission_blocker(ctx)
     if not cause:
         return None  # a queue without a binding admission limit: the steps are the limit
+    # prompts queue for the step's token budget under compute-bound steps: the steps' bound
+    # is the limit (prefill_bound), not an admission gate
+    kind = CAUSE_KINDS[cause] if cause in STEP_CAUSES else "overloaded"
     queue = "standing queue" if _standing_queue(ctx) else "queue"
     evidence = [
         _split_text(ctx) + f": queue is {pct(share)} of TTFT",
@@ -756,9 +798,7 @@ def _admission(ctx: Context) -> Finding | None:
         "average",
         blocker,
     ]
-    return Finding(
-        "overloaded", tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok
-    )
+    return Finding(kind, tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok)
 
 
 @rule(
@@ -813,11 +853,14 @@ def _under(ctx: Context) -> Finding | None:
 @rule(
     "small_batch",
     "no queue and the batch at most `low_batch_fraction` of its limit (max-num-seqs, the "
-    "server's slots or the KV capacity): busy, but more load still adds throughput, the "
-    "memory-bound decode steps reading the weights once for more sequences. Not where compute "
-    "sets the step time (a larger batch adds compute, not throughput), nor on a stage reached "
-    "by, or leading to, a step that flattens, stays flat or falls (as `under_loaded`)",
-    kinds=("low_concurrency",),
+    "server's slots or the KV capacity): the device is busy with memory-bound decode steps "
+    "(`decode_bound`, memory bandwidth: the steps read the weights, so memory is not idle), "
+    "but more load still adds throughput, each step reading the weights once for more "
+    "sequences: the headroom is in the evidence and the first action. `low_concurrency` only "
+    "where the resource model names no step bound. Not where compute sets the step time (a "
+    "larger batch adds compute, not throughput), nor on a stage reached by, or leading to, a "
+    "step that flattens, stays flat or falls (as `under_loaded`)",
+    kinds=("decode_bound", "low_concurrency"),
     causes=("bandwidth_bound_decode",),
     reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band"),
 )
@@ -831,7 +874,17 @@ def _small(ctx: Context) -> Finding | None:
     busy = ctx.server_v("gpu_util")
     if not math.isnan(busy):
         evidence.append(f"GPU busy {pct(busy)}: busy, but more load would still add throughput")
-    return Finding("low_concurrency", tuple(e for e in evidence if e), _step_cause(ctx))
+    cause = _step_cause(ctx)
+    if not cause:  # nothing says what the steps wait on: the headroom is the finding
+        return Finding("low_concurrency", tuple(e for e in evidence if e))
+    # the steps are memory-bound: the device is busy reading the weights (decode_bound), and
+    # a larger batch reads them once for more sequences (the headroom: the first action)
+    return Finding(
+        CAUSE_KINDS[cause],
+        tuple(e for e in evidence if e),
+        cause,
+        actions=(CAUSE_ACTIONS["under_loaded"][0], *CAUSE_ACTIONS[cause]),
+    )
 
 
 @rule(
