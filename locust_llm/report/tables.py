@@ -119,6 +119,8 @@ COLUMNS: tuple[str, ...] = (
     "waiting_max",
     "waiting_share",
     "preemptions",
+    "sim_lag_mean_s",
+    "sim_late_share",
     "server_output_tokens",
     "server_prompt_tps",
     "server_cached_tps",
@@ -386,6 +388,13 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     row["dram_bw_util"] = combined("dram_bw_util")[0]
     row["power_w"] = combined("power_w")[0]
     row["preemptions"] = series_increase(tel.series, "preemptions", lo, hi)  # summed
+    # a simulated server's own lag (diagnosis/lag.py): its latencies then include host delay,
+    # and the verdict's confidence says so
+    steps = series_increase(tel.series, "sim_steps", lo, hi)
+    lag = series_increase(tel.series, "sim_lag_s", lo, hi)
+    late = series_increase(tel.series, "sim_late_steps", lo, hi)
+    row["sim_lag_mean_s"] = lag / steps if steps > 0 else NAN
+    row["sim_late_share"] = (late if late == late else 0.0) / steps if steps > 0 else NAN
     row.update(_counter_stats(tel, lo, hi))
     cpu, cpu_src = samples("worker_cpu_util")  # the busiest worker (over_instances: max)
     row["worker_cpu_max"] = float(cpu.max()) if cpu.size else NAN

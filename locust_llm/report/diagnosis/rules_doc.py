@@ -108,7 +108,12 @@ def render(defaults: Thresholds | None = None) -> str:
         "",
         "Confidence: `high` with server telemetry and the roofline (or the server's own TTFT "
         "split), `medium` with one of them, `low` on client-side evidence or with fewer than "
-        f"{_code(CONFIDENCE_READS)} requests in the stage.",
+        "`confident_requests` requests in the stage; one level lower when the timings carry "
+        "delay that is not the server's: a simulated server that fell behind its schedule "
+        "(`sim_lag_mean_s`, `sim_late_share`) or first tokens read late by the worker "
+        "(`client_delay_bound_s` for `client_delay_min_late` requests). Reads "
+        f"{_code(CONFIDENCE_READS)}. Measured accuracy per level: "
+        "bench/results/verdict_accuracy.md.",
         "",
         *_thresholds(defaults),
     ]

@@ -54,6 +54,7 @@ from locust_llm.report.diagnosis.knee import (
     no_headroom,
     stage_scaling,
 )
+from locust_llm.report.diagnosis.lag import lagged
 from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.fmt import column as _v
@@ -1102,7 +1103,13 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
 
 
 #: The thresholds the confidence of every finding reads (besides the rule's own).
-CONFIDENCE_READS: tuple[str, ...] = ("confident_requests",)
+CONFIDENCE_READS: tuple[str, ...] = (
+    "confident_requests",
+    "client_delay_bound_s",
+    "client_delay_min_late",
+    "sim_lag_mean_s",
+    "sim_late_share",
+)
 
 
 def _requests(ctx: Context, finding: Finding) -> float:
@@ -1111,13 +1118,41 @@ def _requests(ctx: Context, finding: Finding) -> float:
 
 
 def _confidence(ctx: Context, finding: Finding) -> str:
+    """``high``: server telemetry and the resource model (or the server's own time split);
+    ``medium``: telemetry only; ``low``: client-side, or fewer than ``confident_requests``.
+    One level lower when the timings carry delay that is not the server's
+    (:func:`_timing_caveats`)."""
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
     if _requests(ctx, finding) < ctx.thresholds.confident_requests:
         return "low"
     has_model = not math.isnan(ctx.v("mfu"))
     server_split = ctx.row.get("ttft_split_source") == "server"
-    return "high" if has_model or server_split else "medium"
+    level = "high" if has_model or server_split else "medium"
+    if _timing_caveats(ctx) and finding.kind != "client_bound":
+        return "medium" if level == "high" else "low"
+    return level
+
+
+def _timing_caveats(ctx: Context) -> list[str]:
+    """Delay in the stage's timings that is not the server's: a simulated server that fell
+    behind its real-time schedule (:mod:`~locust_llm.report.diagnosis.lag`), first tokens the
+    worker read late (:func:`~locust_llm.report.diagnosis.client_delay.late_first_reads`)."""
+    out = []
+    lag, late = ctx.v("sim_lag_mean_s"), ctx.v("sim_late_share")
+    if lagged(lag if lag == lag else 0.0, late if late == late else 0.0):
+        out.append(
+            f"the simulated server fell behind its schedule {ctx.where} (mean step lag "
+            f"{ms(lag, 1)} ms, {pct(late)} of its steps late): its timings include host delay, "
+            "so the confidence is one level lower"
+        )
+    reads = late_first_reads(ctx.row, ctx.thresholds)
+    if reads is not None:
+        out.append(
+            f"the worker read first tokens up to {ms(reads[0], 1)} ms late {ctx.where}: the "
+            "client's timings include that delay, so the confidence is one level lower"
+        )
+    return out
 
 
 def stage_verdict(
@@ -1147,6 +1182,8 @@ def stage_verdict(
         samples = ctx.v("server_samples")
         if found.client_side:
             evidence = (*evidence, _client_side_note(samples, thresholds))
+        if found.kind != "client_bound":
+            evidence = (*evidence, *_timing_caveats(ctx))
         return Verdict(
             kind=found.kind,
             evidence=evidence,
