@@ -306,3 +306,22 @@ def test_cut_off_requests_are_overload_only_when_the_server_fell_behind() -> Non
         "error_rate_http_5xx": 1.0,
     }
     assert stage_verdict(_row(**failing), [lower, _row(**failing)]).kind == "errors"
+
+
+def test_confidence_is_one_level_lower_for_lag_late_reads_and_a_margin() -> None:
+    # issue 26 item 7: a lagging simulator kept "high"; the level now says what it is worth
+    clean = stage_verdict(_row(compute_time_share=0.1))
+    assert clean.cause == "bandwidth_bound_decode" and clean.confidence == "high"
+    lagged = stage_verdict(_row(compute_time_share=0.1, sim_lag_mean_s=0.02, sim_late_share=0.3))
+    assert lagged.confidence == "medium"
+    assert any("fell behind its schedule" in e for e in lagged.evidence)
+    late = stage_verdict(
+        _row(compute_time_share=0.1, client_delay_first_p99_s=0.02, client_delay_first_late=5.0,
+             ttft_p50_s=2.0)
+    )  # fmt: skip
+    assert late.kind == "decode_bound" and late.confidence == "medium"
+    margin = stage_verdict(_row(compute_time_share=0.45))
+    assert margin.cause == "bandwidth_bound_decode" and margin.confidence == "medium"
+    assert any(e.startswith("on the margin of its rule") for e in margin.evidence)
+    few = stage_verdict(_row(compute_time_share=0.45, requests=12.0))
+    assert few.confidence == "low"  # never below low

@@ -653,7 +653,9 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
     when the KV cache holds at least that many sequences (the scheduler tests the batch limit
     before it asks for KV blocks, so where both bind, the batch limit stops admission), unless
     the KV cache preempted and the mean batch stayed below ``slot_fill`` of the limit (the KV
-    cache ran out first); the KV cache; a batch that stays at one plateau while load grows."""
+    cache ran out first); prompts' compute filling the busy time (the token budget, tested
+    before KV blocks: :func:`_prompt_compute_text`); the KV cache; a batch that stays at one
+    plateau while load grows."""
     th = ctx.thresholds
     kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
     running_max = ctx.server_v("running_max")
@@ -680,6 +682,9 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
             f"batch peaked at {num(running_max)} running of {label} {num(limit)}{said} with the "
             f"KV cache at {pct(kv_max)}: requests wait for a batch slot"
         )
+    compute = _prompt_compute_text(ctx)
+    if compute:  # the batch limit does not bind: the token budget is tested next
+        return _step_cause(ctx), compute
     if _kv_full(ctx):
         return "kv_capacity_admission", (
             f"KV cache peaked at {pct(kv_max)} ({num(pre, 0)} preemptions): sequences wait for "
@@ -697,6 +702,21 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
                 "signal: a slot or batch limit of about that size"
             )
     return "", ""
+
+
+def _prompt_compute_text(ctx: Context) -> str:
+    """Evidence that prompts queue for prefill compute where the KV cache binds beside it, or
+    "": a token budget is set and prompts' compute fills ``prefill_saturated`` of the busy
+    time, so every step is as long as its prompt chunks and more KV space admits nothing
+    sooner (the mean TPOT under-counts the tokens of the long, budget-filled steps, so the
+    ``budget_fill`` test can miss it)."""
+    if not is_num(ctx.server.get("max_num_batched_tokens")) or not _prompt_saturated(ctx):
+        return ""
+    return (
+        f"{_resources_text(ctx)}; prompts' compute sets {pct(ctx.v('compute_time_share'))} of "
+        f"the busy time (>= {pct(ctx.thresholds.prefill_saturated)}): prompts queue for "
+        "prefill compute, not for KV space"
+    )
 
 
 def _prompt_saturated(ctx: Context) -> bool:
@@ -726,16 +746,7 @@ def _token_budget_text(ctx: Context) -> str:
     running = ctx.server_v("running")
     per_step = prompts + (running if running > 0 else 0.0)
     if not per_step >= ctx.thresholds.budget_fill * budget:
-        if not _prompt_saturated(ctx):
-            return ""
-        # prompts' compute fills the busy time: every step is as long as its prompt chunks,
-        # so more KV space or slots admit nothing sooner; the queue is for prefill compute
-        # (the mean TPOT under-counts the tokens of the long, budget-filled steps)
-        return (
-            f"{_resources_text(ctx)}; prompts' compute sets "
-            f"{pct(ctx.v('compute_time_share'))} of the busy time (>= "
-            f"{pct(ctx.thresholds.prefill_saturated)}): prompts queue for prefill compute"
-        )
+        return ""
     return (
         f"{_resources_text(ctx)}; ~{num(per_step, 0)} tokens per step ({num(prompts, 0)} of "
         f"them prompt tokens) of a {num(budget)}-token budget (--max-num-batched-tokens): "
@@ -753,16 +764,17 @@ def _token_budget_text(ctx: Context) -> str:
     "at least one request waited (preempted sequences wait to resume; TTFT does not show it). The "
     "cause, in the order a scheduler tests its admission gates: the step's token budget "
     "(compute-bound steps whose tokens per step fill `budget_fill` of "
-    "--max-num-batched-tokens, or whose prompts' compute sets `prefill_saturated` of the busy "
-    "time: the step bound's cause and kind, `prefill_bound`, not `overloaded`: prompts queue "
-    "for prefill compute); "
+    "--max-num-batched-tokens: the step bound's cause and kind, `prefill_bound`, not "
+    "`overloaded`: prompts queue for prefill compute); "
     "`batch_limit_admission` when demand exceeds max-num-seqs or the server's slots (given, "
     "probed, or read from a flat running gauge) and the "
     "batch reached `slot_fill` of it or requests wait (without a running gauge: more users than "
     "slots and TTFT at least `queue_share` queue, client-side), with the KV cache holding that "
     "many sequences (not when the KV cache preempted while the mean batch stayed below `slot_fill` "
     "of the limit, nor for a plateau read off the running gauge when prompts' compute fills "
-    "`prefill_saturated` of the busy time); `kv_capacity_admission` when the KV cache peaked "
+    "`prefill_saturated` of the busy time); the step bound's prefill cause again when a token "
+    "budget is set and prompts' compute fills `prefill_saturated` of the busy time; "
+    "`kv_capacity_admission` when the KV cache peaked "
     "at `saturated_kv` (or within one sequence of full) or preempted; else, with no KV "
     "signal, a batch that stays at one plateau (`slot_fill`) while load grows",
     kinds=("overloaded", "prefill_bound"),
@@ -1105,6 +1117,10 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
 #: The thresholds the confidence of every finding reads (besides the rule's own).
 CONFIDENCE_READS: tuple[str, ...] = (
     "confident_requests",
+    "confidence_margin",
+    "confidence_ratio",
+    "compute_bound_share",
+    "queue_stood_share",
     "client_delay_bound_s",
     "client_delay_min_late",
     "sim_lag_mean_s",
@@ -1129,9 +1145,45 @@ def _confidence(ctx: Context, finding: Finding) -> str:
     has_model = not math.isnan(ctx.v("mfu"))
     server_split = ctx.row.get("ttft_split_source") == "server"
     level = "high" if has_model or server_split else "medium"
-    if _timing_caveats(ctx) and finding.kind != "client_bound":
+    caveats = _timing_caveats(ctx) if finding.kind != "client_bound" else []
+    if caveats or _on_margin(ctx, finding.cause):
         return "medium" if level == "high" else "low"
     return level
+
+
+def _on_margin(ctx: Context, cause: str) -> str:
+    """What puts the finding on the margin of the test that named its cause, or "": the step
+    bound with compute's share of the busy time within ``confidence_margin`` of
+    ``compute_bound_share`` (compute- vs memory-bound steps); a prefill cause with decode and
+    TTFT within a factor ``confidence_ratio`` of each other (interference vs prompts'
+    compute); an admission cause with requests waiting in less than ``queue_stood_share`` +
+    ``confidence_margin`` of the samples (a queue that stood vs bursts). The benchmark
+    measures what each confidence level is worth (bench/results/verdict_accuracy.md)."""
+    th = ctx.thresholds
+    if cause in STEP_CAUSES:
+        share = ctx.v("compute_time_share")
+        if abs(share - th.compute_bound_share) < th.confidence_margin:
+            return f"compute sets {pct(share)} of the busy time, near {pct(th.compute_bound_share)}"
+        decode, ttft = ctx.v("decode_avg_s"), ctx.v("ttft_avg_s")
+        prefill = cause in ("prefill_interference", "compute_bound_prefill")
+        close = (
+            decode > 0 and ttft > 0 and max(decode, ttft) < th.confidence_ratio * min(decode, ttft)
+        )
+        if prefill and close:
+            return f"decode {ms(decode)} ms and TTFT {ms(ttft)} ms are close"
+    if CAUSES.get(cause) is not None and CAUSES[cause].gate == "admission":
+        waited = ctx.server_v("waiting_share")
+        if waited < th.queue_stood_share + th.confidence_margin:
+            return f"requests waited in {pct(waited)} of the samples"
+        budget = is_num(ctx.server.get("max_num_batched_tokens"))
+        if cause == "kv_capacity_admission" and budget and _step_cause(ctx) in _PREFILL:
+            # the scheduler tests the token budget before KV blocks: with prompts' compute
+            # setting the steps, the budget is spent in many of them beside the full cache
+            return "the steps are compute-bound on prompts: the token budget binds beside it"
+    return ""
+
+
+_PREFILL: tuple[str, ...] = ("prefill_interference", "compute_bound_prefill")
 
 
 def _timing_caveats(ctx: Context) -> list[str]:
@@ -1184,6 +1236,9 @@ def stage_verdict(
             evidence = (*evidence, _client_side_note(samples, thresholds))
         if found.kind != "client_bound":
             evidence = (*evidence, *_timing_caveats(ctx))
+        margin = _on_margin(ctx, found.cause)
+        if margin:
+            evidence = (*evidence, f"on the margin of its rule ({margin}): confidence one lower")
         return Verdict(
             kind=found.kind,
             evidence=evidence,
