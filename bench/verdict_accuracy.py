@@ -457,6 +457,42 @@ def confusion(results: list[StageResult]) -> list[str]:
     return lines
 
 
+def seed_table(by_seed: dict[int, list[StageResult]]) -> list[str]:
+    """A markdown table, one column per seed: kind and cause right overall, per class (with
+    each class's stage count) and per confidence level, abstentions counted as misses."""
+    sums = {seed: summary(results) for seed, results in by_seed.items()}
+
+    def cell(pair: tuple[int, int] | None) -> str:
+        return f"{pair[0]} / {pair[1]} = {pair[0] / pair[1]:.1%}" if pair and pair[1] else "-"
+
+    classes = sorted({c for s in sums.values() for c in s["kind_per_class"]})
+    levels = [lv for lv in ("high", "medium", "low") if any(lv in s["per_confidence"] for s in
+                                                             sums.values())]  # fmt: skip
+    lines = [
+        "| measure | " + " | ".join(f"seed {seed}" for seed in sums) + " | target |",
+        "|---|" + "---:|" * len(sums) + "---:|",
+        "| kind and cause right | "
+        + " | ".join(cell((s["kind_right"], s["judged"])) for s in sums.values())
+        + " | >= 95% |",
+        "| abstentions (counted as misses) | "
+        + " | ".join(str(s["abstained"]) for s in sums.values())
+        + " | |",
+    ]
+    lines += [
+        f"| class `{c}` | "
+        + " | ".join(cell(s["kind_per_class"].get(c)) for s in sums.values())
+        + " | >= 90% |"
+        for c in classes
+    ]
+    lines += [
+        f"| confidence `{lv}` | "
+        + " | ".join(cell(s["per_confidence"].get(lv)) for s in sums.values())
+        + f" | {CONFIDENCE_TARGETS[lv]} |"
+        for lv in levels
+    ]
+    return lines
+
+
 def write_markdown(
     results: list[StageResult],
     command: str,
@@ -464,6 +500,7 @@ def write_markdown(
     out: Path,
     e2e: list[StageResult] | None = None,
     model_split: list[StageResult] | None = None,
+    by_seed: dict[int, list[StageResult]] | None = None,
 ) -> None:
     s = summary(results)
     skipped = Counter(r.why_not.split(":")[0].split(" names")[0] for r in results if not r.judged)
@@ -529,6 +566,16 @@ def write_markdown(
         ),
         "",
     ]
+    if by_seed and len(by_seed) > 1:
+        lines += [
+            "## Every seed of the command",
+            "",
+            "The tables above are the first seed's; each seed here is its own matrix of "
+            "random cases (kind and cause right, abstentions counted as misses):",
+            "",
+            *seed_table(by_seed),
+            "",
+        ]
     if model_split:
         m = summary(model_split)
         lines += [
@@ -574,7 +621,9 @@ def write_markdown(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=80)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", default="0", help="the matrix's seed; several, comma-separated: one matrix each"
+    )
     parser.add_argument("--e2e", type=int, default=0, help="end-to-end runs (real client)")
     parser.add_argument(
         "--model-split", type=int, default=0,
@@ -583,23 +632,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    results = run_matrix(args.runs, args.seed)
+    seeds = [int(x) for x in str(args.seed).split(",")]
+    by_seed = {seed: run_matrix(args.runs, seed) for seed in seeds}
+    results = by_seed[seeds[0]]
     command = f".venv/bin/python bench/verdict_accuracy.py --runs {args.runs} --seed {args.seed}"
     model_split: list[StageResult] = []
     if args.model_split:
         command += f" --model-split {args.model_split}"
-        model_split = run_matrix(args.model_split, args.seed, withhold_phases=True)
+        model_split = run_matrix(args.model_split, seeds[0], withhold_phases=True)
     e2e: list[StageResult] = []
     if args.e2e:
         command += f" --e2e {args.e2e}"
-        rng = random.Random(args.seed)
+        rng = random.Random(seeds[0])
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.e2e):
                 sim, load = e2e_case(i, rng)
                 e2e += run_e2e(i, sim, load, Path(tmp))
                 print(f"e2e {i}: {summary(e2e)}", flush=True)
-    write_markdown(results, command, time.perf_counter() - t0, args.out, e2e, model_split)
-    print(summary(results), summary(e2e) if e2e else "")
+    write_markdown(results, command, time.perf_counter() - t0, args.out, e2e, model_split, by_seed)
+    for seed, seeded in by_seed.items():
+        print(seed, summary(seeded))
+    print(summary(e2e) if e2e else "")
     return 0
 
 
