@@ -1163,7 +1163,11 @@ def _on_margin(ctx: Context, cause: str) -> str:
     if cause in STEP_CAUSES:
         share = ctx.v("compute_time_share")
         if abs(share - th.compute_bound_share) < th.confidence_margin:
-            return f"compute sets {pct(share)} of the busy time, near {pct(th.compute_bound_share)}"
+            return (
+                f"compute sets {pct(share)} of the busy time, less than "
+                f"{th.confidence_margin * 100:.0f} points from the {pct(th.compute_bound_share)} "
+                "that parts compute- from memory-bound steps"
+            )
         decode, ttft = ctx.v("decode_avg_s"), ctx.v("ttft_avg_s")
         prefill = cause in ("prefill_interference", "compute_bound_prefill")
         close = (
