@@ -98,6 +98,17 @@ def test_an_empty_waiting_gauge_caps_the_queue_at_the_step_under_way() -> None:
     assert mid["prefill_avg_s"] == pytest.approx(0.5 - 0.02)
 
 
+def test_a_simulators_lag_is_outside_the_engine_not_prefill() -> None:
+    # issue 26: a lagging simulator's late first tokens were booked as prefill
+    low = _row(ttft_avg_s=0.040)
+    mid = _row(stage=1, concurrency=16.0, ttft_avg_s=0.5, running=16.0, waiting=0.0,
+               sim_lag_mean_s=0.1)  # fmt: skip
+    decompose([low, mid], {}, get_model("mistral-7b"), get_gpu("rtx4090"))
+    assert mid["outside_avg_s"] == pytest.approx(0.1)
+    assert mid["prefill_avg_s"] == pytest.approx(0.5 - 0.02 - 0.1)
+    assert mid["queue_avg_s"] + mid["prefill_avg_s"] + mid["outside_avg_s"] == pytest.approx(0.5)
+
+
 def test_resource_model_utilizations_and_binding_limit() -> None:
     model, gpu = get_model("mistral-7b"), get_gpu("h100-sxm")
     row = _row(

@@ -202,7 +202,9 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
         "memory_oom",
         ("out-of-memory", "GPU memory peaked"),
     ),
-    # 1 and 4 users against max-num-seqs 256 and ~650 sequences of KV room.
+    # 1 and 4 users against max-num-seqs 256 and ~650 sequences of KV room: a small batch on a
+    # device busy with memory-bound decode steps is decode_bound (memory is not idle: issue
+    # 26), its headroom in the evidence ("of its limit", "no queue") and the first action
     "low_concurrency": (
         Regime(
             sim=["--max-num-seqs", "256"],
@@ -219,8 +221,8 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
                 "64",
             ],
         ),
-        "low_concurrency",
-        ("of its limit", "no queue"),
+        "decode_bound",
+        ("of its limit", "no queue", "the server has headroom"),
     ),
     # 64 KV blocks (1,024 tokens) hold ~6 sequences of 128 + 32 tokens; 24 users queue and
     # preempt each other.

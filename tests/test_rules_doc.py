@@ -84,7 +84,10 @@ def _rows() -> list[dict]:
     }  # fmt: skip
     grid = itertools.product(
         [{}, {"ttft_avg_s": 2.0, "queue_avg_s": 1.9, "decode_avg_s": 0.3}],  # queued TTFT
-        [{"waiting": 0.0}, {"waiting": 30.0, "waiting_max": 40.0}],
+        [
+            {"waiting": 0.0, "waiting_share": 0.0},
+            {"waiting": 30.0, "waiting_max": 40.0, "waiting_share": 1.0},
+        ],
         [{"kv_cache_usage_max": 0.4}, {"kv_cache_usage_max": 1.0, "preemptions": 5.0}],
         [{"step_bound": "memory"}, {"step_bound": "compute"}, {"step_bound": ""}],
         [{"gpu_util": 0.97}, {"gpu_util": 0.3}, {"gpu_util": math.nan, "server_samples": 0.0}],
@@ -93,6 +96,9 @@ def _rows() -> list[dict]:
     )
     scenarios = [
         {"requests": 3.0},
+        # a burst: requests waited in a fifth of the samples (no queue that stood)
+        {"ttft_avg_s": 2.0, "queue_avg_s": 1.9, "waiting": 2.0, "waiting_max": 9.0,
+         "waiting_share": 0.2, "preemptions": 3.0, "kv_cache_usage_max": 1.0},
         {"error_rate_oom": 0.05},
         {"worker_cpu_max": 0.95},
         {"worker_cpu_max": 0.2, "worker_cpu_demand_max": 0.95},

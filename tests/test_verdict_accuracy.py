@@ -26,6 +26,8 @@ def test_fixed_subset_names_the_limiting_resource() -> None:
     # bench/results/verdict_accuracy.md
     assert s["judged"] >= 38
     assert s["accuracy"] >= 0.95, verdict_accuracy.confusion(results)
+    assert s["kind_and_cause"] >= 0.95  # the kind too (issue 26): not low_concurrency on a
+    # busy device, not overloaded for prompts queued for the token budget
     assert s["abstained"] == 0
     assert s["contradictions"] == 0
     assert s["split_within_10pct"] >= 0.95

@@ -179,12 +179,32 @@ def test_busy_is_not_called_idle() -> None:
     assert found is not None and found.cause == "under_loaded"
 
 
-def test_small_batch_is_low_concurrency_with_the_step_bound_as_cause() -> None:
+def test_small_batch_on_memory_bound_steps_is_decode_bound_with_its_headroom() -> None:
+    # issue 26: a busy device reading the weights every step is not idle (memory is busy):
+    # decode_bound, its headroom the evidence and the first action, not low_concurrency
     row = _row(running=2.0, running_max=2.0, concurrency=2.0)
     found = _check("small_batch", row, max_num_seqs=256)
-    assert found is not None and found.kind == "low_concurrency"
+    assert found is not None and found.kind == "decode_bound"
     assert found.cause == "bandwidth_bound_decode"
+    assert any("the server has headroom" in e for e in found.evidence)
+    assert found.actions[0].startswith("offer more load")
+    # no step bound: the headroom is all the rule knows
+    bare = _check(
+        "small_batch", _row(running=2.0, running_max=2.0, step_bound=""), max_num_seqs=256
+    )
+    assert bare is not None and bare.kind == "low_concurrency" and not bare.cause
     assert _check("small_batch", _row(running=30.0), max_num_seqs=32) is None
+
+
+def test_a_burst_of_waiting_is_no_admission_queue() -> None:
+    # issue 26: requests waited in a third of the samples (bursts of arrivals, preemptions):
+    # not admission, and never called a standing queue
+    burst = dict(ttft_avg_s=0.5, queue_avg_s=0.45, waiting=1.5, waiting_max=6.0, running=2.0,
+                 kv_cache_usage_max=1.0, preemptions=4.0)  # fmt: skip
+    assert _check("admission", _row(**burst, waiting_share=0.35)) is None
+    stood = _check("admission", _row(**burst, waiting_share=0.9))
+    assert stood is not None and stood.cause == "kv_capacity_admission"
+    assert any(e.startswith("standing queue") for e in stood.evidence)
 
 
 def test_step_bound_causes() -> None:
@@ -286,3 +306,22 @@ def test_cut_off_requests_are_overload_only_when_the_server_fell_behind() -> Non
         "error_rate_http_5xx": 1.0,
     }
     assert stage_verdict(_row(**failing), [lower, _row(**failing)]).kind == "errors"
+
+
+def test_confidence_is_one_level_lower_for_lag_late_reads_and_a_margin() -> None:
+    # issue 26 item 7: a lagging simulator kept "high"; the level now says what it is worth
+    clean = stage_verdict(_row(compute_time_share=0.1))
+    assert clean.cause == "bandwidth_bound_decode" and clean.confidence == "high"
+    lagged = stage_verdict(_row(compute_time_share=0.1, sim_lag_mean_s=0.02, sim_late_share=0.3))
+    assert lagged.confidence == "medium"
+    assert any("fell behind its schedule" in e for e in lagged.evidence)
+    late = stage_verdict(
+        _row(compute_time_share=0.1, client_delay_first_p99_s=0.02, client_delay_first_late=5.0,
+             ttft_p50_s=2.0)
+    )  # fmt: skip
+    assert late.kind == "decode_bound" and late.confidence == "medium"
+    margin = stage_verdict(_row(compute_time_share=0.45))
+    assert margin.cause == "bandwidth_bound_decode" and margin.confidence == "medium"
+    assert any(e.startswith("on the margin of its rule") for e in margin.evidence)
+    few = stage_verdict(_row(compute_time_share=0.45, requests=12.0))
+    assert few.confidence == "low"  # never below low

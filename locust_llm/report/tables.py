@@ -117,7 +117,10 @@ COLUMNS: tuple[str, ...] = (
     "running_max",
     "waiting",
     "waiting_max",
+    "waiting_share",
     "preemptions",
+    "sim_lag_mean_s",
+    "sim_late_share",
     "server_output_tokens",
     "server_prompt_tps",
     "server_cached_tps",
@@ -378,9 +381,20 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
 
     for signal in ("gpu_util", "gpu_mem_util", "kv_cache_usage", "running", "waiting"):
         row[signal], row[f"{signal}_max"] = combined(signal)
+    # the share of the stage's samples with a request waiting: how long a queue stood, where
+    # the mean cannot tell a queue standing throughout from a burst (the verdict's admission)
+    waiting = tel.combined_window("waiting", lo, hi)
+    row["waiting_share"] = float((waiting >= 1).mean()) if waiting.size else NAN
     row["dram_bw_util"] = combined("dram_bw_util")[0]
     row["power_w"] = combined("power_w")[0]
     row["preemptions"] = series_increase(tel.series, "preemptions", lo, hi)  # summed
+    # a simulated server's own lag (diagnosis/lag.py): its latencies then include host delay,
+    # and the verdict's confidence says so
+    steps = series_increase(tel.series, "sim_steps", lo, hi)
+    lag = series_increase(tel.series, "sim_lag_s", lo, hi)
+    late = series_increase(tel.series, "sim_late_steps", lo, hi)
+    row["sim_lag_mean_s"] = lag / steps if steps > 0 else NAN
+    row["sim_late_share"] = (late if late == late else 0.0) / steps if steps > 0 else NAN
     row.update(_counter_stats(tel, lo, hi))
     cpu, cpu_src = samples("worker_cpu_util")  # the busiest worker (over_instances: max)
     row["worker_cpu_max"] = float(cpu.max()) if cpu.size else NAN

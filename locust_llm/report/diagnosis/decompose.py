@@ -26,7 +26,9 @@ Pure (numpy in, dicts out). Two sources, best first:
    lowest-load stage (predicted / observed mean TTFT there less the wait for the step under
    way, or less Little's law's queue when the waiting gauge shows one there; clamped to
    0.05..1). Without a roofline (no model/GPU given) the lowest-load stage's mean TTFT per
-   input token is the prefill rate. Queue = mean TTFT - prefill (>= 0).
+   input token is the prefill rate. Queue = mean TTFT - prefill (>= 0). A simulated server
+   that lagged (``sim_lag_mean_s``, its mean step lag over the window) handed first tokens
+   out late by that much: it is ``outside_avg_s``, not prefill.
 
 2a. ``server prefill clock`` (before the model, for a server that keeps a prefill clock but no
    phase histograms: llama.cpp's ``prompt_seconds_total``): its increase over the stage window
@@ -437,10 +439,14 @@ def _decompose_row(
     if waiting < _TH.no_queue_waiting:  # the waiting gauge says no queue: only the step under way
         queue = min(queue, wait)
     queue = min(queue, ttft)
+    # a simulated server that fell behind handed each first token out late by its step's lag:
+    # host delay, not prefill; outside the engine, as the server's own split books it
+    lag = _f(row, "sim_lag_mean_s")
+    outside = min(lag, ttft - queue) if lag > 0 else NAN
     row.update(
         queue_avg_s=queue,
-        prefill_avg_s=ttft - queue,
-        outside_avg_s=NAN,  # the model's prefill is the rest of TTFT
+        prefill_avg_s=ttft - queue - (outside if outside > 0 else 0.0),
+        outside_avg_s=outside,  # else NaN: the model's prefill is the rest of TTFT
         ttft_split_source="model",
         phase_requests=NAN,
     )

@@ -108,7 +108,18 @@ def render(defaults: Thresholds | None = None) -> str:
         "",
         "Confidence: `high` with server telemetry and the roofline (or the server's own TTFT "
         "split), `medium` with one of them, `low` on client-side evidence or with fewer than "
-        f"{_code(CONFIDENCE_READS)} requests in the stage.",
+        "`confident_requests` requests in the stage; one level lower when the timings carry "
+        "delay that is not the server's: a simulated server that fell behind its schedule "
+        "(`sim_lag_mean_s`, `sim_late_share`) or first tokens read late by the worker "
+        "(`client_delay_bound_s` for `client_delay_min_late` requests), or when the finding sits "
+        "on the margin of the test that named its cause (compute's share of the busy time within "
+        "`confidence_margin` of `compute_bound_share`; decode and TTFT within a factor "
+        "`confidence_ratio` for a prefill cause; requests waiting in less than "
+        "`queue_stood_share` + `confidence_margin` of the samples for an admission cause, or KV "
+        "capacity named while a token budget is set and prompts' compute sets the steps: the "
+        "budget, which the scheduler tests first, binds beside it). Reads "
+        f"{_code(CONFIDENCE_READS)}. Measured accuracy per level: "
+        "bench/results/verdict_accuracy.md.",
         "",
         *_thresholds(defaults),
     ]

@@ -54,6 +54,10 @@ class Thresholds:
     # far past capacity completes nothing before the run ends: overload, not too few requests)
     cut_off_share: float = 0.5
     confident_requests: int = 20  # fewer (4 x min_requests): the verdict's confidence is low
+    # a verdict whose deciding share sits within this of its threshold, or whose decode and
+    # TTFT are within this factor of each other (prefill causes), is one confidence level lower
+    confidence_margin: float = 0.1
+    confidence_ratio: float = 1.5
     client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
     client_delay_bound_s: float = 0.010  # first-token client delay P99 at or above (s) ...
     client_delay_min_late: int = 2  # ... with at least this many requests read that late
@@ -64,6 +68,9 @@ class Thresholds:
     no_queue_waiting: float = 0.5  # mean waiting below: no queue (verdict and time split)
     no_queue_share: float = 0.25  # ... or below 1 and below this share of the mean batch
     standing_queue_share: float = 0.5  # waiting (at least 1) at this share of running: a queue
+    # requests waiting in at least this share of a stage's waiting-gauge samples: the queue
+    # stood (admission); less is bursts (the simulator's label: waits in half the step time)
+    queue_stood_share: float = 0.5
     low_batch_fraction: float = 0.25  # running at most this share of its limit: under-used
     saturated_gpu_util: float = 0.90
     saturated_bw_util: float = 0.70

@@ -54,6 +54,7 @@ from locust_llm.report.diagnosis.knee import (
     no_headroom,
     stage_scaling,
 )
+from locust_llm.report.diagnosis.lag import lagged
 from locust_llm.report.diagnosis.resources import prompts_per_s, recompute_tokens_per_s
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
 from locust_llm.report.fmt import column as _v
@@ -252,6 +253,7 @@ _STEP_READS: tuple[str, ...] = (
 #: The thresholds :func:`_queued` reads (with the server signals' sample count).
 _QUEUE_READS: tuple[str, ...] = (
     "no_queue_waiting",
+    "queue_stood_share",
     "queue_share",
     "queue_min_steps",
     "standing_queue_share",
@@ -285,17 +287,33 @@ def _queue_share(ctx: Context) -> float:
     return queue / ttft if ttft > 0 else math.nan
 
 
+def _queue_stood(ctx: Context) -> bool:
+    """Requests waited in at least ``queue_stood_share`` of the stage's samples of the waiting
+    gauge (unknown: True). A queue in a third of the steps is bursts of arrivals or of
+    preemptions, not an admission limit: the steps are."""
+    share, least = ctx.server_v("waiting_share"), ctx.thresholds.queue_stood_share
+    return math.isnan(share) or share >= least
+
+
 def _standing_queue(ctx: Context) -> bool:
+    """Its definition: at least one request waiting on average, at least
+    ``standing_queue_share`` of the batch, and waiting in at least ``queue_stood_share`` of
+    the samples (a queue that stood, not a burst)."""
     waiting, running = ctx.server_v("waiting"), ctx.server_v("running")
     share = ctx.thresholds.standing_queue_share
-    return waiting >= 1 and waiting >= share * (running if running > 0 else 0)
+    stood = _queue_stood(ctx)
+    return stood and waiting >= 1 and waiting >= share * (running if running > 0 else 0)
 
 
 def _queued(ctx: Context) -> bool:
     """Requests wait for admission: a standing queue; a KV cache that preempted while the
     waiting gauge saw at least one request wait (only a cache out of blocks preempts, and a
     preempted sequence waits to resume: its wait shows in its tokens, not in TTFT); or, unless
-    the waiting gauge says nothing waits, queue time at least ``queue_share`` of TTFT."""
+    the waiting gauge says nothing waits, queue time at least ``queue_share`` of TTFT. Never
+    when the waiting gauge saw requests wait in less than ``queue_stood_share`` of its samples
+    (:func:`_queue_stood`)."""
+    if not _queue_stood(ctx):
+        return False
     if _standing_queue(ctx):
         return True
     if ctx.server_v("preemptions") > 0 and ctx.server_v("waiting_max") >= 1:
@@ -382,10 +400,13 @@ def _cut_off_text(ctx: Context) -> str:
     "`cut_off_share` of those sent and at least `min_requests`, and the server fell behind: "
     "they had been in flight at least `latency_climb` x the P99 latency of the next-lower "
     "load, or the server held a standing queue (waiting >= 1 and >= `standing_queue_share` "
-    "of the batch). Overloaded, whatever few completed: the cause is what stopped admission "
-    "or the step bound, where known (not for a stage with out-of-memory errors, other "
-    "failures than timeouts above `error_rate`, or a busy client: those rules judge it)",
-    kinds=("overloaded",),
+    "of the batch, in at least `queue_stood_share` of the samples). Overloaded, whatever few "
+    "completed: the cause is what stopped admission or the step bound, where known; when no "
+    "admission gate stopped them (the step's token budget, or the step bound alone), the step "
+    "bound's own kind (`prefill_bound`, `decode_bound`) with the cut-off as its evidence (not "
+    "for a stage with out-of-memory errors, other failures than timeouts above `error_rate`, "
+    "or a busy client: those rules judge it)",
+    kinds=("overloaded", "prefill_bound", "decode_bound"),
     causes=(
         "kv_capacity_admission",
         "batch_limit_admission",
@@ -397,8 +418,10 @@ def _cut_off_text(ctx: Context) -> str:
         "error_rate",
         "latency_climb",
         "standing_queue_share",
+        "queue_stood_share",
         "client_cpu",
         "min_telemetry_samples",
+        "cache_note_share",
         "budget_fill",
         "slot_fill",
         "saturated_kv",
@@ -433,8 +456,10 @@ def _cut(ctx: Context) -> Finding | None:
     cause, blocker = _admission_blocker(ctx) if ctx.telemetry_ok else ("", "")
     cause = cause or _step_cause(ctx)
     evidence = [_cut_off_text(ctx), *behind, blocker]
+    # no admission gate stopped them: the steps' bound is the limit, named by its own kind
+    # (prompts queued for prefill compute are prefill_bound), the cut-off the evidence
     return Finding(
-        "overloaded",
+        CAUSE_KINDS[cause] if cause in STEP_CAUSES else "overloaded",
         tuple(e for e in evidence if e),
         cause,
         client_side=not ctx.telemetry_ok,
@@ -500,7 +525,8 @@ def _oom(ctx: Context) -> Finding | None:
     "reached `client_delay_bound_s` for at least `client_delay_min_late` requests and "
     "`client_delay_share` of the stage's TTFT P50 (smaller, it is a measurement caveat in the "
     "report's warnings, not the stage's limit), with no standing queue on the server (waiting "
-    ">= 1 and >= `standing_queue_share` of the batch; with one, the server is offered more "
+    ">= 1 and >= `standing_queue_share` of the batch in at least `queue_stood_share` of the "
+    "samples; with one, the server is offered more "
     "than it takes: the stage is the server's)",
     kinds=("client_bound",),
     reads=(
@@ -509,6 +535,7 @@ def _oom(ctx: Context) -> Finding | None:
         "client_delay_min_late",
         "client_delay_share",
         "standing_queue_share",
+        "queue_stood_share",
         "min_telemetry_samples",
     ),
 )
@@ -626,7 +653,9 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
     when the KV cache holds at least that many sequences (the scheduler tests the batch limit
     before it asks for KV blocks, so where both bind, the batch limit stops admission), unless
     the KV cache preempted and the mean batch stayed below ``slot_fill`` of the limit (the KV
-    cache ran out first); the KV cache; a batch that stays at one plateau while load grows."""
+    cache ran out first); prompts' compute filling the busy time (the token budget, tested
+    before KV blocks: :func:`_prompt_compute_text`); the KV cache; a batch that stays at one
+    plateau while load grows."""
     th = ctx.thresholds
     kv_max, pre = ctx.server_v("kv_cache_usage_max"), ctx.server_v("preemptions")
     running_max = ctx.server_v("running_max")
@@ -653,6 +682,9 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
             f"batch peaked at {num(running_max)} running of {label} {num(limit)}{said} with the "
             f"KV cache at {pct(kv_max)}: requests wait for a batch slot"
         )
+    compute = _prompt_compute_text(ctx)
+    if compute:  # the batch limit does not bind: the token budget is tested next
+        return _step_cause(ctx), compute
     if _kv_full(ctx):
         return "kv_capacity_admission", (
             f"KV cache peaked at {pct(kv_max)} ({num(pre, 0)} preemptions): sequences wait for "
@@ -670,6 +702,21 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
                 "signal: a slot or batch limit of about that size"
             )
     return "", ""
+
+
+def _prompt_compute_text(ctx: Context) -> str:
+    """Evidence that prompts queue for prefill compute where the KV cache binds beside it, or
+    "": a token budget is set and prompts' compute fills ``prefill_saturated`` of the busy
+    time, so every step is as long as its prompt chunks and more KV space admits nothing
+    sooner (the mean TPOT under-counts the tokens of the long, budget-filled steps, so the
+    ``budget_fill`` test can miss it)."""
+    if not is_num(ctx.server.get("max_num_batched_tokens")) or not _prompt_saturated(ctx):
+        return ""
+    return (
+        f"{_resources_text(ctx)}; prompts' compute sets {pct(ctx.v('compute_time_share'))} of "
+        f"the busy time (>= {pct(ctx.thresholds.prefill_saturated)}): prompts queue for "
+        "prefill compute, not for KV space"
+    )
 
 
 def _prompt_saturated(ctx: Context) -> bool:
@@ -709,23 +756,28 @@ def _token_budget_text(ctx: Context) -> str:
 
 @rule(
     "admission",
-    "requests wait for admission: queue time at least `queue_share` of TTFT and longer than "
+    "requests wait for admission, in at least `queue_stood_share` of the waiting gauge's "
+    "samples (a queue that stood, not a burst): queue time at least `queue_share` of TTFT and "
+    "longer than "
     "`queue_min_steps` decode steps (unless the waiting gauge reads below `no_queue_waiting`), "
     "a standing queue (waiting >= 1 and >= half the batch), or a KV cache that preempted while "
     "at least one request waited (preempted sequences wait to resume; TTFT does not show it). The "
     "cause, in the order a scheduler tests its admission gates: the step's token budget "
     "(compute-bound steps whose tokens per step fill `budget_fill` of "
-    "--max-num-batched-tokens: the step bound's cause, prompts queue for prefill compute); "
+    "--max-num-batched-tokens: the step bound's cause and kind, `prefill_bound`, not "
+    "`overloaded`: prompts queue for prefill compute); "
     "`batch_limit_admission` when demand exceeds max-num-seqs or the server's slots (given, "
     "probed, or read from a flat running gauge) and the "
     "batch reached `slot_fill` of it or requests wait (without a running gauge: more users than "
     "slots and TTFT at least `queue_share` queue, client-side), with the KV cache holding that "
     "many sequences (not when the KV cache preempted while the mean batch stayed below `slot_fill` "
     "of the limit, nor for a plateau read off the running gauge when prompts' compute fills "
-    "`prefill_saturated` of the busy time); `kv_capacity_admission` when the KV cache peaked "
+    "`prefill_saturated` of the busy time); the step bound's prefill cause again when a token "
+    "budget is set and prompts' compute fills `prefill_saturated` of the busy time; "
+    "`kv_capacity_admission` when the KV cache peaked "
     "at `saturated_kv` (or within one sequence of full) or preempted; else, with no KV "
     "signal, a batch that stays at one plateau (`slot_fill`) while load grows",
-    kinds=("overloaded",),
+    kinds=("overloaded", "prefill_bound"),
     causes=(
         "kv_capacity_admission",
         "batch_limit_admission",
@@ -748,6 +800,9 @@ def _admission(ctx: Context) -> Finding | None:
     cause, blocker = _admission_blocker(ctx)
     if not cause:
         return None  # a queue without a binding admission limit: the steps are the limit
+    # prompts queue for the step's token budget under compute-bound steps: the steps' bound
+    # is the limit (prefill_bound), not an admission gate
+    kind = CAUSE_KINDS[cause] if cause in STEP_CAUSES else "overloaded"
     queue = "standing queue" if _standing_queue(ctx) else "queue"
     evidence = [
         _split_text(ctx) + f": queue is {pct(share)} of TTFT",
@@ -756,9 +811,7 @@ def _admission(ctx: Context) -> Finding | None:
         "average",
         blocker,
     ]
-    return Finding(
-        "overloaded", tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok
-    )
+    return Finding(kind, tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok)
 
 
 @rule(
@@ -813,11 +866,14 @@ def _under(ctx: Context) -> Finding | None:
 @rule(
     "small_batch",
     "no queue and the batch at most `low_batch_fraction` of its limit (max-num-seqs, the "
-    "server's slots or the KV capacity): busy, but more load still adds throughput, the "
-    "memory-bound decode steps reading the weights once for more sequences. Not where compute "
-    "sets the step time (a larger batch adds compute, not throughput), nor on a stage reached "
-    "by, or leading to, a step that flattens, stays flat or falls (as `under_loaded`)",
-    kinds=("low_concurrency",),
+    "server's slots or the KV capacity): the device is busy with memory-bound decode steps "
+    "(`decode_bound`, memory bandwidth: the steps read the weights, so memory is not idle), "
+    "but more load still adds throughput, each step reading the weights once for more "
+    "sequences: the headroom is in the evidence and the first action. `low_concurrency` only "
+    "where the resource model names no step bound. Not where compute sets the step time (a "
+    "larger batch adds compute, not throughput), nor on a stage reached by, or leading to, a "
+    "step that flattens, stays flat or falls (as `under_loaded`)",
+    kinds=("decode_bound", "low_concurrency"),
     causes=("bandwidth_bound_decode",),
     reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band"),
 )
@@ -831,7 +887,17 @@ def _small(ctx: Context) -> Finding | None:
     busy = ctx.server_v("gpu_util")
     if not math.isnan(busy):
         evidence.append(f"GPU busy {pct(busy)}: busy, but more load would still add throughput")
-    return Finding("low_concurrency", tuple(e for e in evidence if e), _step_cause(ctx))
+    cause = _step_cause(ctx)
+    if not cause:  # nothing says what the steps wait on: the headroom is the finding
+        return Finding("low_concurrency", tuple(e for e in evidence if e))
+    # the steps are memory-bound: the device is busy reading the weights (decode_bound), and
+    # a larger batch reads them once for more sequences (the headroom: the first action)
+    return Finding(
+        CAUSE_KINDS[cause],
+        tuple(e for e in evidence if e),
+        cause,
+        actions=(CAUSE_ACTIONS["under_loaded"][0], *CAUSE_ACTIONS[cause]),
+    )
 
 
 @rule(
@@ -1049,7 +1115,17 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
 
 
 #: The thresholds the confidence of every finding reads (besides the rule's own).
-CONFIDENCE_READS: tuple[str, ...] = ("confident_requests",)
+CONFIDENCE_READS: tuple[str, ...] = (
+    "confident_requests",
+    "confidence_margin",
+    "confidence_ratio",
+    "compute_bound_share",
+    "queue_stood_share",
+    "client_delay_bound_s",
+    "client_delay_min_late",
+    "sim_lag_mean_s",
+    "sim_late_share",
+)
 
 
 def _requests(ctx: Context, finding: Finding) -> float:
@@ -1058,13 +1134,81 @@ def _requests(ctx: Context, finding: Finding) -> float:
 
 
 def _confidence(ctx: Context, finding: Finding) -> str:
+    """``high``: server telemetry and the resource model (or the server's own time split);
+    ``medium``: telemetry only; ``low``: client-side, or fewer than ``confident_requests``.
+    One level lower when the timings carry delay that is not the server's
+    (:func:`_timing_caveats`)."""
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
     if _requests(ctx, finding) < ctx.thresholds.confident_requests:
         return "low"
     has_model = not math.isnan(ctx.v("mfu"))
     server_split = ctx.row.get("ttft_split_source") == "server"
-    return "high" if has_model or server_split else "medium"
+    level = "high" if has_model or server_split else "medium"
+    caveats = _timing_caveats(ctx) if finding.kind != "client_bound" else []
+    if caveats or _on_margin(ctx, finding.cause):
+        return "medium" if level == "high" else "low"
+    return level
+
+
+def _on_margin(ctx: Context, cause: str) -> str:
+    """What puts the finding on the margin of the test that named its cause, or "": the step
+    bound with compute's share of the busy time within ``confidence_margin`` of
+    ``compute_bound_share`` (compute- vs memory-bound steps); a prefill cause with decode and
+    TTFT within a factor ``confidence_ratio`` of each other (interference vs prompts'
+    compute); an admission cause with requests waiting in less than ``queue_stood_share`` +
+    ``confidence_margin`` of the samples (a queue that stood vs bursts). The benchmark
+    measures what each confidence level is worth (bench/results/verdict_accuracy.md)."""
+    th = ctx.thresholds
+    if cause in STEP_CAUSES:
+        share = ctx.v("compute_time_share")
+        if abs(share - th.compute_bound_share) < th.confidence_margin:
+            return (
+                f"compute sets {pct(share)} of the busy time, less than "
+                f"{th.confidence_margin * 100:.0f} points from the {pct(th.compute_bound_share)} "
+                "that parts compute- from memory-bound steps"
+            )
+        decode, ttft = ctx.v("decode_avg_s"), ctx.v("ttft_avg_s")
+        prefill = cause in ("prefill_interference", "compute_bound_prefill")
+        close = (
+            decode > 0 and ttft > 0 and max(decode, ttft) < th.confidence_ratio * min(decode, ttft)
+        )
+        if prefill and close:
+            return f"decode {ms(decode)} ms and TTFT {ms(ttft)} ms are close"
+    if CAUSES.get(cause) is not None and CAUSES[cause].gate == "admission":
+        waited = ctx.server_v("waiting_share")
+        if waited < th.queue_stood_share + th.confidence_margin:
+            return f"requests waited in {pct(waited)} of the samples"
+        budget = is_num(ctx.server.get("max_num_batched_tokens"))
+        if cause == "kv_capacity_admission" and budget and _step_cause(ctx) in _PREFILL:
+            # the scheduler tests the token budget before KV blocks: with prompts' compute
+            # setting the steps, the budget is spent in many of them beside the full cache
+            return "the steps are compute-bound on prompts: the token budget binds beside it"
+    return ""
+
+
+_PREFILL: tuple[str, ...] = ("prefill_interference", "compute_bound_prefill")
+
+
+def _timing_caveats(ctx: Context) -> list[str]:
+    """Delay in the stage's timings that is not the server's: a simulated server that fell
+    behind its real-time schedule (:mod:`~locust_llm.report.diagnosis.lag`), first tokens the
+    worker read late (:func:`~locust_llm.report.diagnosis.client_delay.late_first_reads`)."""
+    out = []
+    lag, late = ctx.v("sim_lag_mean_s"), ctx.v("sim_late_share")
+    if lagged(lag if lag == lag else 0.0, late if late == late else 0.0):
+        out.append(
+            f"the simulated server fell behind its schedule {ctx.where} (mean step lag "
+            f"{ms(lag, 1)} ms, {pct(late)} of its steps late): its timings include host delay, "
+            "so the confidence is one level lower"
+        )
+    reads = late_first_reads(ctx.row, ctx.thresholds)
+    if reads is not None:
+        out.append(
+            f"the worker read first tokens up to {ms(reads[0], 1)} ms late {ctx.where}: the "
+            "client's timings include that delay, so the confidence is one level lower"
+        )
+    return out
 
 
 def stage_verdict(
@@ -1094,6 +1238,11 @@ def stage_verdict(
         samples = ctx.v("server_samples")
         if found.client_side:
             evidence = (*evidence, _client_side_note(samples, thresholds))
+        if found.kind != "client_bound":
+            evidence = (*evidence, *_timing_caveats(ctx))
+        margin = _on_margin(ctx, found.cause)
+        if margin:
+            evidence = (*evidence, f"on the margin of its rule ({margin}): confidence one lower")
         return Verdict(
             kind=found.kind,
             evidence=evidence,
