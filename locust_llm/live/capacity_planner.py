@@ -22,8 +22,16 @@ from collections.abc import Callable
 from typing import Any
 
 from locust_llm.capacity import flags
-from locust_llm.capacity.measure import Sample, StageMeasurement, StageRule, measure, stop_reason
-from locust_llm.capacity.search import CapacitySearch
+from locust_llm.capacity.measure import (
+    UNCLEAR,
+    Sample,
+    StageMeasurement,
+    StageRule,
+    measure,
+    pool,
+    stop_reason,
+)
+from locust_llm.capacity.search import CONFIRM, GROW, CapacitySearch
 from locust_llm.capacity.slo import Slo
 from locust_llm.metrics import CLIENT_SIDE_KINDS, RECORD_FIELDS, RequestRecord
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
@@ -82,6 +90,8 @@ class CapacityPlanner:
         #: measurement starts after that backlog
         self.backlog_end: dict[int, float] = {}
         self._names: set[str] = set()
+        #: stage -> the search's phase that planned it (only a confirmation is never screened)
+        self.phases: dict[int, str] = {}
 
     def first_plan(self) -> StagePlan:
         load = self.search.next_load()
@@ -90,6 +100,7 @@ class CapacityPlanner:
 
     def _plan(self, stage: int, load: float) -> StagePlan:
         self.loads[stage] = load
+        self.phases[stage] = self.search.phase
         plan = capacity_plan(load, closed=self.closed, rule=self.rule)
         name, again = plan.name, 2
         while name in self._names:  # a load measured again keeps a name of its own
@@ -147,7 +158,10 @@ class CapacityPlanner:
         if older_in_flight() and now_s - self.starts[stage] < self.rule.max_duration_s:
             return False  # the server still serves an earlier stage's backlog
         m = self._measure(stage, now_s)
-        reason = stop_reason(m, self.rule, now_s - self.starts[stage])
+        # a closed loop's growing stage may end once clearly below every limit; an open loop's
+        # queue builds over the stage, so its short stages look met until it has built
+        screening = self.closed and self.phases.get(stage) == GROW
+        reason = stop_reason(m, self.rule, now_s - self.starts[stage], screening=screening)
         if reason:
             self.reasons[stage] = reason
         return bool(reason)
@@ -169,6 +183,8 @@ class CapacityPlanner:
         if ended_stage not in self.measured:
             m = self._measure(ended_stage, ended_s)
             self.measured[ended_stage] = m
+            if self.phases.get(ended_stage) == CONFIRM and m.state == UNCLEAR:
+                m = self._pooled(ended_stage, m)
             self.reasons.setdefault(ended_stage, "time cap" if ended_s > 0 else "")
             self.search.record(m, ended_stage)
         load = self.search.next_load()
@@ -178,6 +194,14 @@ class CapacityPlanner:
         self.starts[stage] = ended_s  # or later, after a pause (stage_opened says)
         self._check_at = self.rule.min_requests
         return self._plan(stage, load)
+
+    def _pooled(self, stage: int, m: StageMeasurement) -> StageMeasurement:
+        """An unclear confirmation judged on every stage that measured its load."""
+        same = [k for k in sorted(self.measured) if k < stage and self.loads[k] == m.load]
+        if not same:
+            return m
+        parts = [(self.measured[k], self.samples[k]) for k in same]
+        return pool([*parts, (m, self.samples[stage])], self.slo, self.rule.confidence)
 
     def console_answer(self) -> str:
         """What the console says once the search ended: the answer and what it cost."""
@@ -216,7 +240,7 @@ def capacity_info(
             "start": s.start, "factor": s.factor, "resolution": s.resolution,
             "max_load": s.max_load, "width": rule.width, "min_requests": rule.min_requests,
             "max_requests": rule.max_requests, "max_duration_s": rule.max_duration_s,
-            "confidence": rule.confidence,
+            "confidence": rule.confidence, "screen": rule.screen,
         },
     )  # fmt: skip
     return out
