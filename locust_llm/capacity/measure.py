@@ -61,6 +61,10 @@ class StageRule:
     width: float = 0.25  # an undecided percentile is measured when (hi - lo) / value <= this
     min_requests: int = 20  # settled requests before any decision
     max_requests: int = 2000  # the request cap of a stage (all its samples)
+    #: the request cap of a stage that only steers the search (growing, bisecting): one still
+    #: unclear there is within its intervals of the boundary, and is judged by its point
+    #: estimates; the confirmation of the answer runs to ``max_requests``
+    probe_max_requests: int = 500
     max_duration_s: float = 300.0  # the time cap of a stage
     confidence: float = CONFIDENCE
     #: a screening stage (growing, bisecting: not the confirmation) ends once every percentile
@@ -324,15 +328,21 @@ def clearly_below(m: StageMeasurement, screen: float) -> bool:
 
 
 def stop_reason(
-    m: StageMeasurement, rule: StageRule, elapsed_s: float, *, screening: bool = False
+    m: StageMeasurement,
+    rule: StageRule,
+    elapsed_s: float,
+    *,
+    screening: bool = False,
+    probe: bool = False,
 ) -> str:
     """Why the stage may end now ("" = it goes on): ``decided`` (every percentile SLO met, or
     one broken), ``screened`` (a ``screening`` stage whose objectives all hold, every
     percentile at most ``rule.screen`` of its limit), ``measured`` (the undecided ones'
-    intervals are within ``rule.width``), ``time cap``, ``request cap``."""
+    intervals are within ``rule.width``), ``time cap``, ``request cap`` (a ``probe`` stage's:
+    ``rule.probe_max_requests``)."""
     if elapsed_s >= rule.max_duration_s:
         return "time cap"
-    if m.sent >= rule.max_requests:
+    if m.sent >= (min(rule.max_requests, rule.probe_max_requests) if probe else rule.max_requests):
         return "request cap"
     if m.requests < rule.min_requests:
         return ""

@@ -158,10 +158,14 @@ class CapacityPlanner:
         if older_in_flight() and now_s - self.starts[stage] < self.rule.max_duration_s:
             return False  # the server still serves an earlier stage's backlog
         m = self._measure(stage, now_s)
-        # a closed loop's growing stage may end once clearly below every limit; an open loop's
-        # queue builds over the stage, so its short stages look met until it has built
+        # a closed loop's growing stage may end once clearly below every limit, and its stages
+        # that only steer the search stop at the probe cap; an open loop's queue builds over
+        # the stage (its P99 swings with each queue episode), so its stages run the full rule
         screening = self.closed and self.phases.get(stage) == GROW
-        reason = stop_reason(m, self.rule, now_s - self.starts[stage], screening=screening)
+        reason = stop_reason(
+            m, self.rule, now_s - self.starts[stage], screening=screening,
+            probe=self.closed and self.phases.get(stage) != CONFIRM,
+        )  # fmt: skip
         if reason:
             self.reasons[stage] = reason
         return bool(reason)
