@@ -25,6 +25,7 @@ from locust_llm.capacity.measure import (
     StageMeasurement,
     StageRule,
     measure,
+    pool,
     stop_reason,
     warmup_cut,
 )
@@ -140,6 +141,52 @@ def test_a_stage_stops_when_decided_or_at_its_caps() -> None:
     # now are not settled yet
     assert at.warmup_s == pytest.approx(1.0) and at.warmup_requests == 10
     assert at.requests == sum(1 for i in range(40) if 1.0 <= i * 0.1 <= 29.0)
+
+
+def test_a_steering_stage_ends_once_clearly_below_and_a_confirmation_never_does() -> None:
+    rng = random.Random(11)
+    slo = parse_slo("ttft_p99=1s")
+    rule = StageRule(min_requests=20)
+    # P99 of exponential(0.1) is 0.46 s: far below the limit, but 40 samples cannot bound it
+    low = measure(_samples(40, rng, 0.1), slo, load=1, stage_start_s=0, now_s=30)
+    assert low.readings[0].state == UNCLEAR and low.readings[0].value <= rule.screen
+    assert stop_reason(low, rule, 10, screening=True) == "screened"
+    assert stop_reason(low, rule, 10) == ""  # the confirmation: the intervals decide
+    # near the limit (P99 of exponential(0.2) is 0.92 s, above 80% of it): no screening
+    near = measure(_samples(400, rng, 0.2), slo, load=1, stage_start_s=0, now_s=200)
+    assert near.readings[0].value > rule.screen * 1.0
+    assert stop_reason(near, rule, 10, screening=True) != "screened"
+    # an error share past the limit by its value is not screened either
+    errs = parse_slo("ttft_p99=1s,errors=1%")
+    failing = [s._replace(ok=i % 10 != 0) for i, s in enumerate(_samples(40, rng, 0.1))]
+    m = measure(failing, errs, load=1, stage_start_s=0, now_s=30)
+    assert stop_reason(m, rule, 10, screening=True) != "screened"
+
+
+def test_a_probe_stops_at_its_own_cap_and_a_confirmation_at_the_stage_cap() -> None:
+    rng = random.Random(12)
+    slo = parse_slo("ttft_p99=1s")
+    rule = StageRule(min_requests=20, probe_max_requests=100, max_requests=400)
+    # at the limit: the P99 stays unclear (no upper bound below 368 samples)
+    at = measure(_samples(150, rng, 1 / 4.6), slo, load=1, stage_start_s=0, now_s=30)
+    assert at.readings[0].state == UNCLEAR and at.sent == 150
+    assert stop_reason(at, rule, 10, probe=True) == "request cap"
+    assert stop_reason(at, rule, 10) == ""
+
+
+def test_pooled_stages_read_every_kept_request_of_the_load() -> None:
+    rng = random.Random(13)
+    slo = parse_slo("ttft_p90=1s")
+    first = _samples(60, rng, 0.4)
+    second = [s._replace(start_s=s.start_s + 100) for s in _samples(60, rng, 0.4)]
+    m1 = measure(first, slo, load=4, stage_start_s=0, now_s=10)
+    m2 = measure(second, slo, load=4, stage_start_s=100, now_s=110)
+    both = pool([(m1, first), (m2, second)], slo)
+    assert both.requests == m1.requests + m2.requests and both.pooled == 2
+    kept = [s.ttft_s for s in first if m1.kept_from_s <= s.start_s <= m1.kept_to_s]
+    kept += [s.ttft_s for s in second if m2.kept_from_s <= s.start_s <= m2.kept_to_s]
+    assert both.readings[0].value == percentile_interval(kept, 90).value
+    assert both.sent == m2.sent and both.load == 4  # the rest is the confirmation's own
 
 
 def _fake(load: float, cap: float) -> StageMeasurement:
