@@ -267,3 +267,21 @@ def test_correlated_latencies_widen_the_interval_back_to_its_coverage() -> None:
             covered[in_order] += iv.lo <= true_p90 <= iv.hi
     # measured: 0.68 taken as independent, 0.98 with the effective sample size (seed 11)
     assert covered[False] / trials < 0.8 and covered[True] / trials >= 0.93
+
+
+def test_an_open_loop_stage_is_overloaded_only_while_its_queue_grows() -> None:
+    from dataclasses import replace
+
+    from locust_llm.live.capacity_planner import overload_reason
+
+    # 25 completions in 31 s at 1.41/s offered: the count alone falls short (an unlucky draw of
+    # arrivals does that) but with the TTFT flat there is no queue: not overloaded
+    short = StageMeasurement(
+        load=1.414, readings=(), requests=25, sent=25, throughput=25 / 31,
+        throughput_hi=(26 + 1.96 * math.sqrt(26)) / 31, warmup_s=0.5, warmup_requests=1,
+    )  # fmt: skip
+    assert short.throughput_hi < DEFAULT_THRESHOLDS.open_loop_shortfall * 1.414
+    assert overload_reason(short, 1.414) == ""
+    assert overload_reason(replace(short, drifting=True), 1.414).startswith("achieved 0.806 of")
+    # enough completions: never overloaded, drifting or not
+    assert overload_reason(replace(short, drifting=True, throughput_hi=1.4), 1.414) == ""
