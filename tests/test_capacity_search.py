@@ -136,7 +136,8 @@ def test_a_stage_stops_when_decided_or_at_its_caps() -> None:
     # P90 of exponential(scale) = 2.3 scale: at the limit the interval straddles it
     at = measure(_samples(40, rng, 1 / 2.3), slo, load=1, stage_start_s=0, now_s=30)
     assert at.readings[0].state == UNCLEAR and stop_reason(at, rule, 10) == ""
-    assert stop_reason(at, rule, rule.max_duration_s) == "time cap"
+    assert stop_reason(at, rule, rule.max_duration_s, probe=True) == "time cap"
+    assert stop_reason(at, rule, 4 * rule.max_duration_s) == "time cap"
     # the first median E2E (1 s) is warm-up; requests started within the longest E2E before
     # now are not settled yet
     assert at.warmup_s == pytest.approx(1.0) and at.warmup_requests == 10
@@ -285,3 +286,20 @@ def test_an_open_loop_stage_is_overloaded_only_while_its_queue_grows() -> None:
     assert overload_reason(replace(short, drifting=True), 1.414).startswith("achieved 0.806 of")
     # enough completions: never overloaded, drifting or not
     assert overload_reason(replace(short, drifting=True, throughput_hi=1.4), 1.414) == ""
+
+
+def test_a_confirmation_runs_past_its_time_cap_until_its_p99_has_an_upper_bound() -> None:
+    rng = random.Random(14)
+    slo = parse_slo("ttft_p99=1s")
+    rule = StageRule(min_requests=20, max_duration_s=100.0)
+    # 200 requests: a P99 has no upper bound below 368 samples
+    m = measure(_samples(200, rng, 0.1), slo, load=1, stage_start_s=0, now_s=30)
+    assert math.isinf(m.readings[0].hi)
+    assert stop_reason(m, rule, 100.0, probe=True) == "time cap"
+    assert stop_reason(m, rule, 100.0) == ""  # the confirmation runs on
+    assert stop_reason(m, rule, 4 * 100.0) == "time cap"  # at most four time caps
+    # a P90 bounded by the same sample: the confirmation stops at the time cap as before
+    p90 = measure(_samples(200, rng, 0.5), parse_slo("ttft_p90=1s"), load=1, stage_start_s=0,
+                  now_s=30)  # fmt: skip
+    assert math.isfinite(p90.readings[0].hi) and stop_reason(p90, rule, 100.0) in (
+        "time cap", "decided", "measured")  # fmt: skip

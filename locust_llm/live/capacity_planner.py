@@ -23,6 +23,7 @@ from typing import Any
 
 from locust_llm.capacity import flags
 from locust_llm.capacity.measure import (
+    CONFIRM_TIME_CAPS,
     UNCLEAR,
     Sample,
     StageMeasurement,
@@ -46,16 +47,18 @@ _TPOT = RECORD_FIELDS.index("tpot_s")
 _E2E = RECORD_FIELDS.index("e2e_s")
 
 
-def capacity_plan(load: float, *, closed: bool, rule: StageRule, name: str = "") -> StagePlan:
-    """The stage that measures ``load``: capped by the rule's time and requests."""
+def capacity_plan(
+    load: float, *, closed: bool, rule: StageRule, name: str = "", confirm: bool = False
+) -> StagePlan:
+    """The stage that measures ``load``: capped by the rule's time and requests (a
+    confirmation's time by ``CONFIRM_TIME_CAPS`` of them: its stop rule ends it sooner)."""
+    duration = rule.max_duration_s * (CONFIRM_TIME_CAPS if confirm else 1)
     if closed:
         return StagePlan(
-            concurrency=int(load), max_sends=rule.max_requests, duration_s=rule.max_duration_s,
+            concurrency=int(load), max_sends=rule.max_requests, duration_s=duration,
             requests=rule.max_requests, name=name,
         )  # fmt: skip
-    return StagePlan(
-        rate=load, duration_s=rule.max_duration_s, requests=rule.max_requests, name=name
-    )
+    return StagePlan(rate=load, duration_s=duration, requests=rule.max_requests, name=name)
 
 
 def overload_reason(m: StageMeasurement, rate: float | None) -> str:
@@ -109,7 +112,8 @@ class CapacityPlanner:
         while name in self._names:  # a load measured again keeps a name of its own
             name, again = f"{plan.name} #{again}", again + 1
         self._names.add(name)
-        return capacity_plan(load, closed=self.closed, rule=self.rule, name=name)
+        confirm = self.phases[stage] == CONFIRM
+        return capacity_plan(load, closed=self.closed, rule=self.rule, name=name, confirm=confirm)
 
     # ---- StagePlanner -------------------------------------------------------------------
     def on_record(self, record: RequestRecord) -> None:
