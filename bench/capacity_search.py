@@ -26,6 +26,9 @@ within 3-10x). Closed loop (users) and open loop (requests/s) in turn:
 
 ``python bench/capacity_search.py [--configs N] [--seed S] [--jobs J] [--out FILE]`` prints a
 markdown section (command, machine, date, counts with denominators, each config's row).
+``--recheck CONFIG:LOAD,LOAD,... --seed S`` judges a miss again: three long open-loop stages
+(``RECHECK_REQUESTS`` each, their own arrival seeds) at each load of that configuration, each
+percentile as a share of its limit and the reference's verdict.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -56,6 +59,7 @@ from locust_llm.workloads.stages import StagePlan
 
 REF_REQUESTS = 600
 REF_REQUESTS_OPEN = 2000
+RECHECK_REQUESTS = 2000
 SEED_LOADS = (1, 10, 50, 100, 200)
 SEED_REQUESTS = (10, 20, 100, 200, 400)
 RESOLUTION = 0.10
@@ -248,15 +252,42 @@ def run_case(case: Case) -> list[tuple[str, bool, bool, int, str]]:
     return out
 
 
+def recheck(case: Case, loads: list[float]) -> list[str]:
+    """Three long open-loop stages at each load (arrival seeds ``seed``, ``+1``, ``+2``)."""
+    lines = [f"config {case.index}: {case.slo.describe()}"]
+    for load in loads:
+        runs = []
+        for k in range(3):
+            c = replace(case, sim=replace(case.sim, seed=case.sim.seed + k))
+            stages = (StagePlan(rate=load, requests=RECHECK_REQUESTS),)
+            records = simulate(c.sim, workload(c, stages), start_wall_s=0.0).records
+            kept = sorted(records, key=lambda r: r.start_wall_s)[RECHECK_REQUESTS // 5 :]
+            ok = [r for r in kept if r.ok]
+            shares = []
+            for p in case.slo.percentiles:
+                values = sorted(v for r in ok if math.isfinite(v := getattr(r, p.field)))
+                shares.append(f"{p.name} {_pct(values, p.q) / p.limit_s:.2f}")
+            verdict = "pass" if stage_passes(c, records, load, False) else "fail"
+            runs.append(" ".join(shares) + f" {verdict}")
+        lines.append(f"{load:g}/s: " + " | ".join(runs))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--out", default="")
     parser.add_argument("--jobs", type=int, default=2, help="processes (at most 4)")
+    parser.add_argument("--recheck", default="", help="CONFIG:LOAD,LOAD (open loop; --seed)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)
+    if args.recheck:
+        index, _, loads = args.recheck.partition(":")
+        cases = [make_case(i, rng) for i in range(int(index) + 1)]
+        print("\n".join(recheck(cases[-1], [float(x) for x in loads.split(",")])))
+        return 0
     started = time.time()
     rows, hits, band_hits, total, cheaper = [], 0, 0, 0, 0
     misses: list[str] = []
