@@ -25,6 +25,7 @@ from locust_llm.capacity.measure import (
     StageMeasurement,
     StageRule,
     measure,
+    pool,
     stop_reason,
     warmup_cut,
 )
@@ -135,11 +136,58 @@ def test_a_stage_stops_when_decided_or_at_its_caps() -> None:
     # P90 of exponential(scale) = 2.3 scale: at the limit the interval straddles it
     at = measure(_samples(40, rng, 1 / 2.3), slo, load=1, stage_start_s=0, now_s=30)
     assert at.readings[0].state == UNCLEAR and stop_reason(at, rule, 10) == ""
-    assert stop_reason(at, rule, rule.max_duration_s) == "time cap"
+    assert stop_reason(at, rule, rule.max_duration_s, probe=True) == "time cap"
+    assert stop_reason(at, rule, 4 * rule.max_duration_s) == "time cap"
     # the first median E2E (1 s) is warm-up; requests started within the longest E2E before
     # now are not settled yet
     assert at.warmup_s == pytest.approx(1.0) and at.warmup_requests == 10
     assert at.requests == sum(1 for i in range(40) if 1.0 <= i * 0.1 <= 29.0)
+
+
+def test_a_steering_stage_ends_once_clearly_below_and_a_confirmation_never_does() -> None:
+    rng = random.Random(11)
+    slo = parse_slo("ttft_p99=1s")
+    rule = StageRule(min_requests=20)
+    # P99 of exponential(0.1) is 0.46 s: far below the limit, but 40 samples cannot bound it
+    low = measure(_samples(40, rng, 0.1), slo, load=1, stage_start_s=0, now_s=30)
+    assert low.readings[0].state == UNCLEAR and low.readings[0].value <= rule.screen
+    assert stop_reason(low, rule, 10, screening=True) == "screened"
+    assert stop_reason(low, rule, 10) == ""  # the confirmation: the intervals decide
+    # near the limit (P99 of exponential(0.2) is 0.92 s, above 80% of it): no screening
+    near = measure(_samples(400, rng, 0.2), slo, load=1, stage_start_s=0, now_s=200)
+    assert near.readings[0].value > rule.screen * 1.0
+    assert stop_reason(near, rule, 10, screening=True) != "screened"
+    # an error share past the limit by its value is not screened either
+    errs = parse_slo("ttft_p99=1s,errors=1%")
+    failing = [s._replace(ok=i % 10 != 0) for i, s in enumerate(_samples(40, rng, 0.1))]
+    m = measure(failing, errs, load=1, stage_start_s=0, now_s=30)
+    assert stop_reason(m, rule, 10, screening=True) != "screened"
+
+
+def test_a_probe_stops_at_its_own_cap_and_a_confirmation_at_the_stage_cap() -> None:
+    rng = random.Random(12)
+    slo = parse_slo("ttft_p99=1s")
+    rule = StageRule(min_requests=20, probe_max_requests=100, max_requests=400)
+    # at the limit: the P99 stays unclear (no upper bound below 368 samples)
+    at = measure(_samples(150, rng, 1 / 4.6), slo, load=1, stage_start_s=0, now_s=30)
+    assert at.readings[0].state == UNCLEAR and at.sent == 150
+    assert stop_reason(at, rule, 10, probe=True) == "request cap"
+    assert stop_reason(at, rule, 10) == ""
+
+
+def test_pooled_stages_read_every_kept_request_of_the_load() -> None:
+    rng = random.Random(13)
+    slo = parse_slo("ttft_p90=1s")
+    first = _samples(60, rng, 0.4)
+    second = [s._replace(start_s=s.start_s + 100) for s in _samples(60, rng, 0.4)]
+    m1 = measure(first, slo, load=4, stage_start_s=0, now_s=10)
+    m2 = measure(second, slo, load=4, stage_start_s=100, now_s=110)
+    both = pool([(m1, first), (m2, second)], slo)
+    assert both.requests == m1.requests + m2.requests and both.pooled == 2
+    kept = [s.ttft_s for s in first if m1.kept_from_s <= s.start_s <= m1.kept_to_s]
+    kept += [s.ttft_s for s in second if m2.kept_from_s <= s.start_s <= m2.kept_to_s]
+    assert both.readings[0].value == percentile_interval(kept, 90).value
+    assert both.sent == m2.sent and both.load == 4  # the rest is the confirmation's own
 
 
 def _fake(load: float, cap: float) -> StageMeasurement:
@@ -220,3 +268,38 @@ def test_correlated_latencies_widen_the_interval_back_to_its_coverage() -> None:
             covered[in_order] += iv.lo <= true_p90 <= iv.hi
     # measured: 0.68 taken as independent, 0.98 with the effective sample size (seed 11)
     assert covered[False] / trials < 0.8 and covered[True] / trials >= 0.93
+
+
+def test_an_open_loop_stage_is_overloaded_only_while_its_queue_grows() -> None:
+    from dataclasses import replace
+
+    from locust_llm.live.capacity_planner import overload_reason
+
+    # 25 completions in 31 s at 1.41/s offered: the count alone falls short (an unlucky draw of
+    # arrivals does that) but with the TTFT flat there is no queue: not overloaded
+    short = StageMeasurement(
+        load=1.414, readings=(), requests=25, sent=25, throughput=25 / 31,
+        throughput_hi=(26 + 1.96 * math.sqrt(26)) / 31, warmup_s=0.5, warmup_requests=1,
+    )  # fmt: skip
+    assert short.throughput_hi < DEFAULT_THRESHOLDS.open_loop_shortfall * 1.414
+    assert overload_reason(short, 1.414) == ""
+    assert overload_reason(replace(short, drifting=True), 1.414).startswith("achieved 0.806 of")
+    # enough completions: never overloaded, drifting or not
+    assert overload_reason(replace(short, drifting=True, throughput_hi=1.4), 1.414) == ""
+
+
+def test_a_confirmation_runs_past_its_time_cap_until_its_p99_has_an_upper_bound() -> None:
+    rng = random.Random(14)
+    slo = parse_slo("ttft_p99=1s")
+    rule = StageRule(min_requests=20, max_duration_s=100.0)
+    # 200 requests: a P99 has no upper bound below 368 samples
+    m = measure(_samples(200, rng, 0.1), slo, load=1, stage_start_s=0, now_s=30)
+    assert math.isinf(m.readings[0].hi)
+    assert stop_reason(m, rule, 100.0, probe=True) == "time cap"
+    assert stop_reason(m, rule, 100.0) == ""  # the confirmation runs on
+    assert stop_reason(m, rule, 4 * 100.0) == "time cap"  # at most four time caps
+    # a P90 bounded by the same sample: the confirmation stops at the time cap as before
+    p90 = measure(_samples(200, rng, 0.5), parse_slo("ttft_p90=1s"), load=1, stage_start_s=0,
+                  now_s=30)  # fmt: skip
+    assert math.isfinite(p90.readings[0].hi) and stop_reason(p90, rule, 100.0) in (
+        "time cap", "decided", "measured")  # fmt: skip

@@ -50,6 +50,12 @@ def test_the_search_lands_at_the_slot_limit(closed_run: tuple[Path, str]) -> Non
     assert any(s["warmup_s"] > 0 for s in info["stages"])
     sent = sum(s["requests"] for s in cap["steps"])
     assert sent == cap["requests"] and "search: " in console
+    # the loads far below the slots end as soon as they are clearly below the limit; the
+    # answer's confirmation is never screened: its intervals decide (or its caps)
+    ended = {(s["phase"], s["ended_by"]) for s in cap["steps"]}
+    assert ("grow", "screened") in ended
+    assert cap["steps"][-1]["ended_by"] != "screened"
+    assert cap["settings"]["screen"] == 0.8
 
 
 def test_the_report_reads_the_search_run_unchanged(closed_run: tuple[Path, str]) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from locust_llm.capacity.intervals import (
@@ -42,6 +42,8 @@ from locust_llm.capacity.intervals import (
 from locust_llm.capacity.slo import PercentileSlo, Slo
 
 MET, BROKEN, UNCLEAR = "met", "broken", "unclear"
+#: how many time caps a confirmation may run while a percentile has no upper bound yet
+CONFIRM_TIME_CAPS = 4
 
 
 class Sample(NamedTuple):
@@ -61,8 +63,15 @@ class StageRule:
     width: float = 0.25  # an undecided percentile is measured when (hi - lo) / value <= this
     min_requests: int = 20  # settled requests before any decision
     max_requests: int = 2000  # the request cap of a stage (all its samples)
+    #: the request cap of a stage that only steers the search (growing, bisecting): one still
+    #: unclear there is within its intervals of the boundary, and is judged by its point
+    #: estimates; the confirmation of the answer runs to ``max_requests``
+    probe_max_requests: int = 500
     max_duration_s: float = 300.0  # the time cap of a stage
     confidence: float = CONFIDENCE
+    #: a screening stage (growing, bisecting: not the confirmation) ends once every percentile
+    #: is at most this share of its limit, clearly below the boundary (0 = never)
+    screen: float = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +130,10 @@ class StageMeasurement:
     #: loop's queue growing), so the stage may not end as met yet
     drifting: bool = False
     overload: str = ""  # why the stage is past capacity apart from the SLOs ("" = it is not)
+    #: the start times (s) of the requests the readings kept: after the warm-up, settled
+    kept_from_s: float = math.nan
+    kept_to_s: float = math.nan
+    pooled: int = 1  # stages at this load whose kept requests the readings pool
 
     @property
     def state(self) -> str:
@@ -215,24 +228,17 @@ def measure(
     # the rate's upper bound (a Poisson count's, normal approximation): what an open loop's
     # achieved rate is held to before the stage is called overloaded
     throughput_hi = (ended + 1 + 1.96 * math.sqrt(ended + 1)) / span if span > 0 else math.nan
-    readings = [_percentile_reading(p, completed, confidence) for p in slo.percentiles]
     ttfts = [s.ttft_s for s in completed if math.isfinite(s.ttft_s)]
     half = len(ttfts) // 2
     drifting = half >= 10 and (
         percentile_interval(ttfts[half:], 50, confidence).lo
         > percentile_interval(ttfts[:half], 50, confidence).hi
     )
-    if slo.errors is not None:
-        failed = sum(1 for s in kept if not s.ok)
-        share = share_interval(failed, len(kept), confidence)
-        readings.append(_share_reading("errors", "errors", slo.errors, share, at_least=False))
-    if slo.goodput is not None:
-        good = sum(1 for s in completed if _within(s, slo))
-        share = share_interval(good, len(completed), confidence)
-        readings.append(_share_reading("goodput", "goodput", slo.goodput, share, at_least=True))
     return StageMeasurement(
         load=load,
-        readings=tuple(readings),
+        readings=_readings(kept, slo, confidence),
+        kept_from_s=warm_start,
+        kept_to_s=settle_by,
         requests=len(kept),
         sent=sent,
         throughput=throughput,
@@ -241,6 +247,42 @@ def measure(
         warmup_s=max(warm_start - stage_start_s, 0.0),
         warmup_requests=warm_count,
         overload=overload,
+    )
+
+
+def _readings(kept: Sequence[Sample], slo: Slo, confidence: float) -> tuple[Reading, ...]:
+    """The SLO readings of the kept requests (in start order)."""
+    completed = [s for s in kept if s.ok]
+    readings = [_percentile_reading(p, completed, confidence) for p in slo.percentiles]
+    if slo.errors is not None:
+        failed = sum(1 for s in kept if not s.ok)
+        share = share_interval(failed, len(kept), confidence)
+        readings.append(_share_reading("errors", "errors", slo.errors, share, at_least=False))
+    if slo.goodput is not None:
+        good = sum(1 for s in completed if _within(s, slo))
+        share = share_interval(good, len(completed), confidence)
+        readings.append(_share_reading("goodput", "goodput", slo.goodput, share, at_least=True))
+    return tuple(readings)
+
+
+def pool(
+    parts: Sequence[tuple[StageMeasurement, Iterable[Sample]]],
+    slo: Slo,
+    confidence: float = CONFIDENCE,
+) -> StageMeasurement:
+    """The last part's measurement with its readings taken over the kept requests of every part
+    (stages at the same load, each with its own warm-up and settled window): an unclear
+    confirmation is judged on every stage that measured its load, not on its own sample alone.
+    """
+    kept: list[Sample] = []
+    for m, samples in parts:
+        kept += sorted(
+            (s for s in samples if m.kept_from_s <= s.start_s <= m.kept_to_s),
+            key=lambda s: s.start_s,
+        )
+    last = parts[-1][0]
+    return replace(
+        last, readings=_readings(kept, slo, confidence), requests=len(kept), pooled=len(parts)
     )
 
 
@@ -280,13 +322,35 @@ def _share_reading(
     return Reading(name, label, limit, share.value, share.lo, share.hi, state, "share", at_least)
 
 
-def stop_reason(m: StageMeasurement, rule: StageRule, elapsed_s: float) -> str:
+def clearly_below(m: StageMeasurement, screen: float) -> bool:
+    """Every objective holds by its value, each percentile at most ``screen`` of its limit."""
+    if m.overload or not all(r.passes for r in m.readings):
+        return False
+    return all(r.value <= screen * r.limit for r in m.readings if r.unit == "s")
+
+
+def stop_reason(
+    m: StageMeasurement,
+    rule: StageRule,
+    elapsed_s: float,
+    *,
+    screening: bool = False,
+    probe: bool = False,
+) -> str:
     """Why the stage may end now ("" = it goes on): ``decided`` (every percentile SLO met, or
-    one broken), ``measured`` (the undecided ones' intervals are within ``rule.width``),
-    ``time cap``, ``request cap``."""
+    one broken), ``screened`` (a ``screening`` stage whose objectives all hold, every
+    percentile at most ``rule.screen`` of its limit), ``measured`` (the undecided ones'
+    intervals are within ``rule.width``), ``time cap``, ``request cap`` (a ``probe`` stage's:
+    ``rule.probe_max_requests``)."""
     if elapsed_s >= rule.max_duration_s:
-        return "time cap"
-    if m.sent >= rule.max_requests:
+        # the answer's confirmation runs on (to CONFIRM_TIME_CAPS time caps) until its
+        # intervals can bound every percentile from above: a P99 needs 368 settled requests,
+        # more than a slow open loop sends in one time cap (its point estimate then rested on
+        # a few: the bench's confirmations at 0.84 requests/s)
+        unbounded = any(r.unit == "s" and math.isinf(r.hi) for r in m.readings)
+        if probe or not unbounded or elapsed_s >= CONFIRM_TIME_CAPS * rule.max_duration_s:
+            return "time cap"
+    if m.sent >= (min(rule.max_requests, rule.probe_max_requests) if probe else rule.max_requests):
         return "request cap"
     if m.requests < rule.min_requests:
         return ""
@@ -298,6 +362,8 @@ def stop_reason(m: StageMeasurement, rule: StageRule, elapsed_s: float) -> str:
     undecided = [r for r in percentiles if r.state == UNCLEAR]
     if not undecided:
         return "decided"
+    if screening and clearly_below(m, rule.screen):
+        return "screened"
     if all(r.value > 0 and (r.hi - r.lo) / r.value <= rule.width for r in undecided):
         return "measured"
     return ""

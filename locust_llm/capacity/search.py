@@ -80,6 +80,7 @@ class Step:
     throughput: float
     requests: int
     stage: int = -1  # the run's stage index, where the caller gave it
+    pooled: int = 1  # stages at this load the judgement pooled (an unclear confirmation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,7 @@ class CapacityAnswer:
                     "throughput": _finite(s.throughput),
                     "requests": s.requests,
                     "stage": s.stage,
+                    "pooled": s.pooled,
                 }
                 for s in self.steps
             ],
@@ -225,9 +227,10 @@ class CapacitySearch:
             )
             if flat:
                 passes, broken_by = False, ("throughput flat",)
-        self.steps.append(
-            Step(self.phase, load, passes, m.state, broken_by, m.throughput, m.sent, stage)
+        step = Step(
+            self.phase, load, passes, m.state, broken_by, m.throughput, m.sent, stage, m.pooled
         )
+        self.steps.append(step)
         self.results[load] = m
         if not passes:
             self._failed_by[load] = broken_by
