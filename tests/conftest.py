@@ -58,6 +58,7 @@ NOT_QUICK = frozenset(
 LONGEST_FIRST = (
     "test_vllm_regimes.py", "test_regimes.py", "test_cluster_faults.py",
     "test_vllm_conformance.py", "test_capacity_llamacpp.py", "test_capacity_run.py",
+    "test_webui_capacity.py",
     "test_cluster_scaling.py", "test_sim_virtual.py", "test_demo.py", "test_run_devices.py",
     "test_run_dir_exclusive.py", "test_run_states.py", "test_verdict_accuracy.py",
     "test_calibration.py", "test_reliability_run.py", "test_sessions_sim.py",
