@@ -118,6 +118,7 @@ COLUMNS: tuple[str, ...] = (
     "waiting",
     "waiting_max",
     "waiting_share",
+    "waiting_capacity_max",
     "preemptions",
     "sim_lag_mean_s",
     "sim_late_share",
@@ -385,6 +386,8 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     # the mean cannot tell a queue standing throughout from a burst (the verdict's admission)
     waiting = tel.combined_window("waiting", lo, hi)
     row["waiting_share"] = float((waiting >= 1).mean()) if waiting.size else NAN
+    # vLLM says why requests wait: for capacity (batch slots, KV blocks), not the token budget
+    row["waiting_capacity_max"] = combined("waiting_capacity")[1]
     row["dram_bw_util"] = combined("dram_bw_util")[0]
     row["power_w"] = combined("power_w")[0]
     row["preemptions"] = series_increase(tel.series, "preemptions", lo, hi)  # summed

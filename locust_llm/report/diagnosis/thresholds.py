@@ -71,6 +71,11 @@ class Thresholds:
     # requests waiting in at least this share of a stage's waiting-gauge samples: the queue
     # stood (admission); less is bursts (the simulator's label: waits in half the step time)
     queue_stood_share: float = 0.5
+    # ... unless a full KV cache preempted at least this many times per request of the stage:
+    # the preempted sequences wait in their tokens, not in the queue (a real vLLM out of blocks:
+    # 6 preemptions for 8 requests, 1-2 waiting in a third of its samples; the simulator's
+    # bandwidth-bound stage that preempted in passing: 5 for 23; bursts: 4 for 200)
+    kv_preemptions_per_request: float = 0.5
     low_batch_fraction: float = 0.25  # running at most this share of its limit: under-used
     saturated_gpu_util: float = 0.90
     saturated_bw_util: float = 0.70

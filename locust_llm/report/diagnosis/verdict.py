@@ -254,6 +254,8 @@ _STEP_READS: tuple[str, ...] = (
 _QUEUE_READS: tuple[str, ...] = (
     "no_queue_waiting",
     "queue_stood_share",
+    "kv_preemptions_per_request",
+    "saturated_kv",
     "queue_share",
     "queue_min_steps",
     "standing_queue_share",
@@ -312,13 +314,24 @@ def _queued(ctx: Context) -> bool:
     the waiting gauge says nothing waits, queue time at least ``queue_share`` of TTFT. Never
     when the waiting gauge saw requests wait in less than ``queue_stood_share`` of its samples
     (:func:`_queue_stood`)."""
+    th = ctx.thresholds
+    preemptions = ctx.server_v("preemptions")
+    preempted = preemptions > 0 and ctx.server_v("waiting_max") >= 1
+    if (
+        preempted
+        and ctx.server_v("kv_cache_usage_max") >= th.saturated_kv
+        and preemptions >= th.kv_preemptions_per_request * ctx.v("requests")
+    ):
+        # a cache out of blocks preempted again and again at full usage while requests
+        # waited: its wait shows in the preempted sequences' tokens, not in TTFT nor in a
+        # queue that stands (a real vLLM with an 8 MiB cache: 6 preemptions for 8 requests,
+        # 1-2 waiting in a third of the samples, TTFT untouched: tests/test_vllm_regimes.py)
+        return True
     if not _queue_stood(ctx):
         return False
     if _standing_queue(ctx):
         return True
-    if ctx.server_v("preemptions") > 0 and ctx.server_v("waiting_max") >= 1:
-        # a real vLLM with an 8 MiB cache: 6 preemptions, 1-2 waiting in half the stage (mean
-        # 0.47, under no_queue_waiting), TTFT untouched (tests/test_vllm_regimes.py)
+    if preempted:
         return True
     if ctx.server_v("waiting") < ctx.thresholds.no_queue_waiting:
         return False
@@ -670,8 +683,14 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
         if preempted and not running >= th.slot_fill * limit:
             continue  # the KV cache ran out and kept the batch below its limit: KV binds
         source = ctx.server.get("max_num_seqs_source") if label == "max-num-seqs" else ""
-        if _prompt_saturated(ctx) and str(source).startswith("running gauge"):
-            return "", ""  # the plateau is the prefill's: the steps' bound names it
+        if (
+            _prompt_saturated(ctx)
+            and str(source).startswith("running gauge")
+            and not ctx.server_v("waiting_capacity_max") > 0
+        ):
+            # the plateau is the prefill's: the steps' bound names it (unless the server says
+            # requests waited for capacity, as vLLM does: then not for the token budget)
+            return "", ""
         said = f" ({source})" if source else ""
         if math.isnan(running_max):
             return "batch_limit_admission", (
@@ -772,7 +791,8 @@ def _token_budget_text(ctx: Context) -> str:
     "slots and TTFT at least `queue_share` queue, client-side), with the KV cache holding that "
     "many sequences (not when the KV cache preempted while the mean batch stayed below `slot_fill` "
     "of the limit, nor for a plateau read off the running gauge when prompts' compute fills "
-    "`prefill_saturated` of the busy time); the step bound's prefill cause again when a token "
+    "`prefill_saturated` of the busy time, unless the server said requests waited for capacity, "
+    "as vLLM's waiting-by-reason gauge does); the step bound's prefill cause again when a token "
     "budget is set and prompts' compute fills `prefill_saturated` of the busy time; "
     "`kv_capacity_admission` when the KV cache peaked "
     "at `saturated_kv` (or within one sequence of full) or preempted; else, with no KV "
