@@ -122,7 +122,7 @@ class StampedConnection(Http11Connection):
         # a gevent socket's non-blocking socket and its wait for readability (gevent's own
         # recvmsg is this loop, but always reads first)
         self._wait_readable: Any = getattr(sock, "_wait", None)
-        self._read_event = getattr(sock, "_read_event", None)
+        self._read_event: Any = getattr(sock, "_read_event", None)
         self._raw = getattr(sock, "_sock", None) if self._wait_readable is not None else None
         #: the read timeout's libev timer, made once and restarted per wait (gevent's own wait
         #: makes a ``Timeout`` and a timer per wait: several Python calls per token)
