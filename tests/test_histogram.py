@@ -181,3 +181,20 @@ def test_prometheus_buckets_are_cumulative_counts_at_bounds() -> None:
         assert exact_lo <= got <= exact_hi, le
     custom = hist.prometheus_buckets([1.0, 0.01])
     assert [le for le, _ in custom] == [0.01, 1.0, math.inf]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_add_many_is_add_one_by_one_exactly(weighted: bool) -> None:
+    """The inlined batch add leaves the same buckets, count, sum, min and max, bit for bit."""
+    rng = np.random.default_rng(7)
+    values = [*rng.lognormal(-4.5, 1.5, 500).tolist(), 0.0, -1.0, math.nan, 1e-9, 700.0, 599.999]
+    weights = rng.uniform(0.5, 3.0, len(values)).tolist() if weighted else None
+    one, many = LatencyHistogram(), LatencyHistogram()
+    for i, v in enumerate(values):
+        one.add(v) if weights is None else one.add(v, weights[i])
+    many.add_many(values, weights)
+    assert many.to_dict() == one.to_dict()
+    assert (many.count, many.sum, many.min, many.max) == (one.count, one.sum, one.min, one.max)
+    with pytest.raises(ValueError):  # weights of another length: what came first stays added
+        many.add_many([0.01, 0.02], [1.0])
+    assert many.count == one.count + 1

@@ -306,3 +306,58 @@ def test_the_benchs_cost_split_and_saturation_point() -> None:
     (line,) = saturation_streams(rows, ("kernel",))
     # demand 0.5 at 256, 0.8 at 512, 1.0 at 1024: 0.9 halfway between 512 and 1024
     assert line.startswith("kernel at about 768 streams (interpolated")
+
+
+@linux_only
+def test_a_wait_for_bytes_times_out_like_gevents_socket_and_makes_no_timeout_per_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The connection's own read timer: lines that come in time are read (no gevent ``Timeout``
+    made per wait, the per-token cost it replaced), a silence past the socket's timeout raises
+    the socket's ``TimeoutError("timed out")`` after that timeout, not before; the connection's
+    timer is closed with it."""
+    import gevent
+
+    made: list[object] = []
+    real = gevent.Timeout._start_new_or_dummy
+    monkeypatch.setattr(
+        gevent.Timeout, "_start_new_or_dummy", staticmethod(lambda *a: made.append(a) or real(*a))
+    )
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    release = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(HEAD)
+            for i in range(20):
+                time.sleep(0.002)
+                conn.sendall(_line_chunk(b"data: %d\n" % i))
+            release.wait(5)  # then silence, past the client's read timeout
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
+                           network_timeout=0.3)  # fmt: skip
+    try:
+        resp = client.request("POST", "/", body=b"{}")
+        made.clear()  # the connect's and the send's waits (gevent's own): not per token
+        lines = [resp.readline(b"\n") for _ in range(20)]
+        assert lines == [b"data: %d\n" % i for i in range(20)]
+        conn = resp.conn
+        assert conn.reads >= 10 and not made  # waits happened; none made a gevent Timeout
+        started = time.perf_counter()
+        with pytest.raises(TimeoutError, match="timed out"):
+            resp.readline(b"\n")
+        waited = time.perf_counter() - started
+        assert 0.29 <= waited < 2.0, (waited, conn.reads, conn.drained)
+        assert conn._timer is not None and not conn._timer.active
+    finally:
+        release.set()
+        client.close()
+        thread.join(5)
+        listener.close()
+    assert conn._timer is None  # closed with its connection

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,66 @@ def test_data_payload_and_body() -> None:
     assert chunk.content and chunk.completion_tokens == 2 and chunk.prompt_tokens == 5
     with pytest.raises(ValueError, match="not JSON"):
         sse.parse_response_body(b"<html>")
+
+
+_CHUNKS_FILE = Path(__file__).with_name("sse_real_chunks.txt")
+REAL = [
+    line.encode()
+    for line in _CHUNKS_FILE.read_text(encoding="utf-8").splitlines()
+    if line and not line.startswith("#")
+]
+
+
+@pytest.mark.parametrize("payload", REAL)
+def test_fast_path_matches_strict_on_real_server_chunks(payload: bytes) -> None:
+    assert sse.parse_chunk(payload) == sse.parse_chunk_strict(payload)
+
+
+def test_fast_path_matches_strict_on_generated_chunks() -> None:
+    """Key orders, separators, texts with quotes, escapes and key names, nulls, several
+    choices, usage, errors and finish reasons, drawn at random: the fast path always agrees."""
+    import random
+
+    rng = random.Random(31)
+    texts = ["", " the", '"', "\\", 'a "content": "x"', "usage", "\\u00e9", "é😀", "null", "text"]
+    values = [*texts, None, None]
+    fast_taken = 0
+    for _ in range(3000):
+        delta: dict[str, object] = {}
+        for key in rng.sample(
+            ["role", "content", "reasoning_content", "reasoning"], rng.randint(0, 3)
+        ):
+            delta[key] = "assistant" if key == "role" else rng.choice(values)
+        choice: dict[str, object] = {"index": 0, "delta": delta}
+        if rng.random() < 0.2:
+            choice = {"index": 0, "text": rng.choice(values)}
+        choice["finish_reason"] = rng.choice([None, None, None, "stop", ""])
+        if rng.random() < 0.2:
+            choice["logprobs"] = None
+        body: dict[str, object] = {"id": rng.choice(["x", "content", "usage"]), "choices": [choice]}
+        if rng.random() < 0.1:
+            body["choices"] = [choice, {"index": 1, "delta": {"content": rng.choice(values)}}]
+        extra = rng.random()
+        if extra < 0.3:
+            body["usage"] = None
+        elif extra < 0.4:
+            body["usage"] = {"prompt_tokens": 3, "completion_tokens": rng.randint(0, 9)}
+        elif extra < 0.45:
+            body["error"] = rng.choice([None, "", "boom", {"message": "boom"}])
+        items = list(body.items())
+        rng.shuffle(items)
+        seps = rng.choice([(",", ":"), (", ", ": "), (",", " : ")])
+        payload = json.dumps(dict(items), separators=seps, ensure_ascii=rng.random() < 0.5)
+        data = payload.encode()
+        assert sse.parse_chunk(data) == sse.parse_chunk_strict(data), data
+        fast_taken += all(sse._FLAGS.get(m) is not None for m in sse._KEY_SCAN.findall(data))
+    assert fast_taken > 500  # the fast path itself was exercised, not only the fallback
+
+
+def test_fast_path_results_are_shared_and_unchanged_by_a_stream() -> None:
+    llama, vllm = (next(c for c in REAL if c.startswith(h) and b'"content":" the"' in c)
+                   for h in (b'{"choices"', b'{"id"'))  # fmt: skip
+    chunk = sse.parse_chunk(llama)[1]
+    assert chunk is sse.parse_chunk(vllm)[1]  # one shared object per outcome
+    assert chunk is not None and chunk.content and not chunk.reasoning
+    assert chunk.completion_tokens == -1 and chunk.error is None and chunk.finish_reason is None

@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
+from gevent.exceptions import ConcurrentObjectUseError
 from greenlet import getcurrent
 
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
@@ -121,8 +122,12 @@ class StampedConnection(Http11Connection):
         # a gevent socket's non-blocking socket and its wait for readability (gevent's own
         # recvmsg is this loop, but always reads first)
         self._wait_readable: Any = getattr(sock, "_wait", None)
-        self._read_event = getattr(sock, "_read_event", None)
+        self._read_event: Any = getattr(sock, "_read_event", None)
         self._raw = getattr(sock, "_sock", None) if self._wait_readable is not None else None
+        #: the read timeout's libev timer, made once and restarted per wait (gevent's own wait
+        #: makes a ``Timeout`` and a timer per wait: several Python calls per token)
+        self._timer: Any = None
+        self._timer_s: float | None = None
 
     def start_request(self) -> None:
         """Read the two clocks side by side (before each request is written)."""
@@ -142,13 +147,13 @@ class StampedConnection(Http11Connection):
             data, ancdata, _flags, _addr = self.sock.recvmsg(RECV_BYTES, _ANC_BYTES)
         else:  # gevent's read loop, without a recvmsg that can only say EAGAIN
             if self.drained:
-                self._wait_readable(self._read_event)  # raises the socket's timeout
+                self._wait_for_bytes()  # raises the socket's timeout
             while True:
                 try:
                     data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
                     break
                 except BlockingIOError:
-                    self._wait_readable(self._read_event)
+                    self._wait_for_bytes()
         now_ns = self._now_ns = _time_ns()
         self.reads += 1
         if len(ancdata) == 2:  # the usual read: the stamp, then the queue length (Linux's order)
@@ -171,6 +176,42 @@ class StampedConnection(Http11Connection):
             self._yield_to_hub()  # busy, but in time for this stream: read the other ready ones
         return data
 
+    def _wait_for_bytes(self) -> None:
+        """Wait until the socket is readable, as gevent's socket does (``socket.timeout``, i.e.
+        ``TimeoutError("timed out")``, after the socket's timeout; the same check against two
+        greenlets waiting on one socket), with one timer per connection restarted per wait."""
+        timeout_s = self.sock.timeout
+        if timeout_s is None:
+            self._wait_readable(self._read_event)  # no timeout: gevent's wait makes no timer
+            return
+        event = self._read_event
+        if event.callback is not None:
+            raise ConcurrentObjectUseError(
+                f"This socket is already used by another greenlet: {event.callback!r}"
+            )
+        hub = self._hub
+        if hub is None:
+            hub = self._hub = gevent.get_hub()
+        timer = self._timer
+        if timer is None or self._timer_s != timeout_s:
+            if timer is not None:
+                timer.close()
+            # repeating: ``again`` restarts it the full timeout from now (a stopped one-shot
+            # libev timer restarted with ``start`` keeps only what was left of its timeout)
+            timer = self._timer = hub.loop.timer(timeout_s, timeout_s, ref=True, priority=-1)
+            self._timer_s = timeout_s
+        timer.again(_expire, getcurrent(), update=True)  # the loop's clock updated first
+        try:
+            hub.wait(event)
+        finally:
+            timer.stop()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None
+        super().close()
+
     def _yield_to_hub(self) -> None:
         """``gevent.sleep(0)`` without its ``Waiter``: the hub switches back to this greenlet
         once the ones ready before it have run; an exception thrown in meanwhile (a kill, a
@@ -184,6 +225,11 @@ class StampedConnection(Http11Connection):
         except BaseException:
             back.stop()
             raise
+
+
+def _expire(waiting: Any) -> None:
+    """The read timer's callback: the waiting greenlet gets the socket's own timeout error."""
+    waiting.throw(TimeoutError("timed out"))  # what socket.timeout is
 
 
 class StampedClient(Http11Client):

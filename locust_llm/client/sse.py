@@ -2,11 +2,15 @@
 
 The client reads a stream line by line and timestamps each line as it arrives; this module says
 what the line carried. It is on the per-token hot path, so the common chunk (a delta with some
-text) is classified by a byte scan of its JSON, without building Python objects; ``json.loads``
-runs only on chunks that need it (usage, errors, finish reasons, anything the scan cannot read
-with certainty). ``parse_chunk_strict`` parses every chunk fully and is the reference the fast
-path is tested against. The fast path checks the chunk's outer braces, not its whole structure
-(a chunk whose ``choices`` is not a list passes it); truncated or garbled chunks are caught.
+text) is classified by one regular-expression pass over its keys (every occurrence of
+``content``, ``text``, ``reasoning_content``, ``reasoning``, ``usage``, ``error``,
+``finish_reason`` and how its value starts), without building Python objects, and answered with
+a shared :class:`Chunk`; ``json.loads`` runs only on chunks that need it (usage, errors, finish
+reasons, anything the scan cannot read with certainty). ``parse_chunk_strict`` parses every
+chunk fully and is the reference the fast path is tested against (``tests/test_sse.py``: real
+llama.cpp and vLLM chunks, and generated ones). The fast path checks the chunk's outer braces,
+not its whole structure (a chunk whose ``choices`` is not a list passes it, and a text key is
+read wherever it is); truncated or garbled chunks are caught.
 
 Chunk shapes handled: chat (``choices[].delta.content`` / ``reasoning_content`` / ``reasoning``),
 completions (``choices[].text``), a final usage chunk (``usage.completion_tokens``), continuous
@@ -16,6 +20,7 @@ usage (usage on every chunk), in-stream errors (``{"error": ...}``), ``[DONE]``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 DONE = b"[DONE]"
@@ -45,9 +50,33 @@ class Chunk:
         return self.content or self.reasoning
 
 
-_CONTENT_KEYS = (b'"content"', b'"text"')
-_REASONING_KEYS = (b'"reasoning_content"', b'"reasoning"')
-_NEEDS_JSON = (b'"usage"', b'"error"', b'"finish_reason"')
+#: One pass over a payload: every quoted key the classification depends on, whether a colon
+#: follows it (else the word was a value, or the payload is not the shape this scan reads), and
+#: how its value starts (``null``, ``""``, ``"`` for a non-empty string, ``b""`` for anything
+#: else: a number, a list of parts, an object).
+_KEY_SCAN = re.compile(
+    rb'"(content|text|reasoning_content|reasoning|usage|error|finish_reason)"'
+    rb'[ \t]*(:?)[ \t]*(null|""|"|)'
+)
+_CONTENT, _REASONING = 1, 2  # the flags a key occurrence sets
+#: (key, colon, value start) -> the flags it sets; an occurrence not here needs the full parse
+#: (a usage object, an error, a finish reason, content as a list of parts, a key-like value)
+_FLAGS: dict[tuple[bytes, bytes, bytes], int] = {}
+for _key, _flag in (
+    (b"content", _CONTENT),
+    (b"text", _CONTENT),
+    (b"reasoning_content", _REASONING),
+    (b"reasoning", _REASONING),
+    (b"usage", 0),
+    (b"error", 0),
+    (b"finish_reason", 0),
+):
+    _FLAGS[(_key, b":", b"null")] = 0
+    _FLAGS[(_key, b":", b'""')] = 0  # empty text; an empty error, usage or reason is none
+    if _flag:
+        _FLAGS[(_key, b":", b'"')] = _flag
+#: the fast path's results, one per flag combination: shared, so read-only (see parse_chunk)
+_SHARED = tuple(Chunk(content=bool(f & _CONTENT), reasoning=bool(f & _REASONING)) for f in range(4))
 
 
 def data_payload(line: bytes) -> bytes | None:
@@ -57,60 +86,26 @@ def data_payload(line: bytes) -> bytes | None:
     return line[5:].strip()
 
 
-def _value_start(payload: bytes, key: bytes) -> int:
-    """Index of the value after ``"key"`` and its colon (spaces allowed); -1 if key absent."""
-    at = payload.find(key)
-    if at < 0:
-        return -1
-    i, n = at + len(key), len(payload)
-    while i < n and payload[i] in b" \t":
-        i += 1
-    if i >= n or payload[i] != 0x3A:  # ':' (the quoted word was a value, not a key): unsure
-        return -2
-    i += 1
-    while i < n and payload[i] in b" \t":
-        i += 1
-    return i
-
-
-def _string_value_nonempty(payload: bytes, key: bytes) -> bool | None:
-    """After ``key``: True for a non-empty string; False for null, "" or no key; None if unsure."""
-    i = _value_start(payload, key)
-    if i == -1:
-        return False
-    if i < 0 or i >= len(payload):
-        return None
-    c = payload[i]
-    if c == 0x22:  # '"'
-        return i + 1 < len(payload) and payload[i + 1] != 0x22
-    if payload.startswith(b"null", i):
-        return False
-    return None  # a list of parts, a number...: let the strict parser decide
-
-
-def _value_is_null(payload: bytes, key: bytes) -> bool:
-    """True when ``key`` is absent or null (so the chunk needs no full parse for it)."""
-    i = _value_start(payload, key)
-    return i == -1 or (i >= 0 and payload.startswith(b"null", i))
-
-
 def parse_chunk(payload: bytes) -> tuple[int, Chunk | None]:
-    """Classify one ``data:`` payload. Returns (kind, chunk); chunk is None unless KIND_CHUNK."""
+    """Classify one ``data:`` payload. Returns (kind, chunk); chunk is None unless KIND_CHUNK.
+
+    The common chunk (text or reasoning deltas, usage / error / finish reason absent or null)
+    is read by one regular-expression pass over its keys and answered with a shared
+    :class:`Chunk` that callers must not change; anything else is parsed by
+    :func:`parse_chunk_strict`.
+    """
     if payload == DONE:
         return KIND_DONE, None
     if not payload or payload[:1] != b"{" or payload[-1:] != b"}":
         return (KIND_IGNORE, None) if not payload else (KIND_BAD, None)
-    if not all(_value_is_null(payload, k) for k in _NEEDS_JSON):
-        return parse_chunk_strict(payload)
-    content = _string_value_nonempty(payload, _CONTENT_KEYS[0])
-    if content is False:
-        content = _string_value_nonempty(payload, _CONTENT_KEYS[1])
-    reasoning = _string_value_nonempty(payload, _REASONING_KEYS[0])
-    if reasoning is False:
-        reasoning = _string_value_nonempty(payload, _REASONING_KEYS[1])
-    if content is None or reasoning is None:
-        return parse_chunk_strict(payload)
-    return KIND_CHUNK, Chunk(content=content, reasoning=reasoning)
+    flags = 0
+    get = _FLAGS.get
+    for found in _KEY_SCAN.findall(payload):
+        flag = get(found)
+        if flag is None:
+            return parse_chunk_strict(payload)
+        flags |= flag
+    return KIND_CHUNK, _SHARED[flags]
 
 
 def parse_chunk_strict(payload: bytes) -> tuple[int, Chunk | None]:

@@ -99,13 +99,35 @@ class LatencyHistogram:
             self._max = value_s
 
     def add_many(self, values_s: Iterable[float], weights: Iterable[float] | None = None) -> None:
-        """Add every value (with its weight when ``weights`` is given)."""
-        if weights is None:
-            for v in values_s:
-                self.add(v)
-        else:
-            for v, w in zip(values_s, weights, strict=True):
-                self.add(v, w)
+        """Add every value (with its weight when ``weights`` is given): :meth:`add` for each,
+        in order, inlined (one request's inter-token latencies per call: no call per token)."""
+        pairs = (
+            ((v, 1) for v in values_s) if weights is None else zip(values_s, weights, strict=True)
+        )
+        counts = self._counts
+        count, total, low, high = self.count, self.sum, self._min, self._max
+        try:
+            for v, w in pairs:
+                if v >= MIN_S:
+                    if v < MAX_S:
+                        i = int(_log(v) * _INV_LOG_GROWTH - _SHIFT)
+                        if i > N_BUCKETS:  # rounding just below MAX_S
+                            i = N_BUCKETS
+                    else:
+                        i = _OVER
+                elif v < MIN_S:
+                    i = _UNDER
+                else:  # NaN: no value
+                    continue
+                counts[i] += w
+                count += w
+                total += v * w
+                if v < low:
+                    low = v
+                if v > high:
+                    high = v
+        finally:  # what was added stays added, as with add() one by one
+            self.count, self.sum, self._min, self._max = count, total, low, high
 
     def merge(self, other: LatencyHistogram) -> None:
         """Add every count of ``other`` into this histogram (exact: bucket counts just add)."""
