@@ -130,4 +130,5 @@ def test_its_default_cuts_a_running_stream_when_the_next_request_comes(tmp_path:
     assert body.startswith(b"HTTP/1.1 200")
     assert body.count(b'"content"') < 1500  # cut short: far fewer tokens than asked
     assert b"data: [DONE]" in body  # ... yet it says [DONE]
-    assert not body.endswith(b"\r\n0\r\n\r\n")  # and never ends the chunked body
+    # whether it then ends the chunked body varies: on an idle host it did not, and once, beside
+    # a full load, it did (docs/servers.md: our client takes either)
