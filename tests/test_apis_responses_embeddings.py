@@ -66,8 +66,7 @@ def _openai(url: str):  # the official client, pointed at the simulator
 
 
 def test_the_official_client_streams_the_simulators_responses_api() -> None:
-    with running_sim(**SIM) as url:
-        client = _openai(url)
+    with running_sim(**SIM) as url, _openai(url) as client:  # closed: no socket left
         stream = client.responses.create(
             model="mistral-7b", input="Name a river", max_output_tokens=5, stream=True
         )
@@ -88,8 +87,7 @@ def test_the_official_client_streams_the_simulators_responses_api() -> None:
 
 
 def test_the_official_client_reads_the_simulators_embeddings() -> None:
-    with running_sim(**SIM) as url:
-        client = _openai(url)
+    with running_sim(**SIM) as url, _openai(url) as client:  # closed: no socket left
         got = client.embeddings.create(model="mistral-7b", input=["a river", "the longest river"])
         again = client.embeddings.create(model="mistral-7b", input="a river")
     assert [d.index for d in got.data] == [0, 1] and len(got.data[0].embedding) == 64

@@ -46,6 +46,7 @@ LOCUST_FACING = (
     "locust_llm.client.kernel_transport",
     "locust_llm.client.events",
     "locust_llm.client.lifecycle",
+    "locust_llm.client.webui_state",
     "locust_llm.webui",
 )
 
