@@ -8,8 +8,8 @@ the stages: the simulator on virtual time, the Locust shape on the master.
 1. **grow**: from ``start``, multiply the load by ``factor`` until a stage fails: an SLO broken
    (by its interval; an unclear stage by its point estimates), the stage overloaded (the
    caller's reason, e.g. open loop's achieved rate short of the offered one), or (closed loop)
-   throughput no longer rising (at most ``flat_gain`` times the previous stage's while the load
-   doubled: more users only queue);
+   throughput no longer rising (its upper bound at most ``flat_gain`` times the previous
+   stage's while the load doubled: more users only queue);
    ``max_load`` bounds it (all met there: "at least max_load"). A first stage that fails
    halves the load instead, down to ``min_load``.
 2. **bisect** between the last load that met every SLO (``lo``) and the first that did not
@@ -220,10 +220,14 @@ class CapacitySearch:
         broken_by = tuple(m.broken_by())
         if passes and s.closed and self.phase == GROW and self.lo is not None and load > self.lo:
             before = self.results[self.lo]
+            # flat only when even the throughput's upper bound did not rise: a short stage's
+            # count is noisy (28 requests: +-37%), and a boundary is never called on a
+            # difference smaller than its interval
+            bound = m.throughput_hi if math.isfinite(m.throughput_hi) else m.throughput
             flat = (
                 math.isfinite(m.throughput)
                 and math.isfinite(before.throughput)
-                and m.throughput <= before.throughput * s.flat_gain
+                and bound <= before.throughput * s.flat_gain
             )
             if flat:
                 passes, broken_by = False, ("throughput flat",)
