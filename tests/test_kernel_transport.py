@@ -3,7 +3,6 @@ sender's own clock and the simulator's ground-truth trace; selection and fallbac
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -12,10 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
-from conftest import run_locust
 from geventhttpclient import HTTPClient
+from kernel_runs import traced_kernel_sweep
 
 from locust_llm.cli import main
 from locust_llm.client.kernel_transport import (
@@ -27,7 +25,6 @@ from locust_llm.client.kernel_transport import (
 )
 from locust_llm.client.transport import Transport
 from locust_llm.errors import InputError
-from locust_llm.launch.sweep import simulator
 
 linux_only = pytest.mark.skipif(not kernel_stamps_available(), reason="needs SO_TIMESTAMPNS")
 
@@ -179,21 +176,7 @@ def test_https_servers_stay_on_geventhttpclient() -> None:
 @pytest.mark.slow
 def test_records_match_the_simulators_send_times(tmp_path: Path) -> None:
     """Each record's kernel stamps against the trace's send times; user stamps never earlier."""
-    trace = tmp_path / "trace.jsonl"
-    run_dir = tmp_path / "run"
-    sim_args = ["--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--zero-cost", "--step-overhead-ms",
-                "10", "--output-len", "fixed:30", "--trace", str(trace)]  # fmt: skip
-    with simulator(sim_args, tmp_path / "sim.log") as url:
-        out = run_locust([
-            "-f", "locustfiles/sweep.py", "--host", url, "--headless", "--only-summary",
-            "--stop-timeout", "10s", "--llm-run-dir", str(run_dir), "--llm-concurrency", "8",
-            "--llm-stage-requests", "48", "--llm-max-tokens", "30", "--llm-input-len", "32",
-            "--llm-server-metrics", "none", "--llm-transport", "kernel",
-        ], timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:]
-    records = pd.read_parquet(run_dir / "requests.parquet")
-    assert len(records) == 48 and records.ok.all()
-    sent = {d["client_request_id"]: d for d in map(json.loads, trace.read_text().splitlines())}
+    records, sent, run_dir = traced_kernel_sweep(tmp_path, users=8, requests=48, tokens=30)
     last_true = np.array([sent[i]["last_token"] for i in records.request_id])
     last_lag = records.start_wall_s + records.last_token_kernel_s - last_true
     assert records.first_token_kernel_s.notna().all()
@@ -237,23 +220,12 @@ def test_a_first_token_read_with_the_next_one_is_flagged_and_only_those_are_late
     arrived; the kernel merged the two and kept the later stamp. Judged by the simulator's
     trace: every first token not flagged ``merged`` is stamped within a millisecond of its
     send, and the report counts the flagged ones per stage."""
-    trace = tmp_path / "trace.jsonl"
-    run_dir = tmp_path / "run"
     locustfile = tmp_path / "slow_reader.py"
     locustfile.write_text(SLOW_READER)
-    sim_args = ["--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--zero-cost", "--step-overhead-ms",
-                "10", "--output-len", "fixed:20", "--trace", str(trace)]  # fmt: skip
-    with simulator(sim_args, tmp_path / "sim.log") as url:
-        out = run_locust([
-            "-f", str(locustfile), "--host", url, "--headless", "--only-summary",
-            "--stop-timeout", "10s", "--llm-run-dir", str(run_dir), "--llm-concurrency", "6",
-            "--llm-stage-requests", "60", "--llm-max-tokens", "20", "--llm-input-len", "32",
-            "--llm-server-metrics", "none", "--llm-transport", "kernel",
-        ], timeout=120, env={"PYTHONPATH": "."})  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:]
-    records = pd.read_parquet(run_dir / "requests.parquet")
-    assert len(records) == 60 and records.ok.all()
-    sent = {d["client_request_id"]: d for d in map(json.loads, trace.read_text().splitlines())}
+    records, sent, run_dir = traced_kernel_sweep(
+        tmp_path, users=6, requests=60, tokens=20, locustfile=str(locustfile),
+        env={"PYTHONPATH": "."},
+    )  # fmt: skip
     first_true = np.array([sent[i]["first_token"] for i in records.request_id])
     lag = (records.start_wall_s + records.first_token_kernel_s - first_true).to_numpy()
     merged = records.first_token_merged.to_numpy(bool)

@@ -10,14 +10,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
-from conftest import run_locust
+from kernel_runs import traced_kernel_sweep
 
 from locust_llm.cli import main
 from locust_llm.client.http11 import Http11Client
 from locust_llm.client.kernel_transport import kernel_stamps_available
-from locust_llm.launch.sweep import simulator
 
 linux_only = pytest.mark.skipif(not kernel_stamps_available(), reason="needs SO_TIMESTAMPNS")
 
@@ -80,21 +78,7 @@ def test_at_a_burst_the_send_delay_is_within_the_servers_arrival(tmp_path: Path)
     our start stamp and that arrival; the report shows it per stage. On the busy 2-core host it
     was 0.52-0.88 of it in 16 runs: the rest is the simulator's own backlog, one asyncio loop
     accepting 64 connections and parsing their requests one after another."""
-    trace = tmp_path / "trace.jsonl"
-    run_dir = tmp_path / "run"
-    sim_args = ["--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--zero-cost", "--step-overhead-ms",
-                "10", "--output-len", "fixed:8", "--trace", str(trace)]  # fmt: skip
-    with simulator(sim_args, tmp_path / "sim.log") as url:
-        out = run_locust([
-            "-f", "locustfiles/sweep.py", "--host", url, "--headless", "--only-summary",
-            "--stop-timeout", "10s", "--llm-run-dir", str(run_dir), "--llm-concurrency", "64",
-            "--llm-stage-requests", "64", "--llm-max-tokens", "8", "--llm-input-len", "32",
-            "--llm-server-metrics", "none", "--llm-transport", "kernel",
-        ], timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:]
-    records = pd.read_parquet(run_dir / "requests.parquet")
-    assert len(records) == 64 and records.ok.all()
-    lines = {d["client_request_id"]: d for d in map(json.loads, trace.read_text().splitlines())}
+    records, lines, run_dir = traced_kernel_sweep(tmp_path, users=64, requests=64, tokens=8)
     arrival = np.array([lines[i]["arrival"] for i in records.request_id])
     start = records.start_wall_s.to_numpy()
     send = records.sent_s.to_numpy()
@@ -205,19 +189,9 @@ def test_with_preconnect_the_send_delay_leaves_the_connect_out(tmp_path: Path) -
     """64 users with ``--llm-preconnect`` against the simulator: every request ok, none resent,
     and the send delay (start stamp to the final send's return: no connect, no wait in the
     worker in between) under a millisecond at the median."""
-    run_dir = tmp_path / "run"
-    sim_args = ["--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--zero-cost", "--step-overhead-ms",
-                "10", "--output-len", "fixed:8"]  # fmt: skip
-    with simulator(sim_args, tmp_path / "sim.log") as url:
-        out = run_locust([
-            "-f", "locustfiles/sweep.py", "--host", url, "--headless", "--only-summary",
-            "--stop-timeout", "10s", "--llm-run-dir", str(run_dir), "--llm-concurrency", "64",
-            "--llm-stage-requests", "128", "--llm-max-tokens", "8", "--llm-input-len", "32",
-            "--llm-server-metrics", "none", "--llm-transport", "kernel", "--llm-preconnect",
-        ], timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:]
-    records = pd.read_parquet(run_dir / "requests.parquet")
-    assert len(records) == 128 and records.ok.all()
+    records, _, run_dir = traced_kernel_sweep(
+        tmp_path, users=64, requests=128, tokens=8, extra=["--llm-preconnect"]
+    )
     info = json.loads((run_dir / "run.json").read_text())
     assert "reconnects" not in json.dumps(info)  # none resent (counted only when some were)
     assert np.median(records.sent_s) < 0.001, records.sent_s.describe()

@@ -406,9 +406,9 @@ class Http11Client:
         """Write a request and return the response once its head is in. ``on_sent`` gets
         ``perf_counter()`` as the final send returns: the request's last byte is in the kernel
         (one clock read per request; a send that fails never calls it)."""
+        self.connect()
         conn = self._conn
-        if conn is None or conn.sock.fileno() < 0 or conn.eof:
-            conn = self._conn = self._open()
+        assert conn is not None
         host = self.host if self.port in (80, None) else f"{self.host}:{self.port}"
         lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
         given = {k.lower() for k in (headers or {})}
