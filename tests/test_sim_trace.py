@@ -54,6 +54,10 @@ def test_trace_notes_survived_faults_and_steps_carry_the_physics(tmp_path) -> No
     decode = _metric(metrics, "vllm:request_decode_time_seconds_sum")
     assert decode == pytest.approx(line["engine_finish"] - line["engine_first_token"], abs=1e-5)
     assert _metric(metrics, "locust_llm_sim_step_lag_seconds_count") == len(rows)
+    # vLLM's tokens per step, as the step trace counts them
+    assert _metric(metrics, "vllm:iteration_tokens_total_count") == len(rows)
+    computed = sum(r["prefill_tokens"] + r["decode_seqs"] for r in rows)
+    assert _metric(metrics, "vllm:iteration_tokens_total_sum") == computed
 
 
 def test_a_blocked_loop_is_counted_as_lag_and_reported() -> None:

@@ -109,6 +109,30 @@ def test_the_token_budget_comes_before_a_batch_limit_the_batch_nearly_fills() ->
     assert found is not None and found.cause == "batch_limit_admission"
 
 
+def test_the_servers_own_step_tokens_name_a_filled_budget_without_a_resource_model() -> None:
+    """A CPU engine with no device model (vLLM's CPU build in tests/test_vllm_budget.py): a
+    32-token budget, 336-token prompts, 6 users; the running gauge sits at 3 (of 8), which
+    reads like a batch limit, but the engine's own iteration tokens say each step carried 31
+    of its 32 tokens: the budget holds the queue back."""
+    row = _row(
+        concurrency=6.0, ttft_avg_s=1.5, queue_avg_s=1.03, prefill_avg_s=0.42, waiting=2.8,
+        waiting_max=4.0, running=2.1, running_max=3.0, kv_cache_usage_max=0.31,
+        decode_avg_s=0.9, step_bound="", mfu=math.nan, mbu=math.nan, kv_capacity_seqs=8.0,
+        server_step_tokens=31.0, waiting_capacity_max=4.0,
+    )  # fmt: skip
+    observed = {"max_num_seqs": 3, "max_num_seqs_source": "running gauge flat at 3 in 23 of 25"}
+    v = stage_verdict(row, server={**observed, "max_num_batched_tokens": 32})
+    assert (v.kind, v.cause) == ("prefill_bound", "compute_bound_prefill"), v
+    assert any("32-token budget" in e for e in v.evidence)
+    # steps at a third of the budget: the budget did not bind, the plateau is the batch's
+    v = stage_verdict(
+        {**row, "server_step_tokens": 11.0}, server={**observed, "max_num_batched_tokens": 32}
+    )
+    assert v.cause == "batch_limit_admission", v
+    # no budget given: nothing to hold the steps against
+    assert stage_verdict(row, server=observed).cause == "batch_limit_admission"
+
+
 def test_a_preempting_full_kv_cache_binds_before_the_batch_limit_it_keeps_the_batch_under() -> None:
     # 8 slots and a KV budget of ~8 sequences: the batch reached 8, but only a KV cache that
     # ran out preempts

@@ -101,5 +101,10 @@ def new_run_info(
         extra={
             "machine": socket.gethostname(),
             **run_info_extra(options.server_max_num_seqs, _probed_host(options, hosts)),
+            **(
+                {"max_num_batched_tokens": options.server_max_num_batched_tokens}
+                if options.server_max_num_batched_tokens
+                else {}
+            ),
         },
     )

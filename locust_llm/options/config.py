@@ -70,6 +70,7 @@ class ClientOptions:
     hosts: tuple[str, ...] = ()  # --llm-hosts (empty: the user class's / Locust's host)
     server_instances: int = 0
     server_max_num_seqs: int = 0
+    server_max_num_batched_tokens: int = 0
     record_batch_s: float = 1.0
     debug_requests: int = 3
     transport: str = "auto"  # --llm-transport: auto, kernel, ghc (client/kernel_transport.py)

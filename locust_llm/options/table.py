@@ -302,6 +302,15 @@ OPTIONS: tuple[Option, ...] = (
         check=_NOT_NEGATIVE,
     ),
     Option(
+        name="server-max-num-batched-tokens",
+        default=0,
+        help="the server's token budget per step (vLLM --max-num-batched-tokens), for the "
+        "verdict's token-budget test (vLLM does not expose it over HTTP)",
+        section=_RUN,
+        kind="int",
+        check=_NOT_NEGATIVE,
+    ),
+    Option(
         name="transport",
         default="auto",
         help="how responses are read: kernel (each token timed by the kernel's receive stamp of "

@@ -119,6 +119,7 @@ COLUMNS: tuple[str, ...] = (
     "waiting_max",
     "waiting_share",
     "waiting_capacity_max",
+    "server_step_tokens",
     "preemptions",
     "sim_lag_mean_s",
     "sim_late_share",
@@ -386,8 +387,13 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
     # the mean cannot tell a queue standing throughout from a burst (the verdict's admission)
     waiting = tel.combined_window("waiting", lo, hi)
     row["waiting_share"] = float((waiting >= 1).mean()) if waiting.size else NAN
-    # vLLM says why requests wait: for capacity (batch slots, KV blocks), not the token budget
+    # vLLM says why requests wait: for scheduling capacity (batch slots, KV blocks and the token
+    # budget alike) or deferred (remote KV, grammar, LoRA)
     row["waiting_capacity_max"] = combined("waiting_capacity")[1]
+    # the server's mean tokens per engine step (vLLM's iteration tokens): a step budget's fill
+    engine_steps = series_increase(tel.series, "engine_steps_total", lo, hi)
+    step_tokens = series_increase(tel.series, "step_tokens_total", lo, hi)
+    row["server_step_tokens"] = step_tokens / engine_steps if engine_steps > 0 else NAN
     row["dram_bw_util"] = combined("dram_bw_util")[0]
     row["power_w"] = combined("power_w")[0]
     row["preemptions"] = series_increase(tel.series, "preemptions", lo, hi)  # summed

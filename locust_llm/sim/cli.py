@@ -19,6 +19,21 @@ from locust_llm.sim.config import SimConfig, config_from_mapping, load_toml
 _FLAGS: dict[str, tuple[str, Any, str]] = {
     "--model": ("model", str, "roofline preset or config.json/.gguf path"),
     "--gpu": ("gpu", str, "roofline GPU preset (one GPU; --tp of them)"),
+    "--bandwidth": (
+        "bandwidth",
+        str,
+        "a device given by hand instead of --gpu: its memory "
+        "bandwidth, e.g. 40GB/s (with --flops and --memory)",
+    ),
+    "--flops": ("flops", str, "that device's dense peak, e.g. 1.2TFLOPS"),
+    "--memory": ("memory", str, "that device's memory, e.g. 64GiB"),
+    "--tokenizer": (
+        "tokenizer",
+        str,
+        "a local Hugging Face tokenizer folder: prompts counted "
+        "(and their blocks hashed) by its tokens and chat template, as the engine "
+        "counts them",
+    ),
     "--tp": ("tp", int, "tensor-parallel degree: GPUs the weights and KV are split over"),
     "--interconnect": ("interconnect", str, "GPU link of the all-reduces: nvlink, pcie, ..."),
     "--engine": (

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.errors import InputError
-from locust_llm.roofline.floors import KV_BLOCK_TOKENS, MEMORY_RESERVE_BYTES, get_interconnect
+from locust_llm.roofline.floors import (
+    KV_BLOCK_TOKENS,
+    MEMORY_RESERVE_BYTES,
+    GpuSpec,
+    custom_gpu,
+    get_gpu,
+    get_interconnect,
+    parse_quantity,
+)
 from locust_llm.sim.engine_profiles import DEFAULT_ENGINE, PROFILE_FIELDS, get_profile
 from locust_llm.workloads.distributions import parse_distribution
 
@@ -32,6 +40,11 @@ class SimConfig:
 
     model: str = "mistral-7b"  # roofline preset key or config.json / .gguf path
     gpu: str = "rtx4090"  # roofline GPU preset key (one GPU; --tp of them)
+    #: a device given by hand instead of ``gpu`` (all three, as ``locust-llm roofline`` takes
+    #: them: ``40GB/s``, ``1.2TFLOPS``, ``64GiB``): a CPU engine's profile, a GPU with no preset
+    bandwidth: str = ""
+    flops: str = ""
+    memory: str = ""
     tp: int = 1  # tensor-parallel degree: GPUs the model's weights and KV are split over
     interconnect: str = "nvlink"  # link preset of the tensor-parallel all-reduces
     served_model_name: str = ""  # name clients send/see; "" = the model name
@@ -77,6 +90,10 @@ class SimConfig:
     step_trace_path: str = ""  # JSON lines, one per engine step; "" = none (costs nothing)
     listen_backlog: int = 4096  # pending connects the kernel queues (capped by somaxconn)
     seed: int = 0
+    #: a local Hugging Face tokenizer (a folder with tokenizer.json, and its chat template in
+    #: tokenizer_config.json): prompts are counted, and their KV blocks hashed, by its tokens as
+    #: the engine it stands for counts them; "" = the simulator's own estimate
+    tokenizer: str = ""
 
     def __post_init__(self) -> None:
         profile = get_profile(self.engine)
@@ -89,6 +106,14 @@ class SimConfig:
     def front_s(self, prompt_tokens: int) -> float:
         """Time from a request's arrival to the engine seeing it: API server + tokenization."""
         return self.api_server_s + self.tokenize_s_per_token * prompt_tokens
+
+    def device(self) -> GpuSpec:
+        """The device: the one given by hand (``bandwidth``/``flops``/``memory``), else the
+        ``gpu`` preset."""
+        if self.bandwidth:
+            spec = custom_gpu(self.bandwidth, self.flops, self.memory)
+            return replace(spec, source="given by hand (--bandwidth, --flops, --memory)")
+        return get_gpu(self.gpu)
 
     @property
     def model_name(self) -> str:
@@ -137,6 +162,16 @@ class SimConfig:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InputError(f"{_flag(name)} must be a number >= 0, got {value!r}")
         parse_distribution(self.output_len, what="--output-len")
+        hand = {"--bandwidth": self.bandwidth, "--flops": self.flops, "--memory": self.memory}
+        given = [flag for flag, value in hand.items() if value]
+        if given and len(given) < len(hand):
+            missing = ", ".join(flag for flag in hand if flag not in given)
+            raise InputError(f"a device given by hand needs --bandwidth, --flops and --memory "
+                             f"({missing} missing)")  # fmt: skip
+        kinds = ("bandwidth", "flops", "memory")
+        for (flag, value), kind in zip(hand.items(), kinds, strict=True):
+            if value:
+                parse_quantity(value, kind, flag=flag)
         get_interconnect(self.interconnect)
         return self
 

@@ -59,7 +59,6 @@ from locust_llm.roofline.floors import (
     GpuSpec,
     ModelSpec,
     fit_advice,
-    get_gpu,
     get_interconnect,
     get_model,
     kv_budget_per_gpu_bytes,
@@ -184,6 +183,7 @@ class EngineStats:
     rejected_total: int = 0
     prefix_cache_queries_total: int = 0  # tokens looked up at admissions (vLLM v1 counts so)
     prefix_cache_hits_total: int = 0  # of those, tokens found cached
+    step_tokens_total: int = 0  # tokens the steps computed (vLLM's iteration tokens)
 
 
 class RequestTooLarge(InputError):
@@ -262,7 +262,7 @@ class Engine:
     ) -> None:
         self.config = config.validated()
         self.model = model or get_model(config.model)
-        self.gpu = gpu or get_gpu(config.gpu)
+        self.gpu = gpu or self.config.device()
         self.tp = self.config.tp
         self.link = get_interconnect(self.config.interconnect)
         self.shard = shard_of(self.model, self.tp)  # one GPU's part of the model
@@ -547,6 +547,7 @@ class Engine:
         stats.last_step_end_s, stats.last_step_duration_s = end, duration
         stats.last_step_bytes = result.bytes
         stats.flops_total += result.flops
+        stats.step_tokens_total += sum(n for _, n in scheduled)
         finished = False
         bs = cfg.block_size
         for req, n in scheduled:

@@ -266,6 +266,11 @@ class VllmCollector(Collector):
         yield hist("vllm:request_prefill_time_seconds", "Time in the PREFILL phase.", m.prefill)
         yield hist("vllm:request_decode_time_seconds", "Time in the DECODE phase.", m.decode)
         yield hist("vllm:request_inference_time_seconds", "Time in the RUNNING phase.", m.inference)
+        steps = HistogramMetricFamily(  # sum and count only: one +Inf bucket
+            "vllm:iteration_tokens_total", "Tokens per engine step.", labels=labels
+        )
+        steps.add_metric(value, [("+Inf", eng.stats.steps_total)], eng.stats.step_tokens_total)
+        yield steps
         if self.lag is not None:
             lag = HistogramMetricFamily(
                 "locust_llm_sim_step_lag_seconds",

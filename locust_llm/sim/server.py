@@ -37,6 +37,7 @@ from locust_llm.sim.openai_format import (
     full_response,
 )
 from locust_llm.sim.prefix_cache import block_hashes
+from locust_llm.sim.prompt_tokens import EngineTokens
 from locust_llm.sim.scheduler import RealTimeScheduler
 from locust_llm.sim.trace import TraceWriter, request_times, step_record
 from locust_llm.workloads.textgen import (
@@ -78,6 +79,7 @@ class SimApp:
         )
         self.faults = FaultPlan(self.config.faults, self.config.seed)
         self.lengths = OutputLengths(self.config.output_len, self.config.seed)
+        self.engine_tokens = EngineTokens(self.config.tokenizer) if self.config.tokenizer else None
         self.trace = TraceWriter(self.config.trace_path) if self.config.trace_path else None
         self.step_trace = (
             TraceWriter(self.config.step_trace_path, "--step-trace")
@@ -149,6 +151,8 @@ class SimApp:
         arrival_wall, arrival_mono = time.time(), time.monotonic()
         chat = api != "completions"
         params = _parse_api_body(req.body, api=api, model_name=self.model_name)
+        if self.engine_tokens is not None and api != "embeddings":
+            params = self.engine_tokens.counted(params)
         prompt_tokens = params["prompt_tokens"]
         max_tokens, ignore_eos = params["max_tokens"], params["ignore_eos"]
         self.request_count += 1
@@ -373,6 +377,9 @@ def _parse_body(data: dict[str, Any], *, chat: bool, model_name: str) -> dict[st
         "stream": stream,
         "include_usage": bool(options.get("include_usage", False)),
         "continuous_usage": bool(options.get("continuous_usage_stats", False)),
+        # what an engine's own tokenizer counts (SimConfig.tokenizer): the chat or the text
+        "messages": data.get("messages") if chat else None,
+        "text": data.get("prompt") if isinstance(data.get("prompt"), str) else None,
     }
 
 

@@ -790,9 +790,7 @@ def simulate(
         stages=driver.stages,
         mode="open" if workload.open_loop else "closed",
         # the tensor-parallel degree travels with the floors (the report's --tp default)
-        roofline={"model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp}
-        if model is None and gpu is None
-        else {"tp": cfg.tp},
+        roofline=_roofline_entry(cfg) if model is None and gpu is None else {"tp": cfg.tp},
         extra={
             "virtual": True,
             "tp": cfg.tp,
@@ -912,3 +910,14 @@ def run_virtual(args: Any) -> int:
         f"next: locust-llm report {run_dir}"
     )
     return 0
+
+
+def _roofline_entry(cfg: SimConfig) -> dict[str, Any]:
+    """run.json's ``roofline`` for the simulated engine: its model and its device (the preset,
+    or the device given by hand), so the report's floors use what was simulated."""
+    device = (
+        {"bandwidth": cfg.bandwidth, "flops": cfg.flops, "memory": cfg.memory}
+        if cfg.bandwidth
+        else {"gpu": cfg.gpu}
+    )
+    return {"model": cfg.model, **device, "tp": cfg.tp}

@@ -221,6 +221,13 @@ _builtin(
     **_COUNTER,
 )  # fmt: skip
 _builtin("decode_calls_total", "count", "server decode (forward) calls", **_COUNTER)
+# vLLM's iteration-token histogram: tokens each engine step computed (prompt chunks and one per
+# decoding sequence), as a sum and a count: the mean step against --max-num-batched-tokens
+_builtin(
+    "step_tokens_total", "tokens", "server tokens computed by its engine steps, summed",
+    **_COUNTER,
+)  # fmt: skip
+_builtin("engine_steps_total", "count", "server engine steps", **_COUNTER)
 _builtin(
     "prompt_seconds_total", "s", "server seconds spent computing prompts (llama.cpp's prefill)",
     **_COUNTER,

@@ -284,6 +284,9 @@ register_vocabulary(Vocabulary("vllm", "vLLM (vllm:*)", (
     MetricMap("vllm:request_decode_time_seconds_sum", "phase_decode_s"),
     MetricMap("vllm:request_queue_time_seconds_count", "phase_requests"),
     MetricMap("vllm:prefix_cache_queries_total", "prefix_cache_queries"),  # tokens
+    # tokens per engine step (prompt chunks + decoding sequences): how full the token budget is
+    MetricMap("vllm:iteration_tokens_total_sum", "step_tokens_total"),
+    MetricMap("vllm:iteration_tokens_total_count", "engine_steps_total"),
 )))  # fmt: skip
 
 register_vocabulary(Vocabulary("sglang", "SGLang (sglang:*)", (

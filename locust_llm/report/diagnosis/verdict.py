@@ -674,7 +674,7 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
     running_max = ctx.server_v("running_max")
     budget = _token_budget_text(ctx)
     if budget:
-        return _step_cause(ctx), budget
+        return _budget_cause(ctx), budget
     preempted = pre > 0 and _kv_full(ctx)
     running = ctx.server_v("running")
     for limit, label in ((ctx.max_num_seqs(), "max-num-seqs"), (ctx.slots(), "server slots")):
@@ -689,7 +689,8 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
             and not ctx.server_v("waiting_capacity_max") > 0
         ):
             # the plateau is the prefill's: the steps' bound names it (unless the server says
-            # requests waited for capacity, as vLLM does: then not for the token budget)
+            # requests waited for capacity, as vLLM does: its capacity counts the batch, the KV
+            # cache and the token budget alike, and a budget it filled was named above)
             return "", ""
         said = f" ({source})" if source else ""
         if math.isnan(running_max):
@@ -751,13 +752,28 @@ def _prompt_saturated(ctx: Context) -> bool:
 
 
 def _token_budget_text(ctx: Context) -> str:
-    """Evidence that prompts queue for the step's token budget (prefill compute), or "": the
-    steps are compute-bound and the tokens of one step (the prompt tokens arriving per step,
-    those recomputed after preemptions included, plus one per decoding sequence) fill
-    ``budget_fill`` of ``--max-num-batched-tokens``."""
+    """Evidence that prompts queue for the step's token budget (prefill compute), or "".
+
+    With the server's own count of the tokens its steps computed (vLLM's
+    ``iteration_tokens_total``: ``server_step_tokens``), the budget binds where its mean step
+    fills ``budget_fill`` of ``--max-num-batched-tokens``, whatever the resource model says (a
+    CPU engine has none). Without it, the steps must be compute-bound on prompts and the
+    tokens of one step estimated from the client (the prompt tokens arriving per step, those
+    recomputed after preemptions included, plus one per decoding sequence) fill
+    ``budget_fill`` of the budget."""
     budget = ctx.server.get("max_num_batched_tokens")
-    cause = _step_cause(ctx)
-    if not is_num(budget) or cause not in ("compute_bound_prefill", "prefill_interference"):
+    if not is_num(budget):
+        return ""
+    counted = ctx.server_v("server_step_tokens")
+    if counted > 0:
+        if not counted >= ctx.thresholds.budget_fill * budget:
+            return ""
+        return (
+            f"the engine's steps computed {num(counted, 0)} tokens each on average (its "
+            f"iteration-token counters) of a {num(budget)}-token budget "
+            "(--max-num-batched-tokens): prompts queue for the step's token budget"
+        )
+    if _step_cause(ctx) not in ("compute_bound_prefill", "prefill_interference"):
         return ""
     prompt_rate = prompts_per_s(ctx.row) * computed_prompt_tokens(ctx.row)
     prompt_rate += recompute_tokens_per_s(ctx.row)
@@ -771,6 +787,19 @@ def _token_budget_text(ctx: Context) -> str:
         f"them prompt tokens) of a {num(budget)}-token budget (--max-num-batched-tokens): "
         "prompts queue for prefill compute"
     )
+
+
+def _budget_cause(ctx: Context) -> str:
+    """The cause of a queue for the token budget: the resource model's prefill cause where it
+    names one; else, with the budget's steps full of prompt chunks, prompts' compute: it
+    interferes with decoding where decoding is the longer part of a request (TTFT < decode
+    time), else it is the prefill's own bound."""
+    cause = _step_cause(ctx)
+    if cause in ("compute_bound_prefill", "prefill_interference"):
+        return cause
+    if ctx.v("decode_avg_s") > ctx.v("ttft_avg_s"):
+        return "prefill_interference"
+    return "compute_bound_prefill"
 
 
 @rule(
