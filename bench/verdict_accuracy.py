@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import random
 import sys
@@ -42,6 +43,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from busy_host import busy_host, load_average
 
 from locust_llm.report.build import build_report
 from locust_llm.report.diagnosis.thresholds import Thresholds, error_rate_exceeded
@@ -334,6 +337,10 @@ def judge(
     return out
 
 
+#: 1-minute load averages sampled before and after each end-to-end run.
+E2E_LOAD_AVERAGES: list[float] = []
+BUSY_NOTE = "beside processes spinning on the cores: `--e2e-busy`"
+
 #: End-to-end configurations: (sim flags, run flags), each a short sweep through the real client.
 E2E_SIMS: tuple[tuple[str, ...], ...] = (
     ("--model", "qwen2.5-0.5b", "--gpu", "a10", "--max-num-seqs", "4"),
@@ -389,7 +396,7 @@ def run_e2e(index: int, sim: tuple[str, ...], load: tuple[str, ...], work: Path)
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
     if out.returncode not in (0, 3):
-        return [StageResult(index, -1, "", "", "", False, f"run failed: {out.stderr[-200:]}",
+        return [StageResult(index, -1, "", "", "", False, "", f"run failed: {out.stderr[-200:]}",
                             "", math.nan, math.nan, " ".join((*sim, *load)))]  # fmt: skip
     model, gpu = sim[1], sim[3]
     report = build_report(load_run(run_dir), model=model, gpu=gpu)
@@ -566,6 +573,8 @@ def write_markdown(
         ),
         "",
     ]
+    if not results:  # --runs 0: the end-to-end runs alone, under the header and the command
+        lines = lines[: lines.index("```", lines.index("```") + 1) + 2]
     if by_seed and len(by_seed) > 1:
         lines += [
             "## Every seed of the command",
@@ -592,9 +601,21 @@ def write_markdown(
         ]
     if e2e:
         t = summary(e2e)
+        server_limits = [r for r in e2e if r.judged and r.label not in ("errors",)]
+        client = [r for r in server_limits if r.kind == "client_bound"]
+        loads = E2E_LOAD_AVERAGES or [math.nan]
+        loaded = [
+            f"Host 1-minute load average {min(loads):.1f}-{max(loads):.1f} on "
+            f"{os.cpu_count()} cores during these runs"
+            + (f" ({BUSY_NOTE})" if "--e2e-busy" in command else "")
+            + f"; `client_bound` headlines on stages whose truth is a server limit: "
+            f"**{len(client)} / {len(server_limits)}** (target 0).",
+            "",
+        ]
         lines += [
             "## End to end through the real client",
             "",
+            *loaded,
             f"{len({r.case for r in e2e})} runs of `locust-llm sim --trace --step-trace` + "
             "`locust-llm run` (Locust, one process, telemetry every "
             f"{E2E_SCRAPE_S} s) + the report, each stage judged against the traces; the "
@@ -626,6 +647,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--e2e", type=int, default=0, help="end-to-end runs (real client)")
     parser.add_argument(
+        "--e2e-busy", type=int, default=0,
+        help="processes spinning on the cores beside the end-to-end runs (a loaded host)",
+    )  # fmt: skip
+    parser.add_argument(
         "--model-split", type=int, default=0,
         help="cases run again without the server's phase sums (the time split's model)",
     )  # fmt: skip
@@ -642,12 +667,14 @@ def main(argv: list[str] | None = None) -> int:
         model_split = run_matrix(args.model_split, seeds[0], withhold_phases=True)
     e2e: list[StageResult] = []
     if args.e2e:
-        command += f" --e2e {args.e2e}"
+        command += f" --e2e {args.e2e}" + (f" --e2e-busy {args.e2e_busy}" if args.e2e_busy else "")
         rng = random.Random(seeds[0])
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, busy_host(args.e2e_busy):
             for i in range(args.e2e):
                 sim, load = e2e_case(i, rng)
+                E2E_LOAD_AVERAGES.append(load_average())
                 e2e += run_e2e(i, sim, load, Path(tmp))
+                E2E_LOAD_AVERAGES.append(load_average())
                 print(f"e2e {i}: {summary(e2e)}", flush=True)
     write_markdown(results, command, time.perf_counter() - t0, args.out, e2e, model_split, by_seed)
     for seed, seeded in by_seed.items():

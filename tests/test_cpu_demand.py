@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 from locust_llm.client.cpu_demand import CpuDemandMeter, read_schedstat
+from locust_llm.report.diagnosis.client_delay import contention_caveats, delay_caveats
 from locust_llm.report.diagnosis.thresholds import Thresholds
 from locust_llm.report.diagnosis.verdict import stage_verdict
 
@@ -83,12 +84,25 @@ def test_meter_differences_and_no_data() -> None:
     assert math.isnan(CpuDemandMeter(read=lambda: None).sample())
 
 
-def test_a_worker_that_wanted_a_core_is_client_bound() -> None:
+def test_a_worker_kept_from_its_core_is_a_caveat_not_the_stages_limit() -> None:
+    """Other processes took the host's cores: the worker wanted 97% of one and got 62%. More
+    workers would share the same cores, so the stage keeps the server's verdict and the report
+    warns, with a quieter host as the action (issue 26: no client_bound headline on a loaded
+    host whose server is the limit)."""
     row = {"stage": 0, "concurrency": 8, "requests": 40, "completed": 40, "error_rate": 0.0,
            "worker_cpu_max": 0.62, "worker_cpu_max_id": "w1",
            "worker_cpu_demand_max": 0.97}  # fmt: skip
     verdict = stage_verdict(row, [row], thresholds=Thresholds())
-    assert verdict.kind == "client_bound"
-    assert "CPU demand peaked at 97%" in verdict.evidence[0]
+    assert verdict.kind != "client_bound"
+    (caveat,) = contention_caveats([row], Thresholds())
+    assert "wanted 97% of a core and got 62%" in caveat and "quieter host" in caveat
+    # late first reads on such a host are its wait too: no client_bound from them either
+    late = {**row, "client_delay_first_p99_s": 1.0, "client_delay_first_late": 50.0,
+            "ttft_p50_s": 0.5}  # fmt: skip
+    assert stage_verdict(late, [late], thresholds=Thresholds()).kind != "client_bound"
+    assert not delay_caveats([late], ["healthy"], Thresholds())  # one warning, not two
+    # a worker that got its core and used it all is the limit
+    busy = {**row, "worker_cpu_max": 0.97}
+    assert stage_verdict(busy, [busy], thresholds=Thresholds()).kind == "client_bound"
     calm = {**row, "worker_cpu_demand_max": 0.5}
-    assert stage_verdict(calm, [calm], thresholds=Thresholds()).kind != "client_bound"
+    assert not contention_caveats([calm], Thresholds())

@@ -18,7 +18,11 @@ from locust_llm.error_messages import KindMessages
 from locust_llm.errors import InputError
 from locust_llm.report.compare import CompareRow
 from locust_llm.report.diagnosis.alerts import Alert, check
-from locust_llm.report.diagnosis.client_delay import add_client_delay, delay_caveats
+from locust_llm.report.diagnosis.client_delay import (
+    add_client_delay,
+    contention_caveats,
+    delay_caveats,
+)
 from locust_llm.report.diagnosis.knee import Knee, find_knee, stage_scaling
 from locust_llm.report.diagnosis.lag import lag_warnings
 from locust_llm.report.diagnosis.resources import server_limits, with_observed_limit
@@ -303,6 +307,7 @@ def build_report(
                     *run.warnings,
                     *warnings,
                     *delay_caveats(rows, [v.kind for v in verdicts], thresholds),
+                    *contention_caveats(rows, thresholds),
                     *lag_warnings(
                         run.telemetry,
                         [(s.name, s.start_wall_s, e) for s, e in zip(stages, ends, strict=True)],

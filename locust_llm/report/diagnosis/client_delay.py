@@ -155,6 +155,36 @@ def late_first_reads(row: Mapping[str, Any], thresholds: Any = None) -> tuple[fl
     return delay, late
 
 
+def host_contended(row: Mapping[str, Any], thresholds: Any = None) -> bool:
+    """Other processes kept a Locust worker from its core: its CPU demand (time running or
+    waiting for a core, :mod:`locust_llm.client.cpu_demand`) peaked at ``client_cpu`` while the
+    CPU it got stayed below that."""
+    th = thresholds or DEFAULT_THRESHOLDS
+    demand = float(row.get("worker_cpu_demand_max", np.nan))
+    cpu = float(row.get("worker_cpu_max", np.nan))
+    return demand >= th.client_cpu and not cpu >= th.client_cpu
+
+
+def contention_caveats(rows: Sequence[Mapping[str, Any]], thresholds: Any = None) -> list[str]:
+    """One warning per stage whose worker waited for a core taken by other processes
+    (:func:`host_contended`): a caveat on its timings, with the action that fits."""
+    out = []
+    for row in rows:
+        if not host_contended(row, thresholds):
+            continue
+        demand = float(row["worker_cpu_demand_max"])
+        cpu = float(row.get("worker_cpu_max", np.nan))
+        got = f"{cpu:.0%}" if cpu == cpu else "less"
+        out.append(
+            f"stage {row.get('stage')}: a Locust worker wanted {demand:.0%} of a core and got "
+            f"{got}, the rest waiting for one: other processes took this host's cores, so its "
+            "reads and sends are late by that wait (a caveat on the timings, not the stage's "
+            "limit; run the load generator on a quieter host: more workers would share the "
+            "same cores)"
+        )
+    return out
+
+
 def delay_caveats(
     rows: Sequence[MutableMapping[str, Any]], kinds: Sequence[str], thresholds: Any = None
 ) -> list[str]:
@@ -165,8 +195,8 @@ def delay_caveats(
     out = []
     for row, kind in zip(rows, kinds, strict=True):
         reads = late_first_reads(row, th)
-        if kind == "client_bound" or reads is None:
-            continue
+        if kind == "client_bound" or reads is None or host_contended(row, th):
+            continue  # a contended host's delay: contention_caveats says why
         delay, late = reads
         ttft = float(row.get("ttft_p50_s", np.nan))
         share = f", {delay / ttft:.0%} of TTFT P50 {ttft * 1e3:,.0f} ms" if ttft > 0 else ""
