@@ -676,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
                 e2e += run_e2e(i, sim, load, Path(tmp))
                 E2E_LOAD_AVERAGES.append(load_average())
                 print(f"e2e {i}: {summary(e2e)}", flush=True)
+    if args.out != RESULT:
+        command += f" --out {args.out}"
     write_markdown(results, command, time.perf_counter() - t0, args.out, e2e, model_split, by_seed)
     for seed, seeded in by_seed.items():
         print(seed, summary(seeded))
