@@ -62,6 +62,9 @@ if __package__ in (None, ""):
 from bench import client_choice
 
 TRANSPORTS = ("ghc", "kernel")
+#: a first token stamped this long after the simulator sent it is "a token gap late" (half the
+#: 20 ms step: a stamp that is its own segment's is within 0.1 ms)
+LATE_FIRST_S = 0.010
 
 
 def _p99_ms(values: np.ndarray) -> float | None:
@@ -99,6 +102,8 @@ def extra_columns(work: Path) -> dict[str, Any]:
         "bound_p99_ms": _p99_ms(bound[bounded]),
         "bound_max_ms": float(bound[bounded].max() * 1e3) if bounded.any() else None,
         "bounded": int(bounded.sum()),
+        # stamped a token gap late: more than half the simulator's 20 ms step after its send
+        "first_gap_late": int((first_lag[stamped.to_numpy()] > LATE_FIRST_S).sum()),
         "bound_missed": int(outside.sum()),
     }
 
@@ -215,7 +220,8 @@ def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
         r["merged_share"] = merged / r["matched"] if merged is not None else math.nan
         r["demand_cores"] = demand_cores(r)
     head = ("| streams | transport | runs | " + " | ".join(c[1] for c in SUMMARY_COLUMNS)
-            + " | first tokens merged, all runs | TTFT error p99 ms |")  # fmt: skip
+            + " | first tokens merged, all runs | first tokens a token gap late, all runs "
+            "| TTFT error p99 ms |")  # fmt: skip
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     ratios = []
     pairs = [(other, transports[0]) for other in transports[1:]]
@@ -231,9 +237,12 @@ def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
             merged = [r["first_merged"] for r in group if r.get("first_merged") is not None]
             total = sum(r["matched"] for r in group if r.get("first_merged") is not None)
             merged_cell = f"{sum(merged):,} / {total:,}" if merged else "n/a"
+            late = [r for r in group if r.get("first_gap_late") is not None]
+            late_cell = (f"{sum(r['first_gap_late'] for r in late):,} / "
+                         f"{sum(r['matched'] for r in late):,}") if late else "n/a"  # fmt: skip
             ttft = _f(_median(group, "ttft_err_p99_ms"), ".2f")
             out.append(f"| {streams} | {transport} | {len(group)} | {cells} | {merged_cell} "
-                       f"| {ttft} |")  # fmt: skip
+                       f"| {late_cell} | {ttft} |")  # fmt: skip
         for other, base in pairs:
             per_token = medians[other]["cpu_us_per_token"] / medians[base]["cpu_us_per_token"]
             per_read = medians[other]["cpu_us_per_read"] / medians[base]["cpu_us_per_read"]

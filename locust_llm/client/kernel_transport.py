@@ -20,6 +20,13 @@ after them arrives and the kernel merges the two (``bench/results/kernel_timesta
 idle worker is never late and pays nothing for it. Per read the hot path takes one user-space
 clock (``time_ns``); the clock pair that maps stamps to ``perf_counter`` is read per request.
 
+A response's first bytes are not left to the worker's turn: :mod:`locust_llm.client.first_bytes`
+reads them as soon as the hub polls or any connection's read, wait or request start sweeps
+(at most every 0.5 ms), so a busy worker's first tokens keep their own stamps. Where a first
+token was merged anyway (the worker did not run for a token gap), :attr:`StampedConnection.
+earliest_s` is the latest time the socket was known empty before the read: the record's
+``ttft_error_bound_s``.
+
 :class:`KernelTransport` is :class:`~locust_llm.client.transport.Transport` with its own
 HTTP/1.1 reader (:mod:`locust_llm.client.http11`) for ``http://`` servers; ``https://`` servers
 stay on geventhttpclient (TLS records are decrypted in user space, after the kernel stamp, and
