@@ -328,7 +328,9 @@ class StampedConnection(Http11Connection):
         """Wait until the socket is readable, as gevent's socket does (``socket.timeout``, i.e.
         ``TimeoutError("timed out")``, after the socket's timeout; the same check against two
         greenlets waiting on one socket), with one timer per connection restarted per wait."""
-        self._sweep(_time_ns())  # the worker is about to switch out: take what came first
+        fb = self._fb
+        if fb is not None and fb.waiting:  # the worker switches out: take what came first
+            self._sweep(_time_ns())
         timeout_s = self.sock.timeout
         if timeout_s is None:
             self._wait_readable(self._read_event)  # no timeout: gevent's wait makes no timer
