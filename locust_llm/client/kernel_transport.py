@@ -235,8 +235,10 @@ class StampedConnection(Http11Connection):
         if now_ns - stamp_ns > LATE_NS and data.count(b"\n\n") <= MERGED_EVENTS:
             self.late_yields += 1
             self._yield_to_hub()  # busy, but in time for this stream: read the other ready ones
-        else:
-            self._sweep(now_ns)  # other streams' first bytes may have come meanwhile
+        else:  # other streams' first bytes may have come meanwhile (``_sweep``, inlined)
+            fb = self._fb
+            if fb is not None and fb.waiting and now_ns >= fb.next_ns:
+                fb.sweep()
         return data
 
     def _sweep(self, now_ns: int) -> None:
