@@ -12,9 +12,9 @@ of its own (one per gevent hub). Its :meth:`~FirstBytes.sweep` (one ``epoll_wait
 timeout) takes what arrived on each ready socket with one ``recvmsg`` (the bytes and their
 kernel stamp: no parsing) into the connection, and queues a switch back to its greenlet, which
 parses later. It runs from the hub (a libev watcher on the epoll set's own descriptor: an idle
-worker reads a first byte at once) and from the worker's own reads and request starts, at most
-once per :data:`SWEEP_NS` (a busy worker reads the first bytes between two other streams'
-reads, not when the hub next polls). Each sweep also tells each connection it did not find
+worker reads a first byte at once) and from the worker's own reads, waits, yields and request
+starts, at most once per :data:`SWEEP_NS` (a busy worker reads the first bytes between two
+other streams' reads, not when the hub next polls). Each sweep also tells each connection it did not find
 ready that its socket was empty then: the earliest its first bytes can have arrived, the lower
 end of a stamp the kernel merged anyway (a worker stalled outside Python, by the OS or by
 blocking code).
