@@ -14,10 +14,10 @@ kernel stamp: no parsing) into the connection, and queues a switch back to its g
 parses later. It runs from the hub (a libev watcher on the epoll set's own descriptor: an idle
 worker reads a first byte at once) and from the worker's own reads, waits, yields and request
 starts, at most once per :data:`SWEEP_NS` (a busy worker reads the first bytes between two
-other streams' reads, not when the hub next polls). Each sweep also tells each connection it did not find
-ready that its socket was empty then: the earliest its first bytes can have arrived, the lower
-end of a stamp the kernel merged anyway (a worker stalled outside Python, by the OS or by
-blocking code).
+other streams' reads, not when the hub next polls). Each sweep also tells each connection it
+did not find ready that its socket was empty then: the earliest its first bytes can have
+arrived, the lower end of a stamp the kernel merged anyway (a worker stalled outside Python, by
+the OS or by blocking code).
 """
 
 from __future__ import annotations
