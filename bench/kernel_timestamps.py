@@ -62,6 +62,9 @@ if __package__ in (None, ""):
 from bench import client_choice
 
 TRANSPORTS = ("ghc", "kernel")
+#: a first token stamped this long after the simulator sent it is "a token gap late" (half the
+#: 20 ms step: a stamp that is its own segment's is within 0.1 ms)
+LATE_FIRST_S = 0.010
 
 
 def _p99_ms(values: np.ndarray) -> float | None:
@@ -82,6 +85,13 @@ def extra_columns(work: Path) -> dict[str, Any]:
     first_lag = df.start_wall_s.to_numpy() + df.first_token_kernel_s.to_numpy() - first_true
     merged = df.first_token_merged.to_numpy(bool) & stamped.to_numpy()
     clean = ~merged & stamped.to_numpy()
+    # the record's bound on a merged first token: it arrived in [stamp - bound, stamp]; the
+    # simulator's send (1 ms slack for loopback and the two processes' clocks) must not be
+    # before that
+    bound = (df.ttft_error_bound_s.to_numpy(float) if "ttft_error_bound_s" in df
+             else np.full(len(df), np.nan))  # fmt: skip
+    bounded = merged & np.isfinite(bound)
+    outside = bounded & (first_lag - bound > 0.001)
     return {
         "first_lag_unmerged_p99_ms": _p99_ms(first_lag[clean]),
         "first_lag_merged_p99_ms": _p99_ms(first_lag[merged]),
@@ -89,6 +99,12 @@ def extra_columns(work: Path) -> dict[str, Any]:
         "client_delay_p50_ms": float(np.percentile(delay, 50) * 1e3) if len(delay) else None,
         "client_delay_p99_ms": float(np.percentile(delay, 99) * 1e3) if len(delay) else None,
         "first_merged": int(df.first_token_merged[stamped].sum()) if stamped.any() else None,
+        "bound_p99_ms": _p99_ms(bound[bounded]),
+        "bound_max_ms": float(bound[bounded].max() * 1e3) if bounded.any() else None,
+        "bounded": int(bounded.sum()),
+        # stamped a token gap late: more than half the simulator's 20 ms step after its send
+        "first_gap_late": int((first_lag[stamped.to_numpy()] > LATE_FIRST_S).sum()),
+        "bound_missed": int(outside.sum()),
     }
 
 
@@ -203,7 +219,9 @@ def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
         merged = r.get("first_merged")
         r["merged_share"] = merged / r["matched"] if merged is not None else math.nan
         r["demand_cores"] = demand_cores(r)
-    head = "| streams | transport | runs | " + " | ".join(c[1] for c in SUMMARY_COLUMNS) + " |"
+    head = ("| streams | transport | runs | " + " | ".join(c[1] for c in SUMMARY_COLUMNS)
+            + " | first tokens merged, all runs | first tokens a token gap late, all runs "
+            "| TTFT error p99 ms |")  # fmt: skip
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     ratios = []
     pairs = [(other, transports[0]) for other in transports[1:]]
@@ -216,7 +234,15 @@ def summary(rows: list[dict[str, Any]], transports: tuple[str, ...]) -> str:
             group = [r for r in done if r["streams"] == streams and r["transport"] == transport]
             medians[transport] = {key: _median(group, key) for key, _, _ in SUMMARY_COLUMNS}
             cells = " | ".join(_f(medians[transport][k], fmt) for k, _, fmt in SUMMARY_COLUMNS)
-            out.append(f"| {streams} | {transport} | {len(group)} | {cells} |")
+            merged = [r["first_merged"] for r in group if r.get("first_merged") is not None]
+            total = sum(r["matched"] for r in group if r.get("first_merged") is not None)
+            merged_cell = f"{sum(merged):,} / {total:,}" if merged else "n/a"
+            late = [r for r in group if r.get("first_gap_late") is not None]
+            late_cell = (f"{sum(r['first_gap_late'] for r in late):,} / "
+                         f"{sum(r['matched'] for r in late):,}") if late else "n/a"  # fmt: skip
+            ttft = _f(_median(group, "ttft_err_p99_ms"), ".2f")
+            out.append(f"| {streams} | {transport} | {len(group)} | {cells} | {merged_cell} "
+                       f"| {late_cell} | {ttft} |")  # fmt: skip
         for other, base in pairs:
             per_token = medians[other]["cpu_us_per_token"] / medians[base]["cpu_us_per_token"]
             per_read = medians[other]["cpu_us_per_read"] / medians[base]["cpu_us_per_read"]
@@ -341,14 +367,16 @@ def table(rows: list[dict[str, Any]]) -> str:
             "| tokens/read | late reads yielded | first-token lag p99 ms "
             "| last-token lag p99 ms | TTFT err p99 ms | ITL err p99 ms "
             "| client delay p50 / p99 ms | first tokens merged "
-            "| first-token lag p99 ms unmerged / merged | client waited for its core s |"
+            "| first-token lag p99 ms unmerged / merged "
+            "| TTFT error bound p99 / max ms, merged (truth outside) "
+            "| client waited for its core s |"
             )  # fmt: skip
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "events_s" not in r:
             why = f"failed (rc={r.get('rc')}; {r.get('first_error', '')[:60]})"
             cells = f"| {r.get('rep', 1)} | {r['transport']} | {r['streams']} | 0/{r['records']} "
-            out.append(cells + f"| {why} |" + " |" * 12)
+            out.append(cells + f"| {why} |" + " |" * 13)
             continue
         merged = r.get("first_merged")
         merged_cell = "n/a" if merged is None else f"{merged}/{r['matched']}"
@@ -365,9 +393,19 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{_f(r.get('client_delay_p99_ms'), '.2f')} | {merged_cell} "
             f"| {_f(r.get('first_lag_unmerged_p99_ms'), '.2f')} / "
             f"{_f(r.get('first_lag_merged_p99_ms'), '.2f')} "
+            f"| {_bound_cell(r)} "
             f"| {_f(r.get('client_runq_wait_s'), '.1f')} of {r['wall_s']:.0f} |"
         )  # fmt: skip
     return "\n".join(out)
+
+
+def _bound_cell(r: dict[str, Any]) -> str:
+    """The merged first tokens' error bound: p99 / max ms (how many the truth fell outside
+    of, of those with a bound); n/a where none was merged or the reader gives none."""
+    if not r.get("bounded"):
+        return "n/a"
+    return (f"{_f(r.get('bound_p99_ms'), '.2f')} / {_f(r.get('bound_max_ms'), '.2f')} "
+            f"({r['bound_missed']} of {r['bounded']})")  # fmt: skip
 
 
 def machine_line() -> str:

@@ -111,6 +111,11 @@ class RequestRecord:
     # after the next token's bytes arrived and the stamp is theirs (the kernel keeps the latest
     # segment's), so first_token_kernel_s is an upper bound (docs/timing.md)
     first_token_merged: bool = False
+    # how much earlier than first_token_kernel_s the first token can have arrived: 0 where its
+    # stamp is its own segment's (not merged); where merged, the stamp minus the latest time
+    # the reader knew the socket held none of its bytes (the TTFT lies in [ttft_s - bound,
+    # ttft_s]); nan without kernel stamps or where that time is unknown
+    ttft_error_bound_s: float = NAN
     tpot_s: float = NAN
     itl_mean_s: float = NAN
     itl_p50_s: float = NAN
@@ -173,6 +178,9 @@ class StreamTiming:
     stamped: bool = False  # chunk_times are kernel receive stamps (else user-space reads)
     sent_time: float = NAN  # when the request's final send returned
     first_user_time: float = NAN  # when Python read the first / last token's line
+    # kernel stamps: the earliest the first token's bytes can have arrived (the socket was
+    # last known empty then)
+    first_earliest_time: float = NAN
     last_user_time: float = NAN
     # filled by summarize_stream: per-token ITL samples and their weights (for the live stats)
     itl_values: list[float] = field(default_factory=list)
@@ -256,7 +264,9 @@ def summarize_stream(
             record.first_token_kernel_s = record.first_token_s
             record.last_token_kernel_s = record.last_token_s
             # one read's lines share its stamp exactly; two reads never do
-            record.first_token_merged = len(times) >= 2 and times[1] == times[0]
+            merged = record.first_token_merged = len(times) >= 2 and times[1] == times[0]
+            bound = times[0] - timing.first_earliest_time if merged else 0.0
+            record.ttft_error_bound_s = max(bound, 0.0) if bound == bound else NAN
         user_first, user_last = timing.first_user_time, timing.last_user_time
         if user_first != user_first:  # nan: no separate user stamps, the chunk times are them
             user_first, user_last = times[0], times[-1]

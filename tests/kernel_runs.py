@@ -23,13 +23,15 @@ def traced_kernel_sweep(
     extra: Sequence[str] = (),
     locustfile: str = "locustfiles/sweep.py",
     env: dict[str, str] | None = None,
+    step_ms: int = 10,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], Path]:
     """``requests`` requests of ``users`` users, ``tokens`` tokens each (the simulator steps
-    every 10 ms); every request ok. The records, the trace's lines by request id, the run dir."""
+    every ``step_ms``); every request ok. The records, the trace's lines by request id, the run
+    dir."""
     trace = tmp_path / "trace.jsonl"
     run_dir = tmp_path / "run"
     sim_args = ["--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--zero-cost", "--step-overhead-ms",
-                "10", "--output-len", f"fixed:{tokens}", "--trace", str(trace)]  # fmt: skip
+                str(step_ms), "--output-len", f"fixed:{tokens}", "--trace", str(trace)]  # fmt: skip
     with simulator(sim_args, tmp_path / "sim.log") as url:
         out = run_locust([
             "-f", locustfile, "--host", url, "--headless", "--only-summary",

@@ -44,6 +44,7 @@ LOCUST_FACING = (
     "locust_llm.client.http11",
     "locust_llm.client.ghc_response",
     "locust_llm.client.kernel_transport",
+    "locust_llm.client.first_bytes",
     "locust_llm.client.events",
     "locust_llm.client.lifecycle",
     "locust_llm.client.webui_state",

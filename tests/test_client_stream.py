@@ -32,7 +32,8 @@ class ScriptedResponse:
     ``readline`` returns when a line's bytes are in (as the real transports do); the clock then
     reads the arrival plus ``read_delay_s`` (the client's own delay). ``kernel=True`` adds
     ``arrival_s``: the arrival of the chunk that completed the line (two lines of one chunk
-    share it, as a kernel stamp does).
+    share it, as a kernel stamp does) and ``earliest_s``: the read before it, when the socket
+    was known empty (the first chunk's: ``earliest_s`` as given).
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class ScriptedResponse:
         content_type: str | None = "text/event-stream",
         kernel: bool = False,
         read_delay_s: float = 0.0,
+        earliest_s: float = math.nan,
     ) -> None:
         self.status_code = status
         self._chunks = list(chunks)
@@ -54,6 +56,8 @@ class ScriptedResponse:
         self._delay = read_delay_s
         if kernel:
             self.arrival_s = math.nan
+            self.earliest_s = earliest_s
+        self._read_at = earliest_s
 
     def _pull(self) -> bool:
         if not self._chunks:
@@ -64,6 +68,9 @@ class ScriptedResponse:
             raise data
         self._buf += data
         self._at = at
+        if hasattr(self, "earliest_s"):
+            self.earliest_s = self._read_at
+        self._read_at = self._clock.now
         return True
 
     def readline(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
@@ -151,10 +158,18 @@ def test_kernel_stamps_mark_a_first_token_read_together_with_the_next() -> None:
     assert record.first_token_user_s == pytest.approx(0.51)  # the client's own delay
     assert record.last_token_kernel_s == pytest.approx(0.7) and fired == [pytest.approx(0.5)]
     assert record.tokens_estimated and record.output_tokens == 3  # no usage: counted chunks
+    assert math.isnan(record.ttft_error_bound_s)  # a response that gives no earliest time
+    bounded, _ = _run(
+        [(T0 + 0.5, two), (T0 + 0.7, _chunk("c")), (T0 + 0.8, DONE)], kernel=True,
+        earliest_s=T0 + 0.2,
+    )  # fmt: skip
+    # the first token came after the socket was last known empty, and by its stamp: TTFT in
+    # [0.2, 0.5] s
+    assert bounded.first_token_merged and bounded.ttft_error_bound_s == pytest.approx(0.3)
     apart, _ = _run(
         [(T0 + 0.5, _chunk("a")), (T0 + 0.6, _chunk("b")), (T0 + 0.7, DONE)], kernel=True
     )
-    assert apart.ok and not apart.first_token_merged
+    assert apart.ok and not apart.first_token_merged and apart.ttft_error_bound_s == 0.0
 
 
 def test_usage_chunks_give_tokens_per_chunk_reasoning_and_cache_hits() -> None:

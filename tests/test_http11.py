@@ -200,9 +200,12 @@ def test_failures_raise_what_geventhttpclient_raises(name: str) -> None:
             client.close()  # type: ignore[attr-defined]
 
 
-def test_a_silent_server_times_out() -> None:
+@pytest.mark.parametrize("client_class", [Http11Client, StampedClient])
+def test_a_silent_server_times_out(client_class: type) -> None:
+    """The stamped reader's wait for a response's first bytes (the sweep's) keeps the socket's
+    own timeout too."""
     with scripted([[b"HTTP/1.1 200 OK\r\n"]]) as (port, _):
-        client = Http11Client("127.0.0.1", port, connection_timeout=2, network_timeout=0.2)
+        client = client_class("127.0.0.1", port, connection_timeout=2, network_timeout=0.2)
         start = time.perf_counter()
         with pytest.raises(TimeoutError):
             client.request("POST", "/", body=b"{}")

@@ -3,6 +3,7 @@ sender's own clock and the simulator's ground-truth trace; selection and fallbac
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -91,7 +92,9 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
     assert user - arrival > 0.15  # the user-space read came long after
     conn = resp.conn
     assert conn.unstamped_reads == 0 and conn.reads >= 2  # the head, then the three lines
-    assert conn.late_yields >= 1  # that read was late: the worker went to the hub first
+    # the head and the lines were a response's first reads: a sweep read them (the worker
+    # slept; the hub swept as soon as it switched there), not the worker's own late read
+    assert conn.first_reads == 2 and conn.late_yields == 0
 
 
 def test_a_late_read_yields_to_ready_greenlets_and_an_exception_cancels_its_return() -> None:
@@ -191,7 +194,8 @@ def test_records_match_the_simulators_send_times(tmp_path: Path) -> None:
     assert "Client delay (kernel stamp to user-space read)" in md
     delay_ms = (records.first_token_user_s - records.first_token_kernel_s) * 1e3
     merged = int(records.first_token_merged.sum())
-    assert f"| 48 | {merged} | {np.percentile(delay_ms, 50):.2f} |" in md
+    bound_ms = records.ttft_error_bound_s.max() * 1e3  # the stage's largest TTFT error bound
+    assert f"| 48 | {merged} | {bound_ms:.2f} | {np.percentile(delay_ms, 50):.2f} |" in md
 
 
 SLOW_READER = """
@@ -233,9 +237,78 @@ def test_a_first_token_read_with_the_next_one_is_flagged_and_only_those_are_late
     assert (np.abs(lag[~merged]) < 0.001).all(), np.sort(lag[~merged])[-5:]
     assert (lag > -0.001).all()  # a merged stamp is late, never early
     assert lag[merged].max() > 0.005  # and the flagged ones include really late stamps
+    # each record bounds its error: a merged first token arrived in [stamp - bound, stamp]
+    bound = records.ttft_error_bound_s.to_numpy(float)
+    assert (bound[~merged] == 0).all() and (bound[merged] > 0).all()
+    assert (lag[merged] <= bound[merged] + 0.001).all(), np.c_[lag, bound][merged][:5]
     assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) in (0, 3)
     md = (tmp_path / "report" / "report.md").read_text()
     assert "| first token merged |" in md and f"| 60 | {int(merged.sum())} |" in md
+
+
+BUSY_READER = """
+from gevent import monkey
+
+from locust_llm import llm_events
+from locust_llm.client.sweep_locustfile import Chat, Stages
+
+__all__ = ["Chat", "Stages"]
+_blocking_sleep = monkey.get_original("time", "sleep")  # Locust made time.sleep cooperative
+
+
+@llm_events.first_token.add_listener
+def _busy_worker(**_kw):
+    _blocking_sleep(0.004)  # each first token holds the whole worker 0.4 token gaps
+"""
+
+
+#: The simulator's step in the burst test: a token gap long beside the 4 ms stretches of work
+#: (the sweep's granularity) and beside what this loaded 2-core host stalled a worker for (10-37
+#: ms seen), short beside the 250 ms the worker takes over a burst's first tokens.
+STEP_MS = 40
+
+
+@linux_only
+@pytest.mark.slow
+def test_first_tokens_that_arrive_while_the_worker_is_busy_keep_their_own_stamps(
+    tmp_path: Path,
+) -> None:
+    """The burst: 64 streams whose first tokens come within a few milliseconds, each of which
+    holds the worker 4 ms once read (a blocking listener, standing in for the per-request work
+    of parsing, recording and writing the next request): the last of them is parsed about 250
+    ms, six token gaps, after its first token arrived. Their bytes were read (and stamped) by a
+    sweep between two streams' work, before their second tokens came: a first token's stamp is
+    its own segment's, within 1 ms of the simulator's send of that token. Judged per request
+    against its own last token (stamped exactly), which takes out the request's clock offset (a
+    worker preempted between reading ``t0`` and ``start_wall_s``). Allowed, from this host's
+    noise: 2 of 256 a token gap late (a worker that waits for its core that long), each merged
+    one's truth inside its bound, and 2 unflagged ones off by a millisecond or more (a
+    simulator preempted between its clock read and its write). The reader before the sweep
+    (main at 62f2dbc, this test without the bound): 68, 118, 129 and 187 of 256 late in four
+    runs."""
+    locustfile = tmp_path / "busy_reader.py"
+    locustfile.write_text(BUSY_READER)
+    records, sent, _ = traced_kernel_sweep(
+        tmp_path, users=64, requests=256, tokens=20, locustfile=str(locustfile),
+        env={"PYTHONPATH": "."}, step_ms=STEP_MS,
+    )  # fmt: skip
+    first_true = np.array([sent[i]["first_token"] for i in records.request_id])
+    last_true = np.array([sent[i]["last_token"] for i in records.request_id])
+    offset = (records.start_wall_s + records.last_token_kernel_s).to_numpy() - last_true
+    lag = (records.start_wall_s + records.first_token_kernel_s).to_numpy() - first_true - offset
+    merged = records.first_token_merged.to_numpy(bool)
+    bound = records.ttft_error_bound_s.to_numpy(float)
+    # a token gap late: more than half the engine's step (a simulator waiting for its own core
+    # sends a step's tokens late and the next step's on time, a millisecond after: merged, and
+    # late by that millisecond, within the bound)
+    late = lag > STEP_MS / 2e3
+    assert late.sum() <= 2, (late.sum(), np.sort(lag)[-5:])
+    off = ~merged & (np.abs(lag) >= 0.001)
+    assert off.sum() <= 2, (off.sum(), np.sort(lag[~merged])[[0, -3, -2, -1]])
+    assert (lag[merged] <= bound[merged] + 0.001).all()
+    # the burst was real: the worker read most first tokens long after they arrived
+    delay = (records.first_token_user_s - records.first_token_kernel_s).to_numpy()
+    assert np.percentile(delay, 90) > 0.020, np.percentile(delay, [50, 90])
 
 
 def test_the_parse_only_bench_in_docs_runs_as_written() -> None:
@@ -333,3 +406,67 @@ def test_a_wait_for_bytes_times_out_like_gevents_socket_and_makes_no_timeout_per
         thread.join(5)
         listener.close()
     assert conn._timer is None  # closed with its connection
+
+
+@linux_only
+def test_every_way_out_of_a_first_read_leaves_nothing_waiting() -> None:
+    """A response's first read waits in the sweep's epoll set: a timeout, a killed greenlet and
+    a closed connection each take it out (no registration left, the hub's watcher on the set
+    stopped, the read timer stopped), and a reused socket number can join again."""
+    import gevent
+
+    from locust_llm.client.first_bytes import first_bytes
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    release = threading.Event()
+
+    def serve() -> None:  # reads each request and never answers
+        listener.settimeout(5)
+        with contextlib.suppress(OSError):
+            for _ in range(3):
+                conn, _ = listener.accept()
+                conn.recv(65536)
+                held.append(conn)
+        release.wait(5)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    fb = first_bytes()
+
+    def idle() -> bool:
+        return not fb.waiting and not fb._watcher.active
+
+    try:
+        client = StampedClient("127.0.0.1", port, connection_timeout=2, network_timeout=0.2)
+        with pytest.raises(TimeoutError):
+            client.request("POST", "/", body=b"{}")
+        assert idle() and client._conn is None  # dropped after the timeout
+        client.close()
+
+        killed = StampedClient("127.0.0.1", port, connection_timeout=2, network_timeout=5)
+        waiter = gevent.spawn(killed.request, "POST", "/", body=b"{}")
+        gevent.sleep(0.1)
+        assert len(fb.waiting) == 1 and fb._watcher.active
+        conn = next(iter(fb.waiting.values()))[0]
+        waiter.kill()
+        assert idle() and conn._parked is None and conn._timer is None  # dropped, closed
+        killed.close()
+
+        closed = StampedClient("127.0.0.1", port, connection_timeout=2, network_timeout=5)
+        waiter = gevent.spawn(closed.request, "POST", "/", body=b"{}")
+        gevent.sleep(0.1)
+        conn = next(iter(fb.waiting.values()))[0]
+        conn.close()  # from outside its greenlet: out of the set before its socket goes
+        assert idle()
+        waiter.kill()
+        closed.close()
+    finally:
+        release.set()
+        thread.join(5)
+        for c in held:
+            c.close()
+        listener.close()

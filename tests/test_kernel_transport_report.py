@@ -90,6 +90,12 @@ def test_merged_first_tokens_are_counted_per_stage_and_unknown_without_the_colum
     records["first_token_merged"] = [True, False, False, False, True, True, False, False]
     add_client_delay(rows, records, STAGES, 20.0)
     assert [r["client_delay_first_merged"] for r in rows] == [1, 2]
+    # each stage's largest TTFT error bound (0 for the unmerged; nan before the column)
+    assert math.isnan(rows[0]["ttft_error_bound_max_s"])
+    records["ttft_error_bound_s"] = [0.012, 0.0, 0.0, 0.0, 0.003, 0.02, 0.0, np.nan]
+    add_client_delay(rows, records, STAGES, 20.0)
+    assert [r["ttft_error_bound_max_s"] for r in rows] == [0.012, 0.02]
+    assert math.isclose(rows[1]["ttft_error_bound_p99_s"], np.percentile([0.003, 0.02, 0], 99))
 
 
 def test_late_reads_beside_a_long_ttft_are_a_caveat_not_the_stage_s_limit() -> None:

@@ -46,6 +46,12 @@ class Http11Connection:
         #: when the bytes of the latest read arrived (perf_counter seconds; nan: unknown)
         self.arrival_s = math.nan
 
+    @property
+    def earliest_s(self) -> float:
+        """The earliest the bytes of the latest read can have arrived (perf_counter seconds;
+        nan: unknown, a stamped read says)."""
+        return math.nan
+
     def start_request(self) -> None:
         """Called before each request is written (the hook where a stamped read syncs clocks)."""
 
@@ -113,6 +119,11 @@ class Http11Response:
     def arrival_s(self) -> float:
         """When the bytes that completed the latest line or read arrived (perf_counter s)."""
         return self.conn.arrival_s
+
+    @property
+    def earliest_s(self) -> float:
+        """The earliest those bytes can have arrived (perf_counter s; nan: unknown)."""
+        return self.conn.earliest_s
 
     # ---- body framing -------------------------------------------------------------------------
     def _available(self) -> int:

@@ -20,6 +20,13 @@ after them arrives and the kernel merges the two (``bench/results/kernel_timesta
 idle worker is never late and pays nothing for it. Per read the hot path takes one user-space
 clock (``time_ns``); the clock pair that maps stamps to ``perf_counter`` is read per request.
 
+A response's first bytes are not left to the worker's turn: :mod:`locust_llm.client.first_bytes`
+reads them as soon as the hub polls or any connection's read, wait or request start sweeps
+(at most every 0.5 ms), so a busy worker's first tokens keep their own stamps. Where a first
+token was merged anyway (the worker did not run for a token gap), :attr:`StampedConnection.
+earliest_s` is the latest time the socket was known empty before the read: the record's
+``ttft_error_bound_s``.
+
 :class:`KernelTransport` is :class:`~locust_llm.client.transport.Transport` with its own
 HTTP/1.1 reader (:mod:`locust_llm.client.http11`) for ``http://`` servers; ``https://`` servers
 stay on geventhttpclient (TLS records are decrypted in user space, after the kernel stamp, and
@@ -45,6 +52,7 @@ import gevent
 from gevent.exceptions import ConcurrentObjectUseError
 from greenlet import getcurrent
 
+from locust_llm.client.first_bytes import FirstBytes, first_bytes
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
 from locust_llm.client.transport import Transport
 from locust_llm.errors import InputError
@@ -78,6 +86,9 @@ LATE_NS = round(LATE_S * 1e9)
 #: role and the first token): the worker is already a token gap behind this stream, and so
 #: behind the others that became readable with it; the yield would save no stamp.
 MERGED_EVENTS = 2
+#: The sweep reads a response's first bytes until they held :data:`MERGED_EVENTS` SSE data
+#: lines, or for this many reads (a body that is no event stream).
+FIRST_READS = 4
 
 
 def read_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, bool]:
@@ -111,6 +122,7 @@ class StampedConnection(Http11Connection):
         self.reads = 0  # reads that returned
         self.late_yields = 0  # late reads that handed the worker to the hub before parsing
         self.unstamped_reads = 0  # reads that came back without a stamp
+        self.first_reads = 0  # reads of a response's first bytes taken by a sweep
         #: the latest read emptied the receive queue: wait for bytes before the next read
         #: (no recvmsg that can only say EAGAIN)
         self.drained = False
@@ -118,6 +130,23 @@ class StampedConnection(Http11Connection):
         self._base_s = 0.0  # ... perf_counter(): the two clocks, side by side
         self._now_ns = 0  # time_ns() when the latest read returned
         self._hub: Any = None  # this thread's gevent hub, on the first late read
+        #: time_ns when the socket was last known to hold no unread byte (the request's start,
+        #: a read that emptied the queue, a sweep that found it not ready) ...
+        self._empty_ns = 0
+        #: ... and its value before the latest read: that read's bytes arrived after it
+        self._low_ns = 0
+        #: the response's first events are still to come: its reads go through the sweep
+        #: (:mod:`locust_llm.client.first_bytes`), until :data:`MERGED_EVENTS` SSE data lines
+        #: are in (the role and the first token) or after :data:`FIRST_READS` reads
+        self._first = True
+        self._first_events = self._first_reads = 0
+        #: what a sweep read for this connection (bytes, ancillary data, time_ns after the
+        #: read), or the error it raised, until the reader takes it
+        self._early: Any = None
+        self._parked: Any = None  # the greenlet waiting for the sweep (None: none)
+        self._wake: Any = None  # the queued switch back to it
+        self._fb: FirstBytes | None = None
+        self._fd = sock.fileno() if hasattr(sock, "fileno") else -1
         self.start_request()
         # a gevent socket's non-blocking socket and its wait for readability (gevent's own
         # recvmsg is this loop, but always reads first)
@@ -130,9 +159,25 @@ class StampedConnection(Http11Connection):
         self._timer_s: float | None = None
 
     def start_request(self) -> None:
-        """Read the two clocks side by side (before each request is written)."""
-        self._base_ns = _time_ns()
+        """Read the two clocks side by side (before each request is written); the response's
+        first bytes will be read by the sweep. A busy worker sweeps here too (a worker that
+        finishes a response, records it and writes the next request reads no socket
+        meanwhile)."""
+        now_ns = self._base_ns = self._empty_ns = _time_ns()
         self._base_s = perf_counter()
+        self._first = True
+        self._first_events = self._first_reads = 0
+        self._sweep(now_ns)
+
+    def fileno(self) -> int:
+        """The socket's descriptor (as it was when the connection opened)."""
+        return self._fd
+
+    @property
+    def earliest_s(self) -> float:
+        """The earliest the bytes of the latest read can have arrived (perf_counter seconds):
+        the latest time before that read when the socket was known to hold none of them."""
+        return self._base_s + (self._low_ns - self._base_ns) * 1e-9
 
     @property
     def user_s(self) -> float:
@@ -145,6 +190,9 @@ class StampedConnection(Http11Connection):
         raw = self._raw
         if raw is None:  # not a gevent socket: its own blocking read
             data, ancdata, _flags, _addr = self.sock.recvmsg(RECV_BYTES, _ANC_BYTES)
+            now_ns = _time_ns()
+        elif self._first:  # a response's first events: read by the sweep as they arrive
+            data, ancdata, now_ns = self._first_read()
         else:  # gevent's read loop, without a recvmsg that can only say EAGAIN
             if self.drained:
                 self._wait_for_bytes()  # raises the socket's timeout
@@ -154,7 +202,8 @@ class StampedConnection(Http11Connection):
                     break
                 except BlockingIOError:
                     self._wait_for_bytes()
-        now_ns = self._now_ns = _time_ns()
+            now_ns = _time_ns()
+        self._now_ns = now_ns
         self.reads += 1
         if len(ancdata) == 2:  # the usual read: the stamp, then the queue length (Linux's order)
             (level, kind, stamp), (inq_level, inq_kind, inq) = ancdata
@@ -167,31 +216,105 @@ class StampedConnection(Http11Connection):
         else:
             stamp_ns, drained = read_ancillary(ancdata)
         self.drained = drained and bool(data)
+        self._low_ns = self._empty_ns
+        if self.drained:
+            self._empty_ns = now_ns
         if not stamp_ns:
             self.unstamped_reads += 1
             stamp_ns = now_ns
         self.arrival_s = self._base_s + (stamp_ns - self._base_ns) * 1e-9
+        if self._first:
+            self._first_events += data.count(b"data:")
+            self._first_reads += 1
+            self._first = (
+                bool(data)
+                and self._first_events < MERGED_EVENTS
+                and self._first_reads < FIRST_READS
+            )
+            return data  # read when it arrived (or as soon as the worker swept): no yield
         if now_ns - stamp_ns > LATE_NS and data.count(b"\n\n") <= MERGED_EVENTS:
             self.late_yields += 1
             self._yield_to_hub()  # busy, but in time for this stream: read the other ready ones
+        else:  # other streams' first bytes may have come meanwhile (``_sweep``, inlined)
+            fb = self._fb
+            if fb is not None and fb.waiting and now_ns >= fb.next_ns:
+                fb.sweep()
         return data
 
-    def _wait_for_bytes(self) -> None:
-        """Wait until the socket is readable, as gevent's socket does (``socket.timeout``, i.e.
-        ``TimeoutError("timed out")``, after the socket's timeout; the same check against two
-        greenlets waiting on one socket), with one timer per connection restarted per wait."""
-        timeout_s = self.sock.timeout
-        if timeout_s is None:
-            self._wait_readable(self._read_event)  # no timeout: gevent's wait makes no timer
+    def _sweep(self, now_ns: int) -> None:
+        """Take the other connections' first bytes that arrived, unless a sweep ran less than
+        ``SWEEP_NS`` ago (or none waits): a worker busy with this stream reads them before
+        it parses on or switches out."""
+        fb = self._fb
+        if fb is not None and fb.waiting and now_ns >= fb.next_ns:
+            fb.sweep()
+
+    def _first_read(self) -> tuple[bytes, list[Any], int]:
+        """A response's first bytes, as a sweep read them: this greenlet waits in the hub
+        (the socket's timeout as for any read) until a sweep found the socket readable."""
+        if self._early is None:
+            fb = self._fb
+            if fb is None or fb.hub is not self._hub_now():
+                fb = self._fb = first_bytes()
+            fb.add(self, self._empty_ns)
+            self._sweep(_time_ns())  # the worker switches out: take what came first
+            try:
+                while self._early is None:
+                    self._park()
+            finally:
+                fb.discard(self, self._fd)
+        early, self._early = self._early, None
+        if isinstance(early, BaseException):
+            raise early
+        return early  # type: ignore[no-any-return]
+
+    def take_first(self, empty_ns: int) -> None:
+        """The sweep found the socket readable: read what is there (the bytes and their stamp,
+        no parsing), note ``empty_ns`` (the latest time the socket was known to hold none of
+        them), and queue the switch back to the waiting greenlet."""
+        raw = self._raw
+        assert raw is not None  # only a gevent socket's reads go through the sweep
+        try:
+            self._early = (*raw.recvmsg(RECV_BYTES, _ANC_BYTES)[:2], _time_ns())
+        except BlockingIOError:  # not readable after all: wait on
+            if self._fb is not None:
+                self._fb.add(self, empty_ns)
             return
-        event = self._read_event
-        if event.callback is not None:
-            raise ConcurrentObjectUseError(
-                f"This socket is already used by another greenlet: {event.callback!r}"
-            )
+        except OSError as exc:  # reset, ...: the reader raises it
+            self._early = exc
+        self.first_reads += 1
+        self._empty_ns = empty_ns
+        waiting = self._parked
+        if waiting is not None and self._wake is None:
+            self._wake = self._hub_now().loop.run_callback(_wake, self, waiting)
+
+    def _hub_now(self) -> Any:
         hub = self._hub
         if hub is None:
             hub = self._hub = gevent.get_hub()
+        return hub
+
+    def _park(self) -> None:
+        """Switch to the hub until :meth:`take_first` wakes this greenlet (or the read timer
+        throws the socket's timeout, or an exception is thrown in)."""
+        timer = self._arm_timer()
+        self._parked = getcurrent()
+        try:
+            self._hub_now().switch()
+        finally:
+            self._parked = None
+            if timer is not None:
+                timer.stop()
+            if self._wake is not None:
+                self._wake.stop()
+                self._wake = None
+
+    def _arm_timer(self) -> Any:
+        """The connection's read timer, started for the socket's timeout (None: no timeout)."""
+        timeout_s = self.sock.timeout
+        if timeout_s is None:
+            return None
+        hub = self._hub_now()
         timer = self._timer
         if timer is None or self._timer_s != timeout_s:
             if timer is not None:
@@ -201,12 +324,34 @@ class StampedConnection(Http11Connection):
             timer = self._timer = hub.loop.timer(timeout_s, timeout_s, ref=True, priority=-1)
             self._timer_s = timeout_s
         timer.again(_expire, getcurrent(), update=True)  # the loop's clock updated first
+        return timer
+
+    def _wait_for_bytes(self) -> None:
+        """Wait until the socket is readable, as gevent's socket does (``socket.timeout``, i.e.
+        ``TimeoutError("timed out")``, after the socket's timeout; the same check against two
+        greenlets waiting on one socket), with one timer per connection restarted per wait."""
+        fb = self._fb
+        if fb is not None and fb.waiting:  # the worker switches out: take what came first
+            self._sweep(_time_ns())
+        timeout_s = self.sock.timeout
+        if timeout_s is None:
+            self._wait_readable(self._read_event)  # no timeout: gevent's wait makes no timer
+            return
+        event = self._read_event
+        if event.callback is not None:
+            raise ConcurrentObjectUseError(
+                f"This socket is already used by another greenlet: {event.callback!r}"
+            )
+        hub = self._hub_now()
+        timer = self._arm_timer()
         try:
             hub.wait(event)
         finally:
             timer.stop()
 
     def close(self) -> None:
+        if self._fb is not None:
+            self._fb.discard(self, self._fd)
         if self._timer is not None:
             self._timer.close()
             self._timer = None
@@ -216,15 +361,21 @@ class StampedConnection(Http11Connection):
         """``gevent.sleep(0)`` without its ``Waiter``: the hub switches back to this greenlet
         once the ones ready before it have run; an exception thrown in meanwhile (a kill, a
         timeout) cancels that switch."""
-        hub = self._hub
-        if hub is None:
-            hub = self._hub = gevent.get_hub()
+        self._sweep(self._now_ns)
+        hub = self._hub_now()
         back = hub.loop.run_callback(getcurrent().switch)
         try:
             hub.switch()
         except BaseException:
             back.stop()
             raise
+
+
+def _wake(conn: StampedConnection, waiting: Any) -> None:
+    """The sweep's switch back: to the greenlet only if it still waits for that read."""
+    conn._wake = None
+    if conn._parked is waiting:
+        waiting.switch()
 
 
 def _expire(waiting: Any) -> None:

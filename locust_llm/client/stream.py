@@ -301,6 +301,8 @@ class StreamReader:
                         if first_token is not None:
                             first_token(record=record, ttft_s=now - timing.t0)
                         timing.first_user_time = user_now
+                        if stamped:  # (a response may not say: nan)
+                            timing.first_earliest_time = getattr(resp, "earliest_s", math.nan)
                     timing.last_user_time = user_now
                     times.append(now)
                     if chunk.completion_tokens >= 0:  # continuous usage: tokens in this chunk

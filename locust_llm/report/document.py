@@ -596,11 +596,16 @@ def _client_delay(report: Report) -> list[Section]:
     sends = any(r["send_delay_p50_s"] == r["send_delay_p50_s"] for r in rows)  # any not nan
     columns = [c for c in CLIENT_DELAY_COLUMNS if sends or not c.startswith("send_")]
     cells = [
-        [_load(stage_row), num(r["client_delay_stamped"]), num(r["client_delay_first_merged"])]
+        [
+            _load(stage_row),
+            num(r["client_delay_stamped"]),
+            num(r["client_delay_first_merged"]),
+            ms(r["ttft_error_bound_max_s"], 2),
+        ]
         + [ms(r[c], 2) for c in columns]
         for stage_row, r in zip(report.rows, rows, strict=True)
     ]
-    headers = CLIENT_DELAY_HEADERS[: 2 + len(columns)]
+    headers = CLIENT_DELAY_HEADERS[: 3 + len(columns)]
     table = _table([load_header(report), *headers], cells)
     title = "Client delay (kernel stamp to user-space read)"
     if sends:

@@ -9,7 +9,11 @@ much later). :func:`add_client_delay` puts its per-stage distribution into the s
 (``client_delay_first_p50_s``, ``..._p99_s``, ``..._max_s``, the same for ``last``,
 ``client_delay_stamped``, the records with both stamps, and ``client_delay_first_merged``, those
 whose first token was read together with the next one, so that its stamp is an upper bound:
-the worker came later than the gap between the two tokens); the verdict's ``client_bound`` rule
+the worker came later than the gap between the two tokens), and ``ttft_error_bound_p99_s`` /
+``ttft_error_bound_max_s``, over the stamped records, how much earlier than its stamp a first
+token can have arrived (``ttft_error_bound_s``: 0 where the stamp is the first token's own
+segment's, for a merged one its stamp minus the latest time the reader knew the socket empty:
+every TTFT of the stage lies within that of its value); the verdict's ``client_bound`` rule
 reads ``client_delay_first_p99_s`` against the ``client_delay_bound_s`` threshold, with at least
 ``client_delay_min_late`` requests that late (``client_delay_first_late``: the requests whose first
 token was read at least ``client_delay_bound_s`` late; thresholds:
@@ -40,6 +44,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "first_token_user_s",
     "last_token_user_s",
     "first_token_merged",
+    "ttft_error_bound_s",
     "sent_s",
 )
 
@@ -100,6 +105,12 @@ def add_client_delay(
         if "first_token_merged" in requests
         else None
     )
+    # records from before the bound existed, or without kernel stamps: nan
+    bounds = (
+        requests["ttft_error_bound_s"].to_numpy(float, na_value=np.nan)
+        if "ttft_error_bound_s" in requests
+        else np.full(len(requests), np.nan)
+    )
     for row, stage in zip(rows, stages, strict=True):
         pick = (stage_ix == stage.index) & ok
         row["client_delay_stamped"] = int(np.isfinite(first[pick]).sum())
@@ -109,6 +120,8 @@ def add_client_delay(
         row["client_delay_first_merged"] = (
             np.nan if merged is None else int((merged[pick] & np.isfinite(first[pick])).sum())
         )
+        bound = stage_delay_stats(bounds[pick])
+        row["ttft_error_bound_p99_s"], row["ttft_error_bound_max_s"] = bound["p99"], bound["max"]
         for which, delays in (("first", first), ("last", last)):
             for stat, value in stage_delay_stats(delays[pick]).items():
                 row[f"client_delay_{which}_{stat}_s"] = value
@@ -120,6 +133,7 @@ def add_client_delay(
 TABLE_HEADERS: tuple[str, ...] = (
     "stamped records",
     "first token merged",
+    "TTFT error bound max ms",
     "first token p50 ms",
     "first token p99 ms",
     "first token max ms",
