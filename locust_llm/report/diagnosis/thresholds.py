@@ -55,9 +55,12 @@ class Thresholds:
     cut_off_share: float = 0.5
     confident_requests: int = 20  # fewer (4 x min_requests): the verdict's confidence is low
     # a verdict whose deciding share sits within this of its threshold, or whose decode and
-    # TTFT are within this factor of each other (prefill causes), is one confidence level lower
+    # TTFT are within this factor of each other (prefill causes), is one confidence level
+    # lower; within the tight ones, two (report/diagnosis/confidence.py)
     confidence_margin: float = 0.1
-    confidence_ratio: float = 1.5
+    confidence_margin_tight: float = 0.05
+    confidence_ratio: float = 2.0
+    confidence_ratio_tight: float = 1.5
     client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
     client_delay_bound_s: float = 0.010  # first-token client delay P99 at or above (s) ...
     client_delay_min_late: int = 2  # ... with at least this many requests read that late
