@@ -346,5 +346,3 @@ def test_confidence_two_levels_lower_on_the_tight_margins() -> None:
     close = stage_verdict(_row(**prefill, decode_avg_s=1.54, ttft_avg_s=1.2))
     assert close.cause == "prefill_interference" and close.confidence == "low"
     assert any("within a factor 1.5" in e for e in close.evidence)
-
-
