@@ -930,8 +930,9 @@ def _small(ctx: Context) -> Finding | None:
 
 @rule(
     "step_bound",
-    "the resource model names what sets the step time. Compute-bound steps (compute sets at "
-    "least half the busy time, see Resources in docs/report.md): "
+    "the resource model names what sets the step time. Compute-bound steps (compute's share "
+    "of the busy time at the resource model's compute-bound line, see Resources in "
+    "docs/report.md): "
     "`prefill_interference` when decoding outlasts TTFT and prompt chunks set the decode "
     "steps' time (prompt tokens at least `interference_prefill_share` of the tokens computed, "
     "or a decode-only step would be memory-bound while at least `interference_step_share` of "
