@@ -109,6 +109,32 @@ def test_the_token_budget_comes_before_a_batch_limit_the_batch_nearly_fills() ->
     assert found is not None and found.cause == "batch_limit_admission"
 
 
+def test_a_batch_limit_the_mean_batch_stays_well_under_is_not_named_under_prompt_steps() -> None:
+    """2,000-token prompts through a 2,048-token budget, 256 users for 128 slots: the batch
+    peaked at the limit but averaged 79 (62% of it) while prompts' compute set the steps. The
+    simulator's traces (benchmark seed 423745): the budget stopped admission in 90% of the
+    step time, max-num-seqs in 9%: the steps' prefill cause, not the batch limit."""
+    row = _row(
+        concurrency=256.0, ttft_avg_s=3.0, queue_avg_s=2.5, waiting=97.0, running=79.0,
+        running_max=128.0, kv_cache_usage_max=0.6, step_bound="compute",
+        compute_time_share=0.9, mfu=0.6, mbu=0.1, prefill_token_share=0.93,
+        input_tokens_avg=2150.0, output_tokens_avg=256.0, decode_avg_s=5.5, qps=2.0,
+        tpot_avg_s=0.02, kv_capacity_seqs=400.0,
+    )  # fmt: skip
+    flags = {"max_num_seqs": 128, "max_num_batched_tokens": 2048}
+    found = _check("admission", row, **flags)
+    assert found is None or found.cause != "batch_limit_admission"
+    assert stage_verdict(row, server=flags).cause == "prefill_interference"
+    # the same batch at 90% of its limit: the limit binds
+    full = {**row, "running": 115.0}
+    found = _check("admission", full, **flags)
+    assert found is not None and found.cause == "batch_limit_admission"
+    # memory-bound steps: the exception does not apply
+    memory = {**row, "step_bound": "memory", "compute_time_share": 0.3}
+    found = _check("admission", memory, **flags)
+    assert found is not None and found.cause == "batch_limit_admission"
+
+
 def test_a_preempting_full_kv_cache_binds_before_the_batch_limit_it_keeps_the_batch_under() -> None:
     # 8 slots and a KV budget of ~8 sequences: the batch reached 8, but only a KV cache that
     # ran out preempts

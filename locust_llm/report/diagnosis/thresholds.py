@@ -91,6 +91,9 @@ class Thresholds:
     queue_min_steps: float = 2.0  # ... when it is longer than this many mean decode steps
     busy_share: float = 0.5  # GPU busy below this with no queue: under-loaded
     slot_fill: float = 0.95  # peak batch at or above this share of its limit: the limit binds
+    # ... unless the mean batch stays below this share of it while prompts' compute sets the
+    # steps (the token budget stops admission first)
+    batch_mean_fill: float = 0.7
     budget_fill: float = 0.75  # prompt tokens per step / --max-num-batched-tokens: it binds
     prefill_saturated: float = 0.85  # prompts' compute time share: a flat batch is theirs
     # compute's share of the busy time (report/diagnosis/resources.py) at or above: compute-bound

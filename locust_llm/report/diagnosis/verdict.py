@@ -445,6 +445,7 @@ def _cut_off_text(ctx: Context) -> str:
         "cache_note_share",
         "budget_fill",
         "slot_fill",
+        "batch_mean_fill",
         "saturated_kv",
         "prefill_saturated",
         *_STEP_READS,
@@ -690,6 +691,10 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
             continue
         if preempted and not running >= th.slot_fill * limit:
             continue  # the KV cache ran out and kept the batch below its limit: KV binds
+        if running < th.batch_mean_fill * limit and _step_cause(ctx) in _PREFILL:
+            # a limit that binds keeps the batch near it; prompts' compute setting the steps
+            # with the mean batch well below it: the token budget stops admission first
+            continue
         source = ctx.server.get("max_num_seqs_source") if label == "max-num-seqs" else ""
         if (
             _prompt_saturated(ctx)
@@ -798,7 +803,9 @@ def _token_budget_text(ctx: Context) -> str:
     "batch reached `slot_fill` of it or requests wait (without a running gauge: more users than "
     "slots and TTFT at least `queue_share` queue, client-side), with the KV cache holding that "
     "many sequences (not when the KV cache preempted while the mean batch stayed below `slot_fill` "
-    "of the limit, nor for a plateau read off the running gauge when prompts' compute fills "
+    "of the limit, nor when the step bound names a prefill cause while the mean batch stays "
+    "below `batch_mean_fill` of the limit: the token budget stops admission first, nor for a "
+    "plateau read off the running gauge when prompts' compute fills "
     "`prefill_saturated` of the busy time, unless the server said requests waited for capacity, "
     "as vLLM's waiting-by-reason gauge does); the step bound's prefill cause again when a token "
     "budget is set and prompts' compute fills `prefill_saturated` of the busy time; "
@@ -816,6 +823,7 @@ def _token_budget_text(ctx: Context) -> str:
         *_QUEUE_READS,
         "budget_fill",
         "slot_fill",
+        "batch_mean_fill",
         "saturated_kv",
         "prefill_saturated",
         *_STEP_READS,
