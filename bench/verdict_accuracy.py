@@ -465,9 +465,11 @@ def confusion(results: list[StageResult]) -> list[str]:
 
 
 def seed_table(by_seed: dict[int, list[StageResult]]) -> list[str]:
-    """A markdown table, one column per seed: kind and cause right overall, per class (with
-    each class's stage count) and per confidence level, abstentions counted as misses."""
-    sums = {seed: summary(results) for seed, results in by_seed.items()}
+    """A markdown table, one column per seed and one for all of them together: kind and cause
+    right overall, per class (with each class's stage count) and per confidence level,
+    abstentions counted as misses."""
+    sums: dict[Any, dict[str, Any]] = {seed: summary(results) for seed, results in by_seed.items()}
+    sums["all"] = summary([r for results in by_seed.values() for r in results])
 
     def cell(pair: tuple[int, int] | None) -> str:
         return f"{pair[0]} / {pair[1]} = {pair[0] / pair[1]:.1%}" if pair and pair[1] else "-"
@@ -476,7 +478,9 @@ def seed_table(by_seed: dict[int, list[StageResult]]) -> list[str]:
     levels = [lv for lv in ("high", "medium", "low") if any(lv in s["per_confidence"] for s in
                                                              sums.values())]  # fmt: skip
     lines = [
-        "| measure | " + " | ".join(f"seed {seed}" for seed in sums) + " | target |",
+        "| measure | "
+        + " | ".join(f"seed {seed}" if seed != "all" else "all seeds" for seed in sums)
+        + " | target |",
         "|---|" + "---:|" * len(sums) + "---:|",
         "| kind and cause right | "
         + " | ".join(cell((s["kind_right"], s["judged"])) for s in sums.values())
@@ -580,7 +584,8 @@ def write_markdown(
             "## Every seed of the command",
             "",
             "The tables above are the first seed's; each seed here is its own matrix of "
-            "random cases (kind and cause right, abstentions counted as misses):",
+            "random cases, and the last column pools them (kind and cause right, abstentions "
+            "counted as misses):",
             "",
             *seed_table(by_seed),
             "",

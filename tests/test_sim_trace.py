@@ -142,6 +142,18 @@ def test_labels_name_what_limited_the_engine(label: str, run: dict) -> None:
     assert truth.ttft_queue_s >= 0 and truth.ttft_prefill_s > 0 and truth.decode_s > 0
 
 
+def test_label_reads_the_decode_of_requests_whose_decoding_outlasts_the_window() -> None:
+    # issue 26: a window in which no request finished (decoding outlasts it) read "decode not
+    # longer than TTFT" and was labelled compute_bound_prefill while its requests decoded 20x
+    # their TTFT; the decode time is then that of the requests whose first token fell in it
+    steps, reqs = virtual_run(concurrency=24, requests=96, prompt=1500, output=40)
+    assert ground_truth(steps, reqs).label == "prefill_interference"
+    later = [{**r, "engine_finish": r["engine_finish"] + 1000.0} for r in reqs]
+    truth = ground_truth(steps, later)
+    assert truth.label == "prefill_interference", truth
+    assert truth.decode_s > 1000.0 > truth.ttft_queue_s + truth.ttft_prefill_s
+
+
 def test_label_under_loaded_and_ttft_split() -> None:
     eng = Engine(config_from_mapping({"step_overhead_s": 0.0}))
     steps, reqs, t = [], [], 0.0

@@ -19,7 +19,8 @@ Labels, the first rule that holds wins (thresholds are :class:`LabelRules` field
 4. ``prefill_interference``: compute set at least ``bound_share`` of the step time, at least
    ``interference_share`` of it went to steps that decode sequences shared with prefill
    chunks, and the requests spent longer decoding than waiting for their first token (decode
-   tokens slowed by other requests' prompts);
+   tokens slowed by other requests' prompts; the decode time of the requests that finished in
+   the window, or where none did, of those whose first token fell in it);
 5. ``compute_bound_prefill``: compute set at least ``bound_share`` of the step time and
    prefill tokens were at least half the tokens computed;
 6. ``compute_bound_decode``: compute set at least ``bound_share`` of the step time (a decode
@@ -81,6 +82,7 @@ class GroundTruth:
     ttft_queue_s: float  # mean arrival -> first scheduled
     ttft_prefill_s: float  # mean first scheduled -> engine first token
     decode_s: float  # mean engine first token -> finish, of requests finishing in the window
+    # (none: of those whose first token fell in it)
     tpot_s: float  # mean decode time per token after the first
     cached_token_share: float  # prompt tokens served by the prefix cache / prompt tokens
     lag_mean_s: float
@@ -156,6 +158,12 @@ def ground_truth(
     admitted = [max(_num(r.get("admission")), _num(r.get("arrival"))) for r in started]
     queue = [a - _num(r.get("arrival")) for a, r in zip(admitted, started, strict=True)]
     pre = [_num(r.get("engine_first_token")) - a for a, r in zip(admitted, started, strict=True)]
+    if not ended:
+        # no request finished in the window (their decoding outlasts it): the decode time of
+        # those whose first token fell in it, finished later; read as "not longer than TTFT"
+        # before, which labelled a stage whose requests decoded 20x their TTFT compute-bound
+        # prefill
+        ended = [r for r in started if r.get("outcome") == "ok"]
     dec = [_num(r.get("engine_finish")) - _num(r.get("engine_first_token")) for r in ended]
     tpot = [
         d / (int(r["tokens_sent"]) - 1)

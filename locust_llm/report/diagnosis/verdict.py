@@ -46,6 +46,14 @@ from locust_llm.report.diagnosis.actions import (
 )
 from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES, source_name
 from locust_llm.report.diagnosis.client_delay import host_contended, late_first_reads
+from locust_llm.report.diagnosis.confidence import (
+    KV_BESIDE_BUDGET,
+    Doubt,
+    prefill_ratio,
+    queue_margin,
+    step_margin,
+)
+from locust_llm.report.diagnosis.confidence import level as confidence_level
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens, split_line
 from locust_llm.report.diagnosis.engines import engine_of, in_engine_words
 from locust_llm.report.diagnosis.knee import (
@@ -437,6 +445,7 @@ def _cut_off_text(ctx: Context) -> str:
         "cache_note_share",
         "budget_fill",
         "slot_fill",
+        "batch_mean_fill",
         "saturated_kv",
         "prefill_saturated",
         *_STEP_READS,
@@ -686,6 +695,10 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
             continue
         if preempted and not running >= th.slot_fill * limit:
             continue  # the KV cache ran out and kept the batch below its limit: KV binds
+        if running < th.batch_mean_fill * limit and _step_cause(ctx) in _PREFILL:
+            # a limit that binds keeps the batch near it; prompts' compute setting the steps
+            # with the mean batch well below it: the token budget stops admission first
+            continue
         source = ctx.server.get("max_num_seqs_source") if label == "max-num-seqs" else ""
         if (
             _prompt_saturated(ctx)
@@ -823,7 +836,9 @@ def _budget_cause(ctx: Context) -> str:
     "batch reached `slot_fill` of it or requests wait (without a running gauge: more users than "
     "slots and TTFT at least `queue_share` queue, client-side), with the KV cache holding that "
     "many sequences (not when the KV cache preempted while the mean batch stayed below `slot_fill` "
-    "of the limit, nor for a plateau read off the running gauge when prompts' compute fills "
+    "of the limit, nor when the step bound names a prefill cause while the mean batch stays "
+    "below `batch_mean_fill` of the limit: the token budget stops admission first, nor for a "
+    "plateau read off the running gauge when prompts' compute fills "
     "`prefill_saturated` of the busy time, unless the server said requests waited for capacity, "
     "as vLLM's waiting-by-reason gauge does); the step bound's prefill cause again when a token "
     "budget is set and prompts' compute fills `prefill_saturated` of the busy time; "
@@ -841,6 +856,7 @@ def _budget_cause(ctx: Context) -> str:
         *_QUEUE_READS,
         "budget_fill",
         "slot_fill",
+        "batch_mean_fill",
         "saturated_kv",
         "prefill_saturated",
         *_STEP_READS,
@@ -955,8 +971,9 @@ def _small(ctx: Context) -> Finding | None:
 
 @rule(
     "step_bound",
-    "the resource model names what sets the step time. Compute-bound steps (compute sets at "
-    "least half the busy time, see Resources in docs/report.md): "
+    "the resource model names what sets the step time. Compute-bound steps (compute's share "
+    "of the busy time at the resource model's compute-bound line, see Resources in "
+    "docs/report.md): "
     "`prefill_interference` when decoding outlasts TTFT and prompt chunks set the decode "
     "steps' time (prompt tokens at least `interference_prefill_share` of the tokens computed, "
     "or a decode-only step would be memory-bound while at least `interference_step_share` of "
@@ -1171,7 +1188,9 @@ def _client_side_note(samples: float, thresholds: Thresholds) -> str:
 CONFIDENCE_READS: tuple[str, ...] = (
     "confident_requests",
     "confidence_margin",
+    "confidence_margin_tight",
     "confidence_ratio",
+    "confidence_ratio_tight",
     "compute_bound_share",
     "queue_stood_share",
     "client_delay_bound_s",
@@ -1187,57 +1206,44 @@ def _requests(ctx: Context, finding: Finding) -> float:
 
 
 def _confidence(ctx: Context, finding: Finding) -> str:
-    """``high``: server telemetry and the resource model (or the server's own time split);
-    ``medium``: telemetry only; ``low``: client-side, or fewer than ``confident_requests``.
-    One level lower when the timings carry delay that is not the server's
-    (:func:`_timing_caveats`)."""
+    """``low`` on client-side evidence; else ``high`` lowered by the finding's doubts
+    (:mod:`~locust_llm.report.diagnosis.confidence`): no resource model nor server time
+    split, fewer than ``confident_requests`` requests, delay in the timings that is not the
+    server's (:func:`_timing_caveats`), and the margins of the test that named its cause
+    (:func:`_margins`)."""
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
-    if _requests(ctx, finding) < ctx.thresholds.confident_requests:
-        return "low"
+    doubts = list(_margins(ctx, finding.cause))
     has_model = not math.isnan(ctx.v("mfu"))
-    server_split = ctx.row.get("ttft_split_source") == "server"
-    level = "high" if has_model or server_split else "medium"
-    caveats = _timing_caveats(ctx) if finding.kind != "client_bound" else []
-    if caveats or _on_margin(ctx, finding.cause):
-        return "medium" if level == "high" else "low"
-    return level
+    if not (has_model or ctx.row.get("ttft_split_source") == "server"):
+        doubts.append(Doubt(1))
+    if _requests(ctx, finding) < ctx.thresholds.confident_requests:
+        doubts.append(Doubt(1))
+    if finding.kind != "client_bound" and _timing_caveats(ctx):
+        doubts.append(Doubt(1))
+    return confidence_level(doubts)
 
 
-def _on_margin(ctx: Context, cause: str) -> str:
-    """What puts the finding on the margin of the test that named its cause, or "": the step
-    bound with compute's share of the busy time within ``confidence_margin`` of
-    ``compute_bound_share`` (compute- vs memory-bound steps); a prefill cause with decode and
-    TTFT within a factor ``confidence_ratio`` of each other (interference vs prompts'
-    compute); an admission cause with requests waiting in less than ``queue_stood_share`` +
-    ``confidence_margin`` of the samples (a queue that stood vs bursts). The benchmark
-    measures what each confidence level is worth (bench/results/verdict_accuracy.md)."""
-    th = ctx.thresholds
+def _margins(ctx: Context, cause: str) -> list[Doubt]:
+    """What puts the finding on the margins of the tests that named its cause: the step bound
+    (compute's share of the busy time near ``compute_bound_share``), a prefill cause's decode
+    against TTFT, an admission cause's queue (requests waiting in a share of the samples near
+    ``queue_stood_share``), the KV cache named beside a token budget spent on prompts
+    (:mod:`~locust_llm.report.diagnosis.confidence`). The benchmark measures what each
+    confidence level is worth (bench/results/verdict_accuracy.md)."""
+    th, found = ctx.thresholds, []
     if cause in STEP_CAUSES:
-        share = ctx.v("compute_time_share")
-        if abs(share - th.compute_bound_share) < th.confidence_margin:
-            return (
-                f"compute sets {pct(share)} of the busy time, less than "
-                f"{th.confidence_margin * 100:.0f} points from the {pct(th.compute_bound_share)} "
-                "that parts compute- from memory-bound steps"
-            )
-        decode, ttft = ctx.v("decode_avg_s"), ctx.v("ttft_avg_s")
-        prefill = cause in ("prefill_interference", "compute_bound_prefill")
-        close = (
-            decode > 0 and ttft > 0 and max(decode, ttft) < th.confidence_ratio * min(decode, ttft)
-        )
-        if prefill and close:
-            return f"decode {ms(decode)} ms and TTFT {ms(ttft)} ms are close"
+        found.append(step_margin(ctx.v("compute_time_share"), th))
+    if cause in _PREFILL:
+        found.append(prefill_ratio(ctx.v("decode_avg_s"), ctx.v("ttft_avg_s"), th))
     if CAUSES.get(cause) is not None and CAUSES[cause].gate == "admission":
-        waited = ctx.server_v("waiting_share")
-        if waited < th.queue_stood_share + th.confidence_margin:
-            return f"requests waited in {pct(waited)} of the samples"
+        found.append(queue_margin(ctx.server_v("waiting_share"), th))
         budget = is_num(ctx.server.get("max_num_batched_tokens"))
         if cause == "kv_capacity_admission" and budget and _step_cause(ctx) in _PREFILL:
             # the scheduler tests the token budget before KV blocks: with prompts' compute
             # setting the steps, the budget is spent in many of them beside the full cache
-            return "the steps are compute-bound on prompts: the token budget binds beside it"
-    return ""
+            found.append(KV_BESIDE_BUDGET)
+    return [d for d in found if d is not None]
 
 
 _PREFILL: tuple[str, ...] = ("prefill_interference", "compute_bound_prefill")
@@ -1293,9 +1299,7 @@ def stage_verdict(
             evidence = (*evidence, _client_side_note(samples, thresholds))
         if found.kind != "client_bound":
             evidence = (*evidence, *_timing_caveats(ctx))
-        margin = _on_margin(ctx, found.cause)
-        if margin:
-            evidence = (*evidence, f"on the margin of its rule ({margin}): confidence one lower")
+        evidence = (*evidence, *(d.evidence for d in _margins(ctx, found.cause)))
         return Verdict(
             kind=found.kind,
             evidence=evidence,
