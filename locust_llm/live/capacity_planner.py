@@ -24,7 +24,6 @@ from typing import Any
 from locust_llm.capacity import flags
 from locust_llm.capacity.measure import (
     CONFIRM_TIME_CAPS,
-    UNCLEAR,
     Sample,
     StageMeasurement,
     StageRule,
@@ -163,18 +162,28 @@ class CapacityPlanner:
         n = len(self.samples[stage])
         if n < self._check_at:
             return False
-        self._check_at = max(n + 1, math.ceil(n * 1.1))
+        self._check_at = max(n + 1, math.ceil(n * 1.05))
         if older_in_flight() and now_s - self.starts[stage] < self.rule.max_duration_s:
             return False  # the server still serves an earlier stage's backlog
-        m = self._measure(stage, now_s)
-        # a closed loop's growing stage may end once clearly below every limit, and its stages
-        # that only steer the search stop at the probe cap; an open loop's queue builds over
-        # the stage (its P99 swings with each queue episode), so its stages run the full rule
-        screening = self.closed and self.phases.get(stage) == GROW
+        m = own = self._measure(stage, now_s)
+        phase = self.phases.get(stage)
+        if phase == CONFIRM:
+            # the confirmation decides on every stage that measured its load: their requests
+            # are one sample of one question, and the earlier ones need not be sent again
+            m = self._pooled(stage, own)
+        elapsed = now_s - self.starts[stage]
+        # a closed loop's growing stage may end once clearly below every limit (an open
+        # loop's short stage may not have met a queue episode yet: the bench's screened open
+        # loops passed loads 1.5x their capacity); the stages that only steer the search stop
+        # at the probe cap in both loops
         reason = stop_reason(
-            m, self.rule, now_s - self.starts[stage], screening=screening,
-            probe=self.closed and self.phases.get(stage) != CONFIRM,
+            m, self.rule, elapsed, screening=self.closed and phase == GROW,
+            probe=phase != CONFIRM,
         )  # fmt: skip
+        if reason == "measured" and m.pooled > 1:
+            # the width alone ends a re-measure only once its own sample is measured too: the
+            # pooled interval narrows with the earlier stages' requests, the second look not
+            reason = stop_reason(own, self.rule, elapsed)
         if reason:
             self.reasons[stage] = reason
         return bool(reason)
@@ -196,8 +205,8 @@ class CapacityPlanner:
         if ended_stage not in self.measured:
             m = self._measure(ended_stage, ended_s)
             self.measured[ended_stage] = m
-            if self.phases.get(ended_stage) == CONFIRM and m.state == UNCLEAR:
-                m = self._pooled(ended_stage, m)
+            if self.phases.get(ended_stage) == CONFIRM:
+                m = self._pooled(ended_stage, m)  # as its stop rule judged it
             self.reasons.setdefault(ended_stage, "time cap" if ended_s > 0 else "")
             self.search.record(m, ended_stage)
         load = self.search.next_load()
