@@ -6,7 +6,7 @@ record rows the master receives, as :mod:`locust_llm.live.stage_tally` is fed).
 
 :class:`CapacityPlanner` keeps each stage's samples, ends a stage when
 :func:`~locust_llm.capacity.measure.stop_reason` says it has run long enough (checked each
-time the stage's records have grown by a tenth, and not while requests of an earlier stage are
+time the stage's records have grown by 5%, and not while requests of an earlier stage are
 still in flight: their backlog is the stage's warm-up), measures it, hands it to the
 :class:`~locust_llm.capacity.search.CapacitySearch` and plans the next load as an ordinary
 stage; each stage's warm-up goes into run.json (the report leaves it out), the answer into
@@ -24,6 +24,7 @@ from typing import Any
 from locust_llm.capacity import flags
 from locust_llm.capacity.measure import (
     CONFIRM_TIME_CAPS,
+    UNCLEAR,
     Sample,
     StageMeasurement,
     StageRule,
@@ -165,25 +166,18 @@ class CapacityPlanner:
         self._check_at = max(n + 1, math.ceil(n * 1.05))
         if older_in_flight() and now_s - self.starts[stage] < self.rule.max_duration_s:
             return False  # the server still serves an earlier stage's backlog
-        m = own = self._measure(stage, now_s)
+        m = self._measure(stage, now_s)
         phase = self.phases.get(stage)
-        if phase == CONFIRM:
-            # the confirmation decides on every stage that measured its load: their requests
-            # are one sample of one question, and the earlier ones need not be sent again
-            m = self._pooled(stage, own)
         elapsed = now_s - self.starts[stage]
-        # a closed loop's growing stage may end once clearly below every limit (an open
-        # loop's short stage may not have met a queue episode yet: the bench's screened open
-        # loops passed loads 1.5x their capacity); the stages that only steer the search stop
-        # at the probe cap in both loops
+        # a closed loop's growing stage may end once clearly below every limit, and its stages
+        # that only steer the search stop at the probe cap. An open loop's stages run the full
+        # rule: screened, its short stages had not met a queue episode yet and passed loads
+        # 1.5x its capacity; capped at 500 requests, its bisection judged more loads by their
+        # point estimates and missed more often (bench/results/capacity_search.md)
         reason = stop_reason(
             m, self.rule, elapsed, screening=self.closed and phase == GROW,
             probe=phase != CONFIRM,
         )  # fmt: skip
-        if reason == "measured" and m.pooled > 1:
-            # the width alone ends a re-measure only once its own sample is measured too: the
-            # pooled interval narrows with the earlier stages' requests, the second look not
-            reason = stop_reason(own, self.rule, elapsed)
         if reason:
             self.reasons[stage] = reason
         return bool(reason)
@@ -205,8 +199,8 @@ class CapacityPlanner:
         if ended_stage not in self.measured:
             m = self._measure(ended_stage, ended_s)
             self.measured[ended_stage] = m
-            if self.phases.get(ended_stage) == CONFIRM:
-                m = self._pooled(ended_stage, m)  # as its stop rule judged it
+            if self.phases.get(ended_stage) == CONFIRM and m.state == UNCLEAR:
+                m = self._pooled(ended_stage, m)
             self.reasons.setdefault(ended_stage, "time cap" if ended_s > 0 else "")
             self.search.record(m, ended_stage)
         load = self.search.next_load()
