@@ -339,8 +339,7 @@ def _first_stop(samples: list[Sample], slo: Slo, rule: StageRule) -> tuple[str, 
     return "", m
 
 
-def test_on_the_simulator_a_stage_far_over_its_slo_stops_early_and_one_at_it_runs_to_the_width(
-) -> None:
+def test_on_the_simulator_a_stage_far_over_its_slo_stops_early_one_at_it_runs_on() -> None:
     samples = _sim_stage(users=8, n=1500)
     settled = sorted(s.ttft_s for s in samples[len(samples) // 5 :])
     p90 = settled[int(0.9 * len(settled))]

@@ -176,7 +176,7 @@ class CapacityPlanner:
         # point estimates and missed more often (bench/results/capacity_search.md)
         reason = stop_reason(
             m, self.rule, elapsed, screening=self.closed and phase == GROW,
-            probe=phase != CONFIRM,
+            probe=self.closed and phase != CONFIRM,
         )  # fmt: skip
         if reason:
             self.reasons[stage] = reason
