@@ -172,8 +172,9 @@ class CapacityPlanner:
         # a closed loop's growing stage may end once clearly below every limit, and its stages
         # that only steer the search stop at the probe cap. An open loop's stages run the full
         # rule: screened, its short stages had not met a queue episode yet and passed loads
-        # 1.5x its capacity; capped at 500 requests, its bisection judged more loads by their
-        # point estimates and missed more often (bench/results/capacity_search.md)
+        # 1.5x its capacity; capped at 500 requests, it judged more loads by their point
+        # estimates and still never came under the seed sweep's 730 requests
+        # (bench/results/capacity_search.md)
         reason = stop_reason(
             m, self.rule, elapsed, screening=self.closed and phase == GROW,
             probe=self.closed and phase != CONFIRM,
