@@ -124,3 +124,26 @@ def test_an_open_loop_search_lets_the_server_idle_after_a_failing_stage(tmp_path
     passed = [i for i, s in enumerate(cap["steps"][:-1]) if s["passes"]]
     for i in passed:  # a stage that held hands over at once
         assert stages[i + 1]["start_wall_s"] == stages[i]["end_wall_s"]
+
+
+def test_a_p99_search_fails_loads_early_and_proves_its_answer_by_the_interval(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "p99"
+    code = main([
+        "virtual", "--find-capacity", "--slo", "ttft_p99=500ms,errors=1%",
+        "--max-num-seqs", str(SLOTS), "--max-tokens", "64", "--out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    cap = json.loads((out / "run.json").read_text())["extra"]["capacity"]
+    assert (cap["capacity"], cap["above"]) == (SLOTS, SLOTS + 1)
+    # the loads past the slots fail on evidence (the P99 interval's bottom above the limit)
+    # long before a P99 could be shown met (its top needs at least 368 settled requests)
+    over = [s for s in cap["steps"] if s["load"] > SLOTS]
+    assert over and all(not s["passes"] and s["state"] == "broken" for s in over)
+    assert all(s["ended_by"] == "decided" and s["requests"] < 150 for s in over)
+    # the answer's confirmation runs until the P99's upper bound is within the limit
+    last = cap["steps"][-1]
+    assert (last["phase"], last["load"], last["state"]) == ("confirm", SLOTS, "met")
+    assert last["requests"] >= 368 and last["ended_by"] == "decided"
+    assert cap["binding"]["hi"] <= 0.5 and not cap["uncertain"]
