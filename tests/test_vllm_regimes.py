@@ -53,9 +53,9 @@ LONG = Workload((4,), (8,), 160, input_len=64)
 #: The twin's tolerances on each stage's means. Counts: 15% (issue 32's target), or half a
 #: request of a mean count near zero (0.1 waiting against 0.2 is no 100% miss), or one event of
 #: a preemption count (5 against 6). Latencies: 50%, from the noise measured here: the real
-#: engine's own TPOT moved 17-31 ms between three runs of the same load on this shared 2-core
-#: host, and the twin, fitted to calibration runs minutes earlier, missed by up to 43% (issue
-#: 32's 15% is not met on this host: docs/servers.md has the runs).
+#: engine's own TPOT of ``long`` moved 20-31 ms between four runs on this shared 2-core host,
+#: and the twin, fitted to calibration runs minutes earlier, missed by up to 40% (issue 32's
+#: 15% is not met on this host: docs/servers.md has the runs).
 TWIN_COUNT_SHARE, TWIN_COUNT_SLACK, TWIN_EVENT_SLACK = 0.15, 0.5, 1.0
 TWIN_LATENCY_SHARE = 0.5
 TWIN_LATENCIES = ("ttft_avg_s", "tpot_avg_s", "latency_avg_s")
