@@ -184,7 +184,11 @@ def test_sigkill_of_run_leaves_no_master_or_worker(tmp_path: Path) -> None:
         run.popen.wait(5)
         # they stop as after a SIGTERM: drain (--stop-timeout 5), write the run dir, quit; 15 s
         # ran out once on a host busy with the other test process and three more
-        wait_until(lambda: not any(_alive(p) for p in children), 60, "no master or worker left")
+        try:
+            wait_until(lambda: not any(_alive(p) for p in children), 60, "no master or worker left")
+        except AssertionError as exc:  # which one stayed, for the next reader of this failure
+            alive = [f"{p} ({_cmdline(p)[:120]})" for p in children if _alive(p)]
+            raise AssertionError(f"{exc}; still alive: {alive}") from None
         seen = len(read_trace(trace))
         time.sleep(2.0)  # the server receives nothing more
         assert len(read_trace(trace)) == seen and _running(sim_url) == 0
