@@ -5,6 +5,7 @@ account of each stage beside the report (the regime tests: ``tests/test_vllm_reg
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,9 @@ def run_regimes(
         warm_up(server, 4)
         with quiet_host.exclusive():
             for name, load in loads.items():
+                done = _finished(server)
                 runs[name] = run_regime(server, model, tmp / name, load)
+                _settle(server, done + sum(load.requests))
         if after is not None:
             after(server)
     for name, run in runs.items():
@@ -129,3 +132,17 @@ def split_against_engine(runs: dict[str, RegimeRun], stages: tuple[int, ...] = (
     table["off_of_ttft"] = (table["ours_ms"] - table["vllm_ms"]).abs() / table["ttft_ms"]
     print(table.to_string(float_format=lambda x: f"{x:.3f}"))
     return table
+
+
+def _finished(server: VllmServer) -> float:
+    """Requests the engine's histograms count as finished."""
+    return server.metric_sum("vllm:e2e_request_latency_seconds_count")
+
+
+def _settle(server: VllmServer, finished: float, timeout_s: float = 10.0) -> None:
+    """Wait until the engine's histograms count ``finished`` requests: it publishes a request's
+    observations after the client saw its end, so a run started at once could find the last
+    run's last request in its own first stage (a split 28% of TTFT off, once)."""
+    deadline = time.monotonic() + timeout_s
+    while _finished(server) < finished and time.monotonic() < deadline:
+        time.sleep(0.1)
