@@ -42,6 +42,7 @@ def test_every_cause_names_a_declared_kind_and_a_known_gate() -> None:
         "compute_bound_prefill",
         "compute_bound_decode",
         "bandwidth_bound_decode",
+        "host_overhead",
     )
     for table in (CAUSES, KIND_TABLE):
         assert all(name == entry.name for name, entry in table.items())

@@ -113,12 +113,18 @@ def test_resource_model_utilizations_and_binding_limit() -> None:
     model, gpu = get_model("mistral-7b"), get_gpu("h100-sxm")
     row = _row(
         total_tps=5000.0, running=32.0, running_max=32.0, kv_cache_usage_max=0.5,
-        tpot_avg_s=0.02,
+        tpot_avg_s=0.008,
     )  # fmt: skip
     out = resource_row(row, model, gpu, ServerLimits(max_num_seqs=48))
     flops = 5000.0 * 2 * model.params_per_token()
     assert out["mfu"] == pytest.approx(flops / gpu.peak_flops(model.weight_bits))
     assert 0 < out["mbu"] < 1 and out["step_bound"] == "memory"
+    # the same batch at 20 ms a token: its bytes take a quarter of the step (MBU 23%), the
+    # rest is the host's: no resource the steps wait on is named
+    slow = resource_row({**row, "tpot_avg_s": 0.02}, model, gpu)
+    assert slow["mbu"] == pytest.approx(out["mbu"] * 0.008 / 0.02)
+    assert slow["memory_time_share"] < 0.5 < slow["host_time_share"]
+    assert slow["step_bound"] == "host"
     assert out["kv_capacity_seqs"] == pytest.approx(64.0)  # 32 running at 50%
     assert (out["admission_limit"], out["admission_limit_seqs"]) == ("max-num-seqs", 48.0)
     two = resource_row(row, model, gpu, tp=2)
@@ -183,7 +189,11 @@ def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_rid
     assert p["compute_time_share"] == pytest.approx(0.4 * (share + (1 - share) * 0.02) / 0.7)
     assert p["step_bound"] == "compute" and p["decode_step_bound"] == "memory"
     assert d["compute_time_share"] == pytest.approx(0.4 * (1 / 3 + 2 / 3 * 0.02) / 0.7)
-    assert d["step_bound"] == "memory"  # its MFU is two thirds decode FLOPs, in memory steps
+    # its MFU is two thirds decode FLOPs, in memory steps: their bytes take 49% of a 20 ms
+    # step, longer than what the device's terms leave to the host (32%)
+    assert d["memory_time_share"] > d["host_time_share"] and d["step_bound"] == "memory"
+    slow = resource_row({**decodes, "tpot_avg_s": 0.04}, model, gpu)  # the host's time grows
+    assert slow["host_time_share"] > slow["memory_time_share"] and slow["step_bound"] == "host"
     assert b["compute_time_share"] == pytest.approx(0.4 / 0.7) and b["step_bound"] == "compute"
     assert b["decode_step_bound"] == "compute"  # 512 sequences: past the ridge
     idle = resource_row({**prompts, "gpu_util": 0.5}, model, gpu)

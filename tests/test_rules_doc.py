@@ -89,7 +89,7 @@ def _rows() -> list[dict]:
             {"waiting": 30.0, "waiting_max": 40.0, "waiting_share": 1.0},
         ],
         [{"kv_cache_usage_max": 0.4}, {"kv_cache_usage_max": 1.0, "preemptions": 5.0}],
-        [{"step_bound": "memory"}, {"step_bound": "compute"}, {"step_bound": ""}],
+        [{"step_bound": b} for b in ("memory", "compute", "host", "")],
         [{"gpu_util": 0.97}, {"gpu_util": 0.3}, {"gpu_util": math.nan, "server_samples": 0.0}],
         [{}, {"running": 2.0, "running_max": 2.0}, {"concurrency": math.nan, "rate": 20.0}],
         [{}, {"error_rate": 0.5, "completed": 0.0, "requests": 3.0}],
@@ -130,7 +130,7 @@ def _rows() -> list[dict]:
     ]  # fmt: skip
     steps = list(
         itertools.product(
-            [{"step_bound": "compute"}, {"step_bound": "memory"}],
+            [{"step_bound": "compute"}, {"step_bound": "memory"}, {"step_bound": "host"}],
             [{"decode_avg_s": 0.01}, {"decode_avg_s": 9.0}],
         )
     )

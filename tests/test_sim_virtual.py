@@ -179,6 +179,8 @@ def test_telemetry_has_every_signal_at_every_scrape() -> None:
         "phase_prefill_s",
         "phase_decode_s",
         "phase_requests",
+        "step_tokens_total",
+        "engine_steps_total",
     }
     assert set(per_signal) == expected
     assert per_signal["running"] == scrapes

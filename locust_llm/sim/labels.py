@@ -25,7 +25,11 @@ Labels, the first rule that holds wins (thresholds are :class:`LabelRules` field
    prefill tokens were at least half the tokens computed;
 6. ``compute_bound_decode``: compute set at least ``bound_share`` of the step time (a decode
    batch past the roofline's ridge);
-7. ``bandwidth_bound_decode``: otherwise (memory bandwidth set the step time).
+7. ``bandwidth_bound_decode``: memory bandwidth set the steps, its term (the bytes at the
+   achievable bandwidth, in the steps it bounded) at least as long as the host's per-step and
+   per-sequence overhead;
+8. ``host_overhead``: otherwise (the host's overhead outlasted the memory term: the steps
+   wait on the engine's host work, neither compute nor memory bandwidth).
 
 :data:`LABELS` are the verdict's causes and :data:`VERDICT_KINDS` maps each to the verdict kind it
 should produce, both taken from :mod:`locust_llm.report.diagnosis.causes` (declared there once).
@@ -71,6 +75,9 @@ class GroundTruth:
     busy_share: float  # step time / window
     compute_share: float  # of step time, in steps where compute set the duration
     memory_share: float  # of step time, in steps where memory bandwidth set it
+    compute_set_share: float  # of step time, the compute term of the steps compute bounded
+    memory_set_share: float  # of step time, the memory term of the steps memory bounded
+    mbu: float  # the steps' bytes at the device's peak bandwidth / the busy time
     overhead_share: float  # of step time, the fixed per-step overhead
     allreduce_share: float  # of step time, tensor-parallel all-reduces
     mixed_share: float  # of step time, steps holding both decode sequences and prefill chunks
@@ -127,6 +134,12 @@ def ground_truth(
     def term_share(key: str) -> float:
         return math.fsum(_num(s.get(key)) for s in window) / busy if busy > 0 else math.nan
 
+    def bound_term_share(bound: str, key: str) -> float:
+        """The time ``key`` took in the steps it bounded, over the busy time."""
+        if busy <= 0:
+            return math.nan
+        return math.fsum(_num(s.get(key)) for s in window if s.get("bound") == bound) / busy
+
     blocked = {
         reason: share(lambda s, r=reason: s.get("blocked_by") == r)
         for reason in ("kv_blocks", "max_num_seqs", "token_budget", "preemption", "multi_step")
@@ -177,6 +190,10 @@ def ground_truth(
     truth = {
         "compute_share": share(lambda s: s.get("bound") == "compute"),
         "memory_share": share(lambda s: s.get("bound") == "memory"),
+        "compute_set_share": bound_term_share("compute", "compute_s"),
+        "memory_set_share": bound_term_share("memory", "memory_s"),
+        "overhead_share": term_share("overhead_s"),
+        "mbu": term_share("peak_memory_s"),
         "mixed_share": share(
             lambda s: int(s.get("decode_seqs") or 0) > 0 and int(s.get("prefill_tokens") or 0) > 0
         ),
@@ -192,7 +209,6 @@ def ground_truth(
         label=label,
         verdict_kind=VERDICT_KINDS[label],
         steps=len(window),
-        overhead_share=term_share("overhead_s"),
         allreduce_share=term_share("allreduce_s"),
         admission_wait_share=admission_wait,
         blocked_by=blocked,
@@ -259,4 +275,6 @@ def _label(
         if truth["prefill_token_share"] >= 0.5:
             return "compute_bound_prefill"
         return "compute_bound_decode"
+    if truth["overhead_share"] > truth["memory_set_share"]:
+        return "host_overhead"
     return "bandwidth_bound_decode"

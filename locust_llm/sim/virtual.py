@@ -605,6 +605,9 @@ class _Driver:
             ("prompt_tokens_total", "", eng.stats.prompt_tokens_total),
             ("generation_tokens_total", "", eng.stats.generation_tokens_total),
             ("prompt_tokens_cached_total", "", eng.stats.prefix_cache_hits_total),
+            # the tokens the steps computed and the steps (vLLM's iteration_tokens_total)
+            ("step_tokens_total", "", eng.stats.step_tokens_total),
+            ("engine_steps_total", "", eng.stats.steps_total),
             ("scrape_up", "", 1.0),
             ("phase_queue_s", "", self.phase_sums[0]),
             ("phase_prefill_s", "", self.phase_sums[1]),

@@ -68,6 +68,16 @@ CAUSE_ACTIONS: dict[str, tuple[str, ...]] = {
         "a larger batch amortises each weight read (raise --max-num-seqs while KV space lasts); "
         "a GPU with more memory bandwidth",
     ),
+    "host_overhead": (
+        "keep the decode steps in CUDA graphs (drop --enforce-eager): one launch per step, "
+        "not one per kernel",
+        "a faster host CPU, or fewer processes beside the engine: the steps wait on the "
+        "host's work (scheduling, launches, sampling), not on the device",
+        "amortise the fixed per-step work over more sequences: raise --max-num-seqs"
+        "{max_num_seqs} while KV space lasts",
+        "not quantization, a larger GPU or more tensor parallelism: neither compute nor memory "
+        "bandwidth sets the steps",
+    ),
 }
 
 #: verdict kind -> actions, for kinds that are not a resource (and the fallback of one).

@@ -118,6 +118,15 @@ _CAUSES: tuple[Cause, ...] = (
         meaning="decode steps are memory-bound: every token reads the weights once more",
         source_name="decode",
     ),
+    Cause(
+        name="host_overhead",
+        kind="decode_bound",
+        resource="host time per step (scheduling, launches)",
+        gate="step",
+        mechanism="the engine's per-step and per-sequence host work outlasts the device's",
+        meaning="neither compute nor memory sets the steps: the host's work per step does",
+        source_name="decode",
+    ),
 )
 
 #: Every verdict kind by name, in the report's order.

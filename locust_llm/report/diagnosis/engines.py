@@ -22,6 +22,7 @@ ENGINE_WORDS: dict[str, dict[str, str | None]] = {
         "--max-num-seqs": "--parallel",
         "--kv-cache-dtype fp8": "--cache-type-k q8_0 --cache-type-v q8_0",
         "--gpu-memory-utilization": None,  # llama.cpp sizes the KV cache by --ctx-size
+        "--enforce-eager": None,  # llama.cpp uses CUDA graphs where built with them
         "--max-model-len": "--ctx-size",
         "--max-num-batched-tokens": "--batch-size",
         "--quantization awq|gptq|fp8": "a smaller GGUF quantization (Q8_0, Q4_K_M)",
@@ -34,6 +35,7 @@ ENGINE_WORDS: dict[str, dict[str, str | None]] = {
     "sglang": {
         "--max-num-seqs": "--max-running-requests",
         "--gpu-memory-utilization": "--mem-fraction-static",
+        "--enforce-eager": "--disable-cuda-graph",
         "--max-model-len": "--context-length",
         "--max-num-batched-tokens": "--chunked-prefill-size",
         "--kv-cache-dtype fp8": "--kv-cache-dtype fp8_e5m2",
@@ -46,6 +48,7 @@ ENGINE_WORDS: dict[str, dict[str, str | None]] = {
     "tgi": {
         "--max-num-seqs": "--max-concurrent-requests",
         "--gpu-memory-utilization": "--cuda-memory-fraction",
+        "--enforce-eager": "--cuda-graphs 0",
         "--max-model-len": "--max-total-tokens",
         "--max-num-batched-tokens": "--max-batch-prefill-tokens",
         "--kv-cache-dtype fp8": "--kv-cache-dtype fp8_e5m2",
@@ -61,6 +64,7 @@ ENGINE_WORDS: dict[str, dict[str, str | None]] = {
 VLLM_FLAGS: frozenset[str] = frozenset(
     {
         "--max-num-seqs",
+        "--enforce-eager",
         "--kv-cache-dtype",
         "--gpu-memory-utilization",
         "--max-model-len",

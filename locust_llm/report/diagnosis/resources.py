@@ -67,6 +67,8 @@ COLUMNS: tuple[str, ...] = (
     "mfu",
     "mbu",
     "compute_time_share",
+    "memory_time_share",
+    "host_time_share",
     "prompt_step_share",
     "decode_step_bound",
     "step_bound",
@@ -178,9 +180,12 @@ def resource_row(
             )
             out["decode_step_bound"] = "compute" if compute_s >= memory_s else "memory"
             out["prompt_step_share"] = prompt_step_share(row)
+            out["memory_time_share"], out["host_time_share"] = memory_and_host_shares(
+                share, row, model, gpu, [max(1, context)] * max(1, round(batch)), tp
+            )
         if not math.isnan(share + out["mbu"]):
             out["compute_time_share"] = share
-            out["step_bound"] = "compute" if share >= _TH.compute_bound_share else "memory"
+            out["step_bound"] = step_bound(share, out["memory_time_share"], out["host_time_share"])
     kv_usage = _f(row, "kv_cache_usage_max")
     running_max = _f(row, "running_max")
     if running_max > 0 and kv_usage >= _TH.observed_kv_min:
@@ -289,6 +294,55 @@ def compute_time_share(
     busy = _f(row, "gpu_util")
     busy = busy if 0 < busy <= 1 else 1.0
     return min(1.0, (mfu * counted + recompute) / COMPUTE_EFFICIENCY / busy)
+
+
+def memory_and_host_shares(
+    compute_share: float,
+    row: Mapping[str, Any],
+    model: ModelSpec,
+    gpu: GpuSpec,
+    decode_contexts: Sequence[int],
+    tp: int = 1,
+) -> tuple[float, float]:
+    """(memory time share, host time share) of the busy time. The memory term counts in the
+    steps it bounds, at the achievable bandwidth: the decode-only steps (unless the observed
+    batch is past the ridge) and the steps carrying prompt work whose prompt tokens (prompts
+    per step x the mean computed prompt) leave them memory-bound; each over the mean TPOT (a
+    step's length). The
+    host's share is what the device's terms (compute's share, memory's, the all-reduces) leave
+    of the busy time: per-step and per-sequence scheduling, launches, sampling, whatever the
+    roofline has no term for."""
+    tpot = _f(row, "tpot_avg_s")
+    if not (tpot > 0 and math.isfinite(compute_share)):
+        return NAN, NAN
+    eff = {"compute_eff": COMPUTE_EFFICIENCY, "bw_eff": BANDWIDTH_EFFICIENCY}
+    decode = step_cost(model, decode_contexts, tp=tp)
+    d_compute, d_memory = decode.times(gpu, model.weight_bits, **eff)
+    per_step = prompts_per_s(row) * tpot
+    per_step = per_step if math.isfinite(per_step) and per_step > 0 else 0.0
+    mixed = min(1.0, per_step)
+    memory = 0.0 if d_compute >= d_memory else (1.0 - mixed) * d_memory
+    computed = computed_prompt_tokens(row)
+    if mixed > 0 and computed > 0:
+        chunk = max(1, round(computed * per_step / mixed))
+        m_compute, m_memory = step_cost(model, decode_contexts, [(chunk, 0)], tp=tp).times(
+            gpu, model.weight_bits, **eff
+        )
+        memory += mixed * m_memory if m_memory > m_compute else 0.0
+    # per step over the step time (a request's steps run back to back: TPOT is a step's
+    # length, idle time between steps is not in it, so no division by the busy share)
+    memory_share = min(1.0, memory / tpot)
+    comm = min(1.0, decode.comm_s / tpot)
+    return memory_share, max(0.0, 1.0 - compute_share - memory_share - comm)
+
+
+def step_bound(compute_share: float, memory_share: float, host_share: float) -> str:
+    """What sets the steps: ``compute`` when its share reaches ``compute_bound_share``, else
+    ``host`` where the host's time outlasts the memory term (neither compute nor memory
+    bandwidth is what the steps wait on), else ``memory``."""
+    if compute_share >= _TH.compute_bound_share:
+        return "compute"
+    return "host" if host_share > memory_share else "memory"
 
 
 def add_resources(

@@ -374,6 +374,8 @@ def _step_cause(ctx: Context) -> str:
     bound = ctx.row.get("step_bound")
     if bound == "memory":
         return "bandwidth_bound_decode"
+    if bound == "host":
+        return "host_overhead"
     if bound != "compute":
         return ""
     th = ctx.thresholds
@@ -936,14 +938,15 @@ def _under(ctx: Context) -> Finding | None:
     "small_batch",
     "no queue and the batch at most `low_batch_fraction` of its limit (max-num-seqs, the "
     "server's slots or the KV capacity): the device is busy with memory-bound decode steps "
-    "(`decode_bound`, memory bandwidth: the steps read the weights, so memory is not idle), "
+    "(`decode_bound`, memory bandwidth: the steps read the weights, so memory is not idle; "
+    "`host_overhead` where the host's work sets the steps), "
     "but more load still adds throughput, each step reading the weights once for more "
     "sequences: the headroom is in the evidence and the first action. `low_concurrency` only "
     "where the resource model names no step bound. Not where compute sets the step time (a "
     "larger batch adds compute, not throughput), nor on a stage reached by, or leading to, a "
     "step that flattens, stays flat or falls (as `under_loaded`)",
     kinds=("decode_bound", "low_concurrency"),
-    causes=("bandwidth_bound_decode",),
+    causes=("bandwidth_bound_decode", "host_overhead"),
     reads=(*_QUEUE_READS, "low_batch_fraction", "linear_efficiency", "flat_band"),
 )
 def _small(ctx: Context) -> Finding | None:
@@ -978,8 +981,10 @@ def _small(ctx: Context) -> Finding | None:
     "steps' time (prompt tokens at least `interference_prefill_share` of the tokens computed, "
     "or a decode-only step would be memory-bound while at least `interference_step_share` of "
     "the steps carry prompt work); `compute_bound_prefill` when prompt tokens are at least "
-    "half and TTFT is the longer phase; else `compute_bound_decode`. Memory-bound steps: "
-    "`bandwidth_bound_decode`",
+    "half and TTFT is the longer phase; else `compute_bound_decode`. Memory-bound steps (the "
+    "memory term at least the host's time): `bandwidth_bound_decode`; else `host_overhead` "
+    "(the engine's per-step host work outlasts the memory term: neither compute nor memory "
+    "bandwidth is named)",
     kinds=("prefill_bound", "decode_bound"),
     causes=STEP_CAUSES,
     reads=(*_STEP_READS, "cache_note_share", "min_telemetry_samples"),
