@@ -25,7 +25,11 @@ from locust_llm.report.diagnosis.client_delay import (
 )
 from locust_llm.report.diagnosis.knee import Knee, find_knee, stage_scaling
 from locust_llm.report.diagnosis.lag import lag_warnings
-from locust_llm.report.diagnosis.resources import server_limits, with_observed_limit
+from locust_llm.report.diagnosis.resources import (
+    over_peak_warnings,
+    server_limits,
+    with_observed_limit,
+)
 from locust_llm.report.diagnosis.thresholds import Slo, Thresholds
 from locust_llm.report.diagnosis.verdict import ACTIONS, Verdict, overall_verdict, stage_verdicts
 from locust_llm.report.load import RunData
@@ -34,7 +38,8 @@ from locust_llm.report.soak import SoakResult, soak_results
 from locust_llm.report.sources import source_warnings
 from locust_llm.report.tables import Floors, TelemetryIndex, request_arrays, stage_table
 from locust_llm.report.wording import DeviceWords, without_gpu_telemetry
-from locust_llm.roofline.devices import PLUGIN_FLAGS, DeviceArgs
+from locust_llm.roofline.cpu_device import PROBED
+from locust_llm.roofline.devices import CPU, PLUGIN_FLAGS, DeviceArgs
 from locust_llm.roofline.floors import GpuSpec, get_gpu, get_model
 from locust_llm.rundir.layout import Stage, assign_stages, is_cpu_warning, stage_ends
 
@@ -256,6 +261,8 @@ def build_report(
         limits=server_limits(extra),
     )
     device_warnings = without_gpu_telemetry(table, words)  # report/wording.py
+    if floors is not None:
+        device_warnings += over_peak_warnings(table.to_dict("records"), floors.gpu.name)
     # how each stage answered its load: the one classification the reading, the cap and the
     # verdict read (knee.stage_scaling)
     scaling = stage_scaling(table.to_dict("records"), thresholds, floors.model if floors else None)
@@ -270,7 +277,11 @@ def build_report(
     errors, stage_errors = error_messages(run.requests, stage_ix, [s.index for s in stages])
     for row, kinds in zip(rows, stage_errors, strict=True):
         row["error_messages"] = {k.kind: k for k in kinds}  # the errors rule quotes them
-    verdicts = stage_verdicts(rows, thresholds=thresholds, server=server_flags(extra))
+    server = server_flags(extra)
+    if device is not None and (device.name == CPU or device.source.startswith(PROBED)):
+        # a probe's figures (roofline/cpu_device.py), now or when the run started
+        server["device_probed"] = device.source or "a CPU's figures measured on a host"
+    verdicts = stage_verdicts(rows, thresholds=thresholds, server=server)
     verdicts = [words.verdict(v) for v in verdicts]
     over = [int(r["stage"]) for r, v in zip(rows, verdicts, strict=True) if v.kind == "overloaded"]
     knee = find_knee(

@@ -9,7 +9,8 @@ is then measured on seeds drawn after (``bench/results/verdict_accuracy.md``):
 
 - the margin of the test that named the cause: compute's share of the busy time within
   ``confidence_margin`` of ``compute_bound_share`` (one level; within
-  ``confidence_margin_tight``: two) for a step cause (compute- vs memory-bound steps); decode
+  ``confidence_margin_tight``: two) for a step cause (compute- vs memory-bound steps); the
+  memory term and the host's time as close for memory- vs host-bound steps; decode
   and TTFT within a factor ``confidence_ratio`` of each other (one; ``confidence_ratio_tight``:
   two) for a prefill cause (prompts' compute vs their interference with decoding); requests
   waiting in less than ``queue_stood_share`` + 2 x ``confidence_margin`` of the samples (one;
@@ -17,7 +18,8 @@ is then measured on seeds drawn after (``bench/results/verdict_accuracy.md``):
   cache named while a token budget is set and prompts' compute sets the steps (two: the
   scheduler tests the budget first, and the two gates take turns);
 - thinner evidence: no resource model and no server time split (one); fewer than
-  ``confident_requests`` requests (one);
+  ``confident_requests`` requests (one); a step cause priced on a device a probe measured on
+  this host (``--gpu cpu``: one, its figures' spread in the evidence);
 - delay in the timings that is not the server's: a simulated server behind its schedule, or
   first tokens the worker read late (one, whatever their number).
 """
@@ -42,6 +44,7 @@ class Doubt:
 
     levels: int
     why: str = ""
+    where: str = "on the margin of its rule"  # what the doubt is, before its reason
 
     @property
     def evidence(self) -> str:
@@ -49,7 +52,7 @@ class Doubt:
         if not self.why:
             return ""
         lower = {1: "one", 2: "two"}.get(self.levels, str(self.levels))
-        return f"on the margin of its rule ({self.why}): confidence {lower} lower"
+        return f"{self.where} ({self.why}): confidence {lower} lower"
 
 
 def level(doubts: Sequence[Doubt]) -> str:
@@ -70,6 +73,30 @@ def step_margin(share: float, th: Thresholds) -> Doubt | None:
         2 if tight else 1,
         f"compute sets {pct(share)} of the busy time, less than {points:.0f} points from the "
         f"{pct(th.compute_bound_share)} that parts compute- from memory-bound steps",
+    )
+
+
+def host_margin(memory_share: float, host_share: float, th: Thresholds) -> Doubt | None:
+    """The memory term and the host's time within ``confidence_margin`` of each other (a
+    memory- vs host-bound step), or None."""
+    off = abs(memory_share - host_share)
+    if not off < th.confidence_margin:
+        return None
+    tight = off < th.confidence_margin_tight
+    points = (th.confidence_margin_tight if tight else th.confidence_margin) * 100
+    return Doubt(
+        2 if tight else 1,
+        f"the memory term sets {pct(memory_share)} of the busy time and the host's work "
+        f"{pct(host_share)}, less than {points:.0f} points apart",
+    )
+
+
+def probed_device(source: str) -> Doubt:
+    """A device whose figures a short probe on a shared host measured (one level)."""
+    return Doubt(
+        1,
+        f"{source}; on a shared host the same probe moved up to 5x between runs",
+        "priced on a device a probe measured",
     )
 
 

@@ -356,3 +356,20 @@ def add_resources(
     """Add :data:`COLUMNS` to every stage row in place."""
     for row in rows:
         row.update(resource_row(row, model, gpu, limits, tp=tp))
+
+
+def over_peak_warnings(rows: Sequence[Mapping[str, Any]], device: str) -> list[str]:
+    """One warning per stage whose MFU or MBU exceeds 100% of ``device``'s figures: the server
+    moved more bytes (or FLOPs) than the device's figure allows, so the figure is too low (a
+    probe on a busy host, a wrong preset) and the shares priced with it are not to be trusted."""
+    out = []
+    for row in rows:
+        over = [(name, _f(row, name)) for name in ("mfu", "mbu") if _f(row, name) > 1.0]
+        if over:
+            said = ", ".join(f"{name.upper()} {value:.0%}" for name, value in over)
+            out.append(
+                f"stage {row.get('stage')}: {said} of {device}'s figures: the server did more "
+                "than they allow, so they are too low (a probe on a busy host, a wrong preset) "
+                "and this stage's compute, memory and host shares are not to be trusted"
+            )
+    return out

@@ -49,7 +49,9 @@ from locust_llm.report.diagnosis.client_delay import host_contended, late_first_
 from locust_llm.report.diagnosis.confidence import (
     KV_BESIDE_BUDGET,
     Doubt,
+    host_margin,
     prefill_ratio,
+    probed_device,
     queue_margin,
     step_margin,
 )
@@ -1239,6 +1241,10 @@ def _margins(ctx: Context, cause: str) -> list[Doubt]:
     th, found = ctx.thresholds, []
     if cause in STEP_CAUSES:
         found.append(step_margin(ctx.v("compute_time_share"), th))
+        probed = str(ctx.server.get("device_probed") or "")
+        found.append(probed_device(probed) if probed else None)
+    if cause in ("bandwidth_bound_decode", "host_overhead"):
+        found.append(host_margin(ctx.v("memory_time_share"), ctx.v("host_time_share"), th))
     if cause in _PREFILL:
         found.append(prefill_ratio(ctx.v("decode_avg_s"), ctx.v("ttft_avg_s"), th))
     if CAUSES.get(cause) is not None and CAUSES[cause].gate == "admission":
