@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import quiet_host
 from vllm.model import tiny_llama
 from vllm.regimes import RegimeRun, Workload, locust_run, run_regimes, split_against_engine
 from vllm.server import VllmServer
@@ -93,7 +94,8 @@ def twin(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, Report]:
     """The simulator with the device profile fitted to the calibration runs (written as TOML,
-    started as ``locust-llm sim --config``), replaying the regimes' loads."""
+    started as ``locust-llm sim --config``), replaying the regimes' loads with the host to
+    itself, as the engine ran them (the twin's steps are timed by the host's clock too)."""
     model = tiny_llama()
     fit = fit_twin(runs, model)
     settings = twin_settings(
@@ -106,7 +108,7 @@ def twin(
     print(profile.read_text(), f"fit: worst {fit.worst_error():.1%} off its samples", sep="\n")
     for sample, fitted, bound in zip(fit.samples, fit.fitted_s, fit.bound, strict=True):
         print(f"  {sample} -> {fitted * 1e3:.2f} ms ({bound})")
-    with running_sim(tmp / "sim.log", "--config", str(profile)) as url:
+    with quiet_host.exclusive(), running_sim(tmp / "sim.log", "--config", str(profile)) as url:
         return {
             name: locust_run(url, engine_info["name"], model, tmp / name, load)
             for name, load in (("short", SHORT), ("long", LONG))
