@@ -20,10 +20,10 @@ P x prefill share + max(FLOPs / F, bytes / B)`` for (O, s, P, F, B) by least squ
 max by alternation (each step bound by the term the last solution makes larger, until none
 changes), no coefficient below 0. P is the fixed cost of a step that computes prompt tokens
 (the prefill share: 1 for such a step, the share of such steps for a mean step): vLLM's CPU
-build takes a prompt's step longer than its tokens' compute extrapolated to zero tokens,
-beyond any decode step, which no other term holds (4-10 ms here), and four prompts admitted
-into one step took no longer than one (their prefill 31-35 ms at 8 users against 30-33 ms
-at 1). To tell the terms apart, the samples
+build can take a prompt's step longer than its tokens' compute extrapolated to zero tokens,
+beyond any decode step, which no other term holds, and prompts admitted two to four at a time
+took about as long as one alone (docs/servers.md has the figures), hence a cost per step, not
+per prompt. To tell the terms apart, the samples
 need compute-bound steps of two sizes (prompts of two lengths alone) beside the memory-bound
 decode steps, and, for the fixed overhead apart from both P and the bandwidth, a memory-bound
 step that carries a prompt chunk or decode steps of different sizes in bytes. Where they cannot

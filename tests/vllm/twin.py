@@ -58,7 +58,7 @@ def exact_ttfts(report: Report, stage: int) -> pd.Series:
     """A stage's TTFTs of the records whose first token the client read on its own: one read
     together with later tokens has only an upper bound for a stamp (``ttft_error_bound_s`` > 0:
     the client's worker came late, starved by the engine beside it on this 2-core host; the
-    engine's runs had two such records, bounds of 180-364 ms, at the start of ``long``)."""
+    engine's runs of ``long`` had one or two such in five of six, bounds of 107-755 ms)."""
     requests = report.run.requests
     records = requests[requests["stage"] == stage]
     return records.loc[~(records["ttft_error_bound_s"] > 0), "ttft_s"]
