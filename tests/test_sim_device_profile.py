@@ -85,6 +85,33 @@ def test_steps_that_cannot_tell_the_terms_apart_are_still_priced_as_measured() -
     assert fit.flops_per_s == pytest.approx(50e12, rel=1e-6)
 
 
+#: The suite's tiny Llama (tests/vllm/model.py) and the calibration steps one run of vLLM's CPU
+#: build measured on it (tests/vllm/twin.py; 2026-12-02): decode at 1 and 4 users, prompts of 77
+#: and 269 tokens alone.
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768,
+    "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "num_key_value_heads": 4, "head_dim": 64, "max_position_embeddings": 4096,
+    "vocab_size": 1024, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}  # fmt: skip
+CPU_CALIBRATION = [
+    StepSample(0.021073, 1.0, 45.0, prompt_chunk=29.0, prefill_seqs=0.0),
+    StepSample(0.021674, 4.0, 45.0, 3.741935, 29.0, prefill_seqs=0.129032),
+    StepSample(0.037802, prompt_tokens=77.0),
+    StepSample(0.072140, prompt_tokens=269.0),
+]
+
+
+def test_a_fit_whose_rounds_alternate_keeps_the_nearest_solution(tmp_path) -> None:
+    """On these steps the rounds alternate between two patterns (the 4-user step bound by
+    compute, then by memory): the fit keeps the solution that prices the steps nearest their
+    measured times under the max (the last round's missed the 4-user step by 18%)."""
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    fit = fit_steps(get_model(str(tmp_path / "config.json")), CPU_CALIBRATION)
+    assert fit.worst_error() < 0.02
+    assert min(fit.overhead_s, fit.per_seq_s, fit.prefill_s) >= 0
+
+
 def test_the_engine_charges_the_prefill_term_once_a_step_with_prompt_work() -> None:
     """Two prompts admitted into one step cost one prefill term; the decode steps none."""
 
