@@ -68,9 +68,9 @@ LONG = Workload((4,), (8,), 160, input_len=64)
 #: the most seen, and latency by +33%); TTFT 2.0, over the records the client stamped exactly
 #: (:func:`vllm.twin.exact_ttfts`), as the engine's TTFT at 1 user moved 31-54 ms between runs
 #: and its front-end time, read from the calibration, 3-18 ms (the twin missed TTFT by at most
-#: +56%). Ten runs where the regimes were forced, 2026-12-02 (docs/servers.md); issue 32's 15%
+#: +56%). Eleven runs where the regimes were forced, 2026-12-02 (docs/servers.md); issue 32's 15%
 #: held for every latency in two. Where the client does not keep ``short``'s 8 users in flight
-#: (two runs of thirteen at a load average of 8-9: 0.3 and 0.9 waiting on the engine), the batch
+#: (two runs of fourteen at a load average of 8-9: 0.3 and 0.9 waiting on the engine), the batch
 #: limit is not reached and the verdict test, the counts and TTFT all miss.
 TWIN_COUNT_SHARE, TWIN_COUNT_SLACK, TWIN_EVENT_SLACK = 0.15, 1.0, 2.0
 TWIN_LATENCY_FACTOR = {"ttft_exact_s": 2.0, "tpot_avg_s": 1.75, "latency_avg_s": 1.75}
