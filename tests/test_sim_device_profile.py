@@ -24,18 +24,27 @@ pytestmark = pytest.mark.quick
 MODEL = "llama-3.1-8b"
 
 
-def _steps(overhead: float, per_seq: float, flops_per_s: float, bytes_per_s: float):
+def _steps(
+    overhead: float,
+    per_seq: float,
+    flops_per_s: float,
+    bytes_per_s: float,
+    prefill: float = 0.0,
+) -> list[StepSample]:
     """Steps priced by the simulator's own physics: decode batches, prompts alone, a stage's
-    mean step (4 decoding, a 64-token prompt every 16 steps)."""
+    mean step (4 decoding, a 64-token prompt every 16 steps), a decode batch at a long context
+    (its KV read tells the bandwidth from the fixed overhead)."""
     model = get_model(MODEL)
     shapes = [StepSample(1.0, decode_seqs=b, decode_context=300) for b in (1, 3.5, 8)]
     shapes += [StepSample(1.0, prompt_tokens=p) for p in (512, 2048)]
     shapes.append(StepSample(1.0, 4, 300, prompt_tokens=4.0, prompt_chunk=64, prefill_seqs=1 / 16))
+    shapes.append(StepSample(1.0, decode_seqs=8, decode_context=8000))
     return [
         replace(
             s,
             seconds=overhead
             + per_seq * s.sequences
+            + prefill * s.prefill_share
             + max(s.flops(model) / flops_per_s, s.bytes(model) / bytes_per_s),
         )
         for s in shapes
@@ -46,10 +55,79 @@ def test_the_fit_recovers_the_constants_its_steps_were_priced_with() -> None:
     fit = fit_steps(get_model(MODEL), _steps(0.003, 0.0002, 50e12, 900e9))
     assert fit.overhead_s == pytest.approx(0.003, rel=1e-6)
     assert fit.per_seq_s == pytest.approx(0.0002, rel=1e-6)
+    assert fit.prefill_s == pytest.approx(0.0, abs=1e-9)
     assert fit.flops_per_s == pytest.approx(50e12, rel=1e-6)
     assert fit.bytes_per_s == pytest.approx(900e9, rel=1e-6)
     assert fit.bound[:5] == ("memory", "memory", "memory", "compute", "compute")
     assert fit.worst_error() < 1e-9
+
+
+def test_the_fit_recovers_a_prefill_steps_own_cost() -> None:
+    """A step with prompt work costing 10 ms beyond its compute (vLLM's CPU build's shape) is
+    fitted as the prefill term, not spread over the overhead and the bandwidth."""
+    fit = fit_steps(get_model(MODEL), _steps(0.003, 0.0002, 50e12, 900e9, prefill=0.01))
+    assert fit.prefill_s == pytest.approx(0.01, rel=1e-6)
+    assert fit.overhead_s == pytest.approx(0.003, rel=1e-6)
+    assert fit.per_seq_s == pytest.approx(0.0002, rel=1e-6)
+    assert fit.flops_per_s == pytest.approx(50e12, rel=1e-6)
+    assert fit.bytes_per_s == pytest.approx(900e9, rel=1e-6)
+    assert fit.worst_error() < 1e-9
+
+
+def test_steps_that_cannot_tell_the_terms_apart_are_still_priced_as_measured() -> None:
+    """A CPU twin's calibration: decode steps at one context and prompts alone (the fixed
+    overhead, the prefill term and the bandwidth are not all determined): the least-norm fit
+    still prices each of its steps as measured, every term at least 0."""
+    samples = _steps(0.003, 0.0002, 50e12, 900e9, prefill=0.01)
+    fit = fit_steps(get_model(MODEL), [samples[i] for i in (0, 2, 3, 4)])
+    assert fit.worst_error() < 1e-6
+    assert min(fit.overhead_s, fit.per_seq_s, fit.prefill_s) >= 0
+    assert fit.flops_per_s == pytest.approx(50e12, rel=1e-6)
+
+
+#: The suite's tiny Llama (tests/vllm/model.py) and the calibration steps one run of vLLM's CPU
+#: build measured on it (tests/vllm/twin.py; 2026-12-02): decode at 1 and 4 users, prompts of 77
+#: and 269 tokens alone.
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768,
+    "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "num_key_value_heads": 4, "head_dim": 64, "max_position_embeddings": 4096,
+    "vocab_size": 1024, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}  # fmt: skip
+CPU_CALIBRATION = [
+    StepSample(0.021073, 1.0, 45.0, prompt_chunk=29.0, prefill_seqs=0.0),
+    StepSample(0.021674, 4.0, 45.0, 3.741935, 29.0, prefill_seqs=0.129032),
+    StepSample(0.037802, prompt_tokens=77.0),
+    StepSample(0.072140, prompt_tokens=269.0),
+]
+
+
+def test_a_fit_whose_rounds_alternate_keeps_the_nearest_solution(tmp_path) -> None:
+    """On these steps the rounds alternate between two patterns (the 4-user step bound by
+    compute, then by memory): the fit keeps the solution that prices the steps nearest their
+    measured times under the max (the last round's missed the 4-user step by 18%)."""
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    fit = fit_steps(get_model(str(tmp_path / "config.json")), CPU_CALIBRATION)
+    assert fit.worst_error() < 0.02
+    assert min(fit.overhead_s, fit.per_seq_s, fit.prefill_s) >= 0
+
+
+def test_the_engine_charges_the_prefill_term_once_a_step_with_prompt_work() -> None:
+    """Two prompts admitted into one step cost one prefill term; the decode steps none."""
+
+    def steps(prefill: float) -> list[float]:
+        config = config_from_mapping(
+            {"model": MODEL, "max_num_seqs": 4, "step_overhead_prefill_s": prefill}
+        )
+        engine = Engine(config)
+        engine.add(300, 3)
+        engine.add(200, 3)
+        return [step.duration_s for step in engine.run_until_idle()]
+
+    base, charged = steps(0.0), steps(0.01)
+    assert len(base) == len(charged) == 3
+    assert charged[0] - base[0] == pytest.approx(0.01, rel=1e-9)
+    assert charged[1:] == pytest.approx(base[1:], rel=1e-12)
 
 
 def test_a_negative_term_is_dropped_not_kept() -> None:

@@ -29,10 +29,18 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import quiet_host
 from vllm.model import tiny_llama
 from vllm.regimes import RegimeRun, Workload, locust_run, run_regimes, split_against_engine
 from vllm.server import VllmServer
-from vllm.twin import CAL_DECODE, CAL_PREFILLS, engine_blocks, fit_twin, twin_settings
+from vllm.twin import (
+    CAL_DECODE,
+    CAL_PREFILLS,
+    engine_blocks,
+    exact_ttfts,
+    fit_twin,
+    twin_settings,
+)
 from webui_support import running_sim
 
 from locust_llm.report.build import Report
@@ -54,14 +62,19 @@ LONG = Workload((4,), (8,), 160, input_len=64)
 #: request of a mean count (0.1 waiting against 0.2 is no 100% miss; at 8 users on 4 slots the
 #: engine's front end holds requests the twin's does not: waiting 2.46 against 3.10 in a
 #: fresh-clone CI run), or two events of a preemption count (the engine itself preempted 4, 5 or 6
-#: times in runs of the same load). Latencies: within a
-#: factor of 2.5 either way, a bound on a broken twin only: the real engine's own TTFT of
-#: ``long`` moved 108-293 ms and its TPOT 20-31 ms between runs on this shared 2-core host (the
-#: other test process beside it), so no tighter bound holds here; the twin missed by -54% to
-#: +40% (issue 32's 15% is not met on this host: docs/servers.md has the runs).
+#: times in runs of the same load). Latencies, as a factor either way: TPOT and latency 1.75, as
+#: the engine's own decode step moved 1.6x within one run on this shared 2-core host (32 ms in
+#: the calibration, 20 ms of TPOT in ``short`` minutes later; the twin then missed TPOT by +48%,
+#: the most seen, and latency by +33%); TTFT 2.0, over the records the client stamped exactly
+#: (:func:`vllm.twin.exact_ttfts`), as the engine's TTFT at 1 user moved 31-54 ms between runs
+#: and its front-end time, read from the calibration, 3-18 ms (the twin missed TTFT by at most
+#: +56%). Eleven runs where the regimes were forced, 2026-12-02 (docs/servers.md); issue 32's 15%
+#: held for every latency in two. Where the client does not keep ``short``'s 8 users in flight
+#: (two runs of fourteen at a load average of 8-9: 0.3 and 0.9 waiting on the engine), the batch
+#: limit is not reached and the verdict test, the counts and TTFT all miss.
 TWIN_COUNT_SHARE, TWIN_COUNT_SLACK, TWIN_EVENT_SLACK = 0.15, 1.0, 2.0
-TWIN_LATENCY_FACTOR = 2.5
-TWIN_LATENCIES = ("ttft_avg_s", "tpot_avg_s", "latency_avg_s")
+TWIN_LATENCY_FACTOR = {"ttft_exact_s": 2.0, "tpot_avg_s": 1.75, "latency_avg_s": 1.75}
+TWIN_LATENCIES = ("ttft_exact_s", "tpot_avg_s", "latency_avg_s")
 TWIN_COUNTS = ("running", "waiting", "preemptions")
 
 
@@ -93,7 +106,8 @@ def twin(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, Report]:
     """The simulator with the device profile fitted to the calibration runs (written as TOML,
-    started as ``locust-llm sim --config``), replaying the regimes' loads."""
+    started as ``locust-llm sim --config``), replaying the regimes' loads with the host to
+    itself, as the engine ran them (the twin's steps are timed by the host's clock too)."""
     model = tiny_llama()
     fit = fit_twin(runs, model)
     settings = twin_settings(
@@ -106,7 +120,7 @@ def twin(
     print(profile.read_text(), f"fit: worst {fit.worst_error():.1%} off its samples", sep="\n")
     for sample, fitted, bound in zip(fit.samples, fit.fitted_s, fit.bound, strict=True):
         print(f"  {sample} -> {fitted * 1e3:.2f} ms ({bound})")
-    with running_sim(tmp / "sim.log", "--config", str(profile)) as url:
+    with quiet_host.exclusive(), running_sim(tmp / "sim.log", "--config", str(profile)) as url:
         return {
             name: locust_run(url, engine_info["name"], model, tmp / name, load)
             for name, load in (("short", SHORT), ("long", LONG))
@@ -143,18 +157,28 @@ def test_the_time_split_matches_the_engines_phase_histograms(runs: dict[str, Reg
     assert (table["off_of_ttft"] <= SPLIT_OF_TTFT).all(), table
 
 
+def _figures(report: Report, stage: int) -> dict[str, float]:
+    row = report.table.iloc[stage]
+    figures = {
+        "ttft_exact_s": float(exact_ttfts(report, stage).mean()),
+        "ttft_avg_s": float(row["ttft_avg_s"]),
+    }
+    return figures | {column: float(row[column]) for column in (*TWIN_LATENCIES, *TWIN_COUNTS)
+                      if column not in figures}  # fmt: skip
+
+
 def _twin_table(runs: dict[str, RegimeRun], twin: dict[str, Report]) -> pd.DataFrame:
     rows = []
     for name, replayed in twin.items():
         for stage in range(len(replayed.table)):
-            real, sim = runs[name].report.table.iloc[stage], replayed.table.iloc[stage]
-            for column in (*TWIN_LATENCIES, *TWIN_COUNTS):
+            real, sim = _figures(runs[name].report, stage), _figures(replayed, stage)
+            for column in real:
                 rows.append({"run": name, "stage": stage, "figure": column,
-                             "vllm": float(real[column]), "twin": float(sim[column])})  # fmt: skip
+                             "vllm": real[column], "twin": sim[column]})  # fmt: skip
     table = pd.DataFrame(rows)
     table["off"] = (table["twin"] - table["vllm"]) / table["vllm"]
     print(table.to_string(float_format=lambda x: f"{x:.3f}"))
-    return table
+    return table[table["figure"].isin((*TWIN_LATENCIES, *TWIN_COUNTS))]
 
 
 def test_the_twin_follows_the_engine_it_was_fitted_to(
@@ -162,14 +186,15 @@ def test_the_twin_follows_the_engine_it_was_fitted_to(
 ) -> None:
     """The simulator, given only the calibration runs' step times and the engine's limits,
     replays the regimes' loads: each stage's mean running and waiting counts within 15% of the
-    real engine's (or one request), its preemptions within 15% (or two events), its mean TTFT,
-    TPOT and latency within a factor of 2.5 (the noise of this host: see the
+    real engine's (or one request), its preemptions within 15% (or two events), its mean TTFT
+    within a factor of 2, TPOT and latency of 1.75 (the noise of this host: see the
     tolerances)."""
     table = _twin_table(runs, twin)
     gap = (table["twin"] - table["vllm"]).abs()
     latency = table["figure"].isin(TWIN_LATENCIES)
     ratio = table["twin"] / table["vllm"]
-    ok = latency & (ratio <= TWIN_LATENCY_FACTOR) & (ratio >= 1 / TWIN_LATENCY_FACTOR)
+    factor = table["figure"].map(TWIN_LATENCY_FACTOR)
+    ok = latency & (ratio <= factor) & (ratio >= 1 / factor)
     ok |= ~latency & (gap <= TWIN_COUNT_SHARE * table["vllm"].abs())
     ok |= ~latency & (gap <= TWIN_COUNT_SLACK)
     ok |= (table["figure"] == "preemptions") & (gap <= TWIN_EVENT_SLACK)

@@ -71,6 +71,12 @@ class SimConfig:
     #: host time per sequence in the step (scheduling it, preparing its inputs, sampling and
     #: emitting its token), on the GPU's critical path between steps
     step_overhead_per_seq_s: float = math.nan
+    #: fixed cost of a step that computes prompt tokens (one or more prompt chunks), beyond
+    #: ``step_overhead_s``: an engine's prefill path (its attention inputs and kernels for
+    #: chunks of many tokens). No engine profile sets it (0); a device profile fits it where the
+    #: engine's prompt steps cost more than their tokens' compute and the decode steps' overhead
+    #: (:mod:`locust_llm.sim.device_profile`)
+    step_overhead_prefill_s: float = 0.0
     #: decode steps run per scheduling decision (vLLM V0's --num-scheduler-steps)
     decode_steps_per_schedule: int = 0
     api_server_s: float = math.nan  # per request, before the engine sees it
@@ -153,6 +159,7 @@ class SimConfig:
         for name in (
             "step_overhead_s",
             "step_overhead_per_seq_s",
+            "step_overhead_prefill_s",
             "memory_reserve_bytes",
             "api_server_s",
             "tokenize_s_per_token",

@@ -1,9 +1,11 @@
 """A device profile: the simulator's step constants fitted to a real engine's measured steps.
 
 The simulator prices a step as ``step_overhead_s + step_overhead_per_seq_s x sequences +
-max(FLOPs / FLOP/s, bytes / bandwidth)`` (:mod:`locust_llm.sim.engine`). For an engine on a
-device with no preset (vLLM's CPU build on this host, a GPU the presets lack) the three
-unknowns that matter are fitted to step times measured on the engine itself:
+step_overhead_prefill_s (where it computes prompt tokens) + max(FLOPs / FLOP/s, bytes /
+bandwidth)``
+(:mod:`locust_llm.sim.engine`). For an engine on a device with no preset (vLLM's CPU build on
+this host, a GPU the presets lack) the unknowns that matter are fitted to step times measured on
+the engine itself:
 
 * the mean step of a stage of short prompts: the engine's mean inter-token latency (vLLM's
   ``inter_token_latency_seconds``, each step counted once per sequence it decoded) at the
@@ -14,10 +16,20 @@ unknowns that matter are fitted to step times measured on the engine itself:
 
 Each step's FLOPs and bytes come from the simulator's own cost model of the model (so the fit
 and the replay agree on what a step does). The fit solves ``seconds = O + s x sequences +
-max(FLOPs / F, bytes / B)`` for (O, s, F, B) by least squares, the max by alternation (each step
-bound by the term the last solution makes larger, until none changes), no coefficient below 0.
-To tell the fixed overhead from the bandwidth, the samples need compute-bound steps of two
-sizes (prompts of two lengths alone) beside the memory-bound decode steps.
+P x prefill share + max(FLOPs / F, bytes / B)`` for (O, s, P, F, B) by least squares, the
+max by alternation (each step bound by the term the last solution makes larger, until none
+changes), no coefficient below 0. P is the fixed cost of a step that computes prompt tokens
+(the prefill share: 1 for such a step, the share of such steps for a mean step): vLLM's CPU
+build can take a prompt's step longer than its tokens' compute extrapolated to zero tokens,
+beyond any decode step, which no other term holds, and prompts admitted two to four at a time
+took about as long as one alone (docs/servers.md has the figures), hence a cost per step, not
+per prompt. To tell the terms apart, the samples
+need compute-bound steps of two sizes (prompts of two lengths alone) beside the memory-bound
+decode steps, and, for the fixed overhead apart from both P and the bandwidth, a memory-bound
+step that carries a prompt chunk or decode steps of different sizes in bytes. Where they cannot
+tell two terms apart (a tiny model on a CPU: every decode step reads the same weights, every
+prompt step is compute-bound) the least-squares solution of least norm splits the time between
+them; the steps the samples hold are priced the same by either split.
 
 :func:`profile_settings` turns a fit and the engine's limits into :class:`SimConfig` settings
 (``locust-llm sim --config FILE`` reads them as TOML: :func:`to_toml`).
@@ -56,6 +68,15 @@ class StepSample:
     prompt_tokens: float = 0.0
     prompt_chunk: float = 0.0
     prefill_seqs: float | None = None
+
+    @property
+    def prefill_share(self) -> float:
+        """The share of the step(s) that compute prompt tokens: 1 for one step that does; for a
+        mean step, ``prefill_seqs`` (at most 1), as if each prompt chunk had a step of its own
+        (an upper bound where chunks share steps)."""
+        if self.prompt_tokens <= 0:
+            return 0.0
+        return 1.0 if self.prefill_seqs is None else min(self.prefill_seqs, 1.0)
 
     @property
     def sequences(self) -> float:
@@ -101,6 +122,7 @@ class StepFit:
 
     overhead_s: float
     per_seq_s: float
+    prefill_s: float  # P: the fixed cost of a step that computes prompt tokens
     flops_per_s: float  # inf: no step was compute-bound
     bytes_per_s: float  # inf: no step was memory-bound
     samples: tuple[StepSample, ...]
@@ -119,40 +141,55 @@ FIT_ROUNDS = 20
 
 
 def fit_steps(model: ModelSpec, samples: Sequence[StepSample]) -> StepFit:
-    """Least squares of the simulator's step time ``O + s x sequences + max(FLOPs / F, bytes /
-    B)`` over ``samples`` (at least four), no coefficient below 0.
+    """Least squares of the simulator's step time ``O + s x sequences + P x prefill share +
+    max(FLOPs / F, bytes / B)`` over ``samples`` (at least four), no coefficient below 0; where
+    the samples leave terms undetermined, the solution of least norm (see the module's
+    docstring).
 
     The max is fitted by alternation: each step starts bound by compute when it computes more
     prompt tokens than it decodes sequences, else by memory; the linear terms are solved; each
     step is then bound by whichever of its two terms the solution makes larger; until no step
-    changes. A term no step is bound by is absent (its rate infinite)."""
+    changes. Of the solutions the rounds found, the one whose steps priced with the max (as the
+    simulator prices them) are nearest the measured ones is kept: where the samples leave terms
+    undetermined, the rounds can alternate between two patterns without settling. A term no
+    step is bound by is absent (its rate infinite)."""
     if len(samples) < 4:
         raise InputError(f"a step fit needs at least 4 measured steps, got {len(samples)}")
     if any(not (s.seconds > 0 and math.isfinite(s.seconds)) for s in samples):
         raise InputError("every measured step needs seconds > 0")
     costs = np.array([[s.flops(model), s.bytes(model)] for s in samples])
     seconds = np.array([s.seconds for s in samples])
-    base = np.array([[1.0, s.sequences] for s in samples])
+    base = np.array([[1.0, s.sequences, s.prefill_share] for s in samples])
+
+    def priced(coef: np.ndarray) -> np.ndarray:
+        return base @ coef[:3] + np.maximum(costs[:, 0] * coef[3], costs[:, 1] * coef[4])
+
     compute = np.array([s.prompt_tokens > s.decode_seqs for s in samples])
-    coef = np.zeros(4)  # O, s, 1/F, 1/B
+    best = np.zeros(5)  # O, s, P, 1/F, 1/B
+    best_error = math.inf
     for _ in range(FIT_ROUNDS):
         columns = np.column_stack(
             [base, np.where(compute, costs[:, 0], 0.0), np.where(compute, 0.0, costs[:, 1])]
         )
         coef = _nonnegative_lstsq(columns, seconds)
-        bound_by_compute = costs[:, 0] * coef[2] >= costs[:, 1] * coef[3]
+        error = float(np.sum((priced(coef) - seconds) ** 2))
+        if error < best_error:
+            best, best_error = coef, error
+        bound_by_compute = costs[:, 0] * coef[3] >= costs[:, 1] * coef[4]
         if (bound_by_compute == compute).all():
             break
         compute = bound_by_compute
-    fitted = base @ coef[:2] + np.maximum(costs[:, 0] * coef[2], costs[:, 1] * coef[3])
     return StepFit(
-        overhead_s=float(coef[0]),
-        per_seq_s=float(coef[1]),
-        flops_per_s=1.0 / coef[2] if coef[2] > 0 else math.inf,
-        bytes_per_s=1.0 / coef[3] if coef[3] > 0 else math.inf,
+        overhead_s=float(best[0]),
+        per_seq_s=float(best[1]),
+        prefill_s=float(best[2]),
+        flops_per_s=1.0 / best[3] if best[3] > 0 else math.inf,
+        bytes_per_s=1.0 / best[4] if best[4] > 0 else math.inf,
         samples=tuple(samples),
-        fitted_s=tuple(float(x) for x in fitted),
-        bound=tuple("compute" if c else "memory" for c in compute),
+        fitted_s=tuple(float(x) for x in priced(best)),
+        bound=tuple(
+            "compute" if c else "memory" for c in costs[:, 0] * best[3] >= costs[:, 1] * best[4]
+        ),
     )
 
 
@@ -192,6 +229,7 @@ def profile_settings(
         "engine": "vllm-v1",
         "step_overhead_s": fit.overhead_s,
         "step_overhead_per_seq_s": fit.per_seq_s,
+        "step_overhead_prefill_s": fit.prefill_s,
         "api_server_s": max(api_server_s, 0.0),
         "tokenize_s_per_token": 0.0,
         "detokenize_s_per_token": 0.0,

@@ -20,7 +20,9 @@ One step, the way vLLM's scheduler does it:
    "multi_step"), so a request arriving during them waits for their end.
 3. step time = max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x bandwidth
    efficiency)) + the tensor-parallel all-reduces + the fixed per-step overhead + the host
-   time per sequence in the step (``step_overhead_per_seq_s``), with FLOPs,
+   time per sequence in the step (``step_overhead_per_seq_s``) + the prefill path's fixed
+   time in a step that computes any prompt tokens (``step_overhead_prefill_s``, 0 unless a
+   device profile fits it), with FLOPs,
    bytes and the all-reduce time from :func:`locust_llm.roofline.floors.step_cost` for the actual
    decode contexts and prefill chunks, on one of the ``tp`` GPUs (each holds its shard of the
    weights and of the KV cache).
@@ -522,6 +524,8 @@ class Engine:
             overhead = cfg.step_overhead_s
         else:
             overhead = cfg.step_overhead_s + cfg.step_overhead_per_seq_s * len(scheduled)
+            if any(n > 1 for _, n in scheduled):  # the step computes prompt tokens
+                overhead += cfg.step_overhead_prefill_s
         result.overhead_s = overhead
         if cfg.zero_cost:
             duration = overhead
