@@ -69,6 +69,7 @@ from locust_llm.client.messages import (
     RecordBatch,
     StageMessage,
 )
+from locust_llm.client.parent_death import PARENT_DIED, worker_wait_s
 from locust_llm.client.recorder import ensure_writable
 from locust_llm.client.redact import masked_url
 from locust_llm.client.runinfo import new_run_info
@@ -103,6 +104,9 @@ logger = logging.getLogger("locust_llm")
 
 DRAIN_GRACE_S = 15.0
 QUIT_GRACE_S = 5.0  # after a signal's stop and quit, Locust's main has this long to exit
+#: an orphaned worker whose master sent no heartbeat for this long (Locust sends one a second)
+#: takes the master for dead with ``run``
+MASTER_SILENT_S = 10.0
 PERSIST_INTERVAL_S = 1.0  # records reach the disk (fsync'd) at least this often
 _installed = False
 #: the LLM user base classes (``install``'s argument): their subclasses are checked at start
@@ -504,6 +508,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
             MSG_CANCEL, lambda environment, msg, **kw: _cancel_in_flight(rt), concurrent=True
         )
         _install_signal_handlers(rt)
+        _install_parent_death(rt)
         mark_initialised(environment)
         return
     if environment.web_ui is not None:
@@ -543,6 +548,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         sys.exit(2)
     rt.run_dir = run_dir
     _install_signal_handlers(rt)
+    _install_parent_death(rt)
     # Locust's quitting listeners fire last-registered first, and the runner's own (registered
     # before this) stops the test and writes the run dir: this one, registered now, fires
     # before it and notes that the run is being cut short
@@ -856,6 +862,45 @@ def _install_signal_handlers(rt: Runtime) -> None:
     if threading.current_thread() is threading.main_thread():  # signal.signal's own rule
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, handle)
+
+
+def _install_parent_death(rt: Runtime) -> None:
+    """``locust-llm run`` died (:data:`PARENT_DIED`, once however often the kernel sends it):
+    the master or single process stops as after one SIGTERM; a worker waits for its master's
+    stop and quit, and exits by itself only if none came (``parent_death``'s docstring)."""
+    seen: list[bool] = []
+
+    def parent_died() -> None:
+        if seen:
+            return
+        seen.append(True)
+        if not rt.is_worker:
+            if not rt.run_ended:
+                rt.interrupted_by = rt.interrupted_by or "the death of locust-llm run (its parent)"
+            logger.info("locust-llm: locust-llm run died: stopping as after a SIGTERM")
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        wait_s = worker_wait_s(rt.environment.stop_timeout or 0, DRAIN_GRACE_S, QUIT_GRACE_S)
+        logger.info("locust-llm: locust-llm run died: its master stops it (%g s at most)", wait_s)
+        gevent.spawn(_await_master_quit, rt, time.monotonic() + wait_s)
+
+    # gevent's own watcher: Locust's main leaves this signal alone, and it wakes the hub at once
+    rt.parent_death_watch = gevent.signal_handler(PARENT_DIED, parent_died)
+
+
+def _await_master_quit(rt: Runtime, deadline: float) -> None:
+    """An orphaned worker waits for its master's quit until ``deadline`` (monotonic), or until
+    the master is silent (no heartbeat for MASTER_SILENT_S: it died with ``run``); then nobody
+    can take its records any more (a worker writes no file), so it exits without Locust's
+    teardown."""
+    while time.monotonic() < deadline:
+        gevent.sleep(1.0)
+        heard = getattr(rt.environment.runner, "last_heartbeat_timestamp", None) or 0.0
+        if time.time() - heard > MASTER_SILENT_S:
+            break
+    logger.info("locust-llm: no master quit this worker after locust-llm run died; exiting")
+    logging.shutdown()
+    os._exit(1)
 
 
 def _cancel_in_flight(rt: Runtime) -> None:

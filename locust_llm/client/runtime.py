@@ -97,6 +97,7 @@ class Runtime:
         self.cancel_requested = False  # a second one: in-flight requests cancelled (recorded)
         self.draining = False  # master: a drain of the workers is under way
         self.quitting_seen = False  # Locust's shutdown began (its SIGTERM handler, Ctrl+C)
+        self.parent_death_watch: Any = None  # gevent's watcher of parent_death.PARENT_DIED
         #: how the run is ending (locust_llm.rundir.states): the signal that stopped it, the
         #: failure that ended it, and the stage plan (set by the stage shape; None: no plan)
         self.interrupted_by = ""

@@ -4,10 +4,12 @@
 process group of its own, so a Ctrl+C in the terminal reaches ``run`` alone and it can stop
 them in order. That also means a SIGKILL of ``run`` (the OOM killer, ``kill -9``, a CI job
 cancelled hard) reaches none of them. On Linux each child therefore asks the kernel, between
-fork and exec, for a signal when its parent dies (``prctl(PR_SET_PDEATHSIG)``): the master and
-workers get SIGTERM and stop as after any SIGTERM (the load stops, the run dir is written as
-``interrupted``). The kernel sends it however the parent dies, and it survives ``exec``; a
-parent that died before the ``prctl`` is caught by comparing the parent pid afterwards.
+fork and exec, for a signal when its parent dies (``prctl(PR_SET_PDEATHSIG)``): the simulator
+gets SIGTERM; the master and workers get ``client.parent_death.PARENT_DIED``, on which the master
+stops as after one SIGTERM (the load stops, the run dir is written as ``interrupted``) and each
+worker is stopped by its master. The kernel sends it however the parent dies (once per parent
+thread the child is handed to: it may come twice), and it survives ``exec``; a parent that died
+before the ``prctl`` is caught by comparing the parent pid afterwards.
 Elsewhere (no ``prctl``) nothing is set, and only ``run``'s own clean-up stops the children.
 """
 

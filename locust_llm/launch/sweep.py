@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from locust_llm.capacity import flags as capacity_flags
+from locust_llm.client.parent_death import PARENT_DIED
 from locust_llm.client.redact import Redactor, masked_url
 from locust_llm.errors import InputError
 from locust_llm.launch.early_checks import (
@@ -420,8 +421,9 @@ def run_sweep(
             env={**full_env, **(claim.child_env() if claim else {})},
             pass_fds=(claim.fd,) if claim else (),
             start_new_session=True,
-            # `run` SIGKILLed: the master gets SIGTERM (drains, finalises the run dir, quits)
-            preexec_fn=die_with_parent(signal.SIGTERM),
+            # `run` SIGKILLed: the master stops as after a SIGTERM (drains, finalises the run
+            # dir, quits); client.parent_death says why a signal of its own
+            preexec_fn=die_with_parent(PARENT_DIED),
         )
         procs.append(master)
         stack.enter_context(_forwarding_signals(master))
@@ -441,7 +443,7 @@ def run_sweep(
                 text=True,
                 env=full_env,
                 start_new_session=True,
-                preexec_fn=die_with_parent(signal.SIGTERM),
+                preexec_fn=die_with_parent(PARENT_DIED),  # its master stops it
             )
             procs.append(worker)
             copier = threading.Thread(
