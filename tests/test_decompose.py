@@ -189,10 +189,12 @@ def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_rid
     assert p["compute_time_share"] == pytest.approx(0.4 * (share + (1 - share) * 0.02) / 0.7)
     assert p["step_bound"] == "compute" and p["decode_step_bound"] == "memory"
     assert d["compute_time_share"] == pytest.approx(0.4 * (1 / 3 + 2 / 3 * 0.02) / 0.7)
-    # its MFU is two thirds decode FLOPs, in memory steps: their bytes take 49% of a 20 ms
-    # step, longer than what the device's terms leave to the host (32%)
-    assert d["memory_time_share"] > d["host_time_share"] and d["step_bound"] == "memory"
-    slow = resource_row({**decodes, "tpot_avg_s": 0.04}, model, gpu)  # the host's time grows
+    # its MFU is two thirds decode FLOPs, in memory steps: at 15 ms a token their bytes take
+    # most of the step; at 40 ms the host's time (what the device's terms leave) outlasts them
+    fast = resource_row({**decodes, "tpot_avg_s": 0.015}, model, gpu)
+    assert fast["memory_time_share"] > 0.5 > fast["host_time_share"]
+    assert fast["step_bound"] == "memory"
+    slow = resource_row({**decodes, "tpot_avg_s": 0.04}, model, gpu)
     assert slow["host_time_share"] > slow["memory_time_share"] and slow["step_bound"] == "host"
     assert b["compute_time_share"] == pytest.approx(0.4 / 0.7) and b["step_bound"] == "compute"
     assert b["decode_step_bound"] == "compute"  # 512 sequences: past the ridge

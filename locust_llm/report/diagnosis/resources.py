@@ -181,7 +181,7 @@ def resource_row(
             out["decode_step_bound"] = "compute" if compute_s >= memory_s else "memory"
             out["prompt_step_share"] = prompt_step_share(row)
             out["memory_time_share"], out["host_time_share"] = memory_and_host_shares(
-                share, row, model, gpu, [max(1, context)] * max(1, round(batch)), tp
+                row, model, gpu, [max(1, context)] * max(1, round(batch)), tp
             )
         if not math.isnan(share + out["mbu"]):
             out["compute_time_share"] = share
@@ -297,7 +297,6 @@ def compute_time_share(
 
 
 def memory_and_host_shares(
-    compute_share: float,
     row: Mapping[str, Any],
     model: ModelSpec,
     gpu: GpuSpec,
@@ -308,32 +307,32 @@ def memory_and_host_shares(
     steps it bounds, at the achievable bandwidth: the decode-only steps (unless the observed
     batch is past the ridge) and the steps carrying prompt work whose prompt tokens (prompts
     per step x the mean computed prompt) leave them memory-bound; each over the mean TPOT (a
-    step's length). The
-    host's share is what the device's terms (compute's share, memory's, the all-reduces) leave
-    of the busy time: per-step and per-sequence scheduling, launches, sampling, whatever the
-    roofline has no term for."""
+    step's length). The host's share is what the device's time of the mean step (each step's
+    longer term, compute or memory, plus the all-reduces) leaves of the mean TPOT: per-step and
+    per-sequence scheduling, launches, sampling, whatever the roofline has no term for."""
     tpot = _f(row, "tpot_avg_s")
-    if not (tpot > 0 and math.isfinite(compute_share)):
+    if not tpot > 0:
         return NAN, NAN
     eff = {"compute_eff": COMPUTE_EFFICIENCY, "bw_eff": BANDWIDTH_EFFICIENCY}
     decode = step_cost(model, decode_contexts, tp=tp)
-    d_compute, d_memory = decode.times(gpu, model.weight_bits, **eff)
     per_step = prompts_per_s(row) * tpot
     per_step = per_step if math.isfinite(per_step) and per_step > 0 else 0.0
     mixed = min(1.0, per_step)
-    memory = 0.0 if d_compute >= d_memory else (1.0 - mixed) * d_memory
     computed = computed_prompt_tokens(row)
+    steps = [(1.0 - mixed, decode)]  # (share of the steps, what one of them costs)
     if mixed > 0 and computed > 0:
         chunk = max(1, round(computed * per_step / mixed))
-        m_compute, m_memory = step_cost(model, decode_contexts, [(chunk, 0)], tp=tp).times(
-            gpu, model.weight_bits, **eff
-        )
-        memory += mixed * m_memory if m_memory > m_compute else 0.0
+        steps.append((mixed, step_cost(model, decode_contexts, [(chunk, 0)], tp=tp)))
+    else:
+        steps = [(1.0, decode)]
+    memory = device = 0.0
+    for share, cost in steps:
+        compute_s, memory_s = cost.times(gpu, model.weight_bits, **eff)
+        memory += share * memory_s if memory_s > compute_s else 0.0
+        device += share * (max(compute_s, memory_s) + cost.comm_s)
     # per step over the step time (a request's steps run back to back: TPOT is a step's
     # length, idle time between steps is not in it, so no division by the busy share)
-    memory_share = min(1.0, memory / tpot)
-    comm = min(1.0, decode.comm_s / tpot)
-    return memory_share, max(0.0, 1.0 - compute_share - memory_share - comm)
+    return min(1.0, memory / tpot), max(0.0, 1.0 - device / tpot)
 
 
 def step_bound(compute_share: float, memory_share: float, host_share: float) -> str:
