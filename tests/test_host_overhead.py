@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from decode_sweep import decode_sweep
 
 from locust_llm.report.build import build_report
 from locust_llm.report.diagnosis.resources import step_bound
 from locust_llm.report.load import load_run
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.labels import ground_truth
-from locust_llm.sim.virtual import VirtualWorkload, simulate, write_run_dir
-from locust_llm.workloads.stages import StagePlan
+from locust_llm.sim.labels import GroundTruth, ground_truth
+from locust_llm.sim.virtual import simulate, write_run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import verdict_accuracy  # noqa: E402
 
 
-def _judged(overhead_s: float, per_seq_s: float, out: Path) -> list[tuple[str, dict, str]]:
+def _judged(overhead_s: float, per_seq_s: float, out: Path) -> list[tuple[GroundTruth, dict, str]]:
     """(truth label, report row, verdict cause) of each stage of a decode-heavy sweep."""
     config = SimConfig(
         model="qwen2.5-0.5b",
@@ -39,13 +39,7 @@ def _judged(overhead_s: float, per_seq_s: float, out: Path) -> list[tuple[str, d
         step_overhead_per_seq_s=per_seq_s,
         enable_prefix_caching=False,
     )
-    workload = VirtualWorkload(
-        stages=tuple(StagePlan(concurrency=c, requests=4 * c) for c in (4, 16)),
-        input_len="64",
-        max_tokens="256",
-        ignore_eos=True,
-        scrape_interval_s=0.25,
-    )
+    workload = decode_sweep((4, 16), per_user=4, max_tokens=256)
     with verdict_accuracy.recording_engine() as built:
         run = simulate(config, workload, start_wall_s=verdict_accuracy.BASE_WALL_S)
     report = build_report(load_run(write_run_dir(run, out)), model=config.model, gpu=config.gpu)

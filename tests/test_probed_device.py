@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from decode_sweep import decode_sweep
 
 from locust_llm.report.build import Report, build_report
 from locust_llm.report.diagnosis.confidence import LEVELS
@@ -22,8 +23,7 @@ from locust_llm.report.load import load_run
 from locust_llm.roofline.cpu_device import PROBED, cpu_device, spread
 from locust_llm.roofline.floors import GpuSpec, get_gpu
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.virtual import VirtualWorkload, simulate, write_run_dir
-from locust_llm.workloads.stages import StagePlan
+from locust_llm.sim.virtual import simulate, write_run_dir
 
 MODEL = "qwen2.5-0.5b"
 
@@ -31,13 +31,7 @@ MODEL = "qwen2.5-0.5b"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = SimConfig(model=MODEL, gpu="a10", enable_prefix_caching=False)
-    workload = VirtualWorkload(
-        stages=tuple(StagePlan(concurrency=c, requests=6 * c) for c in (2, 8)),
-        input_len="64",
-        max_tokens="128",
-        ignore_eos=True,
-        scrape_interval_s=0.25,
-    )
+    workload = decode_sweep((2, 8), per_user=6, max_tokens=128)
     return write_run_dir(simulate(config, workload), tmp_path_factory.mktemp("probed") / "run")
 
 

@@ -61,17 +61,24 @@ def level(doubts: Sequence[Doubt]) -> str:
     return LEVELS[min(len(LEVELS) - 1, max(0, lowered))]
 
 
-def step_margin(share: float, th: Thresholds) -> Doubt | None:
-    """Compute's share of the busy time close to the line between compute- and memory-bound
-    steps, or None."""
-    off = abs(share - th.compute_bound_share)
+def _points_off(off: float, th: Thresholds) -> tuple[int, float] | None:
+    """(levels, points) of a rule's test that passed ``off`` from its line (shares 0..1): two
+    levels within ``confidence_margin_tight``, one within ``confidence_margin``; None beyond."""
     if not off < th.confidence_margin:
         return None
     tight = off < th.confidence_margin_tight
-    points = (th.confidence_margin_tight if tight else th.confidence_margin) * 100
+    return (2, th.confidence_margin_tight * 100) if tight else (1, th.confidence_margin * 100)
+
+
+def step_margin(share: float, th: Thresholds) -> Doubt | None:
+    """Compute's share of the busy time close to the line between compute- and memory-bound
+    steps, or None."""
+    near = _points_off(abs(share - th.compute_bound_share), th)
+    if near is None:
+        return None
     return Doubt(
-        2 if tight else 1,
-        f"compute sets {pct(share)} of the busy time, less than {points:.0f} points from the "
+        near[0],
+        f"compute sets {pct(share)} of the busy time, less than {near[1]:.0f} points from the "
         f"{pct(th.compute_bound_share)} that parts compute- from memory-bound steps",
     )
 
@@ -79,15 +86,13 @@ def step_margin(share: float, th: Thresholds) -> Doubt | None:
 def host_margin(memory_share: float, host_share: float, th: Thresholds) -> Doubt | None:
     """The memory term and the host's time within ``confidence_margin`` of each other (a
     memory- vs host-bound step), or None."""
-    off = abs(memory_share - host_share)
-    if not off < th.confidence_margin:
+    near = _points_off(abs(memory_share - host_share), th)
+    if near is None:
         return None
-    tight = off < th.confidence_margin_tight
-    points = (th.confidence_margin_tight if tight else th.confidence_margin) * 100
     return Doubt(
-        2 if tight else 1,
+        near[0],
         f"the memory term sets {pct(memory_share)} of the busy time and the host's work "
-        f"{pct(host_share)}, less than {points:.0f} points apart",
+        f"{pct(host_share)}, less than {near[1]:.0f} points apart",
     )
 
 
