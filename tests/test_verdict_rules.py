@@ -297,6 +297,11 @@ def test_oom_advice_is_not_backwards() -> None:
     text = " ".join(v.actions)
     assert "lower --max-num-batched-tokens" not in text
     assert "--max-num-batched-tokens (now 512)" in text and "at least the longest prompt" in text
+    # with chunked prefill on, prompts are split across steps: no budget advice at all
+    chunked = {"max_num_batched_tokens": 512, "enable_chunked_prefill": True}
+    v = stage_verdict(_row(error_rate_oom=0.05), server=chunked)
+    assert v.kind == "memory_oom" and v.actions
+    assert not [a for a in v.actions if "batched-tokens" in a or "longest prompt" in a], v.actions
 
 
 @pytest.mark.parametrize("name", ["too_few_requests", "oom", "client_cpu", "errors"])

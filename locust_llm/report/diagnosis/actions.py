@@ -91,8 +91,10 @@ KIND_ACTIONS: dict[str, tuple[str, ...]] = {
         "raise --gpu-memory-utilization{gpu_memory_utilization} (e.g. 0.90 -> 0.95) if nothing "
         "else shares the GPU",
         "admit fewer or shorter sequences: lower --max-num-seqs{max_num_seqs}, cap --max-model-len",
-        "check --max-num-batched-tokens{max_num_batched_tokens}: a budget smaller than the "
-        "longest prompt fails requests; it must be at least the longest prompt",
+        "without chunked prefill (--enable-chunked-prefill off), a --max-num-batched-tokens"
+        "{max_num_batched_tokens} below the longest prompt fails the longer prompts: it must be "
+        "at least the longest prompt (with chunked prefill, vLLM V1's default, prompts are split "
+        "across steps and it need not be)",
     ),
     "overloaded": (
         "cap load at the recommended cap; queue or shed (HTTP 429) beyond it",

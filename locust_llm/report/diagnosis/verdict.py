@@ -541,7 +541,10 @@ def _oom(ctx: Context) -> Finding | None:
     ):
         if not math.isnan(ctx.v(key)):
             evidence.append(f"{label} {pct(ctx.v(key))}")
-    return Finding("memory_oom", tuple(evidence))
+    actions = KIND_ACTIONS["memory_oom"]
+    if ctx.server.get("enable_chunked_prefill") is True:  # the budget advice is for whole prompts
+        actions = tuple(a for a in actions if "--max-num-batched-tokens" not in a)
+    return Finding("memory_oom", tuple(evidence), actions=actions)
 
 
 def _typical_delay(ctx: Context, p99: float) -> float:
