@@ -261,14 +261,14 @@ def build_report(
         limits=server_limits(extra),
     )
     device_warnings = without_gpu_telemetry(table, words)  # report/wording.py
-    if floors is not None:
-        device_warnings += over_peak_warnings(table.to_dict("records"), floors.gpu.name)
     # how each stage answered its load: the one classification the reading, the cap and the
     # verdict read (knee.stage_scaling)
     scaling = stage_scaling(table.to_dict("records"), thresholds, floors.model if floors else None)
     table["scaling"] = [scaling.get(int(s), ("", ""))[0] for s in table["stage"]]
     table["scaling_next"] = [scaling.get(int(s), ("", ""))[1] for s in table["stage"]]
     rows = table.to_dict("records")
+    if floors is not None:
+        device_warnings += over_peak_warnings(rows, floors.gpu.name)
     add_client_delay(rows, run.requests, stages, run.info.end_wall_s)  # report/client_delay.py
     arrays = request_arrays(run.requests)
     ends = stage_ends(stages, run.info.end_wall_s)

@@ -6,7 +6,7 @@ written per second by numpy copies of a 256 MiB buffer (the best of five repeats
 that does not fit any cache), compute = FLOP/s of a float32 matrix product (the best of five),
 memory = the host's RAM (psutil). Each figure's spread (how much slower the slowest repeat
 was than the best) goes into the device's ``source``: on a host other processes share, the
-same probe moved 5x between runs, and a verdict that rests on these figures says so at a lower
+same probe's figures move between runs, and a verdict that rests on them says so at a lower
 confidence (``locust_llm/report/diagnosis/confidence.py``). The numbers are this host's,
 taken when the report runs: run the report on the machine that served, or describe it by hand
 (``--bandwidth/--flops/--memory``).
@@ -59,12 +59,6 @@ def memory_bandwidth_bytes_s(size_bytes: int = COPY_BYTES, repeats: int = REPEAT
     """Best read + write bandwidth of a numpy copy of ``size_bytes`` (bytes/s)."""
     moved, times = copy_times_s(size_bytes, repeats)
     return moved / min(times)  # each byte read once and written once
-
-
-def matmul_flops(n: int = MATMUL_N, repeats: int = REPEATS) -> float:
-    """Best FLOP/s of an n x n float32 matrix product (2 n^3 FLOPs)."""
-    flops, times = matmul_times_s(n, repeats)
-    return flops / min(times)
 
 
 def spread(times: list[float]) -> float:

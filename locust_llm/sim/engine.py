@@ -133,7 +133,6 @@ class StepResult:
     memory_s: float = 0.0
     allreduce_s: float = 0.0
     overhead_s: float = 0.0
-    peak_memory_s: float = 0.0  # the step's bytes at the device's peak bandwidth (MBU's numerator)
     cached_tokens: int = 0  # prompt tokens the step's admissions found in the prefix cache
     running: int = 0  # sequences in the batch after the step's scheduling
     waiting: int = 0  # requests left waiting after the step's admissions
@@ -541,7 +540,6 @@ class Engine:
                 bw_eff=cfg.bandwidth_efficiency,
             )
             result.allreduce_s = cost.comm_s
-            result.peak_memory_s = cost.bytes / self.gpu.memory_bandwidth_bytes_s
             duration = overhead + max(result.compute_s, result.memory_s) + cost.comm_s
         result.duration_s = duration
         self.clock_s += duration

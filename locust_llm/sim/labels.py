@@ -75,9 +75,7 @@ class GroundTruth:
     busy_share: float  # step time / window
     compute_share: float  # of step time, in steps where compute set the duration
     memory_share: float  # of step time, in steps where memory bandwidth set it
-    compute_set_share: float  # of step time, the compute term of the steps compute bounded
     memory_set_share: float  # of step time, the memory term of the steps memory bounded
-    mbu: float  # the steps' bytes at the device's peak bandwidth / the busy time
     overhead_share: float  # of step time, the fixed per-step overhead
     allreduce_share: float  # of step time, tensor-parallel all-reduces
     mixed_share: float  # of step time, steps holding both decode sequences and prefill chunks
@@ -134,11 +132,12 @@ def ground_truth(
     def term_share(key: str) -> float:
         return math.fsum(_num(s.get(key)) for s in window) / busy if busy > 0 else math.nan
 
-    def bound_term_share(bound: str, key: str) -> float:
-        """The time ``key`` took in the steps it bounded, over the busy time."""
+    def memory_set_share() -> float:
+        """The memory term of the steps memory bounded, over the busy time."""
         if busy <= 0:
             return math.nan
-        return math.fsum(_num(s.get(key)) for s in window if s.get("bound") == bound) / busy
+        bounded = (s for s in window if s.get("bound") == "memory")
+        return math.fsum(_num(s.get("memory_s")) for s in bounded) / busy
 
     blocked = {
         reason: share(lambda s, r=reason: s.get("blocked_by") == r)
@@ -190,10 +189,8 @@ def ground_truth(
     truth = {
         "compute_share": share(lambda s: s.get("bound") == "compute"),
         "memory_share": share(lambda s: s.get("bound") == "memory"),
-        "compute_set_share": bound_term_share("compute", "compute_s"),
-        "memory_set_share": bound_term_share("memory", "memory_s"),
+        "memory_set_share": memory_set_share(),
         "overhead_share": term_share("overhead_s"),
-        "mbu": term_share("peak_memory_s"),
         "mixed_share": share(
             lambda s: int(s.get("decode_seqs") or 0) > 0 and int(s.get("prefill_tokens") or 0) > 0
         ),

@@ -74,7 +74,6 @@ def step_record(
         "memory_s": result.memory_s,
         "allreduce_s": result.allreduce_s,
         "overhead_s": result.overhead_s,
-        "peak_memory_s": result.peak_memory_s,
         "bound": result.bound,
         "running": result.running,
         "waiting": result.waiting,

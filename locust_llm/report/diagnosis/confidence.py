@@ -100,7 +100,7 @@ def probed_device(source: str) -> Doubt:
     """A device whose figures a short probe on a shared host measured (one level)."""
     return Doubt(
         1,
-        f"{source}; on a shared host the same probe moved up to 5x between runs",
+        f"{source}; on a shared host the same probe's figures move between runs",
         "priced on a device a probe measured",
     )
 

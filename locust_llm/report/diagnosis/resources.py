@@ -319,12 +319,13 @@ def memory_and_host_shares(
     per_step = per_step if math.isfinite(per_step) and per_step > 0 else 0.0
     mixed = min(1.0, per_step)
     computed = computed_prompt_tokens(row)
-    steps = [(1.0 - mixed, decode)]  # (share of the steps, what one of them costs)
+    steps = [(1.0, decode)]  # (share of the steps, what one of them costs)
     if mixed > 0 and computed > 0:
         chunk = max(1, round(computed * per_step / mixed))
-        steps.append((mixed, step_cost(model, decode_contexts, [(chunk, 0)], tp=tp)))
-    else:
-        steps = [(1.0, decode)]
+        steps = [
+            (1.0 - mixed, decode),
+            (mixed, step_cost(model, decode_contexts, [(chunk, 0)], tp=tp)),
+        ]
     memory = device = 0.0
     for share, cost in steps:
         compute_s, memory_s = cost.times(gpu, model.weight_bits, **eff)
