@@ -21,6 +21,7 @@ from locust_llm.client.kernel_transport import (
     KernelTransport,
     StampedClient,
     StampedConnection,
+    keep_kernel_stamps_on,
     kernel_stamps_available,
     select_transport,
 )
@@ -80,6 +81,9 @@ def _inside(stamp: float, bracket: tuple[float, float], slack_s: float = 0.0005)
 
 @linux_only
 def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> None:
+    # the kernel turns stamping on through deferred work: the transport waits for it before its
+    # first connection (a busy CI host once handed the head up unstamped without this)
+    assert keep_kernel_stamps_on()
     with streaming_server(3, 0.03) as (client, sent_at):
         resp = client.request("POST", "/", body=b"{}")
         time.sleep(0.25)  # the reader is busy (blocked, holding no socket read) meanwhile

@@ -5,6 +5,7 @@ latency from the scheduled time beside latency from the send)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -89,8 +90,11 @@ def test_arrivals_a_too_small_pool_could_not_send_are_counted_with_the_reason(
         unsent = stage["arrivals_unsent"]
         assert stage["arrivals_drawn"] == sent + sum(unsent.values()), (stage, sent)
         assert unsent["pool_ran_dry"] > 0  # the pool was too small
-        # about rate x duration arrivals drawn (Poisson): the schedule was kept, not thinned
-        assert stage["arrivals_drawn"] == pytest.approx(stage["rate"] * 3, rel=0.5)
+        # rate x the stage's window arrivals drawn, within 4 Poisson sigmas (each worker's
+        # stream is seeded by its random id; the window is the one the master kept, which a
+        # busy host can stretch past the 3 s asked): the schedule was kept, not thinned
+        expected = stage["rate"] * (stage["end_wall_s"] - stage["start_wall_s"])
+        assert abs(stage["arrivals_drawn"] - expected) <= 4 * math.sqrt(expected), stage
         assert row["arrivals_drawn"] == stage["arrivals_drawn"] and row["arrivals_sent"] == sent
         assert row["unsent_pool_ran_dry"] == unsent["pool_ran_dry"]
         assert row["arrivals_unsent"] == sum(unsent.values())

@@ -401,6 +401,7 @@ class KernelTransport(Transport):
             return super()._client(base_url)  # geventhttpclient: no stamp through TLS
         client: Any = self._clients.get(base_url)
         if client is None:
+            keep_kernel_stamps_on()
             client = StampedClient(
                 parts.hostname or "127.0.0.1",
                 parts.port or 80,
@@ -422,6 +423,43 @@ def kernel_stamps_available() -> bool:
             return bool(probe.getsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS))
     except OSError:
         return False
+
+
+#: The loopback pair that holds the kernel's receive stamping on (see keep_kernel_stamps_on).
+_STAMP_KEEPER: list[socket.socket] = []
+
+
+def keep_kernel_stamps_on(timeout_s: float = 2.0) -> bool:
+    """Turn the kernel's receive stamping on for good before the first request is timed.
+
+    Linux stamps arriving segments only while some socket asks for stamps, and the first such
+    socket turns that on through a deferred work item: on a busy host the first segments that
+    reach a new stamped connection can come before it ran, and TCP hands them up unstamped (the
+    read then falls back to the user-space clock). This opens one loopback TCP pair that asks
+    for stamps, holds it for the life of the process (so stamping never turns off between runs
+    when every connection closed), and returns once a segment on it came back stamped (False
+    after ``timeout_s``, or where stamps are not available)."""
+    if _STAMP_KEEPER:
+        return True
+    if not kernel_stamps_available():
+        return False
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        sender = socket.create_connection(listener.getsockname(), timeout=timeout_s)
+        receiver, _ = listener.accept()
+    receiver.settimeout(timeout_s)
+    receiver.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    deadline = time.monotonic() + timeout_s
+    stamped = False
+    while not stamped and time.monotonic() < deadline:
+        sender.sendall(b".")
+        _data, ancdata, _flags, _addr = receiver.recvmsg(1, _ANC_BYTES)
+        stamped = read_ancillary(ancdata)[0] != 0
+        if not stamped:
+            time.sleep(0.005)
+    _STAMP_KEEPER.extend((sender, receiver))
+    return stamped
 
 
 def select_transport(name: str) -> type[Transport]:
