@@ -25,11 +25,13 @@ SLOTS = 4
 def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     base = tmp_path_factory.mktemp("capacity-run")
     out = base / "run"
-    with simulator(["--max-num-seqs", str(SLOTS)], base / "sim.log") as url:
+    # every step 10 ms whatever it holds: an answer of 48 tokens takes S ~0.5 s
+    sim_args = ["--max-num-seqs", str(SLOTS), "--zero-cost", "--step-overhead-ms", "10"]
+    with simulator(sim_args, base / "sim.log") as url:
         proc = subprocess.run(
             [
                 *CLI, "run", "--host", url, "--find-capacity",
-                "--slo", "ttft_p90=150ms,errors=1%", "--max-tokens", "48", "--input-len", "128",
+                "--slo", "ttft_p90=60ms,errors=1%", "--max-tokens", "48", "--input-len", "128",
                 "--workers", "1", "--stage-max-duration", "20s", "--capacity-start", "2",
                 "--capacity-max", "16",
                 "--out", str(out), "--timeout", "240",
@@ -44,11 +46,11 @@ def test_the_search_lands_at_the_servers_slot_limit(searched: tuple[Path, str]) 
     out, console = searched
     info = json.loads((out / "run.json").read_text())
     cap = info["extra"]["capacity"]
-    # one slot-holding user each up to 4 (TTFT ~40 ms). From 5 on one request waits at all times
-    # (Little: the mean wait is S/4 for an answer's time S ~0.95 s, ~240 ms) and none waits
-    # longer than S (a running answer ends by then), so even if the waits were all-or-nothing
-    # P90 wait >= (S/4 - S/10) / 0.9 ~160 ms and P90 TTFT breaks 150 ms whatever the users'
-    # phases (with 16 tokens that bound was ~55 ms: staggered users once passed at 5)
+    # one slot-holding user each up to 4 (TTFT 10-20 ms: the step under way, then its own).
+    # From 5 on one request waits at all times (Little: the mean wait is S/4 for an answer's
+    # time S ~0.5 s, ~120 ms) and none waits longer than S (a running answer ends by then), so
+    # even if the waits were all-or-nothing P90 wait >= (S/4 - S/10) / 0.9 ~80 ms and P90 TTFT
+    # breaks 60 ms whatever the users' phases (a shorter answer once let staggered users pass)
     assert (cap["capacity"], cap["above"], cap["done"]) == (SLOTS, SLOTS + 1, True)
     assert info["state"] == "finished"
     stages = info["stages"]
