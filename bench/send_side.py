@@ -6,11 +6,15 @@ record is matched to the simulator's trace (``bench.peers.truth``) and its *uplo
 the trace's arrival stamp (``time.time()`` once the request is parsed) - the client's start
 stamp, which every TTFT the client reports carries. Clients, alternated ``--runs`` times per
 load: ``raw`` (``bench/peers/rawsocket.py``, the floor: a thread per stream whose blocking
-socket connects before its start stamp), ``ours`` (the shipped user: the start stamp before
-the connect) and ``ours-preconnect`` (``--llm-preconnect``: each user's connection opened
-before its first request). Reported per client and load: the median over runs of the mean
-and p50 upload, the ratio of the mean to the floor's, and for ours the send delay (``sent_s``:
-start stamp to the final send's return) beside it.
+socket connects before its start stamp; every thread connects, then all start together at a
+barrier, so its burst is as dense as the machine allows; before 2026-12-03 each thread
+started as soon as it had connected, and the threads' start-up spread its burst over ~136 ms
+at 256 streams against ours' ~62 ms, which let the simulator keep up with it), ``ours`` (the
+shipped user: the start stamp before the connect) and ``ours-preconnect``
+(``--llm-preconnect``: each user's connection opened before its first request). Reported per
+client and load: the median over runs of the mean and p50 upload, the ratio of the mean to
+the floor's, and for ours the send delay (``sent_s``: start stamp to the final send's return)
+beside it.
 
     .venv/bin/python bench/send_side.py --streams 64,256 --runs 3
 """
@@ -38,7 +42,7 @@ from bench.peers.common import ClientRun, Load
 from bench.peers.simproc import FIDELITY_ENGINE, simulator
 
 CLIENTS = {
-    "raw": rawsocket.run,
+    "raw": functools.partial(rawsocket.run, together=True),
     "ours": ours.run,
     "ours-preconnect": functools.partial(ours.run, extra=["--llm-preconnect"]),
 }

@@ -65,8 +65,11 @@ def _one(sock: socket.socket, index: int) -> Timed:
 
 
 def run(url: str, load: Load, work: Path, *, cpu: int | None = None,
-        timeout_s: float = 300) -> ClientRun:  # fmt: skip
-    """Closed loop in this process (``cpu`` pinning is not applied here)."""
+        timeout_s: float = 300, together: bool = False) -> ClientRun:  # fmt: skip
+    """Closed loop in this process (``cpu`` pinning is not applied here). ``together``: every
+    thread connects, then all start their first request at once (a barrier), so the burst is
+    as dense as the machine allows; else each thread starts as soon as it has connected, and
+    the threads' start-up spreads the first requests out (~0.5 ms per thread)."""
     if load.open_loop:
         return ClientRun("raw", load, [], note="closed loop only")
     parts = urlsplit(url)
@@ -75,10 +78,13 @@ def run(url: str, load: Load, work: Path, *, cpu: int | None = None,
     counter = iter(range(load.requests))
     lock = threading.Lock()
     deadline = time.time() + timeout_s
+    start = threading.Barrier(load.concurrency) if together else None
 
     def worker() -> None:
         sock = socket.create_connection((parts.hostname, parts.port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if start is not None:
+            start.wait(timeout=max(deadline - time.time(), 1.0))
         with sock:
             while time.time() < deadline:
                 with lock:
