@@ -7,7 +7,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from locust_llm.report.diagnosis.client_delay import add_client_delay, delay_caveats
+from locust_llm.report.diagnosis.client_delay import (
+    add_client_delay,
+    delay_caveats,
+    send_caveats,
+)
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.diagnosis.verdict import stage_verdict
 from locust_llm.rundir.layout import Stage
@@ -139,3 +143,21 @@ def test_the_send_delay_is_summarized_per_stage_and_nan_without_the_column() -> 
     assert math.isclose(rows[0]["send_delay_p50_s"], 0.0025)
     assert math.isclose(rows[0]["send_delay_max_s"], 0.004)
     assert math.isclose(rows[1]["send_delay_p50_s"], 0.020)  # the nan is left out
+
+
+def test_sends_that_left_late_beside_a_short_ttft_are_a_caveat_with_their_share() -> None:
+    """A burst's requests left the client a median 57 ms after their start stamps (the quiet
+    host's 256-user burst without --llm-preconnect, bench/results/send_side.md) beside a TTFT
+    P50 of 140 ms: a caveat naming the share and the option that takes connects out. The same
+    delay beside a 2 s TTFT, a sub-millisecond one (preconnected), a stage without send stamps
+    and a stage whose host was contended (its own caveat says why) get none."""
+    burst = {"stage": 3, "send_delay_p50_s": 0.057, "send_delay_p99_s": 0.081,
+             "ttft_p50_s": 0.140}  # fmt: skip
+    (caveat,) = send_caveats([burst])
+    assert caveat.startswith("stage 3: requests left the client a median 57.0 ms")
+    assert "41% of TTFT P50 140 ms, P99 81.0 ms" in caveat and "--llm-preconnect" in caveat
+    assert send_caveats([{**burst, "ttft_p50_s": 2.0}]) == []  # 3%: under the share
+    assert send_caveats([{**burst, "send_delay_p50_s": 0.00001}]) == []
+    assert send_caveats([{"stage": 0, "ttft_p50_s": 0.140}]) == []  # no send stamps (nan)
+    contended = {**burst, "worker_cpu_demand_max": 1.0, "worker_cpu_max": 0.5}
+    assert send_caveats([contended]) == []

@@ -22,6 +22,7 @@ from locust_llm.report.diagnosis.client_delay import (
     add_client_delay,
     contention_caveats,
     delay_caveats,
+    send_caveats,
 )
 from locust_llm.report.diagnosis.knee import Knee, find_knee, stage_scaling
 from locust_llm.report.diagnosis.lag import lag_warnings
@@ -319,6 +320,7 @@ def build_report(
                     *warnings,
                     *delay_caveats(rows, [v.kind for v in verdicts], thresholds),
                     *contention_caveats(rows, thresholds),
+                    *send_caveats(rows, thresholds),
                     *lag_warnings(
                         run.telemetry,
                         [(s.name, s.start_wall_s, e) for s, e in zip(stages, ends, strict=True)],

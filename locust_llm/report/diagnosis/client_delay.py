@@ -199,6 +199,35 @@ def contention_caveats(rows: Sequence[Mapping[str, Any]], thresholds: Any = None
     return out
 
 
+def send_caveats(rows: Sequence[Mapping[str, Any]], thresholds: Any = None) -> list[str]:
+    """One warning per stage whose requests left the client late: the send delay's P50 at
+    ``send_delay_min_s`` and at ``send_delay_share`` of TTFT P50. Every TTFT of the stage
+    includes it (the receive stamps do not take it out), so the warning gives its share and
+    what takes it off the timed path. A contended host's stage is left to
+    :func:`contention_caveats`, which names that cause."""
+    th = thresholds or DEFAULT_THRESHOLDS
+    out = []
+    for row in rows:
+        send = float(row.get("send_delay_p50_s", np.nan))
+        ttft = float(row.get("ttft_p50_s", np.nan))
+        if not (send >= th.send_delay_min_s and ttft > 0 and send >= th.send_delay_share * ttft):
+            continue
+        if host_contended(row, th):
+            continue
+        p99 = float(row.get("send_delay_p99_s", np.nan))
+        tail = f", P99 {p99 * 1e3:,.1f} ms" if p99 == p99 else ""
+        out.append(
+            f"stage {row.get('stage')}: requests left the client a median "
+            f"{send * 1e3:,.1f} ms after their start stamps ({send / ttft:.0%} of TTFT P50 "
+            f"{ttft * 1e3:,.0f} ms{tail}), and every TTFT of the stage includes it. The usual "
+            "cause is a new connection's connect and the wait behind the other users' connects "
+            "at a burst (--llm-preconnect opens each user's connection before its first "
+            "request); a worker busy with other streams delays its sends too. A measurement "
+            "caveat, not the stage's limit."
+        )
+    return out
+
+
 def delay_caveats(
     rows: Sequence[MutableMapping[str, Any]], kinds: Sequence[str], thresholds: Any = None
 ) -> list[str]:

@@ -64,6 +64,10 @@ class Thresholds:
     client_cpu: float = 0.90  # a worker's peak CPU at or above: client-bound
     client_delay_bound_s: float = 0.010  # first-token client delay P99 at or above (s) ...
     client_delay_min_late: int = 2  # ... with at least this many requests read that late
+    # send delay P50 (start stamp to the request's last byte sent) at or above this share of
+    # TTFT P50, and at least send_delay_min_s: the stage's TTFTs carry the client's sends
+    send_delay_share: float = 0.10
+    send_delay_min_s: float = 0.005
     # ... and at least this share of the stage's TTFT P50: below it the delay is a measurement
     # caveat, not the stage's limit (27 ms of read delay beside a 2.7 s TTFT made a busy host's
     # demo headline client_bound while the server queued 89% of TTFT)
