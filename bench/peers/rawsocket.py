@@ -84,7 +84,13 @@ def run(url: str, load: Load, work: Path, *, cpu: int | None = None,
         sock = socket.create_connection((parts.hostname, parts.port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if start is not None:
-            start.wait(timeout=max(deadline - time.time(), 1.0))
+            try:
+                start.wait(timeout=max(deadline - time.time(), 1.0))
+            except threading.BrokenBarrierError:  # a thread that never connected: none starts
+                sock.close()
+                with lock:
+                    failed[0] += 1
+                return
         with sock:
             while time.time() < deadline:
                 with lock:

@@ -395,13 +395,17 @@ class KernelTransport(Transport):
     #: the responses of this transport carry ``arrival_s`` (kernel stamp) per line read
     stamped = True
 
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        # made with its user, before any request: the first request's timed path holds no wait
+        keep_kernel_stamps_on()
+
     def _client(self, base_url: str) -> Any:
         parts = urlsplit(base_url)
         if parts.scheme == "https":
             return super()._client(base_url)  # geventhttpclient: no stamp through TLS
         client: Any = self._clients.get(base_url)
         if client is None:
-            keep_kernel_stamps_on()
             client = StampedClient(
                 parts.hostname or "127.0.0.1",
                 parts.port or 80,
@@ -429,6 +433,7 @@ def kernel_stamps_available() -> bool:
 _STAMP_KEEPER: list[socket.socket] = []
 
 
+@functools.cache
 def keep_kernel_stamps_on(timeout_s: float = 2.0) -> bool:
     """Turn the kernel's receive stamping on for good before the first request is timed.
 
@@ -438,9 +443,8 @@ def keep_kernel_stamps_on(timeout_s: float = 2.0) -> bool:
     read then falls back to the user-space clock). This opens one loopback TCP pair that asks
     for stamps, holds it for the life of the process (so stamping never turns off between runs
     when every connection closed), and returns once a segment on it came back stamped (False
-    after ``timeout_s``, or where stamps are not available)."""
-    if _STAMP_KEEPER:
-        return True
+    after ``timeout_s``, or where stamps are not available). Once per process: later calls
+    return the first one's answer."""
     if not kernel_stamps_available():
         return False
     with socket.socket() as listener:
