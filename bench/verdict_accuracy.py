@@ -75,8 +75,17 @@ DEPLOYMENTS: tuple[tuple[str, str, int], ...] = (
     ("mixtral-8x7b", "h100-sxm", 2),
     ("mixtral-8x7b", "h200", 1),
     ("qwen2.5-72b", "h200", 2),
+    ("llama-3.1-70b", "h100-sxm", 8),
+    ("qwen2.5-72b", "a100-80gb", 8),
 )
-INPUT_LENS = ("128", "uniform:64:512", "1024", "lognormal:2000:0.6", "4096")
+#: prompt lengths, up to 32k tokens (the long ones capped below --max-model-len)
+INPUT_LENS = ("128", "uniform:64:512", "1024", "lognormal:2000:0.6", "4096",
+              "uniform:8192:16384", "uniform:16384:32000")  # fmt: skip
+#: with the prefix cache on, half the cases send prompts that share prefixes (the cache serves
+#: them) and half distinct prompts (it serves nothing)
+SHARED_PREFIXES = ("shared-prefix:groups=1,prefix=1024,suffix=64",
+                   "shared-prefix:groups=4,prefix=2048,suffix=256",
+                   "shared-prefix:groups=16,prefix=512,suffix=512")  # fmt: skip
 OUTPUT_LENS = ("32", "uniform:64:256", "256", "lognormal:400:0.5")
 
 
@@ -151,8 +160,10 @@ class Case:
         )
         extra = " oom" if c.oom else ""
         extra += f" blocks={c.num_gpu_blocks_override}" if c.num_gpu_blocks_override else ""
+        extra += " cache=on" if c.enable_prefix_caching else ""
+        prompts = f"in={w.dataset}" if w.dataset else f"in={w.input_len}"
         return (
-            f"{c.model}/{c.gpu}/tp{c.tp} in={w.input_len} out={w.max_tokens} "
+            f"{c.model}/{c.gpu}/tp{c.tp} {prompts} out={w.max_tokens} "
             f"seqs={c.max_num_seqs} mbt={c.max_num_batched_tokens}{extra} loads={loads}"
         )
 
@@ -166,7 +177,7 @@ def make_case(index: int, rng: random.Random) -> Case:
         tp=tp,
         max_num_seqs=rng.choice((8, 32, 64, 128, 256)),
         max_num_batched_tokens=rng.choice((2048, 8192, 16384)),
-        enable_prefix_caching=False,
+        enable_prefix_caching=rng.random() < 0.5,
         seed=rng.randrange(1 << 30),
     )
     if rng.random() < 0.2:  # a small KV budget: admission by KV capacity, preemptions or OOM
@@ -177,6 +188,8 @@ def make_case(index: int, rng: random.Random) -> Case:
     holds = kv_blocks_for(replace(config, max_model_len=1), get_model(model), get_gpu(gpu))
     config = replace(config, max_model_len=min(config.max_model_len, holds * config.block_size))
     input_len, max_tokens = rng.choice(INPUT_LENS), rng.choice(OUTPUT_LENS)
+    shared = config.enable_prefix_caching and rng.random() < 0.5
+    dataset = rng.choice(SHARED_PREFIXES) if shared else ""
     open_loop = rng.random() < 0.35
     if open_loop:
         top = rng.choice((1.0, 4.0, 16.0, 64.0))
@@ -192,6 +205,7 @@ def make_case(index: int, rng: random.Random) -> Case:
         stages=stages,
         input_len=input_len,
         max_tokens=max_tokens,
+        dataset=dataset,
         ignore_eos=rng.random() < 0.5,
         seed=rng.randrange(1 << 30),
         stop_timeout_s=5.0,

@@ -16,7 +16,7 @@ from locust_llm.report.diagnosis.decompose import (
     split_line,
 )
 from locust_llm.report.diagnosis.resources import ServerLimits, resource_row, server_limits
-from locust_llm.roofline.floors import get_gpu, get_model
+from locust_llm.roofline.floors import attention_flops, get_gpu, get_model
 from locust_llm.telemetry.counters import series_increase
 from locust_llm.telemetry.vocabularies import extract_signals
 
@@ -171,8 +171,8 @@ def test_prompt_tokens_the_prefix_cache_served_are_not_prefilled() -> None:
 
 def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_ridge() -> None:
     """Equal MFU, two token mixes: prompts (compute-bound prefill steps) set the steps' time in
-    proportion to their share of the FLOPs; a small decode batch's FLOPs do not (its steps are
-    memory-bound); a decode batch past the ridge is compute-bound as a whole."""
+    proportion to their share of the FLOPs, attention included; a small decode batch's FLOPs do
+    not (its steps are memory-bound); a decode batch past the ridge is compute-bound as a whole."""
     model, gpu = get_model("llama-3.1-8b"), get_gpu("a100-80gb")
     tps = 0.4 * gpu.peak_flops(model.weight_bits) / (2 * model.params_per_token())  # MFU 40%
     prompts = _row(total_tps=tps, input_tokens_avg=1024.0, output_tokens_avg=32.0,
@@ -183,12 +183,23 @@ def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_rid
                running=512.0, gpu_util=1.0)  # fmt: skip
     p, d, b = (resource_row(r, model, gpu) for r in (prompts, decodes, big))
     assert p["mfu"] == pytest.approx(0.4) and d["mfu"] == pytest.approx(0.4)
+    dense = 2.0 * model.params_per_token()
+
+    def expected(row: dict, steps: float, busy: float = 1.0) -> float:
+        """FLOP time (attention added to MFU's 2 x params: a prompt token attends half its
+        prompt, a decode token the mean context) in the steps compute sets."""
+        n_in, n_out = row["input_tokens_avg"], row["output_tokens_avg"]
+        share = n_in / (n_in + n_out)
+        prompt_x = 1 + attention_flops(model, 1, (n_in + 1) / 2) / dense
+        decode_x = 1 + attention_flops(model, 1, n_in + n_out / 2 + 1) / dense
+        flops = 0.4 * (share * prompt_x + (1 - share) * steps * decode_x) / 0.7 / busy
+        return min(1.0, flops)
+
     # qps 1 x TPOT 20 ms: 2% of the steps carry a prompt, and their decode tokens' FLOPs count
     assert p["prompt_step_share"] == d["prompt_step_share"] == pytest.approx(0.02)
-    share = 1024 / (1024 + 32)
-    assert p["compute_time_share"] == pytest.approx(0.4 * (share + (1 - share) * 0.02) / 0.7)
+    assert p["compute_time_share"] == pytest.approx(expected(prompts, 0.02))
     assert p["step_bound"] == "compute" and p["decode_step_bound"] == "memory"
-    assert d["compute_time_share"] == pytest.approx(0.4 * (1 / 3 + 2 / 3 * 0.02) / 0.7)
+    assert d["compute_time_share"] == pytest.approx(expected(decodes, 0.02))
     # its MFU is two thirds decode FLOPs, in memory steps: at 15 ms a token their bytes take
     # most of the step; at 40 ms the host's time (what the device's terms leave) outlasts them
     fast = resource_row({**decodes, "tpot_avg_s": 0.015}, model, gpu)
@@ -196,19 +207,34 @@ def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_rid
     assert fast["step_bound"] == "memory"
     slow = resource_row({**decodes, "tpot_avg_s": 0.04}, model, gpu)
     assert slow["host_time_share"] > slow["memory_time_share"] and slow["step_bound"] == "host"
-    assert b["compute_time_share"] == pytest.approx(0.4 / 0.7) and b["step_bound"] == "compute"
-    assert b["decode_step_bound"] == "compute"  # 512 sequences: past the ridge
+    assert b["compute_time_share"] == pytest.approx(expected(big, 1.0))
+    assert b["step_bound"] == "compute" and b["decode_step_bound"] == "compute"  # past the ridge
     idle = resource_row({**prompts, "gpu_util": 0.5}, model, gpu)
-    assert idle["compute_time_share"] == pytest.approx(min(1.0, 2 * p["compute_time_share"]))
+    assert idle["compute_time_share"] == pytest.approx(expected(prompts, 0.02, busy=0.5))
     # a prompt arriving every step: every step is compute-bound, all FLOPs count
     busy = resource_row({**decodes, "qps": 60.0}, model, gpu)
-    assert (
-        busy["compute_time_share"] == pytest.approx(0.4 / 0.7) and busy["step_bound"] == "compute"
-    )
+    assert busy["compute_time_share"] == pytest.approx(expected(decodes, 1.0))
+    assert busy["step_bound"] == "compute"
     # preemptions recompute prompt + half the output: 5 a second here, 5 x 256 tokens
     pre = resource_row({**decodes, "preemptions": 50.0, "duration_s": 10.0}, model, gpu)
     flops = 5 * (128 + 128) * 2 * model.params_per_token() / gpu.peak_flops(model.weight_bits)
     assert pre["compute_time_share"] == pytest.approx(d["compute_time_share"] + flops / 0.7)
+
+
+def test_a_prompt_chunk_the_prefix_cache_left_small_does_not_make_its_step_compute_bound() -> None:
+    """The same prompt rate and batch: 1,088-token prompts computed whole make the steps that
+    carry them compute-bound; served 1,024 tokens from the prefix cache, a 64-token chunk beside
+    256 decoding sequences leaves its step memory-bound, and compute sets none of the time (the
+    simulator's trace of such a stage: memory set 87% of the step time)."""
+    model, gpu = get_model("mistral-7b"), get_gpu("l4")
+    base = _row(qps=6.4, tpot_avg_s=0.26, running=256.0, concurrency=256.0,
+                input_tokens_avg=1088.0, output_tokens_avg=256.0, gpu_util=1.0)  # fmt: skip
+    whole = resource_row({**base, "total_tps": 6.4 * (1088 + 256)}, model, gpu)
+    cached = resource_row(
+        {**base, "cached_tokens_avg": 1024.0, "total_tps": 6.4 * (64 + 256)}, model, gpu
+    )
+    assert whole["step_bound"] == "compute" and whole["compute_time_share"] > 0.5
+    assert cached["compute_time_share"] == 0.0 and cached["step_bound"] != "compute"
 
 
 def test_a_queue_at_the_lowest_load_is_taken_off_before_calibrating() -> None:

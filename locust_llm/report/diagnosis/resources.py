@@ -11,13 +11,15 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
   (weights + KV at the mean context) x steps per second (1 / mean TPOT) / the device's
   bandwidth;
 - ``compute_time_share``: the share of the device's busy time that compute set. A step that
-  carries a prompt chunk is compute-bound and lasts all its FLOPs' time; a decode-only step
-  is memory-bound (unless its batch is past the roofline's ridge) and its few FLOPs do not set
-  its length. So: at the achievable compute efficiency (:data:`COMPUTE_EFFICIENCY`), the FLOP
-  time of the prompt tokens, of the tokens recomputed after preemptions
-  (:func:`recompute_tokens_per_s`) and of the decode tokens in the share of steps that carry
-  prompt work (prompts per step = :func:`prompts_per_s` x TPOT, at most 1; all decode tokens
-  when a decode step of the observed batch is compute-bound at the achievable efficiencies),
+  carries a prompt chunk is compute-bound, and lasts all its FLOPs' time, when the chunk's
+  FLOPs outlast the batch's bytes (not when the prefix cache served most of the prompt and the
+  chunk is a few dozen tokens); a decode-only step is memory-bound (unless its batch is past
+  the roofline's ridge) and its few FLOPs do not set its length. So: at the achievable compute
+  efficiency (:data:`COMPUTE_EFFICIENCY`), the FLOP time of the tokens recomputed after
+  preemptions (:func:`recompute_tokens_per_s`), and, where the steps with prompt work are
+  compute-bound, of the prompt tokens and of the decode tokens in the share of steps that
+  carry prompt work (prompts per step = :func:`prompts_per_s` x TPOT, at most 1); all tokens
+  when a decode step of the observed batch is compute-bound at the achievable efficiencies;
   over the busy share (``gpu_util``, 1 when unknown). Comparing the stage's mean MFU with its
   mean MBU cannot tell this: mixed steps average out;
 - ``prompt_step_share``: the share of steps that carry prompt work (see above);
@@ -48,7 +50,15 @@ import numpy as np
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import column as _f
-from locust_llm.roofline.floors import GpuSpec, ModelSpec, StepCost, Workload, compute, step_cost
+from locust_llm.roofline.floors import (
+    GpuSpec,
+    ModelSpec,
+    StepCost,
+    Workload,
+    attention_flops,
+    compute,
+    step_cost,
+)
 from locust_llm.telemetry.batch_limit import limit_from_gauges
 
 NAN = math.nan
@@ -170,18 +180,17 @@ def resource_row(
         tpot = _f(row, "tpot_avg_s")
         share = NAN
         if batch > 0 and tpot > 0:
-            step = step_cost(model, [max(1, context)] * max(1, round(batch)), tp=tp)
-            out["mbu"] = step.bytes / tpot / gpu.memory_bandwidth_bytes_s
+            mix = step_mix(row, model, [max(1, context)] * max(1, round(batch)), tp)
+            out["mbu"] = mix.decode.bytes / tpot / gpu.memory_bandwidth_bytes_s
             share = compute_time_share(
-                out["mfu"], out["prefill_token_share"], row, step, gpu, model, tp
+                out["mfu"], out["prefill_token_share"], row, mix, gpu, model, tp
             )
-            compute_s, memory_s = step.times(
-                gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
+            out["decode_step_bound"] = (
+                "compute" if _compute_bound(mix.decode, gpu, model) else "memory"
             )
-            out["decode_step_bound"] = "compute" if compute_s >= memory_s else "memory"
             out["prompt_step_share"] = prompt_step_share(row)
             out["memory_time_share"], out["host_time_share"] = memory_and_host_shares(
-                row, model, gpu, [max(1, context)] * max(1, round(batch)), tp
+                row, model, gpu, mix
             )
         if not math.isnan(share + out["mbu"]):
             out["compute_time_share"] = share
@@ -268,64 +277,117 @@ def prompt_step_share(row: Mapping[str, Any]) -> float:
     return min(1.0, max(0.0, mixed)) if math.isfinite(mixed) else 0.0
 
 
+@dataclass(frozen=True)
+class StepMix:
+    """The stage's steps as two kinds: decode-only steps of the observed batch and, in
+    ``mixed`` of the steps (prompts per step: :func:`prompt_step_share`), the same batch with
+    the prompt tokens that arrive per such step (``chunk``: prompts per step x the mean
+    computed prompt, over the mixed share) as one chunk."""
+
+    decode: StepCost
+    mixed: float  # share of the steps that carry prompt work, 0..1
+    with_prompts: StepCost | None  # one of those steps; None when no prompt work is known
+
+
+def step_mix(
+    row: Mapping[str, Any], model: ModelSpec, decode_contexts: Sequence[int], tp: int = 1
+) -> StepMix:
+    """The :class:`StepMix` of a stage row."""
+    decode = step_cost(model, decode_contexts, tp=tp)
+    tpot = _f(row, "tpot_avg_s")
+    per_step = prompts_per_s(row) * tpot if tpot > 0 else 0.0
+    per_step = per_step if math.isfinite(per_step) and per_step > 0 else 0.0
+    mixed, computed = min(1.0, per_step), computed_prompt_tokens(row)
+    if not (mixed > 0 and computed > 0):
+        return StepMix(decode, 0.0, None)
+    chunk = max(1, round(computed * per_step / mixed))
+    return StepMix(decode, mixed, step_cost(model, decode_contexts, [(chunk, 0)], tp=tp))
+
+
+def _compute_bound(cost: StepCost | None, gpu: GpuSpec, model: ModelSpec) -> bool:
+    """Whether a step's FLOPs outlast its bytes at the achievable efficiencies."""
+    if cost is None:
+        return False
+    compute_s, memory_s = cost.times(
+        gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
+    )
+    return compute_s >= memory_s
+
+
+def attention_factors(row: Mapping[str, Any], model: ModelSpec) -> tuple[float, float]:
+    """(prompt, decode) token FLOPs over the ``2 x parameters`` that MFU counts per token: the
+    attention a token adds, which grows with its context (a 24k-token prompt's attention adds
+    ~40% to a 8B model's FLOPs). A prompt token attends the cached prefix and, causally, half
+    the computed part on average; a decode token the mean context (prompt + half the
+    output)."""
+    n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
+    n_in, n_out = (n_in if n_in > 0 else 0.0), (n_out if n_out > 0 else 0.0)
+    computed = computed_prompt_tokens(row)
+    computed = computed if computed > 0 else 0.0
+    dense = 2.0 * model.params_per_token()
+    prompt_x = 1.0
+    if computed > 0:
+        prior = n_in - computed
+        prompt_x += attention_flops(model, 1, prior + (computed + 1) / 2.0) / dense
+    decode_x = 1.0 + attention_flops(model, 1, n_in + n_out / 2.0 + 1) / dense
+    return prompt_x, decode_x
+
+
 def compute_time_share(
     mfu: float,
     prompt_share: float,
     row: Mapping[str, Any],
-    decode_step: StepCost,
+    mix: StepMix,
     gpu: GpuSpec,
     model: ModelSpec,
     tp: int = 1,
 ) -> float:
     """Share of the busy time that compute set (see the module docstring), at the achievable
-    efficiencies, over the busy share: the FLOP time of the prompt tokens and of the tokens
-    recomputed after preemptions; plus the decode tokens', in the share of steps that carry
-    prompt work (a compute-bound step lasts all its FLOPs: arrivals per step, qps x TPOT,
-    capped at 1), or all of them when a decode step of the observed batch is itself
-    compute-bound (past the ridge)."""
+    efficiencies, over the busy share: the FLOP time of the tokens recomputed after
+    preemptions; plus, where the steps that carry prompt work are compute-bound (their
+    prompt tokens' FLOPs outlast the batch's bytes), the prompt tokens' and the decode
+    tokens' of those steps (a compute-bound step lasts all its FLOPs: arrivals per step, qps
+    x TPOT, capped at 1); or all of them when a decode step of the observed batch is itself
+    compute-bound (past the ridge). A step whose prompt chunk is small (the prefix cache
+    served the rest) stays memory-bound, and compute sets none of it."""
     prompt_share = prompt_share if 0 <= prompt_share <= 1 else 0.0
-    compute_s, memory_s = decode_step.times(
-        gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
-    )
-    mixed = prompt_step_share(row)
-    counted = 1.0 if compute_s >= memory_s else prompt_share + (1 - prompt_share) * mixed
+    prompt_x, decode_x = attention_factors(row, model)
+    steps = compute_step_share(mix, gpu, model)
+    counted = (prompt_share * prompt_x + (1 - prompt_share) * steps * decode_x) if steps else 0.0
     peak = gpu.peak_flops(model.weight_bits) * tp
     recompute = recompute_tokens_per_s(row) * 2.0 * model.params_per_token() / peak
     busy = _f(row, "gpu_util")
     busy = busy if 0 < busy <= 1 else 1.0
-    return min(1.0, (mfu * counted + recompute) / COMPUTE_EFFICIENCY / busy)
+    share = (mfu * counted + recompute) / COMPUTE_EFFICIENCY / busy
+    return min(1.0, share) if math.isfinite(share) else NAN  # min(1.0, nan) would be 1.0
+
+
+def compute_step_share(mix: StepMix, gpu: GpuSpec, model: ModelSpec) -> float:
+    """Share of the steps that compute sets: all when a decode step of the observed batch is
+    past the ridge, the steps with prompt work when their chunk's FLOPs outlast the batch's
+    bytes, else none."""
+    if _compute_bound(mix.decode, gpu, model):
+        return 1.0
+    return mix.mixed if _compute_bound(mix.with_prompts, gpu, model) else 0.0
 
 
 def memory_and_host_shares(
-    row: Mapping[str, Any],
-    model: ModelSpec,
-    gpu: GpuSpec,
-    decode_contexts: Sequence[int],
-    tp: int = 1,
+    row: Mapping[str, Any], model: ModelSpec, gpu: GpuSpec, mix: StepMix
 ) -> tuple[float, float]:
     """(memory time share, host time share) of the busy time. The memory term counts in the
-    steps it bounds, at the achievable bandwidth: the decode-only steps (unless the observed
-    batch is past the ridge) and the steps carrying prompt work whose prompt tokens (prompts
-    per step x the mean computed prompt) leave them memory-bound; each over the mean TPOT (a
-    step's length). The host's share is what the device's time of the mean step (each step's
-    longer term, compute or memory, plus the all-reduces) leaves of the mean TPOT: per-step and
-    per-sequence scheduling, launches, sampling, whatever the roofline has no term for."""
+    steps it bounds (:class:`StepMix`), at the achievable bandwidth: the decode-only steps
+    (unless the observed batch is past the ridge) and the steps carrying prompt work whose
+    prompt tokens leave them memory-bound; each over the mean TPOT (a step's length). The
+    host's share is what the device's time of the mean step (each step's longer term, compute
+    or memory, plus the all-reduces) leaves of the mean TPOT: per-step and per-sequence
+    scheduling, launches, sampling, whatever the roofline has no term for."""
     tpot = _f(row, "tpot_avg_s")
     if not tpot > 0:
         return NAN, NAN
     eff = {"compute_eff": COMPUTE_EFFICIENCY, "bw_eff": BANDWIDTH_EFFICIENCY}
-    decode = step_cost(model, decode_contexts, tp=tp)
-    per_step = prompts_per_s(row) * tpot
-    per_step = per_step if math.isfinite(per_step) and per_step > 0 else 0.0
-    mixed = min(1.0, per_step)
-    computed = computed_prompt_tokens(row)
-    steps = [(1.0, decode)]  # (share of the steps, what one of them costs)
-    if mixed > 0 and computed > 0:
-        chunk = max(1, round(computed * per_step / mixed))
-        steps = [
-            (1.0 - mixed, decode),
-            (mixed, step_cost(model, decode_contexts, [(chunk, 0)], tp=tp)),
-        ]
+    steps = [(1.0, mix.decode)]  # (share of the steps, what one of them costs)
+    if mix.with_prompts is not None:
+        steps = [(1.0 - mix.mixed, mix.decode), (mix.mixed, mix.with_prompts)]
     memory = device = 0.0
     for share, cost in steps:
         compute_s, memory_s = cost.times(gpu, model.weight_bits, **eff)
