@@ -1,18 +1,20 @@
-"""The token budget, chunked prefill and the prefix cache, judged by a real vLLM engine.
+"""The token budget, chunked prefill and the prefix cache on and off, judged by a real vLLM engine.
 
-One engine (the CPU build, the tiny Llama of :mod:`vllm.model`) starts with
-``--max-num-batched-tokens 32`` and ``--max-num-seqs 8``, chunked prefill and prefix caching on
-(vLLM V1's defaults), and a KV cache of 2,720 tokens (32 MiB at 12 KiB a token) that holds
-every sequence of these loads at once, so nothing waits for KV blocks and nothing is preempted.
-Prompts of ~336 tokens are ten budgets long: each is prefilled in chunks over about ten steps.
-Two runs of ``locust-llm run``, given the budget with ``--llm-server-max-num-batched-tokens``
-as a user who started the engine would:
+Two engines (the CPU build, the tiny Llama of :mod:`vllm.model`), each started with
+``--max-num-batched-tokens 32`` and ``--max-num-seqs 8``, chunked prefill on (vLLM V1's default)
+and a KV cache of 2,720 tokens (32 MiB at 12 KiB a token) that holds every sequence of these
+loads at once, so nothing waits for KV blocks and nothing is preempted: one with the prefix cache
+off (``--no-enable-prefix-caching``), one with it on (V1's default). Both get the same load from
+``locust-llm run``, given the budget with ``--llm-server-max-num-batched-tokens`` as a user who
+started the engine would: prompts of one shared 300-token prefix and 20 words of their own
+(~336 tokens, ten budgets long), 1 then 6 users:
 
-* ``budget``: distinct prompts (the random dataset), 1 then 6 users: at 6 users every step
-  spends its 32 tokens on prompt chunks and decoding sequences, and requests wait for the
-  budget (vLLM counts them ``waiting_by_reason="capacity"``, as it counts a batch or KV wait);
-* ``cached``: the same lengths from one shared 300-token prefix: the prefix cache serves most
-  of each prompt, the steps no longer fill the budget and the queue goes.
+* ``budget`` (the cache off): each prompt is prefilled whole, in chunks over about ten steps; at
+  6 users every step spends its 32 tokens on prompt chunks and decoding sequences, and requests
+  wait for the budget (vLLM counts them ``waiting_by_reason="capacity"``, as it counts a batch or
+  KV wait);
+* ``cached`` (the cache on): the cache serves the prefix of each prompt, the steps no longer fill
+  the budget and the queue goes.
 
 The engine's word is its own counters over each stage's requests (:mod:`vllm.scrapes`):
 ``iteration_tokens_total`` (tokens per step), ``prompt_tokens_cached_total`` /
@@ -34,9 +36,9 @@ MAX_NUM_SEQS = 8
 ENGINE_FLAGS = ("--max-num-batched-tokens", str(BUDGET_TOKENS), "--max-num-seqs",
                 str(MAX_NUM_SEQS), "--kv-cache-memory-bytes", str(32 * 2**20),
                 "--block-size", "32", "--max-model-len", "512")  # fmt: skip
+CACHE_OFF = ("--no-enable-prefix-caching",)
 GIVEN = ("--llm-server-max-num-batched-tokens", str(BUDGET_TOKENS))
-BUDGET = Workload((1, 6), (4, 18), 16, input_len=320, flags=GIVEN)
-CACHED = Workload(
+SHARED = Workload(
     (1, 6), (4, 18), 16, dataset="shared-prefix:groups=1,prefix=300,suffix=20", flags=GIVEN
 )
 #: The verdict's budget test: the mean step fills this share of the budget (budget_fill).
@@ -48,9 +50,14 @@ SPLIT_OF_TTFT = 0.10
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RegimeRun]:
-    """Each run by name, every request of each succeeded (:func:`vllm.regimes.run_regimes`)."""
-    loads = {"budget": BUDGET, "cached": CACHED}
-    return run_regimes(tmp_path_factory.mktemp("vllm-budget"), ENGINE_FLAGS, loads)
+    """Each run by name, every request of each succeeded (:func:`vllm.regimes.run_regimes`):
+    the same load on the engine with the prefix cache off, then on."""
+    off = tmp_path_factory.mktemp("vllm-cache-off")
+    on = tmp_path_factory.mktemp("vllm-cache-on")
+    return {
+        **run_regimes(off, (*ENGINE_FLAGS, *CACHE_OFF), {"budget": SHARED}),
+        **run_regimes(on, ENGINE_FLAGS, {"cached": SHARED}),
+    }
 
 
 def _step_tokens(engine: dict[str, float]) -> float:
@@ -98,7 +105,7 @@ def test_the_prefix_cache_share_is_the_engines_and_lifts_the_budget(
     assert row["server_cached_tps"] / row["server_prompt_tps"] == pytest.approx(
         engine_share, abs=0.03
     )
-    assert runs["budget"].engine[1]["vllm:prompt_tokens_cached_total"] == 0  # distinct prompts
+    assert runs["budget"].engine[1]["vllm:prompt_tokens_cached_total"] == 0  # the cache off
     verdict = runs["cached"].report.verdicts[1]
     print(f"cached {engine_share:.1%}, steps {_step_tokens(engine):.1f} tokens: {verdict}")
     assert _step_tokens(engine) < FILLED * BUDGET_TOKENS  # the cache's prompts leave room

@@ -84,6 +84,7 @@ COLUMNS: tuple[str, ...] = (
     "tpot_p50_s",
     "tpot_p99_s",
     "itl_p99_s",
+    "first_token_step_share",
     "error_rate",
     *(f"error_rate_{k}" for k in FAILURE_KINDS),
     "goodput_rps",
@@ -225,6 +226,9 @@ def _request_stats(
     o50, o99 = _pcts(tpot, (50, 99))
     row.update(ttft_p50_s=t50, ttft_p99_s=t99, tpot_p50_s=o50, tpot_p99_s=o99)
     row["itl_p99_s"] = _pcts(req["itl_p99_s"][ok], (99,))[0]
+    row["first_token_step_share"] = first_token_step_share(
+        req["start_wall_s"][ok] + ttft, row["tpot_avg_s"]
+    )
     for kind in FAILURE_KINDS:
         row[f"error_rate_{kind}"] = float((kinds == kind).sum()) / n if n else NAN
     if slo.given and n:
@@ -240,6 +244,25 @@ def _request_stats(
     row["dispatch_delay_p99_s"] = _pcts(delay, (99,))[0] if open_loop else NAN
     row.update(_open_loop_stats(req, ok, dur, window_end_s, open_loop))
     return row
+
+
+#: Fewer first tokens than this in a stage: no share of steps is read from them.
+FIRST_TOKENS_MIN = 10
+
+
+def first_token_step_share(first_token_wall_s: np.ndarray, tpot_s: float) -> float:
+    """Share of the server's steps in which some request of the stage got its first token:
+    the first-token times binned by the mean TPOT (one decode step), the bins holding one
+    over the bins from the first to the last. A prompt's prefill ends in the step that yields
+    its first token, so this is the share of steps that finished a prompt: prompts that
+    arrive together (closed-loop users finishing in one step, a burst) share steps, where
+    prompts per second x TPOT counts one step each. NaN under :data:`FIRST_TOKENS_MIN`
+    first tokens or without a TPOT."""
+    t = first_token_wall_s[np.isfinite(first_token_wall_s)]
+    if t.size < FIRST_TOKENS_MIN or not tpot_s > 0:
+        return NAN
+    bins = np.floor((t - t.min()) / tpot_s)
+    return float(np.unique(bins).size / (bins.max() + 1))
 
 
 def _open_loop_stats(

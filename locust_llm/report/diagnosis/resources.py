@@ -272,9 +272,13 @@ def prompts_per_s(row: Mapping[str, Any]) -> float:
 
 def prompt_step_share(row: Mapping[str, Any]) -> float:
     """Share of the steps that carry prompt work: prompts per step (prompts per second x mean
-    TPOT, one step per decode token), at most 1; 0 when unknown."""
+    TPOT, one step per decode token), at most 1; at most the share of steps in which the
+    stage's requests got their first token (``first_token_step_share``, where the stage has
+    it: prompts that arrive together share a step); 0 when unknown."""
     mixed = prompts_per_s(row) * _f(row, "tpot_avg_s")
-    return min(1.0, max(0.0, mixed)) if math.isfinite(mixed) else 0.0
+    spread = min(1.0, max(0.0, mixed)) if math.isfinite(mixed) else 0.0
+    seen = _f(row, "first_token_step_share")
+    return min(spread, seen) if 0 < seen <= 1 else spread
 
 
 @dataclass(frozen=True)
@@ -297,7 +301,7 @@ def step_mix(
     tpot = _f(row, "tpot_avg_s")
     per_step = prompts_per_s(row) * tpot if tpot > 0 else 0.0
     per_step = per_step if math.isfinite(per_step) and per_step > 0 else 0.0
-    mixed, computed = min(1.0, per_step), computed_prompt_tokens(row)
+    mixed, computed = prompt_step_share(row), computed_prompt_tokens(row)
     if not (mixed > 0 and computed > 0):
         return StepMix(decode, 0.0, None)
     chunk = max(1, round(computed * per_step / mixed))
