@@ -43,8 +43,8 @@ CAUSE_ACTIONS: dict[str, tuple[str, ...]] = {
         "reuse shared prompt prefixes (--enable-prefix-caching): cached tokens need no compute",
         "add compute: tensor parallelism (--tensor-parallel-size N) or a GPU with more FLOP/s; "
         "FP8 weights use the faster FP8 tensor cores",
-        "enable chunked prefill (--enable-chunked-prefill) so one long prompt does not stall "
-        "the others' decode steps",
+        "where chunked prefill is off, turn it on (--enable-chunked-prefill) so one long "
+        "prompt does not stall the others' decode steps",
     ),
     "prefill_interference": (
         "lower --max-num-batched-tokens{max_num_batched_tokens}: each decode step carries fewer "
