@@ -270,13 +270,19 @@ def prompts_per_s(row: Mapping[str, Any]) -> float:
     return _f(row, "qps")
 
 
+def prompts_per_step(row: Mapping[str, Any]) -> float:
+    """Prompts prefilled per step: prompts per second x mean TPOT (one step per decode
+    token); 0 when unknown."""
+    per_step = prompts_per_s(row) * _f(row, "tpot_avg_s")
+    return per_step if math.isfinite(per_step) and per_step > 0 else 0.0
+
+
 def prompt_step_share(row: Mapping[str, Any]) -> float:
-    """Share of the steps that carry prompt work: prompts per step (prompts per second x mean
-    TPOT, one step per decode token), at most 1; at most the share of steps in which the
-    stage's requests got their first token (``first_token_step_share``, where the stage has
-    it: prompts that arrive together share a step); 0 when unknown."""
-    mixed = prompts_per_s(row) * _f(row, "tpot_avg_s")
-    spread = min(1.0, max(0.0, mixed)) if math.isfinite(mixed) else 0.0
+    """Share of the steps that carry prompt work: :func:`prompts_per_step`, at most 1; at most
+    the share of steps in which the stage's requests got their first token
+    (``first_token_step_share``, where the stage has it: prompts that arrive together share a
+    step); 0 when unknown."""
+    spread = min(1.0, prompts_per_step(row))
     seen = _f(row, "first_token_step_share")
     return min(spread, seen) if 0 < seen <= 1 else spread
 
@@ -284,9 +290,9 @@ def prompt_step_share(row: Mapping[str, Any]) -> float:
 @dataclass(frozen=True)
 class StepMix:
     """The stage's steps as two kinds: decode-only steps of the observed batch and, in
-    ``mixed`` of the steps (prompts per step: :func:`prompt_step_share`), the same batch with
-    the prompt tokens that arrive per such step (``chunk``: prompts per step x the mean
-    computed prompt, over the mixed share) as one chunk."""
+    ``mixed`` of the steps (:func:`prompt_step_share`), the same batch with the prompt tokens
+    that arrive per such step (:func:`prompts_per_step` x the mean computed prompt, over the
+    mixed share) as one chunk."""
 
     decode: StepCost
     mixed: float  # share of the steps that carry prompt work, 0..1
@@ -298,13 +304,10 @@ def step_mix(
 ) -> StepMix:
     """The :class:`StepMix` of a stage row."""
     decode = step_cost(model, decode_contexts, tp=tp)
-    tpot = _f(row, "tpot_avg_s")
-    per_step = prompts_per_s(row) * tpot if tpot > 0 else 0.0
-    per_step = per_step if math.isfinite(per_step) and per_step > 0 else 0.0
     mixed, computed = prompt_step_share(row), computed_prompt_tokens(row)
     if not (mixed > 0 and computed > 0):
         return StepMix(decode, 0.0, None)
-    chunk = max(1, round(computed * per_step / mixed))
+    chunk = max(1, round(computed * prompts_per_step(row) / mixed))
     return StepMix(decode, mixed, step_cost(model, decode_contexts, [(chunk, 0)], tp=tp))
 
 
