@@ -134,7 +134,10 @@ def _rows() -> list[dict]:
             [{"decode_avg_s": 0.01}, {"decode_avg_s": 9.0}],
         )
     )
-    parts = [*grid, *((s, *bound) for s in scenarios for bound in steps)]
+    # no step bound: decoding stalled beyond its median gap, by prompts or by nothing known
+    stalls = {"decode_stall_share": 0.2, "itl_p50_s": 0.02, "itl_p99_s": 0.15}
+    unexplained = {**stalls, "prefill_avg_s": 0.021}
+    parts = [*grid, *((s, *bound) for s in scenarios for bound in steps), (stalls,), (unexplained,)]
     rows = []
     for part in parts:
         row = dict(base)

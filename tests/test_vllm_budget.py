@@ -1,6 +1,6 @@
 """The token budget, chunked prefill and the prefix cache on and off, judged by a real vLLM engine.
 
-Two engines (the CPU build, the tiny Llama of :mod:`vllm.model`), each started with
+Three engines (the CPU build, the tiny Llama of :mod:`vllm.model`). Two are started with
 ``--max-num-batched-tokens 32`` and ``--max-num-seqs 8``, chunked prefill on (vLLM V1's default)
 and a KV cache of 2,720 tokens (32 MiB at 12 KiB a token) that holds every sequence of these
 loads at once, so nothing waits for KV blocks and nothing is preempted: one with the prefix cache
@@ -16,6 +16,18 @@ started the engine would: prompts of one shared 300-token prefix and 20 words of
 * ``cached`` (the cache on): the cache serves the prefix of each prompt, the steps no longer fill
   the budget and the queue goes.
 
+The third has chunked prefill off (``--no-enable-chunked-prefill``; vLLM then wants a budget of at
+least ``--max-model-len``: 512) and its default 64 MiB KV cache. It and the cache-off engine
+(chunked on, 32 tokens a step) get a second load, ``long``: distinct prompts of ~360 tokens, 48
+tokens out, 1 then 6 users:
+
+* ``whole`` (chunked prefill off): each prompt is computed whole in one step several decode steps
+  long, and every sequence decoding beside it waits that step out (the engine's own
+  ``inter_token_latency_seconds`` counts gaps over 75 ms; its ``iteration_tokens_total`` cannot
+  show step sizes: vLLM V1 counts a prompt's tokens whole in the step that yields its first
+  token, so the 32-token engine's "steps" reach past 256 tokens too);
+* ``chunked`` (on, the budget engine): the prompts go a 32-token chunk a step, no step is long.
+
 The engine's word is its own counters over each stage's requests (:mod:`vllm.scrapes`):
 ``iteration_tokens_total`` (tokens per step), ``prompt_tokens_cached_total`` /
 ``prompt_tokens_total``, the preemption counter, the phase histograms.
@@ -25,9 +37,10 @@ from __future__ import annotations
 
 import pytest
 from vllm.regimes import RegimeRun, Workload, run_regimes, split_against_engine
-from vllm.scrapes import mean
+from vllm.scrapes import mean, share_above
 
 from locust_llm.report.diagnosis.causes import CAUSES
+from locust_llm.report.diagnosis.thresholds import Thresholds
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # may wait for the host (quiet_host)
 
@@ -41,6 +54,20 @@ GIVEN = ("--llm-server-max-num-batched-tokens", str(BUDGET_TOKENS))
 SHARED = Workload(
     (1, 6), (4, 18), 16, dataset="shared-prefix:groups=1,prefix=300,suffix=20", flags=GIVEN
 )
+CHUNKING_OFF = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "512",
+                "--max-num-seqs", str(MAX_NUM_SEQS), "--block-size", "32",
+                "--max-model-len", "512", "--no-enable-prefix-caching")  # fmt: skip
+#: ~360-token prompts, 48 tokens out: 6 sequences of ~408 tokens take 78 of the budget engines'
+#: 84 usable blocks (at 380 words and 64 out they took them all, and the engine preempted)
+LONG = Workload((1, 6), (4, 24), 48, input_len=347, flags=GIVEN)
+#: The same on the engine with chunked prefill off, given its own budget.
+LONG_WHOLE = Workload((1, 6), (4, 24), 48, input_len=347,
+                      flags=("--llm-server-max-num-batched-tokens", "512"))  # fmt: skip
+ITL = "vllm:inter_token_latency_seconds"
+PREFILL = "vllm:request_prefill_time_seconds"
+#: The engine's gaps over this (s, one of vLLM's ITL bucket bounds, as it writes it): two and a
+#: half decode steps of this engine (25-35 ms at 6 users).
+STALL_S = "0.075"
 #: The verdict's budget test: the mean step fills this share of the budget (budget_fill).
 FILLED = 0.75
 PREFILL_CAUSES = ("compute_bound_prefill", "prefill_interference")
@@ -51,12 +78,15 @@ SPLIT_OF_TTFT = 0.10
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RegimeRun]:
     """Each run by name, every request of each succeeded (:func:`vllm.regimes.run_regimes`):
-    the same load on the engine with the prefix cache off, then on."""
+    the shared-prefix load on the engine with the prefix cache off, then on; the long prompts
+    on the cache-off engine (chunked prefill on) and on the engine with it off."""
     off = tmp_path_factory.mktemp("vllm-cache-off")
     on = tmp_path_factory.mktemp("vllm-cache-on")
+    whole = tmp_path_factory.mktemp("vllm-chunking-off")
     return {
-        **run_regimes(off, (*ENGINE_FLAGS, *CACHE_OFF), {"budget": SHARED}),
+        **run_regimes(off, (*ENGINE_FLAGS, *CACHE_OFF), {"budget": SHARED, "chunked": LONG}),
         **run_regimes(on, ENGINE_FLAGS, {"cached": SHARED}),
+        **run_regimes(whole, CHUNKING_OFF, {"whole": LONG_WHOLE}),
     }
 
 
@@ -121,3 +151,40 @@ def test_the_split_under_chunked_prefill_matches_the_engines_phases(
 ) -> None:
     table = split_against_engine(runs, stages=(1,))
     assert (table["off_of_ttft"] <= SPLIT_OF_TTFT).all(), table
+
+
+def test_whole_prompts_stalling_decoding_are_named_and_chunked_prefill_first(
+    runs: dict[str, RegimeRun],
+) -> None:
+    """Chunked prefill off by flag: the engine's own gaps and prefill times show whole prompts
+    stalling decoding, and the verdict names it from our gaps (no resource model on a CPU
+    engine) with chunked prefill first among its actions; with chunking on, the same load has
+    no long gap and no stall verdict, and its queue is the budget's, not a batch slot's."""
+    th = Thresholds()
+    whole, chunked = runs["whole"], runs["chunked"]
+    for name, run in (("whole", whole), ("chunked", chunked)):
+        engine, row = run.engine[1], run.report.table.iloc[1]
+        print(f"{name}: engine gaps > {STALL_S} s {share_above(engine, ITL, STALL_S):.1%}, "
+              f"prefill {mean(engine, PREFILL) * 1e3:.0f} ms; ours: stall share "
+              f"{row['decode_stall_share']:.3f}, ITL P50 {row['itl_p50_s'] * 1e3:.1f} ms, P99 "
+              f"{row['itl_p99_s'] * 1e3:.1f} ms: {run.report.verdicts[1]}")  # fmt: skip
+    engine = whole.engine[1]
+    assert share_above(engine, ITL, STALL_S) > 0.01  # decoding waited out whole prompts
+    assert engine["vllm:num_preemptions_total"] == 0  # not a KV wait
+    row, verdict = whole.report.table.iloc[1], whole.report.verdicts[1]
+    assert row["decode_stall_share"] >= th.stall_share, row["decode_stall_share"]
+    assert (verdict.rule, verdict.cause) == ("prompt_stalls", "prefill_interference"), verdict
+    assert verdict.kind == CAUSES["prefill_interference"].kind, verdict
+    assert "--enable-chunked-prefill" in verdict.actions[0], verdict.actions
+    assert verdict.confidence != "high", verdict  # the reading is not benchmarked: one lower
+
+    engine = chunked.engine[1]
+    assert engine["vllm:num_preemptions_total"] == 0  # every sequence fits its KV cache
+    assert share_above(engine, ITL, STALL_S) < 0.01  # 32-token steps: no long gap
+    assert mean(engine, PREFILL) > 2 * mean(whole.engine[1], PREFILL)  # prompts over many steps
+    assert chunked.report.table.iloc[1]["decode_stall_share"] < th.stall_share
+    verdict = chunked.report.verdicts[1]
+    assert verdict.rule != "prompt_stalls", verdict
+    # prompts wait for the 32-token budget, never for a batch slot: at most 6 of 8 run
+    assert chunked.stage_signal(1, "running").max() < MAX_NUM_SEQS
+    assert verdict.cause != "batch_limit_admission", verdict

@@ -83,7 +83,9 @@ COLUMNS: tuple[str, ...] = (
     "tpot_avg_s",
     "tpot_p50_s",
     "tpot_p99_s",
+    "itl_p50_s",
     "itl_p99_s",
+    "decode_stall_share",
     "first_token_step_share",
     "error_rate",
     *(f"error_rate_{k}" for k in FAILURE_KINDS),
@@ -225,7 +227,9 @@ def _request_stats(
     t50, t99 = _pcts(ttft, (50, 99))
     o50, o99 = _pcts(tpot, (50, 99))
     row.update(ttft_p50_s=t50, ttft_p99_s=t99, tpot_p50_s=o50, tpot_p99_s=o99)
+    row["itl_p50_s"] = _pcts(req["itl_p50_s"][ok], (50,))[0]
     row["itl_p99_s"] = _pcts(req["itl_p99_s"][ok], (99,))[0]
+    row["decode_stall_share"] = decode_stall_share(tpot, req["itl_p50_s"][ok], out_tok)
     row["first_token_step_share"] = first_token_step_share(
         req["start_wall_s"][ok] + ttft, row["tpot_avg_s"]
     )
@@ -244,6 +248,28 @@ def _request_stats(
     row["dispatch_delay_p99_s"] = _pcts(delay, (99,))[0] if open_loop else NAN
     row.update(_open_loop_stats(req, ok, dur, window_end_s, open_loop))
     return row
+
+
+#: Requests with fewer output tokens than this do not count in the stall share: their median gap
+#: rests on a handful of gaps.
+STALL_TOKENS_MIN = 8
+
+
+def decode_stall_share(tpot_s: np.ndarray, itl_p50_s: np.ndarray, tokens: np.ndarray) -> float:
+    """Share of the decode time spent beyond each request's own median inter-token gap: 1 -
+    sum((n - 1) x ITL P50) / sum((n - 1) x TPOT) over the requests with at least
+    :data:`STALL_TOKENS_MIN` tokens. A decode step that also computes whole prompts (chunked
+    prefill off, or a token budget wider than the prompts) is several decode steps long, and
+    every sequence decoding beside it waits that long for its next token: those waits lift
+    TPOT (the mean gap) above the median gap, which is a plain decode step. Batches that grow
+    and shrink move both alike. NaN without such requests or without the median gaps (runs
+    recorded before they were kept)."""
+    use = np.isfinite(tpot_s) & np.isfinite(itl_p50_s) & (tokens >= STALL_TOKENS_MIN)
+    gaps = tokens[use] - 1.0
+    decode = float((gaps * tpot_s[use]).sum())
+    if not decode > 0:
+        return NAN
+    return 1.0 - float((gaps * itl_p50_s[use]).sum()) / decode
 
 
 #: Fewer first tokens than this in a stage: no share of steps is read from them.
@@ -539,6 +565,7 @@ REQUEST_ARRAYS: tuple[str, ...] = (
     "e2e_s",
     "ttft_s",
     "tpot_s",
+    "itl_p50_s",
     "itl_p99_s",
     "output_tokens",
     "input_tokens",

@@ -25,7 +25,7 @@ SCRAPE_EVERY_S = 0.25  # stages are ~0.9 s apart; /metrics costs the front end
 @dataclass(frozen=True)
 class Scrape:
     at: float
-    values: dict[str, float]  # sample name -> sum over its series
+    values: dict[str, float]  # sample name -> sum over its series; buckets also by bound
 
 
 class Scraper:
@@ -55,8 +55,11 @@ class Scraper:
         out = []
         for at, text in self.texts:
             values: dict[str, float] = {}
-            for name, _labels, value in parse_samples(text):
+            for name, labels, value in parse_samples(text):
                 values[name] = values.get(name, 0.0) + value
+                if "le" in labels:  # a histogram's bucket: also kept by its bound
+                    key = bucket(name, labels["le"])
+                    values[key] = values.get(key, 0.0) + value
             out.append(Scrape(at, values))
         return out
 
@@ -88,6 +91,18 @@ def _scrape_after(
         if all(c == done for c in counts):
             return scrape.values
     raise AssertionError(f"no scrape saw exactly {done} requests of the run finished")
+
+
+def bucket(sample: str, le: str) -> str:
+    """The key of a histogram bucket's series in a scrape: ``sample`` ending ``_bucket`` and
+    its ``le`` bound as the engine writes it (``"256.0"``)."""
+    return f"{sample}{{le={le}}}"
+
+
+def share_above(increase: dict[str, float], histogram: str, le: str) -> float:
+    """The share of a histogram's observations over an increase that lie above bound ``le``."""
+    count = increase[histogram + "_count"]
+    return (count - increase[bucket(histogram + "_bucket", le)]) / count
 
 
 def mean(increase: dict[str, float], histogram: str) -> float:

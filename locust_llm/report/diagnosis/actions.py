@@ -138,6 +138,16 @@ NO_REQUEST_ACTIONS: tuple[str, ...] = (
     "unreachable or --host wrong, or the run stopped before the stage's requests)",
 )
 
+#: ``prefill_interference`` read from the client's inter-token gaps (no resource model): the
+#: stalls are whole prompts computed in one step, so chunking them comes first, then the cause's
+#: own actions (:data:`CAUSE_ACTIONS`).
+STALL_ACTIONS: tuple[str, ...] = (
+    "where chunked prefill is off, turn it on (--enable-chunked-prefill) with a "
+    "--max-num-batched-tokens{max_num_batched_tokens} a few decode batches wide: prompts are "
+    "then computed a chunk a step beside the decoding sequences, not whole in one long step "
+    "that every decoding sequence waits for",
+)
+
 #: What to do about a failure kind once its message is known (the message replaces the
 #: guesses of :data:`ERROR_ACTIONS`, which stay for failures that carried none).
 ERROR_ADVICE: dict[str, str] = {

@@ -139,3 +139,13 @@ def queue_margin(waited: float, th: Thresholds) -> Doubt | None:
 KV_BESIDE_BUDGET = Doubt(
     2, "the steps are compute-bound on prompts: the token budget binds beside the KV cache"
 )
+
+#: The stall rule's reading rests on the client's gaps, and no benchmark of many cases has
+#: measured its accuracy (the verdict benchmark's simulated stages all have a resource model):
+#: checked on a real vLLM engine with chunked prefill off and on (tests/test_vllm_budget.py).
+STALLS_UNBENCHED = Doubt(
+    1,
+    "prompts' stalls read from the client's inter-token gaps; this reading is checked on a "
+    "real vLLM engine's chunked-prefill regimes, not on the verdict benchmark",
+    where="without a resource model",
+)

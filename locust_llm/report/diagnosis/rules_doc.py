@@ -120,8 +120,11 @@ def render(defaults: Thresholds | None = None) -> str:
         "x `confidence_margin` of the samples for an admission cause (one; + "
         "`confidence_margin`: two), KV capacity named while a token budget is set and prompts' "
         "compute sets the steps (two: the budget, which the scheduler tests first, binds "
-        "beside it). The doubts and their sizes were chosen on the benchmark's fitting seeds "
-        "by what separated wrong verdicts from right ones. Reads "
+        "beside it), prompts' stalls read from the client's gaps by `prompt_stalls` (one: "
+        "that reading was checked on a real vLLM engine, not on the benchmark, whose "
+        "simulated stages all have a resource model). The doubts and their sizes were chosen "
+        "on the benchmark's fitting seeds by what separated wrong verdicts from right ones. "
+        "Reads "
         f"{_code(CONFIDENCE_READS)}. Measured accuracy per level: "
         "bench/results/verdict_accuracy.md.",
         "",

@@ -108,6 +108,14 @@ class Thresholds:
     cache_note_share: float = 0.10  # prefix-cache hits / prompt tokens: the evidence names it
     interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference
     interference_step_share: float = 0.3  # ... or steps carrying prompt work (memory-bound decode)
+    # without a resource model: decode time beyond each request's median gap at or above this
+    # share (decode_stall_share), ITL P99 at least `stall_itl_ratio` x the median gap, and
+    # prompts' prefill accounting for at least `stall_explained` of it: prompts stall decoding
+    # (a real vLLM CPU engine at 6 users: 0.19-0.25 with chunked prefill off, -0.02 on; 0.02
+    # at 1 user either way)
+    stall_share: float = 0.10
+    stall_itl_ratio: float = 3.0
+    stall_explained: float = 0.5
     min_telemetry_samples: int = 3  # fewer server samples in a stage: its signals are not used
     min_attributed_share: float = 0.5  # server phases attributed to this share of completions
     observed_kv_min: float = 0.05  # peak KV usage from which running / usage is the capacity

@@ -41,6 +41,7 @@ from locust_llm.report.diagnosis.actions import (
     CAUSE_ACTIONS,
     KIND_ACTIONS,
     NO_REQUEST_ACTIONS,
+    STALL_ACTIONS,
     error_action,
     with_values,
 )
@@ -48,6 +49,7 @@ from locust_llm.report.diagnosis.causes import CAUSE_KINDS, CAUSES, STEP_CAUSES,
 from locust_llm.report.diagnosis.client_delay import host_contended, late_first_reads
 from locust_llm.report.diagnosis.confidence import (
     KV_BESIDE_BUDGET,
+    STALLS_UNBENCHED,
     Doubt,
     host_margin,
     prefill_ratio,
@@ -217,6 +219,7 @@ class Finding:
     client_side: bool = False
     actions: tuple[str, ...] = ()  # given: these instead of the kind's or cause's own
     requests: float = math.nan  # the requests it rests on, when not the stage's answered ones
+    doubts: tuple[Doubt, ...] = ()  # what the rule itself knows lowers its confidence
 
 
 @dataclass(frozen=True)
@@ -890,6 +893,68 @@ def _admission(ctx: Context) -> Finding | None:
     return Finding(kind, tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok)
 
 
+def _prompt_stall_text(ctx: Context) -> str:
+    """Evidence that steps computing prompts stall decoding, read from the client's
+    inter-token gaps where the resource model names no step bound (a CPU engine, no device
+    given), or "": decode time beyond each request's median gap (``decode_stall_share``) at
+    ``stall_share``, the ITL tail at ``stall_itl_ratio`` x the median gap, and the prompts of
+    the stage able to account for ``stall_explained`` of it (each prompt's prefill, less one
+    decode step, is a wait for every sequence decoding beside it: prompts/s x that), so that
+    gaps the prompts cannot explain (a stalled client, a noisy host) are not called theirs."""
+    th = ctx.thresholds
+    stall, p50, p99 = ctx.v("decode_stall_share"), ctx.v("itl_p50_s"), ctx.v("itl_p99_s")
+    if _step_cause(ctx) or not stall >= th.stall_share or not p99 >= th.stall_itl_ratio * p50:
+        return ""
+    if not ctx.v("decode_avg_s") > ctx.v("ttft_avg_s"):
+        return ""  # decoding is not the longer part of a request: the stalls are not its limit
+    prefill = ctx.v("prefill_avg_s")
+    if not prefill > 0:
+        prefill = ctx.v("ttft_avg_s")
+    rate = prompts_per_s(ctx.row)
+    explained = rate * max(prefill - p50, 0.0)
+    if not explained >= th.stall_explained * stall:
+        return ""
+    return (
+        f"{pct(stall)} of decode time is spent in gaps beyond each request's median "
+        f"(ITL P50 {ms(p50, 1)} ms, P99 {ms(p99, 1)} ms, TPOT avg "
+        f"{ms(ctx.v('tpot_avg_s'), 1)} ms): steps that compute prompts stall every decoding "
+        f"sequence; {num(rate)} prompts/s with {ms(prefill)} ms of prefill each account for "
+        f"{pct(explained)} of the decode time"
+    )
+
+
+@rule(
+    "prompt_stalls",
+    "no resource model names the step bound, and the client's inter-token gaps show prompts "
+    "stalling decoding: decode time beyond each request's median gap at `stall_share` or more "
+    "(`decode_stall_share`), ITL P99 at least `stall_itl_ratio` x the median gap, decoding "
+    "the longer phase, and prompts/s x (prefill - median gap) at least `stall_explained` of "
+    "the stall share: `prefill_interference`, chunked prefill first among the actions",
+    kinds=("prefill_bound",),
+    causes=("prefill_interference",),
+    reads=(
+        *_STEP_READS,
+        "stall_share",
+        "stall_itl_ratio",
+        "stall_explained",
+        "min_telemetry_samples",
+    ),
+)
+def _stalls(ctx: Context) -> Finding | None:
+    stalls = _prompt_stall_text(ctx)
+    if not stalls:
+        return None
+    evidence = [stalls, _split_text(ctx)]
+    return Finding(
+        "prefill_bound",
+        tuple(e for e in evidence if e),
+        "prefill_interference",
+        actions=(*STALL_ACTIONS, *CAUSE_ACTIONS["prefill_interference"]),
+        client_side=not ctx.telemetry_ok,
+        doubts=(STALLS_UNBENCHED,),
+    )
+
+
 @rule(
     "under_loaded",
     "no admission queue and the GPU busy less than `busy_share`; without a busy signal, "
@@ -1223,7 +1288,7 @@ def _confidence(ctx: Context, finding: Finding) -> str:
     (:func:`_margins`)."""
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
-    doubts = list(_margins(ctx, finding.cause))
+    doubts = [*_margins(ctx, finding.cause), *finding.doubts]
     has_model = not math.isnan(ctx.v("mfu"))
     if not (has_model or ctx.row.get("ttft_split_source") == "server"):
         doubts.append(Doubt(1))
@@ -1313,7 +1378,8 @@ def stage_verdict(
             evidence = (*evidence, _client_side_note(samples, thresholds))
         if found.kind != "client_bound":
             evidence = (*evidence, *_timing_caveats(ctx))
-        evidence = (*evidence, *(d.evidence for d in _margins(ctx, found.cause)))
+        doubts = (*_margins(ctx, found.cause), *found.doubts)
+        evidence = (*evidence, *(d.evidence for d in doubts))
         return Verdict(
             kind=found.kind,
             evidence=evidence,
