@@ -107,6 +107,7 @@ NOT_THRESHOLDS = {
     ): "the calibrated prefill efficiency's clamp",
     ("report/diagnosis/lag.py", "LATE_STEP_S"): "the simulator's late-step counter's definition",
     ("live/progress.py", "PLAIN_EVERY_S"): "a print interval",
+    ("live/progress.py", "SETTLE_WAIT_S"): "a wait for the workers' last figures",
     ("live/progress.py", "poll_stats(timeout_s=)"): "an HTTP timeout",
     ("live/stage_tally.py", "WINDOW_S"): "a window, not a limit",
     ("webui/data.py", "RECORD_TRANSIT_S"): "a delivery delay, not a limit",

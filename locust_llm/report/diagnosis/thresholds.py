@@ -99,6 +99,10 @@ class Thresholds:
     # steps (the token budget stops admission first)
     batch_mean_fill: float = 0.7
     budget_fill: float = 0.75  # prompt tokens per step / --max-num-batched-tokens: it binds
+    # a batch limit read off the running gauge's plateau, no budget known, and prompts taking at
+    # least this many mean decode steps to prefill: a token budget would hold the queue alike
+    # (a real vLLM with a 32-token budget: 14 steps, read as a limit of 5 where it was 8)
+    plateau_prefill_steps: float = 4.0
     prefill_saturated: float = 0.85  # prompts' compute time share: a flat batch is theirs
     # compute's share of the busy time (report/diagnosis/resources.py) at or above: compute-bound
     # steps (0.5 before 2026-12-02: of the 10 stages the verdict benchmark's fitting seeds read

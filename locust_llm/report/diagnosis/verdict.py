@@ -854,7 +854,10 @@ def _budget_cause(ctx: Context) -> str:
     "budget is set and prompts' compute fills `prefill_saturated` of the busy time; "
     "`kv_capacity_admission` when the KV cache peaked "
     "at `saturated_kv` (or within one sequence of full) or preempted; else, with no KV "
-    "signal, a batch that stays at one plateau (`slot_fill`) while load grows",
+    "signal, a batch that stays at one plateau (`slot_fill`) while load grows. A batch limit "
+    "read off the running gauge, with no token budget known and prompts taking "
+    "`plateau_prefill_steps` decode steps or more to prefill, is named two confidence levels "
+    "lower (a budget flattens the batch alike)",
     kinds=("overloaded", "prefill_bound"),
     causes=(
         "kv_capacity_admission",
@@ -870,6 +873,7 @@ def _budget_cause(ctx: Context) -> str:
         "saturated_kv",
         "prefill_saturated",
         *_STEP_READS,
+        "plateau_prefill_steps",
     ),
 )
 def _admission(ctx: Context) -> Finding | None:
@@ -890,7 +894,37 @@ def _admission(ctx: Context) -> Finding | None:
         "average",
         blocker,
     ]
-    return Finding(kind, tuple(e for e in evidence if e), cause, client_side=not ctx.telemetry_ok)
+    return Finding(
+        kind,
+        tuple(e for e in evidence if e),
+        cause,
+        client_side=not ctx.telemetry_ok,
+        doubts=_plateau_doubts(ctx) if cause == "batch_limit_admission" else (),
+    )
+
+
+def _plateau_doubts(ctx: Context) -> tuple[Doubt, ...]:
+    """Two levels off a batch limit read off the running gauge's plateau while no token budget
+    is known and each prompt takes ``plateau_prefill_steps`` decode steps or more to prefill:
+    prompts chunked over many steps of a budget hold later prompts back and flatten the batch
+    just as a slot limit does, and vLLM exports neither its budget nor its batch limit (its
+    waiting-by-reason gauge counts both as ``capacity``)."""
+    source = str(ctx.server.get("max_num_seqs_source") or "")
+    if not source.startswith("running gauge") or is_num(ctx.server.get("max_num_batched_tokens")):
+        return ()
+    prefill, tpot = ctx.v("prefill_avg_s"), ctx.v("tpot_avg_s")
+    if not prefill >= ctx.thresholds.plateau_prefill_steps * tpot:
+        return ()
+    return (
+        Doubt(
+            2,
+            f"each prompt takes {num(prefill / tpot, 0)} decode steps to prefill ({ms(prefill)} "
+            f"ms at a TPOT of {ms(tpot, 1)} ms) and no token budget is known: a budget holds "
+            "prompts back and flattens the batch as a slot limit does; give "
+            "--llm-server-max-num-batched-tokens and --llm-server-max-num-seqs",
+            where="the batch limit read off the running gauge",
+        ),
+    )
 
 
 def _prompt_stall_text(ctx: Context) -> str:
