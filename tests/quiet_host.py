@@ -35,6 +35,13 @@ def _locked(name: str, mode: int) -> int:
     return fd
 
 
+#: This process's shared hold of the host (its descriptor), if it has one: a measurement taken
+#: inside a test body (where the autouse fixture holds the host shared) lets it go first, or its
+#: own shared hold would keep its exclusive one waiting for ever (flock locks of two descriptors
+#: of one file conflict even in one process).
+_held: list[int] = []
+
+
 @contextmanager
 def shared() -> Iterator[None]:
     """Held by every test: many at once, none while a measurement runs."""
@@ -43,21 +50,30 @@ def shared() -> Iterator[None]:
         host = _locked("host", fcntl.LOCK_SH)
     finally:
         os.close(gate)
+    _held.append(host)
     try:
         yield
     finally:
+        _held.remove(host)
         os.close(host)
 
 
 @contextmanager
 def exclusive() -> Iterator[None]:
-    """The host to this process alone: no other test runs until the block ends."""
-    gate = _locked("gate", fcntl.LOCK_EX)
+    """The host to this process alone: no other test runs until the block ends. This process's
+    own shared hold, if any, is let go while it waits and taken back after."""
+    for fd in _held:
+        fcntl.flock(fd, fcntl.LOCK_UN)
     try:
-        host = _locked("host", fcntl.LOCK_EX)
+        gate = _locked("gate", fcntl.LOCK_EX)
         try:
-            yield
+            host = _locked("host", fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                os.close(host)
         finally:
-            os.close(host)
+            os.close(gate)
     finally:
-        os.close(gate)
+        for fd in _held:
+            fcntl.flock(fd, fcntl.LOCK_SH)
