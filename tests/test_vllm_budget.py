@@ -35,6 +35,8 @@ The engine's word is its own counters over each stage's requests (:mod:`vllm.scr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from vllm.regimes import RegimeRun, Workload, run_regimes, split_against_engine
 from vllm.scrapes import mean, share_above
@@ -59,12 +61,11 @@ CHUNKING_OFF = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "512"
                 "--max-model-len", "512", "--no-enable-prefix-caching")  # fmt: skip
 #: ~360-token prompts, 48 tokens out: 6 sequences of ~408 tokens take 78 of the budget engines'
 #: 84 usable blocks (at 380 words and 64 out they took them all, and the engine preempted)
-LONG = Workload((1, 6), (4, 24), 48, input_len=347, flags=GIVEN)
-#: The same as a user who does not give the budget would run it.
+#: As a user who does not give the budget would run it.
 LONG_UNSAID = Workload((1, 6), (4, 24), 48, input_len=347)
+LONG = replace(LONG_UNSAID, flags=GIVEN)
 #: The same on the engine with chunked prefill off, given its own budget.
-LONG_WHOLE = Workload((1, 6), (4, 24), 48, input_len=347,
-                      flags=("--llm-server-max-num-batched-tokens", "512"))  # fmt: skip
+LONG_WHOLE = replace(LONG_UNSAID, flags=("--llm-server-max-num-batched-tokens", "512"))
 ITL = "vllm:inter_token_latency_seconds"
 PREFILL = "vllm:request_prefill_time_seconds"
 #: The engine's gaps over this (s, one of vLLM's ITL bucket bounds, as it writes it): two and a

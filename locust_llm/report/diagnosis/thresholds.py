@@ -115,8 +115,8 @@ class Thresholds:
     # without a resource model: decode time beyond each request's median gap at or above this
     # share (decode_stall_share), ITL P99 at least `stall_itl_ratio` x the median gap, and
     # prompts' prefill accounting for at least `stall_explained` of it: prompts stall decoding
-    # (a real vLLM CPU engine at 6 users: 0.19-0.25 with chunked prefill off, -0.02 on; 0.02
-    # at 1 user either way)
+    # (a real vLLM CPU engine at 6 users, tests/test_vllm_budget.py: 0.214-0.221 with chunked
+    # prefill off, 0.001-0.005 with 32-token chunks)
     stall_share: float = 0.10
     stall_itl_ratio: float = 3.0
     stall_explained: float = 0.5
