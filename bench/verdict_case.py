@@ -32,7 +32,7 @@ ROW_KEYS = (
     "tpot_avg_s", "prefill_token_share", "compute_time_share", "memory_time_share",
     "host_time_share", "prompt_step_share", "first_token_step_share", "step_bound",
     "decode_step_bound", "mfu", "mbu", "input_tokens_avg", "cached_tokens_avg",
-    "output_tokens_avg",
+    "output_tokens_avg", "served_ttft_avg_s", "served_decode_avg_s",
 )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from llamacpp.model import write_tiny_model
 from llamacpp.server import LlamaServer, start_llama_server
 
 from locust_llm.report.diagnosis.engines import VLLM_FLAGS
+from locust_llm.report.diagnosis.thresholds import Thresholds
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # may wait for the host (quiet_host)
 
@@ -210,6 +211,6 @@ def test_the_step_bound_names_the_term_the_resource_model_measures_longest(sweep
             in ("compute_bound_decode", "compute_bound_prefill", "prefill_interference")
             and verdict["rule"] == "step_bound"
         ):
-            assert row["compute_time_share"] >= 0.48, shares  # fmt: skip
+            assert row["compute_time_share"] >= Thresholds().compute_bound_share, shares
         if verdict["cause"] == "host_overhead":
             assert row["host_time_share"] > row["memory_time_share"], shares

@@ -258,7 +258,7 @@ def test_the_thresholds_moved_into_the_table_keep_their_values() -> None:
     t = Thresholds()
     assert (t.client_delay_bound_s, t.client_delay_min_late) == (0.010, 2)
     assert (t.standing_queue_share, t.cache_note_share, t.compute_prefill_share) == (0.5, 0.1, 0.5)
-    assert (t.compute_bound_share, t.observed_kv_min, t.min_attributed_share) == (0.48, 0.05, 0.5)
+    assert (t.compute_bound_share, t.observed_kv_min, t.min_attributed_share) == (0.5, 0.05, 0.5)
     assert (t.moe_gain_share, t.linear_wording, t.latency_explodes) == (0.8, 0.9, 2.0)
     assert (t.confident_requests, t.replay_late_s, t.behind_schedule_s) == (20, 0.005, 0.25)
     assert t.confident_requests == 4 * t.min_requests

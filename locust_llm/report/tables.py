@@ -87,6 +87,8 @@ COLUMNS: tuple[str, ...] = (
     "itl_p99_s",
     "decode_stall_share",
     "first_token_step_share",
+    "served_ttft_avg_s",
+    "served_decode_avg_s",
     "error_rate",
     *(f"error_rate_{k}" for k in FAILURE_KINDS),
     "goodput_rps",
@@ -289,6 +291,34 @@ def first_token_step_share(first_token_wall_s: np.ndarray, tpot_s: float) -> flo
         return NAN
     bins = np.floor((t - t.min()) / tpot_s)
     return float(np.unique(bins).size / (bins.max() + 1))
+
+
+#: Fewer requests than this served in a stage's window: its served means are not read.
+SERVED_MIN = 5
+
+
+def served_phases(
+    first_token_wall_s: np.ndarray,
+    end_wall_s: np.ndarray,
+    ttft_s: np.ndarray,
+    lo: float,
+    hi: float,
+) -> tuple[float, float]:
+    """(mean TTFT, mean decode time) of the requests the server served in ``[lo, hi)``: the
+    TTFT of those whose first token fell in it, the decode time of those that finished in it
+    (where fewer than :data:`SERVED_MIN` did, of those whose first token fell in it, finished
+    later). Arrays of successful requests, in any stage. A stage row's own means are of the
+    requests *sent* in it; behind a queue that grows, those get their first tokens stages
+    later and their TTFT grows with the queue, while the server's steps in the window served
+    earlier requests. NaN where fewer than :data:`SERVED_MIN` first tokens fell in the
+    window."""
+    first = (first_token_wall_s >= lo) & (first_token_wall_s < hi)
+    if int(first.sum()) < SERVED_MIN:
+        return NAN, NAN
+    decode = end_wall_s - first_token_wall_s
+    ended = (end_wall_s >= lo) & (end_wall_s < hi)
+    pick = ended if int(ended.sum()) >= SERVED_MIN else first
+    return _mean(ttft_s[first]), _mean(decode[pick])
 
 
 def _open_loop_stats(
@@ -663,6 +693,12 @@ def stage_table(
             np.nan,
         )[ok],
     )
+    firsts = finished.end_wall_s - finished.e2e_s + finished.ttft_s
+    for row in rows:
+        lo, hi = row["end_wall_s"] - row["duration_s"], row["end_wall_s"]
+        row["served_ttft_avg_s"], row["served_decode_avg_s"] = served_phases(
+            firsts, finished.end_wall_s, finished.ttft_s, lo, hi
+        )
     decompose.decompose(
         rows, tel.series, model, gpu, tp=tp, open_loop=mode == "open", finished=finished
     )

@@ -182,9 +182,6 @@ def resource_row(
         if batch > 0 and tpot > 0:
             mix = step_mix(row, model, [max(1, context)] * max(1, round(batch)), tp)
             out["mbu"] = mix.decode.bytes / tpot / gpu.memory_bandwidth_bytes_s
-            share = compute_time_share(
-                out["mfu"], out["prefill_token_share"], row, mix, gpu, model, tp
-            )
             out["decode_step_bound"] = (
                 "compute" if _compute_bound(mix.decode, gpu, model) else "memory"
             )
@@ -192,6 +189,10 @@ def resource_row(
             out["memory_time_share"], out["host_time_share"] = memory_and_host_shares(
                 row, model, gpu, mix
             )
+            share = compute_time_share(
+                out["mfu"], out["prefill_token_share"], row, mix, gpu, model, tp
+            ) + compute_steps_rest(mix, gpu, model, out["host_time_share"], tpot)
+            share = min(1.0, share) if math.isfinite(share) else NAN
         if not math.isnan(share + out["mbu"]):
             out["compute_time_share"] = share
             out["step_bound"] = step_bound(share, out["memory_time_share"], out["host_time_share"])
@@ -231,11 +232,15 @@ def resource_row(
 def recompute_tokens_per_s(row: Mapping[str, Any]) -> float:
     """Tokens the server computed again after preempting (recompute preemption: a preempted
     sequence prefills its prompt and the tokens it had sent once more): the stage's
-    preemptions x (prompt + half the output) / its duration; 0 without preemptions."""
+    preemptions x (the computed prompt + half the output) / its duration; 0 without
+    preemptions. The prompt tokens the prefix cache served are not computed again either: the
+    blocks of a prefix the running sequences share stay in the cache (shared-prefix prompts
+    preempted at a full cache: charging whole prompts read 100% compute where the traces had
+    19%)."""
     pre, dur = _f(row, "preemptions"), _f(row, "duration_s")
     if not (pre > 0 and dur > 0):
         return 0.0
-    n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
+    n_in, n_out = computed_prompt_tokens(row), _f(row, "output_tokens_avg")
     return pre * ((n_in if n_in > 0 else 0.0) + (n_out if n_out > 0 else 0.0) / 2) / dur
 
 
@@ -376,6 +381,24 @@ def compute_step_share(mix: StepMix, gpu: GpuSpec, model: ModelSpec) -> float:
     if _compute_bound(mix.decode, gpu, model):
         return 1.0
     return mix.mixed if _compute_bound(mix.with_prompts, gpu, model) else 0.0
+
+
+def compute_steps_rest(
+    mix: StepMix, gpu: GpuSpec, model: ModelSpec, host_share: float, tpot_s: float
+) -> float:
+    """The rest of the compute-bound steps' time, as a share of the step time: a step that
+    compute sets lasts its FLOPs' time plus the host's time of every step (``host_share`` of
+    the mean step) and its all-reduces, and all of it is time in steps that compute set (the
+    share :func:`compute_time_share` counts holds the FLOPs only). Under a large host overhead
+    (tensor parallel over 4-8 GPUs: a quarter of the step) the FLOPs alone read compute-bound
+    steps as the host's."""
+    steps = compute_step_share(mix, gpu, model)
+    if not (steps > 0 and tpot_s > 0):
+        return 0.0
+    bound = mix.decode if _compute_bound(mix.decode, gpu, model) else mix.with_prompts
+    comm = bound.comm_s if bound is not None else 0.0
+    host = host_share if host_share > 0 else 0.0
+    return steps * (host + comm / tpot_s)
 
 
 def memory_and_host_shares(

@@ -374,6 +374,25 @@ def _cache_text(ctx: Context) -> str:
     return f"; {num(cached, 0)} of the {num(n_in, 0)} from the prefix cache ({pct(cached / n_in)})"
 
 
+def _decode_and_ttft(ctx: Context) -> tuple[float, float]:
+    """(mean decode time, mean TTFT) of the requests the server served in the stage's window
+    (``served_decode_avg_s``, ``served_ttft_avg_s``: the finishes and first tokens that fell in
+    the window, what its steps worked on), else, where too few fell in it, of the stage's own
+    requests (those sent in it). Behind a queue that grows, the requests sent in a stage wait
+    stages for their first token, and their TTFT says how long the queue grew, not what the
+    steps in the window were spending their time on."""
+    decode, ttft = ctx.v("served_decode_avg_s"), ctx.v("served_ttft_avg_s")
+    if not (decode > 0 and ttft > 0):
+        decode, ttft = ctx.v("decode_avg_s"), ctx.v("ttft_avg_s")
+    return decode, ttft
+
+
+def _decode_longer(ctx: Context) -> bool:
+    """Whether decoding is the longer part of a request (:func:`_decode_and_ttft`)."""
+    decode, ttft = _decode_and_ttft(ctx)
+    return decode > ttft
+
+
 def _step_cause(ctx: Context) -> str:
     """The cause the resource model's step bound names, or ""."""
     bound = ctx.row.get("step_bound")
@@ -385,7 +404,7 @@ def _step_cause(ctx: Context) -> str:
         return ""
     th = ctx.thresholds
     share = ctx.v("prefill_token_share")
-    decode_longer = ctx.v("decode_avg_s") > ctx.v("ttft_avg_s")
+    decode_longer = _decode_longer(ctx)
     # prompt chunks set the decode steps' time: prompts are most of the compute, or decode
     # steps alone would be memory-bound while many of them carry prompt work
     chunks = ctx.row.get("decode_step_bound") == "memory" and (
@@ -824,7 +843,7 @@ def _budget_cause(ctx: Context) -> str:
     cause = _step_cause(ctx)
     if cause in ("compute_bound_prefill", "prefill_interference"):
         return cause
-    if ctx.v("decode_avg_s") > ctx.v("ttft_avg_s"):
+    if _decode_longer(ctx):
         return "prefill_interference"
     return "compute_bound_prefill"
 
@@ -939,7 +958,7 @@ def _prompt_stall_text(ctx: Context) -> str:
     stall, p50, p99 = ctx.v("decode_stall_share"), ctx.v("itl_p50_s"), ctx.v("itl_p99_s")
     if _step_cause(ctx) or not stall >= th.stall_share or not p99 >= th.stall_itl_ratio * p50:
         return ""
-    if not ctx.v("decode_avg_s") > ctx.v("ttft_avg_s"):
+    if not _decode_longer(ctx):
         return ""  # decoding is not the longer part of a request: the stalls are not its limit
     prefill = ctx.v("prefill_avg_s")
     if not prefill > 0:
@@ -1081,7 +1100,8 @@ def _small(ctx: Context) -> Finding | None:
     "the resource model names what sets the step time. Compute-bound steps (compute's share "
     "of the busy time at the resource model's compute-bound line, see Resources in "
     "docs/report.md): "
-    "`prefill_interference` when decoding outlasts TTFT and prompt chunks set the decode "
+    "`prefill_interference` when decoding outlasts TTFT (the requests served in the stage's "
+    "window: first tokens and finishes that fell in it) and prompt chunks set the decode "
     "steps' time (prompt tokens at least `interference_prefill_share` of the tokens computed, "
     "or a decode-only step would be memory-bound while at least `interference_step_share` of "
     "the steps carry prompt work); `compute_bound_prefill` when prompt tokens are at least "
@@ -1098,9 +1118,11 @@ def _step(ctx: Context) -> Finding | None:
     if not cause:
         return None
     evidence = [_resources_text(ctx), _split_text(ctx)]
-    decode, ttft = ctx.v("decode_avg_s"), ctx.v("ttft_avg_s")
+    decode, ttft = _decode_and_ttft(ctx)
+    served = ctx.v("served_decode_avg_s") > 0 and ctx.v("served_ttft_avg_s") > 0
+    whose = "per request served in the window" if served else "per request"
     evidence.append(
-        f"decode {ms(decode)} ms vs TTFT {ms(ttft)} ms per request; TPOT avg "
+        f"decode {ms(decode)} ms vs TTFT {ms(ttft)} ms {whose}; TPOT avg "
         f"{ms(ctx.v('tpot_avg_s'), 1)} ms (floor {ms(ctx.v('tpot_floor_s'), 1)} ms), ITL P99 "
         f"{ms(ctx.v('itl_p99_s'), 1)} ms"
     )
@@ -1348,7 +1370,7 @@ def _margins(ctx: Context, cause: str) -> list[Doubt]:
     if cause in ("bandwidth_bound_decode", "host_overhead"):
         found.append(host_margin(ctx.v("memory_time_share"), ctx.v("host_time_share"), th))
     if cause in _PREFILL:
-        found.append(prefill_ratio(ctx.v("decode_avg_s"), ctx.v("ttft_avg_s"), th))
+        found.append(prefill_ratio(*_decode_and_ttft(ctx), th))
     if CAUSES.get(cause) is not None and CAUSES[cause].gate == "admission":
         found.append(queue_margin(ctx.server_v("waiting_share"), th))
         budget = is_num(ctx.server.get("max_num_batched_tokens"))

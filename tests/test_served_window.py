@@ -1,0 +1,62 @@
+"""What the server served in a stage's window (``served_ttft_avg_s``, ``served_decode_avg_s``)
+against the simulator's ground truth: behind a queue that grows, the requests sent in a stage get
+their first tokens stages later, so their TTFT (the stage's own mean) says how long the queue
+grew; the first tokens and finishes that fell in the window say what the steps then worked on,
+and that is what the truth's "decoding outlasts TTFT" reads."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+from locust_llm.report.tables import SERVED_MIN, served_phases  # noqa: E402
+
+#: docs/report.md's case: 16 prompts/s of 4,096 tokens into a server whose prompts' compute
+#: fills the steps (mixtral-8x7b on an H200), the queue growing through the stage.
+CASE = ".venv/bin/python bench/verdict_case.py --seed 8101 --case 10 --stages 1"
+
+
+def test_served_means_take_first_tokens_and_finishes_inside_the_window() -> None:
+    # six requests: first token at 1.5, 2.5, .. 6.5 s, each decoding 2 s; the window [2, 6)
+    first = np.arange(6) + 1.5
+    end = first + 2.0
+    ttft = np.arange(6) + 10.0  # 10, 11, .. 15 s
+    assert SERVED_MIN == 5
+    # first tokens at 2.5-5.5 in it: four, under SERVED_MIN
+    assert all(math.isnan(v) for v in served_phases(first, end, ttft, 2.0, 6.0))
+    # the window [1, 6): five first tokens (1.5-5.5 s, TTFT 10-14), finishes at 3.5 and 4.5 and
+    # 5.5 only (three, under SERVED_MIN): the decode of the five that started in it
+    assert served_phases(first, end, ttft, 1.0, 6.0) == pytest.approx((12.0, 2.0))
+    # finishes counted where five fell in the window: those requests' own decode times
+    decode = np.r_[1.0, 2.0, 3.0, 1.0, 1.0, 1.0]
+    end = first + decode
+    got = served_phases(first, end, ttft, 1.0, 9.0)  # ends 2.5, 4.5, 6.5, 5.5, 6.5, 7.5
+    assert got == pytest.approx((12.5, float(decode.mean())))
+
+
+def test_the_documented_case_reads_the_window_as_the_trace_does() -> None:
+    """docs/report.md's command, as written: the served means equal the trace's (virtual time:
+    the client's TTFT is the engine's), where the stage's own TTFT is 2.8 times theirs, and the
+    verdict names the trace's label (it named ``compute_bound_prefill`` from the stage's own
+    TTFT, 15.2 s against 9.3 s of decoding, 2026-12-03)."""
+    assert f"`{CASE}`" in (ROOT / "docs" / "report.md").read_text()
+    out = subprocess.run(
+        [sys.executable, *CASE.split()[1:]], cwd=ROOT, capture_output=True, text=True,
+        timeout=120, check=True,
+    ).stdout  # fmt: skip
+    names = {"nan": math.nan, "__builtins__": {}}  # the printed dicts: literals and NaN
+    row = eval(out.split("  row: ", 1)[1].split("\n", 1)[0], names)
+    truth = eval(out.split("  truth: ", 1)[1].split(" blocked by:", 1)[0], names)
+    trace_ttft = truth["ttft_queue_s"] + truth["ttft_prefill_s"]
+    assert row["served_ttft_avg_s"] == pytest.approx(trace_ttft, rel=0.01)
+    assert row["served_decode_avg_s"] == pytest.approx(truth["decode_s"], rel=0.01)
+    assert row["ttft_avg_s"] > 2 * row["served_ttft_avg_s"]
+    assert row["ttft_avg_s"] > row["decode_avg_s"] > row["served_ttft_avg_s"]
+    assert "truth prefill_interference; verdict prefill_interference" in out, out
