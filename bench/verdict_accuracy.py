@@ -21,8 +21,9 @@ one that names no resource there (an abstention) is a miss. Fewer sent: left out
 Accuracy is given for the cause, for kind and cause together, per ground-truth class and per
 confidence level (what ``high`` / ``medium`` / ``low`` are worth).
 
-``python bench/verdict_accuracy.py [--runs N] [--seed S] [--out FILE]`` writes
-``bench/results/verdict_accuracy.md`` (command, machine, date, confusion matrix, misses).
+``python bench/verdict_accuracy.py [--runs N] [--seed S[,S..]] [--out FILE]`` writes
+``bench/results/verdict_accuracy.md`` (command, machine, date, confusion matrix, misses); without
+``--seed`` it draws three seeds fresh and writes them in the command, which reruns them.
 :func:`run_matrix` with a small ``runs`` is the regression test's fixed subset
 (``tests/test_verdict_accuracy.py``).
 """
@@ -658,11 +659,21 @@ def write_markdown(
     out.write_text("\n".join(lines))
 
 
+def fresh_seeds(count: int = 3) -> list[int]:
+    """``count`` matrix seeds from the operating system's entropy (each run a matrix no rule was
+    chosen on)."""
+    draw = random.SystemRandom()
+    return [draw.randrange(1_000_000) for _ in range(count)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=80)
     parser.add_argument(
-        "--seed", default="0", help="the matrix's seed; several, comma-separated: one matrix each"
+        "--seed",
+        default="",
+        help="the matrix's seed; several, comma-separated: one matrix each (default: three "
+        "drawn fresh, printed and written in the command, so no case can be tuned to)",
     )
     parser.add_argument("--e2e", type=int, default=0, help="end-to-end runs (real client)")
     parser.add_argument(
@@ -676,6 +687,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
+    if not args.seed:
+        args.seed = ",".join(str(s) for s in fresh_seeds())
+        print(f"seeds drawn fresh: {args.seed}", flush=True)
     seeds = [int(x) for x in str(args.seed).split(",")]
     by_seed = {seed: run_matrix(args.runs, seed) for seed in seeds}
     results = by_seed[seeds[0]]

@@ -64,3 +64,9 @@ def test_end_to_end_the_batch_limit_is_read_from_the_gauges(tmp_path: Path) -> N
     assert top["batch_limit_source"].startswith("running gauge flat at 4 ")
     assert results[-1].label == "batch_limit_admission"
     assert results[-1].cause in ("batch_limit_admission", ""), results  # "": client-bound
+
+
+def test_without_a_seed_the_benchmark_draws_three_fresh_ones() -> None:
+    drawn = [verdict_accuracy.fresh_seeds() for _ in range(3)]
+    assert all(len(d) == 3 and all(0 <= s < 1_000_000 for s in d) for d in drawn)
+    assert len({tuple(d) for d in drawn}) == 3  # three draws of 10^18 alike: never in practice

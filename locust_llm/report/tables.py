@@ -306,18 +306,18 @@ def served_phases(
 ) -> tuple[float, float]:
     """(mean TTFT, mean decode time) of the requests the server served in ``[lo, hi)``: the
     TTFT of those whose first token fell in it, the decode time of those that finished in it
-    (where fewer than :data:`SERVED_MIN` did, of those whose first token fell in it, finished
-    later). Arrays of successful requests, in any stage. A stage row's own means are of the
-    requests *sent* in it; behind a queue that grows, those get their first tokens stages
-    later and their TTFT grows with the queue, while the server's steps in the window served
-    earlier requests. NaN where fewer than :data:`SERVED_MIN` first tokens fell in the
-    window."""
+    (where none did, of those whose first token fell in it, finished later), as the simulator's
+    ground truth reads a window (``locust_llm.sim.labels``). Arrays of successful requests, in
+    any stage. A stage row's own means are of the requests *sent* in it; behind a queue that
+    grows, those get their first tokens stages later and their TTFT grows with the queue, while
+    the server's steps in the window served earlier requests. NaN where fewer than
+    :data:`SERVED_MIN` first tokens fell in the window."""
     first = (first_token_wall_s >= lo) & (first_token_wall_s < hi)
     if int(first.sum()) < SERVED_MIN:
         return NAN, NAN
     decode = end_wall_s - first_token_wall_s
     ended = (end_wall_s >= lo) & (end_wall_s < hi)
-    pick = ended if int(ended.sum()) >= SERVED_MIN else first
+    pick = ended if ended.any() else first
     return _mean(ttft_s[first]), _mean(decode[pick])
 
 

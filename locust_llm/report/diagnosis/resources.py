@@ -241,7 +241,20 @@ def recompute_tokens_per_s(row: Mapping[str, Any]) -> float:
     if not (pre > 0 and dur > 0):
         return 0.0
     n_in, n_out = computed_prompt_tokens(row), _f(row, "output_tokens_avg")
-    return pre * ((n_in if n_in > 0 else 0.0) + (n_out if n_out > 0 else 0.0) / 2) / dur
+    again = pre * ((n_in if n_in > 0 else 0.0) + (n_out if n_out > 0 else 0.0) / 2) / dur
+    return max(0.0, again - found_again_per_s(row))
+
+
+def found_again_per_s(row: Mapping[str, Any]) -> float:
+    """Tokens per second the server's prefix cache served beyond what its answers said it
+    served the prompts (``server_cached_tps`` less qps x ``cached_tokens_avg``): a preempted
+    sequence's own blocks, freed but still hashed, found again when it is readmitted, so not
+    computed again; 0 without the server's hit counter."""
+    hits = _f(row, "server_cached_tps")
+    if not hits > 0:
+        return 0.0
+    served = _f(row, "cached_tokens_avg") * _f(row, "qps")
+    return max(0.0, hits - (served if served > 0 else 0.0))
 
 
 def server_token_rates(row: Mapping[str, Any]) -> tuple[float, float]:
