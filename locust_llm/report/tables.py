@@ -293,7 +293,7 @@ def first_token_step_share(first_token_wall_s: np.ndarray, tpot_s: float) -> flo
     return float(np.unique(bins).size / (bins.max() + 1))
 
 
-#: Fewer requests than this served in a stage's window: its served means are not read.
+#: Fewer first tokens than this in a stage's window: its served means are NaN (not read).
 SERVED_MIN = 5
 
 
