@@ -187,7 +187,10 @@ def test_whole_prompts_stalling_decoding_are_named_and_chunked_prefill_first(
 
     engine = chunked.engine[1]
     assert engine["vllm:num_preemptions_total"] == 0  # every sequence fits its KV cache
-    assert share_above(engine, ITL, STALL_S) < 0.01  # 32-token steps: no long gap
+    # 32-token steps: the engine's own long gaps a small part of chunking off's (0% against
+    # 8.0% in three runs on a quiet host; 2.0% against 10.5% on a host about twice as slow,
+    # where a 75 ms gap is 1.5 median gaps): compared within the run, not to a fixed share
+    assert share_above(engine, ITL, STALL_S) < share_above(whole.engine[1], ITL, STALL_S) / 3
     assert mean(engine, PREFILL) > 2 * mean(whole.engine[1], PREFILL)  # prompts over many steps
     assert chunked.report.table.iloc[1]["decode_stall_share"] < th.stall_share
     verdict = chunked.report.verdicts[1]
