@@ -278,7 +278,9 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
 
     Tolerances from bench/results/virtual.md (three real runs on the 2-core shared host): real
     QPS varies by one request per 10 s stage (6% at c=1), TTFT P50 sits ~2 ms (9%) above the
-    virtual one at c=1 (the real HTTP path), TPOT agrees to 0.2%. Held to 10%, 15% and 5%.
+    virtual one at c=1 (the real HTTP path), TPOT agrees to 0.2%. Held to 10%, 15% and 5%; TTFT
+    also to 5 ms, whichever is wider: on a host about twice as slow (a fresh-clone run,
+    2026-12-03) the real HTTP path added 3.5 ms (19%) to a 19 ms TTFT.
     """
     sweep = bench_virtual.SWEEP
     real_dir, virtual_dir = tmp_path / "real", tmp_path / "virtual"
@@ -307,8 +309,11 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     for v, r in zip(ours, theirs, strict=True):
         assert float(v["input_tokens_avg"]) == pytest.approx(float(r["input_tokens_avg"]), rel=0.1)
         assert float(v["output_tokens_avg"]) == float(r["output_tokens_avg"]) == 32
-        for column, tolerance in (("qps", 0.10), ("ttft_p50_s", 0.15), ("tpot_avg_s", 0.05)):
-            assert float(v[column]) == pytest.approx(float(r[column]), rel=tolerance), column
+        for column, tolerance, floor in (
+            ("qps", 0.10, 0.0), ("ttft_p50_s", 0.15, 0.005), ("tpot_avg_s", 0.05, 0.0)
+        ):  # fmt: skip
+            expected = pytest.approx(float(r[column]), rel=tolerance, abs=floor)
+            assert float(v[column]) == expected, column
 
 
 def test_a_five_stage_sweep_runs_over_100x_faster_than_real_time() -> None:
