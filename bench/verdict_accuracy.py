@@ -21,9 +21,11 @@ one that names no resource there (an abstention) is a miss. Fewer sent: left out
 Accuracy is given for the cause, for kind and cause together, per ground-truth class and per
 confidence level (what ``high`` / ``medium`` / ``low`` are worth).
 
-``python bench/verdict_accuracy.py [--runs N] [--seed S[,S..]] [--out FILE]`` writes
-``bench/results/verdict_accuracy.md`` (command, machine, date, confusion matrix, misses); without
-``--seed`` it draws three seeds fresh and writes them in the command, which reruns them.
+``python bench/verdict_accuracy.py [--runs N] [--seed S[,S..]] [--out FILE] [--dump FILE]``
+writes ``bench/results/verdict_accuracy.md`` (command, machine, date, confusion matrix, misses);
+without ``--seed`` it draws three seeds fresh and writes them in the command, which reruns them.
+``--dump`` writes every stage as one JSON line: the verdict, the truth's shares and the row's
+resource model side by side (what the fitting figures of docs/report.md were read from).
 :func:`run_matrix` with a small ``runs`` is the regression test's fixed subset
 (``tests/test_verdict_accuracy.py``).
 """
@@ -31,6 +33,7 @@ confidence level (what ``high`` / ``medium`` / ``low`` are worth).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -41,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +149,32 @@ def recording_engine() -> Iterator[list[RecordingEngine]]:
         virtual.Engine = original  # type: ignore[misc]
 
 
+def traced_report(
+    config: SimConfig, workload: virtual.VirtualWorkload, run_dir: Path
+) -> tuple[Any, RecordingEngine]:
+    """Play ``workload`` on virtual time, write it as a run dir at ``run_dir`` and read the
+    report of it as ``locust-llm report`` does; with the engine whose steps and requests were
+    recorded (the ground truth's traces)."""
+    with recording_engine() as built:
+        run = virtual.simulate(config, workload, start_wall_s=BASE_WALL_S)
+    report = build_report(
+        load_run(virtual.write_run_dir(run, run_dir)), model=config.model, gpu=config.gpu
+    )
+    return report, built[-1]
+
+
+def stage_window(row: Any) -> tuple[float, float]:
+    """A stage row's window ``[lo, hi)`` in wall time."""
+    hi = float(row["end_wall_s"])
+    return hi - float(row["duration_s"]), hi
+
+
+def stage_truth(engine: RecordingEngine, row: Any) -> Any:
+    """The ground truth of a stage row's window, from the engine's recorded traces."""
+    lo, hi = stage_window(row)
+    return ground_truth(engine.steps_seen, engine.requests_seen, start_s=lo, end_s=hi)
+
+
 @dataclass(frozen=True)
 class Case:
     """One random run of the matrix."""
@@ -239,6 +268,9 @@ class StageResult:
     description: str
     confidence: str = ""  # the verdict's confidence (high / medium / low)
     rule: str = ""  # the verdict rule that decided
+    seed: int = -1  # the matrix's seed (-1: an end-to-end run)
+    truth: dict[str, Any] = field(default_factory=dict)  # the ground truth's shares and times
+    row: dict[str, Any] = field(default_factory=dict)  # the report row's :data:`DUMPED` columns
 
 
 def _phase_contradiction(cause: str, truth: Any) -> str:
@@ -307,13 +339,35 @@ def named(verdict: Any) -> str:
     return verdict.cause or (verdict.kind if verdict.kind in FAILURE_NAMES else "")
 
 
+#: The report row's columns ``--dump`` writes beside the truth (the verdict's inputs).
+DUMPED: tuple[str, ...] = (
+    "concurrency", "rate", "requests", "ttft_avg_s", "queue_avg_s", "decode_avg_s",
+    "tpot_avg_s", "itl_p50_s", "decode_stall_share", "prefill_token_share",
+    "compute_time_share", "memory_time_share", "host_time_share", "prompt_step_share",
+    "first_token_step_share", "step_bound", "decode_step_bound", "mfu", "mbu",
+    "input_tokens_avg", "cached_tokens_avg", "output_tokens_avg", "served_ttft_avg_s",
+    "served_decode_avg_s", "running", "running_busy", "waiting", "kv_cache_usage_max",
+)  # fmt: skip
+
+
+def _plain(value: Any) -> Any:
+    """A row cell as JSON holds it (NaN as null)."""
+    if isinstance(value, str):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else None
+
+
 def judge(
     report: Any, steps: list[dict], requests: list[dict], case: int, description: str
 ) -> list[StageResult]:
     """Each stage of ``report`` against the ground truth of the traces."""
     out = []
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
-        lo, hi = float(row["end_wall_s"]) - float(row["duration_s"]), float(row["end_wall_s"])
+        lo, hi = stage_window(row)
         truth = ground_truth(steps, requests, start_s=lo, end_s=hi)
         label = failure_truth(requests, lo, hi) or truth.label
         # judged: every stage that sent enough requests (the server's arrivals in the window),
@@ -347,6 +401,9 @@ def judge(
                 description=description,
                 confidence=verdict.confidence,
                 rule=verdict.rule,
+                truth={k: _plain(v) for k, v in truth.as_dict().items() if k != "blocked_by"}
+                | {"blocked_by": truth.as_dict().get("blocked_by", {})},
+                row={k: _plain(row.get(k)) for k in DUMPED},
             )
         )
     return out
@@ -426,7 +483,14 @@ def run_matrix(runs: int, seed: int = 0, withhold_phases: bool = False) -> list[
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             results += run_case(case, Path(tmp), withhold_phases)
-    return results
+    return [replace(r, seed=seed) for r in results]
+
+
+def write_dump(results: list[StageResult], path: Path) -> None:
+    """Every stage of ``results`` as a JSON line (``--dump``)."""
+    with path.open("w") as out:
+        for result in results:
+            out.write(json.dumps(asdict(result), sort_keys=True) + "\n")
 
 
 def summary(results: list[StageResult]) -> dict[str, Any]:
@@ -685,6 +749,10 @@ def main(argv: list[str] | None = None) -> int:
         help="cases run again without the server's phase sums (the time split's model)",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument(
+        "--dump", type=Path, default=None,
+        help="also write every stage of every seed as a JSON line to this file",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     if not args.seed:
@@ -712,6 +780,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out != RESULT:
         command += f" --out {args.out}"
     write_markdown(results, command, time.perf_counter() - t0, args.out, e2e, model_split, by_seed)
+    if args.dump is not None:
+        write_dump([r for seeded in by_seed.values() for r in seeded], args.dump)
     for seed, seeded in by_seed.items():
         print(seed, summary(seeded))
     print(summary(e2e) if e2e else "")

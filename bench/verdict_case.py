@@ -3,8 +3,9 @@ ground truth, to see why a verdict missed (``bench/verdict_accuracy.py`` names t
 
     .venv/bin/python bench/verdict_case.py --seed 8101 --case 43 --stages 2
 
-Per stage: the verdict (cause, kind, rule, confidence) and the truth's label; the row's resource
-model (compute, memory and host shares, the steps with prompt work) and the truth's shares; the
+Per stage: the verdict (cause, kind, rule, confidence) and the truth's label; as JSON, the
+row's columns the benchmark's ``--dump`` writes (its resource model: compute, memory and host
+shares, the steps with prompt work) and the truth's shares; the
 steps in the window with prompt work, counted in the step trace, beside the row's
 ``first_token_step_share``; the verdict's first evidence lines. Virtual time: the same every run.
 """
@@ -12,6 +13,7 @@ steps in the window with prompt work, counted in the step trace, beside the row'
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import sys
@@ -21,19 +23,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import verdict_accuracy as va
-
-from locust_llm.report.build import build_report
-from locust_llm.report.load import load_run
-from locust_llm.sim import virtual
-from locust_llm.sim.labels import ground_truth
-
-ROW_KEYS = (
-    "concurrency", "rate", "requests", "ttft_avg_s", "queue_avg_s", "decode_avg_s",
-    "tpot_avg_s", "prefill_token_share", "compute_time_share", "memory_time_share",
-    "host_time_share", "prompt_step_share", "first_token_step_share", "step_bound",
-    "decode_step_bound", "mfu", "mbu", "input_tokens_avg", "cached_tokens_avg",
-    "output_tokens_avg", "served_ttft_avg_s", "served_decode_avg_s",
-)  # fmt: skip
 
 
 def _rounded(value: object) -> object:
@@ -50,29 +39,23 @@ def main(argv: list[str] | None = None) -> int:
     case = [va.make_case(i, rng) for i in range(args.case + 1)][args.case]
     wanted = {int(x) for x in args.stages.split(",") if x}
     print(case.describe())
-    with tempfile.TemporaryDirectory() as tmp, va.recording_engine() as built:
-        run = virtual.simulate(case.config, case.workload, start_wall_s=va.BASE_WALL_S)
-        report = build_report(
-            load_run(virtual.write_run_dir(run, Path(tmp) / "case")),
-            model=case.config.model,
-            gpu=case.config.gpu,
-        )
-    engine = built[-1]
+    with tempfile.TemporaryDirectory() as tmp:
+        report, engine = va.traced_report(case.config, case.workload, Path(tmp) / "case")
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
         stage = int(row["stage"])
         if wanted and stage not in wanted:
             continue
-        lo, hi = float(row["end_wall_s"]) - float(row["duration_s"]), float(row["end_wall_s"])
-        truth = ground_truth(engine.steps_seen, engine.requests_seen, start_s=lo, end_s=hi)
+        lo, hi = va.stage_window(row)
+        truth = va.stage_truth(engine, row)
         said = f"{verdict.kind}, rule {verdict.rule}, confidence {verdict.confidence}"
         print(f"--- stage {stage}: truth {truth.label}; verdict {verdict.cause} ({said})")
-        print("  row:", {k: _rounded(row.get(k)) for k in ROW_KEYS})
+        print("  row:", json.dumps({k: _rounded(row.get(k)) for k in va.DUMPED}))
         shares = {
             k: round(v, 4)
             for k, v in vars(truth).items()
             if isinstance(v, float) and not math.isnan(v)
         }
-        print("  truth:", shares, "blocked by:", truth.blocked_by)
+        print("  truth:", json.dumps(shares), "blocked by:", truth.blocked_by)
         window = [s for s in engine.steps_seen if lo <= s["start"] < hi]
         with_prompts = sum(1 for s in window if s["prefill_tokens"] > 0)
         if window:

@@ -17,11 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from verdict_accuracy import BASE_WALL_S, recording_engine  # noqa: E402
+from verdict_accuracy import stage_window, traced_report  # noqa: E402
 
-from locust_llm.report.build import build_report  # noqa: E402
 from locust_llm.report.diagnosis.thresholds import Thresholds  # noqa: E402
-from locust_llm.report.load import load_run  # noqa: E402
 from locust_llm.report.tables import STALL_TOKENS_MIN, decode_stall_share  # noqa: E402
 from locust_llm.sim import virtual  # noqa: E402
 from locust_llm.sim.config import SimConfig  # noqa: E402
@@ -52,13 +50,11 @@ def _stall_against_trace(chunked: bool) -> tuple[dict, float]:
         stages=(stage,), input_len="2048", max_tokens="128", ignore_eos=True, seed=11,
         scrape_interval_s=0.25,
     )  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp, recording_engine() as built:
-        run = virtual.simulate(config, workload, start_wall_s=BASE_WALL_S)
-        run_dir = virtual.write_run_dir(run, Path(tmp) / "run")
-        report = build_report(load_run(run_dir), model=config.model, gpu=config.gpu)
+    with tempfile.TemporaryDirectory() as tmp:
+        report, engine = traced_report(config, workload, Path(tmp) / "run")
     [row] = report.rows
-    lo, hi = float(row["end_wall_s"]) - float(row["duration_s"]), float(row["end_wall_s"])
-    steps = [s for s in built[-1].steps_seen if lo <= s["start"] < hi and s["decode_seqs"] > 0]
+    lo, hi = stage_window(row)
+    steps = [s for s in engine.steps_seen if lo <= s["start"] < hi and s["decode_seqs"] > 0]
     plain = np.median([s["duration_s"] for s in steps if s["prefill_tokens"] == 0])
     decode = sum(s["decode_seqs"] * s["duration_s"] for s in steps)
     stalled = sum(

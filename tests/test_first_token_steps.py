@@ -16,11 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from verdict_accuracy import BASE_WALL_S, recording_engine  # noqa: E402
+from verdict_accuracy import BASE_WALL_S, stage_window, traced_report  # noqa: E402
 
-from locust_llm.report.build import build_report  # noqa: E402
 from locust_llm.report.diagnosis.resources import prompt_step_share  # noqa: E402
-from locust_llm.report.load import load_run  # noqa: E402
 from locust_llm.report.tables import first_token_step_share  # noqa: E402
 from locust_llm.sim import virtual  # noqa: E402
 from locust_llm.sim.config import SimConfig  # noqa: E402
@@ -48,15 +46,12 @@ def _stages_against_trace(stages: tuple[StagePlan, ...]) -> list[tuple[dict, flo
                        enable_prefix_caching=False, seed=5)  # fmt: skip
     workload = virtual.VirtualWorkload(stages=stages, input_len="512", max_tokens="64",
                                        ignore_eos=True, seed=7, scrape_interval_s=0.25)  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp, recording_engine() as built:
-        run = virtual.simulate(config, workload, start_wall_s=BASE_WALL_S)
-        report = build_report(load_run(virtual.write_run_dir(run, Path(tmp) / "run")),
-                              model=config.model, gpu=config.gpu)  # fmt: skip
-    steps = built[-1].steps_seen
+    with tempfile.TemporaryDirectory() as tmp:
+        report, engine = traced_report(config, workload, Path(tmp) / "run")
     out = []
     for row in report.rows:
-        lo, hi = float(row["end_wall_s"]) - float(row["duration_s"]), float(row["end_wall_s"])
-        window = [s for s in steps if lo <= s["start"] < hi]
+        lo, hi = stage_window(row)
+        window = [s for s in engine.steps_seen if lo <= s["start"] < hi]
         out.append((row, sum(s["prefill_tokens"] > 0 for s in window) / len(window)))
     return out
 

@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from locust_llm.report.build import Report, build_report
+from locust_llm.report.build import Report
 from locust_llm.report.cli import summary
 from locust_llm.report.diagnosis.knee import NO_HEADROOM, contradictions, falls_short
 from locust_llm.report.document import description
-from locust_llm.report.load import load_run
 from locust_llm.sim.config import SimConfig
-from locust_llm.sim.labels import ground_truth
-from locust_llm.sim.virtual import VirtualWorkload, simulate, write_run_dir
+from locust_llm.sim.virtual import VirtualWorkload
 from locust_llm.workloads.stages import StagePlan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,17 +71,8 @@ REGIMES: dict[str, tuple[SimConfig, VirtualWorkload]] = {
 
 def _report(config: SimConfig, workload: VirtualWorkload, out: Path) -> tuple[Report, list]:
     """The report of a virtual run, and each stage's ground-truth label from its traces."""
-    with verdict_accuracy.recording_engine() as built:
-        run = simulate(config, workload, start_wall_s=verdict_accuracy.BASE_WALL_S)
-    run_dir = write_run_dir(run, out)
-    report = build_report(load_run(run_dir), model=config.model, gpu=config.gpu)
-    engine = built[-1]
-    labels = []
-    for row in report.rows:
-        hi = float(row["end_wall_s"])
-        lo = hi - float(row["duration_s"])
-        truth = ground_truth(engine.steps_seen, engine.requests_seen, start_s=lo, end_s=hi)
-        labels.append(truth.label)
+    report, engine = verdict_accuracy.traced_report(config, workload, out)
+    labels = [verdict_accuracy.stage_truth(engine, row).label for row in report.rows]
     return report, labels
 
 

@@ -6,6 +6,7 @@ and that is what the truth's "decoding outlasts TTFT" reads."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -51,9 +52,8 @@ def test_the_documented_case_reads_the_window_as_the_trace_does() -> None:
         [sys.executable, *CASE.split()[1:]], cwd=ROOT, capture_output=True, text=True,
         timeout=120, check=True,
     ).stdout  # fmt: skip
-    names = {"nan": math.nan, "__builtins__": {}}  # the printed dicts: literals and NaN
-    row = eval(out.split("  row: ", 1)[1].split("\n", 1)[0], names)
-    truth = eval(out.split("  truth: ", 1)[1].split(" blocked by:", 1)[0], names)
+    row = json.loads(out.split("  row: ", 1)[1].split("\n", 1)[0])  # NaN: JSON's extension
+    truth = json.loads(out.split("  truth: ", 1)[1].split(" blocked by:", 1)[0])
     trace_ttft = truth["ttft_queue_s"] + truth["ttft_prefill_s"]
     assert row["served_ttft_avg_s"] == pytest.approx(trace_ttft, rel=0.01)
     assert row["served_decode_avg_s"] == pytest.approx(truth["decode_s"], rel=0.01)

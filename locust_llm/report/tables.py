@@ -120,6 +120,7 @@ COLUMNS: tuple[str, ...] = (
     "kv_cache_usage_max",
     "running",
     "running_max",
+    "running_busy",
     "waiting",
     "waiting_max",
     "waiting_share",
@@ -462,6 +463,11 @@ def _telemetry_stats(tel: TelemetryIndex, lo: float, hi: float) -> dict:
 
     for signal in ("gpu_util", "gpu_mem_util", "kv_cache_usage", "running", "waiting"):
         row[signal], row[f"{signal}_max"] = combined(signal)
+    # the batch while the engine had work: the samples taken between requests (none running)
+    # pull the mean below every batch a step ran with
+    running = tel.combined_window("running", lo, hi)
+    running = running[running >= 1]
+    row["running_busy"] = float(running.mean()) if running.size else NAN
     # the share of the stage's samples with a request waiting: how long a queue stood, where
     # the mean cannot tell a queue standing throughout from a burst (the verdict's admission)
     waiting = tel.combined_window("waiting", lo, hi)
@@ -571,20 +577,20 @@ def _floor_stats(row: dict, floors: Floors | None, concurrency: float) -> dict:
     out = {"ttft_floor_s": NAN, "tpot_floor_s": NAN, "model_bw_util": NAN}
     if floors is None:
         return out
-    batch = row.get("running", NAN)
-    if not batch > 0:
-        batch = concurrency
+    batch = resources.observed_batch({**row, "concurrency": concurrency})
     if not batch > 0:
         return out
     n_in = row["input_tokens_avg"] if math.isfinite(row["input_tokens_avg"]) else 0.0
     n_out = row["output_tokens_avg"] if math.isfinite(row["output_tokens_avg"]) else 0.0
     context = round(n_in + n_out / 2)
-    memory, compute = decode_step_seconds(floors.model, floors.gpu, max(1, round(batch)), context)
+    memory, compute = decode_step_seconds(
+        floors.model, floors.gpu, max(1, round(batch)), context, tp=floors.tp
+    )
     out["tpot_floor_s"] = max(memory, compute)
     if row["tpot_avg_s"] > 0:
         out["model_bw_util"] = memory / row["tpot_avg_s"]
     if n_in >= 1:
-        cost = step_cost(floors.model, prefill_chunks=[(round(n_in), 0)])
+        cost = step_cost(floors.model, prefill_chunks=[(round(n_in), 0)], tp=floors.tp)
         out["ttft_floor_s"] = cost.seconds(floors.gpu, floors.model.weight_bits)
     return out
 

@@ -25,8 +25,11 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
 - ``prompt_step_share``: the share of steps that carry prompt work (see above);
   ``decode_step_bound``: what bounds a decode-only step of the observed batch at the
   achievable efficiencies (``compute`` past the roofline's ridge);
+- ``memory_time_share`` / ``host_time_share``: the memory term of the steps it bounds, and
+  what the device's time leaves of a decode-only step (:func:`memory_and_host_shares`);
 - ``step_bound``: ``compute`` when ``compute_time_share`` >= ``compute_bound_share``
-  (compute set most of the step time), else ``memory``;
+  (compute set most of the step time), else ``host`` where the host's share outlasts the
+  memory term, else ``memory``;
 - ``prefill_token_share``: input tokens / all tokens computed (the server's rates when known);
 - the admission limits in sequences: ``kv_capacity_seqs`` (observed: running / KV-cache usage;
   else the roofline's KV budget at 90% memory over the mean context), ``max_num_seqs`` and
@@ -168,8 +171,7 @@ def resource_row(
     server_in, server_out = server_token_rates(row)
     if server_in + server_out > 0:
         out["prefill_token_share"] = server_in / (server_in + server_out)
-    running = _f(row, "running")
-    batch = running if running > 0 else _f(row, "concurrency")
+    batch = observed_batch(row)
     context = round((n_in if n_in > 0 else 0) + (n_out if n_out > 0 else 0) / 2)
     if model is not None and gpu is not None:
         tokens_per_s = _f(row, "total_tps")
@@ -180,7 +182,7 @@ def resource_row(
         tpot = _f(row, "tpot_avg_s")
         share = NAN
         if batch > 0 and tpot > 0:
-            mix = step_mix(row, model, [max(1, context)] * max(1, round(batch)), tp)
+            mix = step_mix(row, model, batch, max(1, context), tp)
             out["mbu"] = mix.decode.bytes / tpot / gpu.memory_bandwidth_bytes_s
             out["decode_step_bound"] = (
                 "compute" if _compute_bound(mix.decode, gpu, model) else "memory"
@@ -227,6 +229,17 @@ def resource_row(
         if running_max > 0:
             out["batch_fill"] = running_max / seqs
     return out
+
+
+def observed_batch(row: Mapping[str, Any]) -> float:
+    """The decode batch a stage's steps ran with: ``running_busy`` (the running gauge's samples
+    with a request in the batch; the idle samples between requests pull the plain mean below
+    every batch a step ran), else the mean ``running``, else the concurrency (NaN: none)."""
+    for key in ("running_busy", "running", "concurrency"):
+        value = _f(row, key)
+        if value > 0:
+            return value
+    return NAN
 
 
 def recompute_tokens_per_s(row: Mapping[str, Any]) -> float:
@@ -318,15 +331,36 @@ class StepMix:
 
 
 def step_mix(
-    row: Mapping[str, Any], model: ModelSpec, decode_contexts: Sequence[int], tp: int = 1
+    row: Mapping[str, Any], model: ModelSpec, batch: float, context: int, tp: int = 1
 ) -> StepMix:
-    """The :class:`StepMix` of a stage row."""
-    decode = step_cost(model, decode_contexts, tp=tp)
+    """The :class:`StepMix` of a stage row whose mean decode batch is ``batch`` sequences at
+    ``context`` tokens. A batch between two whole ones costs the blend of theirs, as a batch
+    alternating between them would: an MoE step's weight read grows with the experts its tokens
+    touch (2 of 8 for one token, 3.5 for two), so a mean of 1.4 rounded down to 1 read a
+    quarter too few bytes and handed the difference to the host."""
+    whole = max(1, math.floor(batch)) if batch > 0 else 1
+    part = min(1.0, max(0.0, batch - whole)) if batch > 1 else 0.0
     mixed, computed = prompt_step_share(row), computed_prompt_tokens(row)
-    if not (mixed > 0 and computed > 0):
-        return StepMix(decode, 0.0, None)
-    chunk = max(1, round(computed * prompts_per_step(row) / mixed))
-    return StepMix(decode, mixed, step_cost(model, decode_contexts, [(chunk, 0)], tp=tp))
+    chunks = (
+        [(max(1, round(computed * prompts_per_step(row) / mixed)), 0)]
+        if (mixed > 0 and computed > 0)
+        else []
+    )
+
+    def cost(prefill: list[tuple[int, int]]) -> StepCost:
+        low = step_cost(model, [context] * whole, prefill, tp=tp)
+        if part <= 0:
+            return low
+        high = step_cost(model, [context] * (whole + 1), prefill, tp=tp)
+        return StepCost(
+            low.flops + part * (high.flops - low.flops),
+            low.bytes + part * (high.bytes - low.bytes),
+            low.comm_s + part * (high.comm_s - low.comm_s),
+        )
+
+    if not chunks:
+        return StepMix(cost([]), 0.0, None)
+    return StepMix(cost([]), mixed, cost(chunks))
 
 
 def _compute_bound(cost: StepCost | None, gpu: GpuSpec, model: ModelSpec) -> bool:
@@ -414,6 +448,18 @@ def compute_steps_rest(
     return steps * (host + comm / tpot_s)
 
 
+def decode_step_seconds_seen(row: Mapping[str, Any]) -> float:
+    """A decode-only step's length as the requests saw it: their median inter-token gap
+    (``itl_p50_s``, the median over requests of each one's median gap: a step without prompt
+    work while fewer than half of a request's steps carry some), at most TPOT. NaN without it,
+    or where it is under ``decode_step_gap_min`` of TPOT (tokens delivered in bunches: the
+    gaps are not steps)."""
+    tpot, gap = _f(row, "tpot_avg_s"), _f(row, "itl_p50_s")
+    if not (tpot > 0 and gap >= _TH.decode_step_gap_min * tpot):  # NaN fails the test
+        return NAN
+    return min(gap, tpot)
+
+
 def memory_and_host_shares(
     row: Mapping[str, Any], model: ModelSpec, gpu: GpuSpec, mix: StepMix
 ) -> tuple[float, float]:
@@ -421,9 +467,14 @@ def memory_and_host_shares(
     steps it bounds (:class:`StepMix`), at the achievable bandwidth: the decode-only steps
     (unless the observed batch is past the ridge) and the steps carrying prompt work whose
     prompt tokens leave them memory-bound; each over the mean TPOT (a step's length). The
-    host's share is what the device's time of the mean step (each step's longer term, compute
-    or memory, plus the all-reduces) leaves of the mean TPOT: per-step and per-sequence
-    scheduling, launches, sampling, whatever the roofline has no term for."""
+    host's share is what the device's time (its longer term, compute or memory, plus the
+    all-reduces) leaves of a step: per-step and per-sequence scheduling, launches, sampling,
+    whatever the roofline has no term for. It is read from a decode-only step
+    (:func:`decode_step_seconds_seen` less the decode step's device time) where the gaps
+    give one, since TPOT holds the steps with prompt work only where they fell inside the
+    requests' decoding: users whose prompts arrive together have theirs between their
+    decodes, and the mean step less those steps' compute read the host's time as a fraction
+    of what it was; else from the mean step (TPOT less the mean device time)."""
     tpot = _f(row, "tpot_avg_s")
     if not tpot > 0:
         return NAN, NAN
@@ -438,7 +489,12 @@ def memory_and_host_shares(
         device += share * (max(compute_s, memory_s) + cost.comm_s)
     # per step over the step time (a request's steps run back to back: TPOT is a step's
     # length, idle time between steps is not in it, so no division by the busy share)
-    return min(1.0, memory / tpot), max(0.0, 1.0 - device / tpot)
+    host = max(0.0, 1.0 - device / tpot)
+    decode_step = decode_step_seconds_seen(row)
+    if decode_step > 0:
+        compute_s, memory_s = mix.decode.times(gpu, model.weight_bits, **eff)
+        host = max(0.0, decode_step - max(compute_s, memory_s) - mix.decode.comm_s) / tpot
+    return min(1.0, memory / tpot), min(1.0, host)
 
 
 def step_bound(compute_share: float, memory_share: float, host_share: float) -> str:

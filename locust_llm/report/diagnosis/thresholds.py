@@ -110,6 +110,10 @@ class Thresholds:
     # low; with the host's and all-reduces' time of those steps counted, 0.5 (six fitting
     # seeds of bench/verdict_accuracy.py: 1,583 of 1,648 stages right at 0.5, 1,575 at 0.48)
     compute_bound_share: float = 0.5
+    # the host's time is read from a decode-only step, the requests' median inter-token gap
+    # (itl_p50_s), while that gap is at least this share of TPOT: below it the gaps are not
+    # steps (tokens delivered in bunches)
+    decode_step_gap_min: float = 0.5
     compute_prefill_share: float = 0.5  # prompt tokens / tokens computed: compute is prompts'
     cache_note_share: float = 0.10  # prefix-cache hits / prompt tokens: the evidence names it
     interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference

@@ -1336,15 +1336,16 @@ def _requests(ctx: Context, finding: Finding) -> float:
     return finding.requests if not math.isnan(finding.requests) else ctx.v("requests")
 
 
-def _confidence(ctx: Context, finding: Finding) -> str:
-    """``low`` on client-side evidence; else ``high`` lowered by the finding's doubts
-    (:mod:`~locust_llm.report.diagnosis.confidence`): no resource model nor server time
-    split, fewer than ``confident_requests`` requests, delay in the timings that is not the
-    server's (:func:`_timing_caveats`), and the margins of the test that named its cause
-    (:func:`_margins`)."""
+def _confidence(ctx: Context, finding: Finding, stated: Sequence[Doubt]) -> str:
+    """``low`` on client-side evidence; else ``high`` lowered by the doubts the verdict states
+    (``stated``: the margins of the test that named its cause, :func:`_margins`, and the
+    finding's own) and by those of the evidence's kind
+    (:mod:`~locust_llm.report.diagnosis.confidence`): no resource model nor server time split,
+    fewer than ``confident_requests`` requests, delay in the timings that is not the server's
+    (:func:`_timing_caveats`)."""
     if finding.client_side or not ctx.telemetry_ok:
         return "low"
-    doubts = [*_margins(ctx, finding.cause), *finding.doubts]
+    doubts = list(stated)
     has_model = not math.isnan(ctx.v("mfu"))
     if not (has_model or ctx.row.get("ttft_split_source") == "server"):
         doubts.append(Doubt(1))
@@ -1450,7 +1451,7 @@ def stage_verdict(
             rule=r.name,
             requests=int(_requests(ctx, found)) if not math.isnan(_requests(ctx, found)) else 0,
             telemetry_samples=int(samples) if not math.isnan(samples) else 0,
-            confidence=_confidence(ctx, found),
+            confidence=_confidence(ctx, found, doubts),
             client_side=found.client_side,
         )
     raise AssertionError("the last rule always finds")  # pragma: no cover
