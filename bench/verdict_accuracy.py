@@ -269,8 +269,10 @@ class StageResult:
     confidence: str = ""  # the verdict's confidence (high / medium / low)
     rule: str = ""  # the verdict rule that decided
     seed: int = -1  # the matrix's seed (-1: an end-to-end run)
-    truth: dict[str, Any] = field(default_factory=dict)  # the ground truth's shares and times
-    row: dict[str, Any] = field(default_factory=dict)  # the report row's :data:`DUMPED` columns
+    # the ground truth's shares and times, the report row's :data:`DUMPED` columns (``--dump``;
+    # not compared, so a result stays hashable)
+    truth: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    row: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 def _phase_contradiction(cause: str, truth: Any) -> str:
@@ -402,7 +404,7 @@ def judge(
                 confidence=verdict.confidence,
                 rule=verdict.rule,
                 truth={k: _plain(v) for k, v in truth.as_dict().items() if k != "blocked_by"}
-                | {"blocked_by": truth.as_dict().get("blocked_by", {})},
+                | {"blocked_by": {k: _plain(v) for k, v in truth.blocked_by.items()}},
                 row={k: _plain(row.get(k)) for k in DUMPED},
             )
         )

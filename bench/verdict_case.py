@@ -49,13 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         truth = va.stage_truth(engine, row)
         said = f"{verdict.kind}, rule {verdict.rule}, confidence {verdict.confidence}"
         print(f"--- stage {stage}: truth {truth.label}; verdict {verdict.cause} ({said})")
-        print("  row:", json.dumps({k: _rounded(row.get(k)) for k in va.DUMPED}))
+        print("  row:", json.dumps({k: _rounded(row.get(k)) for k in va.DUMPED}, default=str))
         shares = {
             k: round(v, 4)
             for k, v in vars(truth).items()
             if isinstance(v, float) and not math.isnan(v)
         }
-        print("  truth:", json.dumps(shares), "blocked by:", truth.blocked_by)
+        print("  truth:", json.dumps(shares, default=str), "blocked by:", truth.blocked_by)
         window = [s for s in engine.steps_seen if lo <= s["start"] < hi]
         with_prompts = sum(1 for s in window if s["prefill_tokens"] > 0)
         if window:

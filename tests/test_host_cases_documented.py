@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 CASES = {
-    # the command as docs/report.md shows it: (truth label, the longer of the two terms)
+    # the command as docs/report.md shows it: the trace's label
     ".venv/bin/python bench/verdict_case.py --seed 8101 --case 35 --stages 1": "host_overhead",
     ".venv/bin/python bench/verdict_case.py --seed 9201 --case 54 --stages 0": (
         "bandwidth_bound_decode"

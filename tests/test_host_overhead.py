@@ -11,6 +11,7 @@ the traces' are.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -131,3 +132,29 @@ def test_an_moe_batch_is_priced_as_the_steps_ran_it(tmp_path: Path) -> None:
     # 0.818 against 0.819, the host 0.163 against 0.181 (2026-12-03)
     assert row["memory_time_share"] == pytest.approx(truth.memory_set_share, rel=0.1)
     assert row["host_time_share"] == pytest.approx(truth.overhead_share, abs=0.05)
+
+
+@pytest.mark.quick
+def test_the_decode_step_the_batch_and_the_blend_fall_back_in_order() -> None:
+    from locust_llm.report.diagnosis.resources import (
+        blended_step_cost,
+        decode_step_seconds_seen,
+        observed_batch,
+    )
+    from locust_llm.roofline.floors import get_model, step_cost
+
+    nan = float("nan")
+    assert decode_step_seconds_seen({"tpot_avg_s": 0.02, "itl_p50_s": 0.015}) == 0.015
+    assert decode_step_seconds_seen({"tpot_avg_s": 0.02, "itl_p50_s": 0.025}) == 0.02  # capped
+    for gap in (0.005, nan, None):  # tokens in bunches, or no gaps: no step read
+        assert math.isnan(decode_step_seconds_seen({"tpot_avg_s": 0.02, "itl_p50_s": gap}))
+    assert observed_batch({"running_busy": 2.0, "running": 1.2, "concurrency": 8}) == 2.0
+    assert observed_batch({"running_busy": nan, "running": 1.2, "concurrency": 8}) == 1.2
+    assert observed_batch({"running": 0.0, "concurrency": 8}) == 8
+    assert math.isnan(observed_batch({"concurrency": nan}))
+    mixtral = get_model("mixtral-8x7b")
+    one, two = step_cost(mixtral, [300]), step_cost(mixtral, [300] * 2)
+    blend = blended_step_cost(mixtral, 1.4, 300)
+    assert blend.bytes == pytest.approx(one.bytes + 0.4 * (two.bytes - one.bytes))
+    assert blended_step_cost(mixtral, 0.5, 300) == one  # under one sequence: one
+    assert blended_step_cost(mixtral, 2.0, 300) == two

@@ -33,7 +33,7 @@ import pandas as pd
 from locust_llm.metrics import FAILURE_KINDS
 from locust_llm.report.diagnosis import decompose, resources
 from locust_llm.report.diagnosis.thresholds import Slo
-from locust_llm.roofline.floors import GpuSpec, ModelSpec, decode_step_seconds, step_cost
+from locust_llm.roofline.floors import GpuSpec, ModelSpec, step_cost
 from locust_llm.rundir.layout import Stage, assign_stages, stage_ends
 from locust_llm.telemetry.counters import SeriesLookup, series_increase, series_rate
 from locust_llm.telemetry.counters import increase as counter_increase
@@ -583,9 +583,10 @@ def _floor_stats(row: dict, floors: Floors | None, concurrency: float) -> dict:
     n_in = row["input_tokens_avg"] if math.isfinite(row["input_tokens_avg"]) else 0.0
     n_out = row["output_tokens_avg"] if math.isfinite(row["output_tokens_avg"]) else 0.0
     context = round(n_in + n_out / 2)
-    memory, compute = decode_step_seconds(
-        floors.model, floors.gpu, max(1, round(batch)), context, tp=floors.tp
-    )
+    # the resource model's step at the same batch (blended between whole batches): MBU and
+    # model bandwidth utilization price the same bytes
+    decode = resources.blended_step_cost(floors.model, batch, max(1, context), (), floors.tp)
+    compute, memory = decode.times(floors.gpu, floors.model.weight_bits)
     out["tpot_floor_s"] = max(memory, compute)
     if row["tpot_avg_s"] > 0:
         out["model_bw_util"] = memory / row["tpot_avg_s"]

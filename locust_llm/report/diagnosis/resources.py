@@ -330,37 +330,42 @@ class StepMix:
     with_prompts: StepCost | None  # one of those steps; None when no prompt work is known
 
 
+def blended_step_cost(
+    model: ModelSpec,
+    batch: float,
+    context: int,
+    prefill: Sequence[tuple[int, int]] = (),
+    tp: int = 1,
+) -> StepCost:
+    """One step of a mean decode ``batch`` at ``context`` tokens (with ``prefill`` chunks): a
+    batch between two whole ones costs the blend of theirs, as a batch alternating between
+    them would. An MoE step's weight read grows with the experts its tokens touch (2 of 8 for
+    one token, 3.5 for two), so a mean of 1.4 rounded down to 1 read a quarter too few bytes
+    and handed the difference to the host. Under one sequence: one."""
+    whole = max(1, math.floor(batch)) if batch > 0 else 1
+    part = min(1.0, max(0.0, batch - whole)) if batch > 1 else 0.0
+    low = step_cost(model, [context] * whole, prefill, tp=tp)
+    if part <= 0:
+        return low
+    high = step_cost(model, [context] * (whole + 1), prefill, tp=tp)
+    return StepCost(
+        low.flops + part * (high.flops - low.flops),
+        low.bytes + part * (high.bytes - low.bytes),
+        low.comm_s + part * (high.comm_s - low.comm_s),
+    )
+
+
 def step_mix(
     row: Mapping[str, Any], model: ModelSpec, batch: float, context: int, tp: int = 1
 ) -> StepMix:
     """The :class:`StepMix` of a stage row whose mean decode batch is ``batch`` sequences at
-    ``context`` tokens. A batch between two whole ones costs the blend of theirs, as a batch
-    alternating between them would: an MoE step's weight read grows with the experts its tokens
-    touch (2 of 8 for one token, 3.5 for two), so a mean of 1.4 rounded down to 1 read a
-    quarter too few bytes and handed the difference to the host."""
-    whole = max(1, math.floor(batch)) if batch > 0 else 1
-    part = min(1.0, max(0.0, batch - whole)) if batch > 1 else 0.0
+    ``context`` tokens (:func:`blended_step_cost`)."""
+    decode = blended_step_cost(model, batch, context, (), tp)
     mixed, computed = prompt_step_share(row), computed_prompt_tokens(row)
-    chunks = (
-        [(max(1, round(computed * prompts_per_step(row) / mixed)), 0)]
-        if (mixed > 0 and computed > 0)
-        else []
-    )
-
-    def cost(prefill: list[tuple[int, int]]) -> StepCost:
-        low = step_cost(model, [context] * whole, prefill, tp=tp)
-        if part <= 0:
-            return low
-        high = step_cost(model, [context] * (whole + 1), prefill, tp=tp)
-        return StepCost(
-            low.flops + part * (high.flops - low.flops),
-            low.bytes + part * (high.bytes - low.bytes),
-            low.comm_s + part * (high.comm_s - low.comm_s),
-        )
-
-    if not chunks:
-        return StepMix(cost([]), 0.0, None)
-    return StepMix(cost([]), mixed, cost(chunks))
+    if not (mixed > 0 and computed > 0):
+        return StepMix(decode, 0.0, None)
+    chunk = max(1, round(computed * prompts_per_step(row) / mixed))
+    return StepMix(decode, mixed, blended_step_cost(model, batch, context, [(chunk, 0)], tp))
 
 
 def _compute_bound(cost: StepCost | None, gpu: GpuSpec, model: ModelSpec) -> bool:
@@ -463,10 +468,11 @@ def decode_step_seconds_seen(row: Mapping[str, Any]) -> float:
 def memory_and_host_shares(
     row: Mapping[str, Any], model: ModelSpec, gpu: GpuSpec, mix: StepMix
 ) -> tuple[float, float]:
-    """(memory time share, host time share) of the busy time. The memory term counts in the
-    steps it bounds (:class:`StepMix`), at the achievable bandwidth: the decode-only steps
-    (unless the observed batch is past the ridge) and the steps carrying prompt work whose
-    prompt tokens leave them memory-bound; each over the mean TPOT (a step's length). The
+    """(memory time share, host time share) of a step, both over the mean TPOT. The memory
+    term counts in the steps it bounds (:class:`StepMix`), at the achievable bandwidth: the
+    decode-only steps (unless the observed batch is past the ridge) and the steps carrying
+    prompt work whose prompt tokens leave them memory-bound; each over the mean TPOT (a step's
+    length). The
     host's share is what the device's time (its longer term, compute or memory, plus the
     all-reduces) leaves of a step: per-step and per-sequence scheduling, launches, sampling,
     whatever the roofline has no term for. It is read from a decode-only step
