@@ -148,6 +148,10 @@ def test_the_decode_step_the_batch_and_the_blend_fall_back_in_order() -> None:
     assert decode_step_seconds_seen({"tpot_avg_s": 0.02, "itl_p50_s": 0.025}) == 0.02  # capped
     for gap in (0.005, nan, None):  # tokens in bunches, or no gaps: no step read
         assert math.isnan(decode_step_seconds_seen({"tpot_avg_s": 0.02, "itl_p50_s": gap}))
+    # prompt work in 80% of the steps (first tokens in them): the median gap is such a step
+    busy = {"tpot_avg_s": 0.02, "itl_p50_s": 0.015, "qps": 100.0, "first_token_step_share": 0.8}
+    assert math.isnan(decode_step_seconds_seen(busy))
+    assert decode_step_seconds_seen({**busy, "qps": 10.0}) == 0.015  # in 20%: a decode step
     assert observed_batch({"running_busy": 2.0, "running": 1.2, "concurrency": 8}) == 2.0
     assert observed_batch({"running_busy": nan, "running": 1.2, "concurrency": 8}) == 1.2
     assert observed_batch({"running": 0.0, "concurrency": 8}) == 8

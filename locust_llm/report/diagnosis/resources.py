@@ -457,10 +457,14 @@ def decode_step_seconds_seen(row: Mapping[str, Any]) -> float:
     """A decode-only step's length as the requests saw it: their median inter-token gap
     (``itl_p50_s``, the median over requests of each one's median gap: a step without prompt
     work while fewer than half of a request's steps carry some), at most TPOT. NaN without it,
-    or where it is under ``decode_step_gap_min`` of TPOT (tokens delivered in bunches: the
-    gaps are not steps)."""
+    where it is under ``decode_step_gap_min`` of TPOT (tokens delivered in bunches: the gaps
+    are not steps), or where ``decode_step_prompt_max`` of the steps or more carry prompt work
+    (:func:`prompt_step_share`: the median gap is then a step with prompt work; 16k-token
+    prompts on a 70B read a host share of 97% from it)."""
     tpot, gap = _f(row, "tpot_avg_s"), _f(row, "itl_p50_s")
     if not (tpot > 0 and gap >= _TH.decode_step_gap_min * tpot):  # NaN fails the test
+        return NAN
+    if prompt_step_share(row) >= _TH.decode_step_prompt_max:
         return NAN
     return min(gap, tpot)
 

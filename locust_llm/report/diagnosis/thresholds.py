@@ -114,6 +114,9 @@ class Thresholds:
     # (itl_p50_s), while that gap is at least this share of TPOT: below it the gaps are not
     # steps (tokens delivered in bunches)
     decode_step_gap_min: float = 0.5
+    # ... and while fewer than this share of the steps carry prompt work (prompt_step_share):
+    # past it a request's median gap is a step with prompt work, not a decode-only one
+    decode_step_prompt_max: float = 0.5
     compute_prefill_share: float = 0.5  # prompt tokens / tokens computed: compute is prompts'
     cache_note_share: float = 0.10  # prefix-cache hits / prompt tokens: the evidence names it
     interference_prefill_share: float = 0.5  # prompt tokens / tokens computed, for interference
