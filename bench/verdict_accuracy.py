@@ -353,9 +353,11 @@ DUMPED: tuple[str, ...] = (
 
 
 def _plain(value: Any) -> Any:
-    """A row cell as JSON holds it (NaN as null)."""
+    """A row cell or a truth's field as JSON holds it (NaN as null; a mapping field by field)."""
     if isinstance(value, str):
         return value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -403,8 +405,7 @@ def judge(
                 description=description,
                 confidence=verdict.confidence,
                 rule=verdict.rule,
-                truth={k: _plain(v) for k, v in truth.as_dict().items() if k != "blocked_by"}
-                | {"blocked_by": {k: _plain(v) for k, v in truth.blocked_by.items()}},
+                truth=_plain(truth.as_dict()),
                 row={k: _plain(row.get(k)) for k in DUMPED},
             )
         )

@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 from decode_sweep import decode_sweep
 
-from locust_llm.report.diagnosis.resources import step_bound
+from locust_llm.report.diagnosis.resources import (
+    blended_step_cost,
+    decode_step_seconds_seen,
+    observed_batch,
+    step_bound,
+)
+from locust_llm.roofline.floors import get_model, step_cost
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.labels import GroundTruth
 from locust_llm.sim.virtual import VirtualWorkload
@@ -136,13 +142,6 @@ def test_an_moe_batch_is_priced_as_the_steps_ran_it(tmp_path: Path) -> None:
 
 @pytest.mark.quick
 def test_the_decode_step_the_batch_and_the_blend_fall_back_in_order() -> None:
-    from locust_llm.report.diagnosis.resources import (
-        blended_step_cost,
-        decode_step_seconds_seen,
-        observed_batch,
-    )
-    from locust_llm.roofline.floors import get_model, step_cost
-
     nan = float("nan")
     assert decode_step_seconds_seen({"tpot_avg_s": 0.02, "itl_p50_s": 0.015}) == 0.015
     assert decode_step_seconds_seen({"tpot_avg_s": 0.02, "itl_p50_s": 0.025}) == 0.02  # capped

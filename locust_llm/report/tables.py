@@ -573,11 +573,11 @@ def _aligned(
     return out
 
 
-def _floor_stats(row: dict, floors: Floors | None, concurrency: float) -> dict:
+def _floor_stats(row: dict, floors: Floors | None) -> dict:
     out = {"ttft_floor_s": NAN, "tpot_floor_s": NAN, "model_bw_util": NAN}
     if floors is None:
         return out
-    batch = resources.observed_batch({**row, "concurrency": concurrency})
+    batch = resources.observed_batch(row)
     if not batch > 0:
         return out
     n_in = row["input_tokens_avg"] if math.isfinite(row["input_tokens_avg"]) else 0.0
@@ -681,7 +681,7 @@ def stage_table(
         }
         row.update(_request_stats(req, end - lo, slo, mode == "open", end))
         row.update(_telemetry_stats(tel, lo, end if not math.isnan(end) else lo))
-        row.update(_floor_stats(row, floors, row["concurrency"]))
+        row.update(_floor_stats(row, floors))
         row.update(arrival_stats(stage, sent_by_stage))
         row["offered_rps"] = row["achieved_ratio"] = NAN
         if mode == "open":
