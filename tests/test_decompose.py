@@ -20,6 +20,7 @@ from locust_llm.report.diagnosis.resources import (
     recompute_tokens_per_s,
     resource_row,
     server_limits,
+    with_recompute,
 )
 from locust_llm.roofline.floors import attention_flops, get_gpu, get_model
 from locust_llm.telemetry.counters import series_increase
@@ -351,3 +352,21 @@ def test_a_preempted_sequence_s_blocks_the_cache_finds_again_are_not_recomputed(
     # 700 tokens/s: 300 of them a preempted sequence's own blocks
     assert recompute_tokens_per_s({**row, "server_cached_tps": 700.0}) == pytest.approx(550)
     assert recompute_tokens_per_s({**row, "server_cached_tps": 5000.0}) == 0.0
+
+
+def test_the_prompt_side_counts_the_tokens_recomputed_after_preemptions() -> None:
+    """The steps prefill a preempted sequence again, and the ground truth counts those tokens
+    as prefill; the server's prompt counter counts a prompt once, at its first token. A stage
+    whose steps only recomputed preempted prompts, no first token falling in it, read 0%
+    prompt tokens (seed 956226 case 78 stage 1 of bench/verdict_accuracy.py: the trace 99.9%)
+    and the verdict named decode where the trace names prefill."""
+    row = {"preemptions": 10.0, "duration_s": 10.0, "input_tokens_avg": 1000.0,
+           "output_tokens_avg": 100.0, "qps": 2.0}  # fmt: skip
+    # the client's rates: 2 x 1000 prompt, 2 x 100 output, and 1 x 1050 computed again
+    assert with_recompute(1000 / 1100, row) == pytest.approx(3050 / 3250)
+    # the server's: no prompt counted in the window, 20 tokens/s generated
+    counted = {**row, "server_prompt_tps": 0.0, "server_output_tps": 20.0}
+    assert with_recompute(0.0, counted) == pytest.approx(1050 / 1070)
+    assert with_recompute(0.25, {**row, "preemptions": 0.0}) == 0.25  # nothing recomputed
+    got = resource_row(counted, get_model("llama-3.1-8b"), get_gpu("h100-sxm"))
+    assert got["prefill_token_share"] == pytest.approx(1050 / 1070)

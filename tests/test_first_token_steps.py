@@ -5,13 +5,13 @@ one step each; Poisson arrivals spread them."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from documented_case import documented_case_output
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -75,10 +75,6 @@ def test_the_share_follows_the_trace_where_prompts_come_together_and_apart() -> 
 def test_the_documented_case_prints_the_trace_and_the_bins() -> None:
     """docs/report.md's command, as written: the case whose prompts came in bursts."""
     command = ".venv/bin/python bench/verdict_case.py --seed 8101 --case 43 --stages 2"
-    assert f"`{command}`" in (ROOT / "docs" / "report.md").read_text()
-    out = subprocess.run(
-        [sys.executable, *command.split()[1:]], cwd=ROOT, capture_output=True, text=True,
-        timeout=120, check=True,
-    ).stdout  # fmt: skip
+    out = documented_case_output(command)
     assert "trace: 25 of 521 steps with prompt work (4.8%)" in out, out
     assert "the row's first-token bins: 0.0486" in out, out

@@ -1,18 +1,16 @@
-"""docs/report.md's two cases of the host's time against the memory term, run as written: the
-row's shares stand as the trace's do, and the verdict names the trace's label (a 70B over 8
-GPUs whose host time outlasts its memory term; Mixtral at light load whose memory term is four
-times the host's)."""
+"""docs/report.md's cases of the verdict benchmark, run as written: two of the host's time
+against the memory term (a 70B over 8 GPUs whose host time outlasts its memory term; Mixtral
+at light load whose memory term is four times the host's: the row's shares stand as the
+trace's do) and one of prompts filling the token budget beside a full KV cache (the trace
+waited longer for the budget); the verdict names the trace's label in each."""
 
 from __future__ import annotations
 
+import ast
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from documented_case import documented_case_output
 
 CASES = {
     # the command as docs/report.md shows it: the trace's label
@@ -25,11 +23,7 @@ CASES = {
 
 @pytest.mark.parametrize("command", sorted(CASES))
 def test_the_documented_case_reads_the_terms_as_the_trace_does(command: str) -> None:
-    assert f"`{command}`" in (ROOT / "docs" / "report.md").read_text()
-    out = subprocess.run(
-        [sys.executable, *command.split()[1:]], cwd=ROOT, capture_output=True, text=True,
-        timeout=120, check=True,
-    ).stdout  # fmt: skip
+    out = documented_case_output(command)
     label = CASES[command]
     assert f"truth {label}; verdict {label} " in out, out
     row = json.loads(out.split("  row: ", 1)[1].split("\n", 1)[0])
@@ -37,3 +31,19 @@ def test_the_documented_case_reads_the_terms_as_the_trace_does(command: str) -> 
     host_longer = truth["overhead_share"] > truth["memory_set_share"]
     assert host_longer == (label == "host_overhead")
     assert (row["host_time_share"] > row["memory_time_share"]) == host_longer, row
+
+
+BUDGET_CASE = ".venv/bin/python bench/verdict_case.py --seed 8101 --case 65 --stages 3"
+
+
+def test_the_documented_budget_case_reads_the_budget_the_trace_waited_on() -> None:
+    """docs/report.md's third round: prompts fill the token budget beside a full KV cache; the
+    trace waited longer for the budget than for KV blocks, and the verdict names its label."""
+    out = documented_case_output(BUDGET_CASE)
+    assert "truth compute_bound_prefill; verdict compute_bound_prefill " in out, out
+    blocked = ast.literal_eval(out.split("blocked by: ", 1)[1].split("\n", 1)[0])
+    kv = blocked.get("kv_blocks", 0.0) + blocked.get("preemption", 0.0)
+    assert blocked["token_budget"] > kv, blocked
+    row = json.loads(out.split("  row: ", 1)[1].split("\n", 1)[0])
+    assert row["kv_cache_usage_max"] >= 0.95, row
+    assert "of the 2,048-token budget" in out, out

@@ -69,6 +69,16 @@ def _recording() -> _Recording:
     return th
 
 
+#: A prompt's chunks fill the token budget beside a full KV cache (compute below
+#: ``prefill_saturated``).
+BUDGET_FILLED = {
+    "concurrency": 64.0, "ttft_avg_s": 5.0, "queue_avg_s": 4.5, "waiting": 40.0,
+    "running": 10.0, "running_max": 10.0, "kv_cache_usage_max": 1.0, "preemptions": 5.0,
+    "kv_capacity_seqs": 10.0, "compute_time_share": 0.7, "prefill_token_share": 0.95,
+    "input_tokens_avg": 2000.0, "qps": 1.0,
+}  # fmt: skip
+
+
 def _rows() -> list[dict]:
     """Stage rows across the rules' branches: queues, KV, batch, step bound, telemetry."""
     base = {
@@ -127,6 +137,9 @@ def _rows() -> list[dict]:
             "prefill_token_share": 0.98, "input_tokens_avg": 2000.0, "qps": 4.0,
             "tpot_avg_s": 0.25,
         },
+        BUDGET_FILLED,
+        {**BUDGET_FILLED, "sent": 60.0, "cut_off": 50.0, "cancelled": 50.0,
+         "cut_off_wait_p50_s": 5.0, "completed": 2.0, "requests": 10.0},
     ]  # fmt: skip
     steps = list(
         itertools.product(

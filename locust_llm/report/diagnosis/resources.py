@@ -30,7 +30,8 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
 - ``step_bound``: ``compute`` when ``compute_time_share`` >= ``compute_bound_share``
   (compute set most of the step time), else ``host`` where the host's share outlasts the
   memory term, else ``memory``;
-- ``prefill_token_share``: input tokens / all tokens computed (the server's rates when known);
+- ``prefill_token_share``: input tokens / all tokens computed (the server's rates when known),
+  the tokens computed again after preemptions on the input side (:func:`with_recompute`);
 - the admission limits in sequences: ``kv_capacity_seqs`` (observed: running / KV-cache usage;
   else the roofline's KV budget at 90% memory over the mean context), ``max_num_seqs`` and
   ``server_slots`` (from run.json's ``extra``/``extra.server``: ``max_num_seqs``,
@@ -171,6 +172,8 @@ def resource_row(
     server_in, server_out = server_token_rates(row)
     if server_in + server_out > 0:
         out["prefill_token_share"] = server_in / (server_in + server_out)
+    first_pass = out["prefill_token_share"]  # the compute share adds the recomputed tokens
+    out["prefill_token_share"] = with_recompute(first_pass, row)
     batch = observed_batch(row)
     context = round((n_in if n_in > 0 else 0) + (n_out if n_out > 0 else 0) / 2)
     if model is not None and gpu is not None:
@@ -192,7 +195,7 @@ def resource_row(
                 row, model, gpu, mix
             )
             share = compute_time_share(
-                out["mfu"], out["prefill_token_share"], row, mix, gpu, model, tp
+                out["mfu"], first_pass, row, mix, gpu, model, tp
             ) + compute_steps_rest(mix, gpu, model, out["host_time_share"], tpot)
             share = min(1.0, share) if math.isfinite(share) else NAN
         if not math.isnan(share + out["mbu"]):
@@ -256,6 +259,23 @@ def recompute_tokens_per_s(row: Mapping[str, Any]) -> float:
     n_in, n_out = computed_prompt_tokens(row), _f(row, "output_tokens_avg")
     again = pre * ((n_in if n_in > 0 else 0.0) + (n_out if n_out > 0 else 0.0) / 2) / dur
     return max(0.0, again - found_again_per_s(row))
+
+
+def with_recompute(share: float, row: Mapping[str, Any]) -> float:
+    """The prompt side's share of the tokens computed, ``share`` of the first passes, with
+    the tokens computed again after preemptions (:func:`recompute_tokens_per_s`) on the
+    prompt side, as the steps compute them: a preempted sequence prefills again. The
+    server's prompt counter counts a prompt once, when its first token comes out: a stage
+    whose steps recomputed preempted prompts while no first token fell in it read 0% (the
+    traces: 99.9%)."""
+    again = recompute_tokens_per_s(row)
+    prompt, output = server_token_rates(row)
+    if not prompt + output > 0:  # the client's completions per second instead
+        qps = _f(row, "qps")
+        prompt, output = computed_prompt_tokens(row) * qps, _f(row, "output_tokens_avg") * qps
+    if not (again > 0 and prompt >= 0 and output >= 0 and 0 <= share <= 1):
+        return share
+    return (prompt + again) / (prompt + again + output)
 
 
 def found_again_per_s(row: Mapping[str, Any]) -> float:

@@ -104,6 +104,12 @@ class Thresholds:
     # (a real vLLM with a 32-token budget: 14 steps, read as a limit of 5 where it was 8)
     plateau_prefill_steps: float = 4.0
     prefill_saturated: float = 0.85  # prompts' compute time share: a flat batch is theirs
+    # computed prompt tokens per request / --max-num-batched-tokens at or above: a prompt's
+    # chunks fill its steps' budget, so in the prompt steps the budget holds the queue, not the
+    # KV cache (six fitting seeds of bench/verdict_accuracy.py: the traces' token budget held
+    # the queue longer than the KV cache in 6 of the 7 compute-bound stages at or above 0.9, in
+    # 4 of 29 below it; the stages read as `kv_capacity_admission` before 2026-12-04)
+    budget_prompt_fill: float = 0.9
     # the share of the step time in steps that compute sets (report/diagnosis/resources.py) at
     # or above: compute-bound steps, the ground truth's own line (sim/labels.py). It was 0.48
     # from 2026-12-02 to 2026-12-03, while the share counted the FLOPs' time alone and read

@@ -356,12 +356,17 @@ def _resources_text(ctx: Context) -> str:
     if math.isnan(mfu + mbu):
         return ""
     share = ctx.v("prefill_token_share")
+    again = (
+        ", prompts recomputed after preemptions included"
+        if (recompute_tokens_per_s(ctx.row) > 0)
+        else ""
+    )
     return (
         f"resource model {ctx.where}: MFU {pct(mfu)}, MBU {pct(mbu)}; compute sets "
         f"~{pct(ctx.v('compute_time_share'))} of the busy time -> steps "
         f"{ctx.row.get('step_bound')}-bound; prompt tokens {pct(share)} of tokens computed "
         f"({num(ctx.v('input_tokens_avg'), 0)} in / {num(ctx.v('output_tokens_avg'), 0)} out"
-        f"{_cache_text(ctx)})"
+        f"{_cache_text(ctx)}{again})"
     )
 
 
@@ -474,6 +479,7 @@ def _cut_off_text(ctx: Context) -> str:
         "batch_mean_fill",
         "saturated_kv",
         "prefill_saturated",
+        "budget_prompt_fill",
         *_STEP_READS,
     ),
 )
@@ -772,16 +778,30 @@ def _admission_blocker(ctx: Context) -> tuple[str, str]:
 
 def _prompt_compute_text(ctx: Context) -> str:
     """Evidence that prompts queue for prefill compute where the KV cache binds beside it, or
-    "": a token budget is set and prompts' compute fills ``prefill_saturated`` of the busy
-    time, so every step is as long as its prompt chunks and more KV space admits nothing
-    sooner (the mean TPOT under-counts the tokens of the long, budget-filled steps, so the
-    ``budget_fill`` test can miss it)."""
-    if not is_num(ctx.server.get("max_num_batched_tokens")) or not _prompt_saturated(ctx):
+    "": a token budget is set, the steps are compute-bound on prompts, and either prompts'
+    compute fills ``prefill_saturated`` of the busy time (every step is as long as its prompt
+    chunks and more KV space admits nothing sooner; the mean TPOT under-counts the tokens of
+    the long, budget-filled steps, so the ``budget_fill`` test can miss it) or one prompt's
+    computed tokens come to ``budget_prompt_fill`` of the budget (its chunks fill the budget of
+    the steps that compute it, so in those long steps the budget holds the queue)."""
+    budget = ctx.server.get("max_num_batched_tokens")
+    if not is_num(budget):
+        return ""
+    th = ctx.thresholds
+    if _prompt_saturated(ctx):
+        return (
+            f"{_resources_text(ctx)}; prompts' compute sets "
+            f"{pct(ctx.v('compute_time_share'))} of the busy time (>= "
+            f"{pct(th.prefill_saturated)}): prompts queue for prefill compute, not for KV space"
+        )
+    prompt = computed_prompt_tokens(ctx.row)
+    if not (_step_cause(ctx) in _PREFILL and prompt >= th.budget_prompt_fill * budget):
         return ""
     return (
-        f"{_resources_text(ctx)}; prompts' compute sets {pct(ctx.v('compute_time_share'))} of "
-        f"the busy time (>= {pct(ctx.thresholds.prefill_saturated)}): prompts queue for "
-        "prefill compute, not for KV space"
+        f"{_resources_text(ctx)}; a prompt computes {num(prompt, 0)} tokens on average, "
+        f"{pct(prompt / budget)} of the {num(budget)}-token budget (--max-num-batched-tokens): "
+        "its chunks fill the budget of the steps that compute it, so prompts queue for prefill "
+        "compute, not for KV space"
     )
 
 
@@ -870,7 +890,9 @@ def _budget_cause(ctx: Context) -> str:
     "plateau read off the running gauge when prompts' compute fills "
     "`prefill_saturated` of the busy time, unless the server said requests waited for capacity, "
     "as vLLM's waiting-by-reason gauge does); the step bound's prefill cause again when a token "
-    "budget is set and prompts' compute fills `prefill_saturated` of the busy time; "
+    "budget is set and prompts' compute fills `prefill_saturated` of the busy time, or a "
+    "prompt's computed tokens come to `budget_prompt_fill` of the budget under a prefill step "
+    "cause; "
     "`kv_capacity_admission` when the KV cache peaked "
     "at `saturated_kv` (or within one sequence of full) or preempted; else, with no KV "
     "signal, a batch that stays at one plateau (`slot_fill`) while load grows. A batch limit "
@@ -891,6 +913,7 @@ def _budget_cause(ctx: Context) -> str:
         "batch_mean_fill",
         "saturated_kv",
         "prefill_saturated",
+        "budget_prompt_fill",
         *_STEP_READS,
         "plateau_prefill_steps",
     ),
