@@ -348,7 +348,8 @@ DUMPED: tuple[str, ...] = (
     "compute_time_share", "memory_time_share", "host_time_share", "prompt_step_share",
     "first_token_step_share", "step_bound", "decode_step_bound", "mfu", "mbu",
     "input_tokens_avg", "cached_tokens_avg", "output_tokens_avg", "served_ttft_avg_s",
-    "served_decode_avg_s", "running", "running_busy", "waiting", "kv_cache_usage_max",
+    "served_decode_avg_s", "served_tpot_avg_s", "running", "running_busy", "waiting",
+    "kv_cache_usage_max",
 )  # fmt: skip
 
 

@@ -1,8 +1,9 @@
-"""docs/report.md's cases of the verdict benchmark, run as written: two of the host's time
+"""docs/report.md's cases of the verdict benchmark, run as written: three of the host's time
 against the memory term (a 70B over 8 GPUs whose host time outlasts its memory term; Mixtral
-at light load whose memory term is four times the host's: the row's shares stand as the
-trace's do) and one of prompts filling the token budget beside a full KV cache (the trace
-waited longer for the budget); the verdict names the trace's label in each."""
+at light load whose memory term is four times the host's; an open-loop stage priced at the
+pace of the steps in its window: the row's shares stand as the trace's do) and one of prompts
+filling the token budget beside a full KV cache (the trace waited longer for the budget); the
+verdict names the trace's label in each."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ CASES = {
     # the command as docs/report.md shows it: the trace's label
     ".venv/bin/python bench/verdict_case.py --seed 8101 --case 35 --stages 1": "host_overhead",
     ".venv/bin/python bench/verdict_case.py --seed 9201 --case 54 --stages 0": (
+        "bandwidth_bound_decode"
+    ),
+    # open loop: the stage's own requests decode in the next stage's steps; the window's pace
+    ".venv/bin/python bench/verdict_case.py --seed 251838 --case 66 --stages 1": (
         "bandwidth_bound_decode"
     ),
 }

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from locust_llm.report.tables import SERVED_MIN, served_phases  # noqa: E402
+from locust_llm.report.tables import SERVED_MIN, served_phases, served_tpot  # noqa: E402
 
 #: docs/report.md's case: 16 prompts/s of 4,096 tokens into a server whose prompts' compute
 #: fills the steps (mixtral-8x7b on an H200), the queue growing through the stage.
@@ -40,6 +40,14 @@ def test_served_means_take_first_tokens_and_finishes_inside_the_window() -> None
     # none finished in the window: the decode of those whose first token fell in it
     late = first + 10.0
     assert served_phases(first, late, ttft, 1.0, 6.0) == pytest.approx((12.0, 10.0))
+
+
+def test_the_served_tpot_is_of_the_requests_that_finished_in_the_window() -> None:
+    end = np.r_[1.0, 2.0, 3.0, 4.0, 5.0, 6.5, 7.0]
+    tpot = np.r_[0.01, 0.02, 0.03, 0.04, np.nan, 0.06, 0.5]  # one answer of one token: NaN
+    assert math.isnan(served_tpot(end, tpot, 1.0, 6.0))  # four with a TPOT: under SERVED_MIN
+    assert served_tpot(end, tpot, 1.0, 7.0) == pytest.approx(0.032)  # 1.0 .. 6.5 s
+    assert math.isnan(served_tpot(end, tpot, 8.0, 9.0))
 
 
 def test_the_documented_case_reads_the_window_as_the_trace_does() -> None:

@@ -89,6 +89,7 @@ COLUMNS: tuple[str, ...] = (
     "first_token_step_share",
     "served_ttft_avg_s",
     "served_decode_avg_s",
+    "served_tpot_avg_s",
     "error_rate",
     *(f"error_rate_{k}" for k in FAILURE_KINDS),
     "goodput_rps",
@@ -320,6 +321,15 @@ def served_phases(
     ended = (end_wall_s >= lo) & (end_wall_s < hi)
     pick = ended if ended.any() else first
     return _mean(ttft_s[first]), _mean(decode[pick])
+
+
+def served_tpot(end_wall_s: np.ndarray, tpot_s: np.ndarray, lo: float, hi: float) -> float:
+    """Mean TPOT of the requests that finished in ``[lo, hi)`` (arrays of successful requests,
+    in any stage): the pace of the steps the server ran in the window, where a stage row's own
+    TPOT is of the requests sent in it, which may decode in the next stage's steps. NaN where
+    fewer than :data:`SERVED_MIN` finished in it with a TPOT."""
+    pick = (end_wall_s >= lo) & (end_wall_s < hi) & np.isfinite(tpot_s)
+    return _mean(tpot_s[pick]) if int(pick.sum()) >= SERVED_MIN else NAN
 
 
 def _open_loop_stats(
@@ -706,6 +716,7 @@ def stage_table(
         row["served_ttft_avg_s"], row["served_decode_avg_s"] = served_phases(
             firsts, finished.end_wall_s, finished.ttft_s, lo, hi
         )
+        row["served_tpot_avg_s"] = served_tpot(finished.end_wall_s, arrays["tpot_s"][ok], lo, hi)
     decompose.decompose(
         rows, tel.series, model, gpu, tp=tp, open_loop=mode == "open", finished=finished
     )

@@ -182,7 +182,7 @@ def resource_row(
             tokens_per_s = server_in + server_out
         peak = gpu.peak_flops(model.weight_bits) * tp  # the work is spread over tp GPUs
         out["mfu"] = tokens_per_s * 2.0 * model.params_per_token() / peak
-        tpot = _f(row, "tpot_avg_s")
+        tpot = step_seconds(row)
         share = NAN
         if batch > 0 and tpot > 0:
             mix = step_mix(row, model, batch, max(1, context), tp)
@@ -321,10 +321,21 @@ def prompts_per_s(row: Mapping[str, Any]) -> float:
     return _f(row, "qps")
 
 
+def step_seconds(row: Mapping[str, Any]) -> float:
+    """A step's mean length in the stage's window: the mean TPOT of the requests that finished
+    in it (``served_tpot_avg_s``), else of the requests sent in it (``tpot_avg_s``). The
+    resource model prices the steps the server ran in the window; the requests sent in a
+    stage may decode in the next one's steps (open loop at 1 request/s of 4k-token prompts:
+    52 ms, the next stage's pace, where the window's steps took 15 ms and the trace's memory
+    term set 60% of them, read 18%)."""
+    served = _f(row, "served_tpot_avg_s")
+    return served if served > 0 else _f(row, "tpot_avg_s")
+
+
 def prompts_per_step(row: Mapping[str, Any]) -> float:
     """Prompts prefilled per step: prompts per second x mean TPOT (one step per decode
     token); 0 when unknown."""
-    per_step = prompts_per_s(row) * _f(row, "tpot_avg_s")
+    per_step = prompts_per_s(row) * step_seconds(row)
     return per_step if math.isfinite(per_step) and per_step > 0 else 0.0
 
 
@@ -481,7 +492,7 @@ def decode_step_seconds_seen(row: Mapping[str, Any]) -> float:
     are not steps), or where ``decode_step_prompt_max`` of the steps or more carry prompt work
     (:func:`prompt_step_share`: the median gap is then a step with prompt work; 16k-token
     prompts on a 70B read a host share of 97% from it)."""
-    tpot, gap = _f(row, "tpot_avg_s"), _f(row, "itl_p50_s")
+    tpot, gap = step_seconds(row), _f(row, "itl_p50_s")
     if not (tpot > 0 and gap >= _TH.decode_step_gap_min * tpot):  # NaN fails the test
         return NAN
     if prompt_step_share(row) >= _TH.decode_step_prompt_max:
@@ -505,7 +516,7 @@ def memory_and_host_shares(
     requests' decoding: users whose prompts arrive together have theirs between their
     decodes, and the mean step less those steps' compute read the host's time as a fraction
     of what it was; else from the mean step (TPOT less the mean device time)."""
-    tpot = _f(row, "tpot_avg_s")
+    tpot = step_seconds(row)
     if not tpot > 0:
         return NAN, NAN
     eff = {"compute_eff": COMPUTE_EFFICIENCY, "bw_eff": BANDWIDTH_EFFICIENCY}
