@@ -169,6 +169,12 @@ def stage_window(row: Any) -> tuple[float, float]:
     return hi - float(row["duration_s"]), hi
 
 
+def sent_in_window(requests: Any, lo: float, hi: float) -> int:
+    """Requests the server saw arrive in ``[lo, hi)`` (the traces' request lines): a stage is
+    judged when at least :data:`MIN_REQUESTS` did."""
+    return sum(1 for r in requests if lo <= float(r.get("arrival") or math.nan) < hi)
+
+
 def stage_truth(engine: RecordingEngine, row: Any) -> Any:
     """The ground truth of a stage row's window, from the engine's recorded traces."""
     lo, hi = stage_window(row)
@@ -378,7 +384,7 @@ def judge(
         # judged: every stage that sent enough requests (the server's arrivals in the window),
         # whatever the verdict says; a verdict that names no resource there is a miss (an
         # abstention), never left out of the denominator
-        sent = sum(1 for r in requests if lo <= float(r.get("arrival") or math.nan) < hi)
+        sent = sent_in_window(requests, lo, hi)
         judged, why = True, ""
         if sent < MIN_REQUESTS:
             judged, why = False, f"{sent} requests sent in the window"

@@ -33,8 +33,8 @@ def test_a_budget_filled_by_prompts_is_named_before_a_full_kv_cache(tmp_path: Pa
     judged = 0
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
         lo, hi = verdict_accuracy.stage_window(row)
-        arrivals = [r for r in engine.requests_seen if lo <= float(r.get("arrival") or -1) < hi]
-        if len(arrivals) < verdict_accuracy.MIN_REQUESTS:
+        sent = verdict_accuracy.sent_in_window(engine.requests_seen, lo, hi)
+        if sent < verdict_accuracy.MIN_REQUESTS:
             continue  # as the benchmark: a stage that sent too few requests is not judged
         truth = verdict_accuracy.stage_truth(engine, row)
         blocked = truth.blocked_by
