@@ -30,6 +30,7 @@ from locust_llm.capacity.measure import (
     warmup_cut,
 )
 from locust_llm.capacity.search import CapacitySearch, SearchSettings
+from locust_llm.capacity.sequential import crossings, look_sizes
 from locust_llm.capacity.slo import PercentileSlo, Slo, parse_slo
 from locust_llm.errors import InputError
 from locust_llm.report.cli import parse_slo as report_parse_slo
@@ -66,6 +67,47 @@ def test_percentile_interval_covers_the_true_quantile_at_its_confidence() -> Non
     assert covered / trials >= 0.92
     few = percentile_interval([1.0, 2.0, 3.0], 99)
     assert few.hi == math.inf and not few.bounded
+
+
+def _decided_at_the_limit(q: float, confidence: float, sizes: list[int], trials: int) -> tuple:
+    """The stop rule's looks, run on the real interval code over independent exponential
+    samples whose true q-quantile is the limit: the share of stages called met, and broken."""
+    rng = random.Random(23)
+    limit = -math.log(1 - q)
+    met = broken = 0
+    for _ in range(trials):
+        values = [rng.expovariate(1.0) for _ in range(sizes[-1])]
+        for n in sizes:
+            iv = percentile_interval(values[:n], q * 100, confidence)
+            if iv.hi <= limit or iv.lo > limit:
+                met += iv.hi <= limit
+                broken += iv.lo > limit
+                break
+    return met / trials, broken / trials
+
+
+def test_a_stage_looked_at_as_it_grows_keeps_its_confidence_over_all_its_looks() -> None:
+    # a stage at its limit, looked at every 5% from 20 to 400 requests: with a 95% interval at
+    # each look the rule decides wrongly far more often than the 2.5% a side it states; at
+    # the rule's per-look confidence it keeps it. The walk's exact crossing chances
+    # (sequential.crossings) agree with the stop rule run on the interval code.
+    rule = StageRule(min_requests=20, max_requests=400)
+    sizes = look_sizes(rule.min_requests, rule.max_requests)
+    trials = 300
+    sd = math.sqrt(0.25 / trials)  # a share's largest standard error
+    per_look = rule.look_confidence(0.9)
+    assert 0.99 < per_look < 0.999
+    for confidence, exact in (
+        (0.95, crossings(0.9, 0.025, sizes)),
+        (per_look, crossings(0.9, (1 - per_look) / 2, sizes)),
+    ):
+        seen = _decided_at_the_limit(0.9, confidence, sizes, trials)
+        assert all(abs(s - e) <= 3 * sd for s, e in zip(seen, exact, strict=True)), (seen, exact)
+    fixed = crossings(0.9, 0.025, sizes)
+    calibrated = crossings(0.9, (1 - per_look) / 2, sizes)
+    assert min(fixed) > 0.1 and max(calibrated) <= 0.025 + 1e-9
+    # one look keeps the confidence as it is
+    assert StageRule(min_requests=20, max_requests=20).look_confidence(0.9) == 0.95
 
 
 @given(st.lists(st.floats(0.001, 100.0), min_size=1, max_size=400), st.sampled_from([50, 90, 99]))

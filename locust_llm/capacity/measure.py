@@ -39,6 +39,7 @@ from locust_llm.capacity.intervals import (
     percentile_interval,
     share_interval,
 )
+from locust_llm.capacity.sequential import look_confidence
 from locust_llm.capacity.slo import PercentileSlo, Slo
 
 MET, BROKEN, UNCLEAR = "met", "broken", "unclear"
@@ -72,6 +73,14 @@ class StageRule:
     #: a screening stage (growing, bisecting: not the confirmation) ends once every percentile
     #: is at most this share of its limit, clearly below the boundary (0 = never)
     screen: float = 0.8
+
+    def look_confidence(self, q: float) -> float:
+        """The confidence of each look's interval for a q-quantile (or a share q, 0 < q < 1)
+        so that the stage's decision over all its looks, from ``min_requests`` to
+        ``max_requests``, keeps ``confidence`` (:mod:`locust_llm.capacity.sequential`)."""
+        if not 0.0 < q < 1.0:
+            return self.confidence
+        return look_confidence(round(q, 6), self.confidence, self.min_requests, self.max_requests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,11 +204,14 @@ def measure(
     load: float,
     stage_start_s: float,
     now_s: float,
-    confidence: float = CONFIDENCE,
+    rule: StageRule | None = None,
     overload: str = "",
     not_before_s: float = 0.0,
 ) -> StageMeasurement:
-    """The stage's readings at ``now_s`` from its samples so far (see the module docstring)."""
+    """The stage's readings at ``now_s`` from its samples so far (see the module docstring),
+    each interval at the confidence of one of the ``rule``'s looks."""
+    rule = rule or StageRule()
+    confidence = rule.confidence
     ordered = sorted(samples, key=lambda s: s.start_s)
     sent = len(ordered)
     ok_ttfts = [s.ttft_s for s in ordered if s.ok and math.isfinite(s.ttft_s)]
@@ -236,7 +248,7 @@ def measure(
     )
     return StageMeasurement(
         load=load,
-        readings=_readings(kept, slo, confidence),
+        readings=_readings(kept, slo, rule),
         kept_from_s=warm_start,
         kept_to_s=settle_by,
         requests=len(kept),
@@ -250,17 +262,22 @@ def measure(
     )
 
 
-def _readings(kept: Sequence[Sample], slo: Slo, confidence: float) -> tuple[Reading, ...]:
-    """The SLO readings of the kept requests (in start order)."""
+def _readings(kept: Sequence[Sample], slo: Slo, rule: StageRule) -> tuple[Reading, ...]:
+    """The SLO readings of the kept requests (in start order), each interval at the confidence
+    of one of the rule's looks at its quantile (a share's limit is its quantile: the count
+    within it is the same binomial walk)."""
     completed = [s for s in kept if s.ok]
-    readings = [_percentile_reading(p, completed, confidence) for p in slo.percentiles]
+    readings = [
+        _percentile_reading(p, completed, rule.look_confidence(p.q / 100.0))
+        for p in slo.percentiles
+    ]
     if slo.errors is not None:
         failed = sum(1 for s in kept if not s.ok)
-        share = share_interval(failed, len(kept), confidence)
+        share = share_interval(failed, len(kept), rule.look_confidence(slo.errors))
         readings.append(_share_reading("errors", "errors", slo.errors, share, at_least=False))
     if slo.goodput is not None:
         good = sum(1 for s in completed if _within(s, slo))
-        share = share_interval(good, len(completed), confidence)
+        share = share_interval(good, len(completed), rule.look_confidence(slo.goodput))
         readings.append(_share_reading("goodput", "goodput", slo.goodput, share, at_least=True))
     return tuple(readings)
 
@@ -268,7 +285,7 @@ def _readings(kept: Sequence[Sample], slo: Slo, confidence: float) -> tuple[Read
 def pool(
     parts: Sequence[tuple[StageMeasurement, Iterable[Sample]]],
     slo: Slo,
-    confidence: float = CONFIDENCE,
+    rule: StageRule | None = None,
 ) -> StageMeasurement:
     """The last part's measurement with its readings taken over the kept requests of every part
     (stages at the same load, each with its own warm-up and settled window): an unclear
@@ -282,7 +299,10 @@ def pool(
         )
     last = parts[-1][0]
     return replace(
-        last, readings=_readings(kept, slo, confidence), requests=len(kept), pooled=len(parts)
+        last,
+        readings=_readings(kept, slo, rule or StageRule()),
+        requests=len(kept),
+        pooled=len(parts),
     )
 
 

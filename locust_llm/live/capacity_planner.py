@@ -33,6 +33,7 @@ from locust_llm.capacity.measure import (
     stop_reason,
 )
 from locust_llm.capacity.search import CONFIRM, GROW, CapacitySearch
+from locust_llm.capacity.sequential import LOOK_GROWTH
 from locust_llm.capacity.slo import Slo
 from locust_llm.metrics import (
     CLIENT_SIDE_KINDS,
@@ -146,7 +147,7 @@ class CapacityPlanner:
         m = measure(
             self.samples[stage], self.slo, load=self.loads[stage],
             stage_start_s=self.base + self.starts[stage], now_s=self.base + now_s,
-            confidence=self.rule.confidence, not_before_s=self.backlog_end.get(stage, 0.0),
+            rule=self.rule, not_before_s=self.backlog_end.get(stage, 0.0),
         )  # fmt: skip
         if not self.closed:
             reason = overload_reason(m, self.loads[stage])
@@ -154,7 +155,7 @@ class CapacityPlanner:
                 m = measure(
                     self.samples[stage], self.slo, load=self.loads[stage],
                     stage_start_s=self.base + self.starts[stage], now_s=self.base + now_s,
-                    confidence=self.rule.confidence, overload=reason,
+                    rule=self.rule, overload=reason,
                     not_before_s=self.backlog_end.get(stage, 0.0),
                 )  # fmt: skip
         return m
@@ -163,7 +164,7 @@ class CapacityPlanner:
         n = len(self.samples[stage])
         if n < self._check_at:
             return False
-        self._check_at = max(n + 1, math.ceil(n * 1.05))
+        self._check_at = max(n + 1, math.ceil(n * LOOK_GROWTH))
         if older_in_flight() and now_s - self.starts[stage] < self.rule.max_duration_s:
             return False  # the server still serves an earlier stage's backlog
         m = self._measure(stage, now_s)
@@ -218,7 +219,7 @@ class CapacityPlanner:
         if not same:
             return m
         parts = [(self.measured[k], self.samples[k]) for k in same]
-        return pool([*parts, (m, self.samples[stage])], self.slo, self.rule.confidence)
+        return pool([*parts, (m, self.samples[stage])], self.slo, self.rule)
 
     def console_answer(self) -> str:
         """What the console says once the search ended: the answer and what it cost."""

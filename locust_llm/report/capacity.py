@@ -1,7 +1,9 @@
 """The capacity search in the report: the answer stated once, with what limits the server there
 (the verdict of the first load that failed), and every stage the search ran with its SLO
 percentiles and their order-statistic intervals (:mod:`locust_llm.capacity.intervals`, the
-module the search judged by), read from the report's own stage windows (warm-up left out).
+module the search judged by, at the confidence of one of the stage's looks as the search used
+it: :mod:`locust_llm.capacity.sequential`), read from the report's own stage windows (warm-up
+left out).
 
 Pure given a built :class:`~locust_llm.report.build.Report`; absent (None) for a run without a
 search (run.json has no ``extra.capacity``).
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from locust_llm.capacity.intervals import percentile_interval
-from locust_llm.capacity.measure import Reading
+from locust_llm.capacity.measure import Reading, StageRule
 from locust_llm.capacity.search import CapacityAnswer, format_reading
 from locust_llm.capacity.slo import parse_slo
 from locust_llm.report.build import Report
@@ -46,6 +48,16 @@ def _stage_of(steps: list[dict[str, Any]], load: float | None) -> int:
     return -1
 
 
+def _rule(settings: dict[str, Any]) -> StageRule:
+    """The stage rule the search ran under, as far as its intervals need it."""
+    default = StageRule()
+    return StageRule(
+        confidence=float(settings.get("confidence", default.confidence)),
+        min_requests=int(settings.get("min_requests", default.min_requests)),
+        max_requests=int(settings.get("max_requests", default.max_requests)),
+    )
+
+
 def capacity_report(report: Report) -> CapacityReport | None:
     """The capacity section's contents, or None when the run did not search."""
     data = report.run.info.extra.get("capacity")
@@ -66,6 +78,7 @@ def capacity_report(report: Report) -> CapacityReport | None:
         "200 users)"
     )
     slo = parse_slo(data.get("slo", ""))
+    rule = _rule(data.get("settings", {}))
     arrays = request_arrays(report.run.requests)
     order = np.argsort(arrays["start_wall_s"], kind="stable")  # in time order: correlation
     ok = arrays["ok"][order]
@@ -78,7 +91,7 @@ def capacity_report(report: Report) -> CapacityReport | None:
         cells = []
         for p in slo.percentiles:
             values = arrays[p.field][order][inside].tolist()
-            iv = percentile_interval(values, p.q, in_order=True)
+            iv = percentile_interval(values, p.q, rule.look_confidence(p.q / 100.0), in_order=True)
             reading = Reading(p.name, p.label, p.limit_s, iv.value, iv.lo, iv.hi, "")
             text = format_reading(reading).removeprefix(p.label + " ") if iv.n else "n/a"
             cells.append(f"{text} (n={iv.n})")
