@@ -18,7 +18,7 @@ indicator of exceeding the empirical quantile, at most ``1 - 10/n``); and from t
 Part 2, the stop rule's looks: a stage at its limit (the true quantile) looked at every 5% of
 its growth from 20 to 2000 samples, ended at the first look whose interval decides it; the
 share called met and broken with a 95% interval at every look and at the stop rule's per-look
-confidence (:mod:`locust_llm.capacity.sequential`). Independent samples: exact (the binomial
+tails (:mod:`locust_llm.capacity.sequential`). Independent samples: exact (the binomial
 walk); the correlated sequences: by simulation, through the shipped interval.
 
 ``python bench/interval_coverage.py [--trials N] [--seed S] [--out FILE]`` prints a markdown
@@ -166,7 +166,7 @@ def _looked(
     draw: Generator,
     truth: float,
     q: float,
-    confidence: float,
+    tails: tuple[float, float],
     sizes: list[int],
     trials: int,
     seed: int,
@@ -176,7 +176,7 @@ def _looked(
     for _ in range(trials):
         values = draw(rng, sizes[-1])
         for n in sizes:
-            iv = percentile_interval(values[:n], q * 100, confidence, in_order=True)
+            iv = percentile_interval(values[:n], q * 100, in_order=True, tails=tails)
             if iv.hi <= truth or iv.lo > truth:
                 met += iv.hi <= truth
                 broken += iv.lo > truth
@@ -189,8 +189,12 @@ def looks(trials: int, seed: int) -> list[str]:
     sizes = look_sizes(rule.min_requests, rule.max_requests)
     rows = [
         f"Looks at {len(sizes)} sizes, {sizes[0]} to {sizes[-1]} samples (every 5%); the stop "
-        "rule's per-look confidence: "
-        + ", ".join(f"P{q * 100:g} {rule.look_confidence(q):.4f}" for q in (0.9, 0.99))
+        "rule's per-look tails (lower, upper): "
+        + ", ".join(
+            f"P{q * 100:g} {lo:.4f}, {hi:.4f}"
+            for q in (0.9, 0.99)
+            for lo, hi in [rule.look_tails(q)]
+        )
         + ".",
         "",
         "| sequence | quantile | per-look interval | wrongly met | wrongly broken | how |",
@@ -198,13 +202,13 @@ def looks(trials: int, seed: int) -> list[str]:
     ]
     for name, (draw, quantile) in SEQUENCES.items():
         for q in (0.9, 0.99):
-            per_look = rule.look_confidence(q)
-            for label, confidence in (("95%", 0.95), (f"{per_look:.2%}", per_look)):
+            lo, hi = rule.look_tails(q)
+            for label, tails in (("95%", (0.025, 0.025)), (f"tails {lo:.4f}, {hi:.4f}", (lo, hi))):
                 if name == "independent":
-                    met, broken = crossings(q, (1 - confidence) / 2, sizes)
+                    met, broken = crossings(q, tails, sizes)
                     how = "exact (binomial walk)"
                 else:
-                    met, broken = _looked(draw, quantile(q), q, confidence, sizes, trials, seed)
+                    met, broken = _looked(draw, quantile(q), q, tails, sizes, trials, seed)
                     how = f"{trials} runs"
                 rows.append(
                     f"| {name} | P{q * 100:g} | {label} | {met:.3f} | {broken:.3f} | {how} |"

@@ -69,7 +69,9 @@ def test_percentile_interval_covers_the_true_quantile_at_its_confidence() -> Non
     assert few.hi == math.inf and not few.bounded
 
 
-def _decided_at_the_limit(q: float, confidence: float, sizes: list[int], trials: int) -> tuple:
+def _decided_at_the_limit(
+    q: float, tails: tuple[float, float], sizes: list[int], trials: int
+) -> tuple[float, float]:
     """The stop rule's looks, run on the real interval code over independent exponential
     samples whose true q-quantile is the limit: the share of stages called met, and broken."""
     rng = random.Random(23)
@@ -78,7 +80,7 @@ def _decided_at_the_limit(q: float, confidence: float, sizes: list[int], trials:
     for _ in range(trials):
         values = [rng.expovariate(1.0) for _ in range(sizes[-1])]
         for n in sizes:
-            iv = percentile_interval(values[:n], q * 100, confidence)
+            iv = percentile_interval(values[:n], q * 100, tails=tails)
             if iv.hi <= limit or iv.lo > limit:
                 met += iv.hi <= limit
                 broken += iv.lo > limit
@@ -89,25 +91,26 @@ def _decided_at_the_limit(q: float, confidence: float, sizes: list[int], trials:
 def test_a_stage_looked_at_as_it_grows_keeps_its_confidence_over_all_its_looks() -> None:
     # a stage at its limit, looked at every 5% from 20 to 400 requests: with a 95% interval at
     # each look the rule decides wrongly far more often than the 2.5% a side it states; at
-    # the rule's per-look confidence it keeps it. The walk's exact crossing chances
+    # the rule's per-look tails it keeps it. The walk's exact crossing chances
     # (sequential.crossings) agree with the stop rule run on the interval code.
     rule = StageRule(min_requests=20, max_requests=400)
     sizes = look_sizes(rule.min_requests, rule.max_requests)
     trials = 300
     sd = math.sqrt(0.25 / trials)  # a share's largest standard error
-    per_look = rule.look_confidence(0.9)
-    assert 0.99 < per_look < 0.999
-    for confidence, exact in (
-        (0.95, crossings(0.9, 0.025, sizes)),
-        (per_look, crossings(0.9, (1 - per_look) / 2, sizes)),
-    ):
-        seen = _decided_at_the_limit(0.9, confidence, sizes, trials)
+    per_look = rule.look_tails(0.9)
+    assert all(0.001 < tail < 0.01 for tail in per_look)
+    for tails in ((0.025, 0.025), per_look):
+        seen = _decided_at_the_limit(0.9, tails, sizes, trials)
+        exact = crossings(0.9, tails, sizes)
         assert all(abs(s - e) <= 3 * sd for s, e in zip(seen, exact, strict=True)), (seen, exact)
-    fixed = crossings(0.9, 0.025, sizes)
-    calibrated = crossings(0.9, (1 - per_look) / 2, sizes)
-    assert min(fixed) > 0.1 and max(calibrated) <= 0.025 + 1e-9
+    assert min(crossings(0.9, (0.025, 0.025), sizes)) > 0.1
+    assert max(crossings(0.9, per_look, sizes)) <= 0.025 + 1e-9
+    # a P99's upper side cannot decide before 368 samples: fewer looks share its budget
+    lower, upper = StageRule().look_tails(0.99)
+    assert upper > 1.5 * lower
     # one look keeps the confidence as it is
-    assert StageRule(min_requests=20, max_requests=20).look_confidence(0.9) == 0.95
+    one = StageRule(min_requests=20, max_requests=20).look_tails(0.9)
+    assert one == pytest.approx((0.025, 0.025))
 
 
 @given(st.lists(st.floats(0.001, 100.0), min_size=1, max_size=400), st.sampled_from([50, 90, 99]))

@@ -144,10 +144,10 @@ def test_a_p99_search_fails_loads_early_and_proves_its_answer_by_the_interval(
     assert (cap["capacity"], cap["above"]) == (SLOTS, SLOTS + 1)
     # the loads past the slots fail on evidence (the P99 interval's bottom above the limit)
     # long before a P99 could be shown met (its top needs hundreds of settled requests: at
-    # the confidence of one of the stage's looks, no sample above the limit in `fewest`)
-    tail = (1 - StageRule().look_confidence(0.99)) / 2
-    fewest = math.ceil(math.log(tail) / math.log(0.99))
-    assert 480 <= fewest <= 600  # 368 for a single look at 95%
+    # the upper tail of one of the stage's looks, no sample above the limit in `fewest`)
+    _, upper = StageRule().look_tails(0.99)
+    fewest = math.ceil(math.log(upper) / math.log(0.99))
+    assert 450 <= fewest <= 600  # 368 for a single look at 95%
     over = [s for s in cap["steps"] if s["load"] > SLOTS]
     assert over and all(not s["passes"] and s["state"] == "broken" for s in over)
     assert all(s["ended_by"] == "decided" and s["requests"] < 150 for s in over)

@@ -24,5 +24,5 @@ def test_the_coverage_bench_runs_and_counts_every_trial(tmp_path: Path) -> None:
     one_look = [line for line in text.splitlines() if line.startswith("| ") and "| 200 |" in line]
     assert len(one_look) == 5 * 2 * 4  # sequences x quantiles x intervals
     sizes = look_sizes(20, 2000)
-    met, broken = crossings(0.9, 0.025, sizes)
+    met, broken = crossings(0.9, (0.025, 0.025), sizes)
     assert f"| independent | P90 | 95% | {met:.3f} | {broken:.3f} | exact (binomial walk) |" in text

@@ -51,33 +51,47 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     return min(total, 1.0)
 
 
+#: the chance a side of an interval may miss: ``(lower, upper)``. Equal for a fixed-size
+#: sample; a stage looked at as it grows spends each side's on its own (capacity/sequential.py)
+Tails = tuple[float, float]
+
+
+def equal_tails(confidence: float) -> Tails:
+    """Both sides' tails of an equal-tailed interval at ``confidence``."""
+    tail = (1.0 - confidence) / 2.0
+    return tail, tail
+
+
 @functools.lru_cache(maxsize=4096)
-def rank_interval(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int, int]:
+def rank_interval(
+    n: int, q: float, confidence: float = CONFIDENCE, tails: Tails | None = None
+) -> tuple[int, int]:
     """1-based ranks ``(r, s)`` of the order statistics bounding the q-quantile (0 < q < 1)
-    with at least ``confidence``; ``r = 0``: no lower bound, ``s = n + 1``: no upper bound."""
+    with at least ``confidence`` (or the given ``tails``, lower and upper, instead);
+    ``r = 0``: no lower bound, ``s = n + 1``: no upper bound."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"quantile must be in (0, 1), got {q}")
     if n <= 0:
         return 0, 1
-    tail = (1.0 - confidence) / 2.0
-    # lower: the largest r (0..n) with P(B <= r - 1) <= tail
+    lower, upper = tails if tails is not None else equal_tails(confidence)
 
     def F(k: int) -> float:
         return binomial_cdf(k, n, q)
 
+    # lower: the largest r (0..n) with P(B <= r - 1) <= the lower tail
     lo_k, hi_k = 0, n  # bisect the monotone CDF for r
     while lo_k < hi_k:
         mid = (lo_k + hi_k + 1) // 2
-        if F(mid - 1) <= tail:
+        if F(mid - 1) <= lower:
             lo_k = mid
         else:
             hi_k = mid - 1
     r = lo_k
-    # upper: the smallest s (1..n+1) with P(B >= s) = 1 - F(s - 1) <= tail
+    # upper: the smallest s (1..n+1) with P(B >= s) = 1 - F(s - 1) <= the upper tail
     lo_k, hi_k = 1, n + 1
     while lo_k < hi_k:
         mid = (lo_k + hi_k) // 2
-        if 1.0 - F(mid - 1) <= tail:
+        if 1.0 - F(mid - 1) <= upper:
             hi_k = mid
         else:
             lo_k = mid + 1
@@ -145,14 +159,22 @@ def effective_size(values: Sequence[float]) -> float:
 
 
 def percentile_interval(
-    values: Sequence[float], q: float, confidence: float = CONFIDENCE, *, in_order: bool = False
+    values: Sequence[float],
+    q: float,
+    confidence: float = CONFIDENCE,
+    *,
+    in_order: bool = False,
+    tails: Tails | None = None,
 ) -> PercentileInterval:
-    """The ``q``-th percentile (0 < q < 100) of the finite ``values`` with its interval.
+    """The ``q``-th percentile (0 < q < 100) of the finite ``values`` with its interval
+    (equal-tailed at ``confidence``, or with the given lower and upper ``tails``).
 
     ``in_order``: the values are in time order (requests by start) and may be correlated (a
     queue makes consecutive latencies alike): the ranks are those of the effective sample size
     (:func:`effective_size`), mapped back onto the sample, so the interval is wider.
     """
+    if tails is not None:
+        confidence = 1.0 - sum(tails)
     finite = [v for v in values if math.isfinite(v)]
     data = sorted(finite)
     n = len(data)
@@ -161,11 +183,11 @@ def percentile_interval(
     n_eff = effective_size(finite) if in_order else float(n)
     if n_eff < n:
         m = max(1, int(n_eff))
-        r_e, s_e = rank_interval(m, q / 100.0, confidence)
+        r_e, s_e = rank_interval(m, q / 100.0, confidence, tails)
         r = math.floor(r_e * n / m) if r_e >= 1 else 0
         s = min(math.ceil(s_e * n / m), n) if s_e <= m else n + 1
     else:
-        r, s = rank_interval(n, q / 100.0, confidence)
+        r, s = rank_interval(n, q / 100.0, confidence, tails)
     lo = data[r - 1] if r >= 1 else 0.0
     hi = data[s - 1] if s <= n else math.inf
     value = _linear(data, q)

@@ -36,10 +36,12 @@ from typing import NamedTuple
 from locust_llm.capacity.intervals import (
     CONFIDENCE,
     ShareInterval,
+    Tails,
+    equal_tails,
     percentile_interval,
     share_interval,
 )
-from locust_llm.capacity.sequential import look_confidence
+from locust_llm.capacity.sequential import look_tails
 from locust_llm.capacity.slo import PercentileSlo, Slo
 
 MET, BROKEN, UNCLEAR = "met", "broken", "unclear"
@@ -74,13 +76,18 @@ class StageRule:
     #: is at most this share of its limit, clearly below the boundary (0 = never)
     screen: float = 0.8
 
-    def look_confidence(self, q: float) -> float:
-        """The confidence of each look's interval for a q-quantile (or a share q, 0 < q < 1)
-        so that the stage's decision over all its looks, from ``min_requests`` to
-        ``max_requests``, keeps ``confidence`` (:mod:`locust_llm.capacity.sequential`)."""
+    def look_tails(self, q: float) -> Tails:
+        """Each look's lower and upper tails for a q-quantile (0 < q < 1) so that the stage's
+        decision over all its looks, from ``min_requests`` to ``max_requests``, keeps
+        ``confidence`` on each side (:mod:`locust_llm.capacity.sequential`)."""
         if not 0.0 < q < 1.0:
-            return self.confidence
-        return look_confidence(round(q, 6), self.confidence, self.min_requests, self.max_requests)
+            return equal_tails(self.confidence)
+        return look_tails(round(q, 6), self.confidence, self.min_requests, self.max_requests)
+
+    def look_share_confidence(self, limit: float) -> float:
+        """A share's (Wilson) interval at a look: the narrower of the two tails of its limit
+        taken as the quantile (the count within it is the same binomial walk), on both sides."""
+        return 1.0 - 2.0 * min(self.look_tails(limit))
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +216,7 @@ def measure(
     not_before_s: float = 0.0,
 ) -> StageMeasurement:
     """The stage's readings at ``now_s`` from its samples so far (see the module docstring),
-    each interval at the confidence of one of the ``rule``'s looks."""
+    each interval at the tails of one of the ``rule``'s looks."""
     rule = rule or StageRule()
     confidence = rule.confidence
     ordered = sorted(samples, key=lambda s: s.start_s)
@@ -263,21 +270,20 @@ def measure(
 
 
 def _readings(kept: Sequence[Sample], slo: Slo, rule: StageRule) -> tuple[Reading, ...]:
-    """The SLO readings of the kept requests (in start order), each interval at the confidence
-    of one of the rule's looks at its quantile (a share's limit is its quantile: the count
-    within it is the same binomial walk)."""
+    """The SLO readings of the kept requests (in start order), each interval at the tails of
+    one of the rule's looks at its quantile (a share's limit is its quantile: the count within
+    it is the same binomial walk)."""
     completed = [s for s in kept if s.ok]
     readings = [
-        _percentile_reading(p, completed, rule.look_confidence(p.q / 100.0))
-        for p in slo.percentiles
+        _percentile_reading(p, completed, rule.look_tails(p.q / 100.0)) for p in slo.percentiles
     ]
     if slo.errors is not None:
         failed = sum(1 for s in kept if not s.ok)
-        share = share_interval(failed, len(kept), rule.look_confidence(slo.errors))
+        share = share_interval(failed, len(kept), rule.look_share_confidence(slo.errors))
         readings.append(_share_reading("errors", "errors", slo.errors, share, at_least=False))
     if slo.goodput is not None:
         good = sum(1 for s in completed if _within(s, slo))
-        share = share_interval(good, len(completed), rule.look_confidence(slo.goodput))
+        share = share_interval(good, len(completed), rule.look_share_confidence(slo.goodput))
         readings.append(_share_reading("goodput", "goodput", slo.goodput, share, at_least=True))
     return tuple(readings)
 
@@ -313,9 +319,9 @@ def _within(s: Sample, slo: Slo) -> bool:
     return True
 
 
-def _percentile_reading(p: PercentileSlo, completed: list[Sample], confidence: float) -> Reading:
+def _percentile_reading(p: PercentileSlo, completed: list[Sample], tails: Tails) -> Reading:
     values = [getattr(s, p.field) for s in completed]  # in start order
-    iv = percentile_interval(values, p.q, confidence, in_order=True)
+    iv = percentile_interval(values, p.q, in_order=True, tails=tails)
     if iv.n == 0:
         state = UNCLEAR
     elif iv.hi <= p.limit_s:

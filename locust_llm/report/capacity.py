@@ -1,7 +1,7 @@
 """The capacity search in the report: the answer stated once, with what limits the server there
 (the verdict of the first load that failed), and every stage the search ran with its SLO
 percentiles and their order-statistic intervals (:mod:`locust_llm.capacity.intervals`, the
-module the search judged by, at the confidence of one of the stage's looks as the search used
+module the search judged by, at the tails of one of the stage's looks as the search used
 it: :mod:`locust_llm.capacity.sequential`), read from the report's own stage windows (warm-up
 left out).
 
@@ -91,7 +91,7 @@ def capacity_report(report: Report) -> CapacityReport | None:
         cells = []
         for p in slo.percentiles:
             values = arrays[p.field][order][inside].tolist()
-            iv = percentile_interval(values, p.q, rule.look_confidence(p.q / 100.0), in_order=True)
+            iv = percentile_interval(values, p.q, in_order=True, tails=rule.look_tails(p.q / 100.0))
             reading = Reading(p.name, p.label, p.limit_s, iv.value, iv.lo, iv.hi, "")
             text = format_reading(reading).removeprefix(p.label + " ") if iv.n else "n/a"
             cells.append(f"{text} (n={iv.n})")
