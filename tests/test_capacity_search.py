@@ -113,6 +113,19 @@ def test_a_stage_looked_at_as_it_grows_keeps_its_confidence_over_all_its_looks()
     assert one == pytest.approx((0.025, 0.025))
 
 
+def test_a_steering_stage_leaves_room_for_its_percentile_to_be_bounded() -> None:
+    # a steering stage stops at its cap; one with a P99 objective must be able to show it met
+    # before then (a top at a look's upper tail), with room for the warm-up and the settling
+    rule = StageRule()
+    tails = rule.look_tails(0.99)
+    fewest = next(n for n in range(1, 2000) if rank_interval(n, 0.99, tails=tails)[1] <= n)
+    assert fewest > 368  # one 95% look's, which the default cap of 500 was sized for
+    p99 = rule.steering(parse_slo("ttft_p99=1s,errors=1%"))
+    assert p99.probe_max_requests >= 1.3 * fewest > rule.probe_max_requests
+    assert rule.steering(parse_slo("ttft_p90=1s")).probe_max_requests == rule.probe_max_requests
+    assert rule.steering(parse_slo("e2e_p99.9=1s")).probe_max_requests == rule.max_requests
+
+
 @given(st.lists(st.floats(0.001, 100.0), min_size=1, max_size=400), st.sampled_from([50, 90, 99]))
 @settings(max_examples=60, deadline=None)
 def test_a_percentile_lies_within_its_interval(values: list[float], q: float) -> None:

@@ -47,6 +47,10 @@ from locust_llm.capacity.slo import PercentileSlo, Slo
 MET, BROKEN, UNCLEAR = "met", "broken", "unclear"
 #: how many time caps a confirmation may run while a percentile has no upper bound yet
 CONFIRM_TIME_CAPS = 4
+#: a steering stage's request cap over the fewest samples that can bound its highest
+#: percentile from above at a look: room for the warm-up and the requests not yet settled (the
+#: default cap, 500, is this times a P99's 368 at a single 95% look)
+PROBE_ROOM = 1.36
 
 
 class Sample(NamedTuple):
@@ -83,6 +87,18 @@ class StageRule:
         if not 0.0 < q < 1.0:
             return equal_tails(self.confidence)
         return look_tails(round(q, 6), self.confidence, self.min_requests, self.max_requests)
+
+    def steering(self, slo: Slo) -> StageRule:
+        """This rule with its steering stages' cap (``probe_max_requests``) raised where a
+        percentile objective could not be bounded from above within it at a look's tail (a
+        P99: 490 samples at the default looks, so 667 requests)."""
+        fewest = [
+            math.ceil(math.log(self.look_tails(p.q / 100.0)[1]) / math.log(p.q / 100.0))
+            for p in slo.percentiles
+            if 0.0 < p.q < 100.0
+        ]
+        cap = max([self.probe_max_requests, *(math.ceil(PROBE_ROOM * n) for n in fewest)])
+        return replace(self, probe_max_requests=min(cap, self.max_requests))
 
     def look_share_confidence(self, limit: float) -> float:
         """A share's (Wilson) interval at a look: the narrower of the two tails of its limit

@@ -86,7 +86,7 @@ class CapacityPlanner:
     ) -> None:
         self.search = search
         self.slo = slo
-        self.rule = rule
+        self.rule = rule.steering(slo)
         self.base = base_wall_s
         self.closed = search.settings.closed
         self.samples: dict[int, list[Sample]] = defaultdict(list)
