@@ -11,7 +11,8 @@ flag                        meaning                                         defa
 ``--capacity-factor``       growth factor between loads                     2
 ``--capacity-resolution``   bracket width at which the search stops         10%
 ``--stage-ci-width``        an undecided percentile is measured when its    25%
-                            interval is this wide (relative to its value)
+                            one-look interval is this wide (relative to its
+                            value)
 ``--stage-min-requests``    settled requests before a stage may end         20
 ``--stage-max-requests``    requests cap of one stage                       2000
 ``--stage-max-duration``    time cap of one stage                           300s

@@ -22,8 +22,9 @@ A stage is measured from its :class:`Sample` s (one per request it sent, in any 
 
 :func:`stop_reason` ends a stage when one SLO is broken; else, while the TTFT is not drifting
 up (the later half's median interval above the earlier half's), when every percentile SLO is
-decided or every undecided one's interval is within :attr:`StageRule.width` of its value, or at the
-stage's time or request cap; an unclear stage is then judged by its point estimates and says so.
+decided or every undecided one's precision (its one-look interval) is within
+:attr:`StageRule.width`, or at the stage's time or request cap; an unclear stage is then
+judged by its point estimates and says so.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class Sample(NamedTuple):
 class StageRule:
     """When a stage has run long enough (see :func:`stop_reason`)."""
 
-    width: float = 0.25  # an undecided percentile is measured when (hi - lo) / value <= this
+    #: an undecided percentile is measured when its precision, (hi - lo) / value of its interval
+    #: at ``confidence`` (one look's: a precision reached, not a decision), is within this
+    width: float = 0.25
     min_requests: int = 20  # settled requests before any decision
     max_requests: int = 2000  # the request cap of a stage (all its samples)
     #: the request cap of a stage that only steers the search (growing, bisecting): one still
@@ -119,6 +122,9 @@ class Reading:
     state: str  # met | broken | unclear
     unit: str = "s"  # s | share
     at_least: bool = False  # goodput: the value must reach the limit
+    #: a percentile's precision: its equal-tailed interval at the rule's confidence (one look's,
+    #: not the looks' wider one), (hi - lo) / value; NaN for a share
+    precision: float = math.nan
 
     @property
     def passes(self) -> bool:
@@ -291,7 +297,8 @@ def _readings(kept: Sequence[Sample], slo: Slo, rule: StageRule) -> tuple[Readin
     it is the same binomial walk)."""
     completed = [s for s in kept if s.ok]
     readings = [
-        _percentile_reading(p, completed, rule.look_tails(p.q / 100.0)) for p in slo.percentiles
+        _percentile_reading(p, completed, rule.look_tails(p.q / 100.0), rule.confidence)
+        for p in slo.percentiles
     ]
     if slo.errors is not None:
         failed = sum(1 for s in kept if not s.ok)
@@ -335,7 +342,9 @@ def _within(s: Sample, slo: Slo) -> bool:
     return True
 
 
-def _percentile_reading(p: PercentileSlo, completed: list[Sample], tails: Tails) -> Reading:
+def _percentile_reading(
+    p: PercentileSlo, completed: list[Sample], tails: Tails, confidence: float
+) -> Reading:
     values = [getattr(s, p.field) for s in completed]  # in start order
     iv = percentile_interval(values, p.q, in_order=True, tails=tails)
     if iv.n == 0:
@@ -346,7 +355,8 @@ def _percentile_reading(p: PercentileSlo, completed: list[Sample], tails: Tails)
         state = BROKEN
     else:
         state = UNCLEAR
-    return Reading(p.name, p.label, p.limit_s, iv.value, iv.lo, iv.hi, state)
+    precision = percentile_interval(values, p.q, confidence, in_order=True).relative_width
+    return Reading(p.name, p.label, p.limit_s, iv.value, iv.lo, iv.hi, state, precision=precision)
 
 
 def _share_reading(
@@ -406,6 +416,6 @@ def stop_reason(
         return "decided"
     if screening and clearly_below(m, rule.screen):
         return "screened"
-    if all(r.value > 0 and (r.hi - r.lo) / r.value <= rule.width for r in undecided):
+    if all(r.precision <= rule.width for r in undecided):
         return "measured"
     return ""
