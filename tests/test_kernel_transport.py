@@ -474,3 +474,17 @@ def test_every_way_out_of_a_first_read_leaves_nothing_waiting() -> None:
         for c in held:
             c.close()
         listener.close()
+
+
+def test_a_clock_pair_read_across_a_pause_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the realtime read between two perf_counter reads: a first bracket of 5 ms (the worker
+    # paused between the reads, which would shift every kernel stamp of the request by it) is
+    # read again, and the tight second one is kept, at its midpoint
+    import locust_llm.client.kernel_transport as kt
+
+    perf = iter([1.0, 1.005, 2.0, 2.000004])
+    realtime = iter([100, 200])
+    monkeypatch.setattr(kt, "perf_counter", lambda: next(perf))
+    monkeypatch.setattr(kt, "_time_ns", lambda: next(realtime))
+    ns, s = kt.clock_pair()
+    assert ns == 200 and s == pytest.approx(2.000002)
