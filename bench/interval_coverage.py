@@ -44,7 +44,7 @@ from locust_llm.capacity.intervals import (
     effective_size,
     lag1_correlation,
     percentile_interval,
-    rank_interval,
+    ranks_at_size,
 )
 from locust_llm.capacity.measure import StageRule
 from locust_llm.capacity.sequential import crossings, look_sizes
@@ -121,16 +121,6 @@ METHODS: dict[str, Callable[[Sequence[float], float], float]] = {
 }
 
 
-def _interval(values: Sequence[float], q: float, size: float) -> tuple[float, float]:
-    """The 95% order-statistic interval at an effective size (as percentile_interval maps it)."""
-    data, n = sorted(values), len(values)
-    m = max(1, int(min(size, n)))
-    r_e, s_e = rank_interval(m, q)
-    r = math.floor(r_e * n / m) if r_e >= 1 else 0
-    s = min(math.ceil(s_e * n / m), n) if s_e <= m else n + 1
-    return (data[r - 1] if r >= 1 else 0.0), (data[s - 1] if s <= n else math.inf)
-
-
 def one_look(trials: int, seed: int) -> list[str]:
     rows = [
         "| sequence | quantile | samples | interval | covers | wrongly met | wrongly broken "
@@ -145,9 +135,10 @@ def one_look(trials: int, seed: int) -> list[str]:
                 tally = {k: [0, 0, 0, []] for k in METHODS}
                 for _ in range(trials):
                     values = draw(rng, n)
+                    ordered = sorted(values)
                     for key, size_of in METHODS.items():
                         size = size_of(values, q)
-                        lo, hi = _interval(values, q, size)
+                        lo, hi = ranks_at_size(ordered, q * 100, size, (0.025, 0.025))
                         t = tally[key]
                         t[0] += lo <= truth <= hi
                         t[1] += hi < truth

@@ -158,6 +158,52 @@ def effective_size(values: Sequence[float]) -> float:
     return max(1.0, n * (1 - rho) / (1 + rho))
 
 
+def ranks_at_size(
+    data: Sequence[float], q: float, size: float, tails: Tails
+) -> tuple[float, float]:
+    """``(lo, hi)`` bounding the ``q``-th percentile (0 < q < 100) of the sorted ``data`` at the
+    lower and upper ``tails``, with the ranks of ``size`` effective samples (at most
+    ``len(data)``) mapped back onto the sample; 0 / inf where it cannot bound a side."""
+    n = len(data)
+    m = max(1, int(min(size, n)))
+    r, s = rank_interval(m, q / 100.0, 1.0 - sum(tails), tails)
+    if m < n:
+        r = math.floor(r * n / m) if r >= 1 else 0
+        s = min(math.ceil(s * n / m), n) if s <= m else n + 1
+    return (data[r - 1] if r >= 1 else 0.0), (data[s - 1] if s <= n else math.inf)
+
+
+def percentile_intervals(
+    values: Sequence[float], q: float, each: Sequence[Tails], *, in_order: bool = False
+) -> list[PercentileInterval]:
+    """The ``q``-th percentile (0 < q < 100) of the finite ``values``, with one interval for
+    each pair of lower and upper tails in ``each``, from one sort and one effective size.
+
+    ``in_order``: the values are in time order (requests by start) and may be correlated (a
+    queue makes consecutive latencies alike): the ranks are those of the effective sample size
+    (:func:`effective_size`), mapped back onto the sample, so the interval is wider.
+    """
+    finite = [v for v in values if math.isfinite(v)]
+    data = sorted(finite)
+    n = len(data)
+    if n == 0:
+        return [
+            PercentileInterval(q, 0, math.nan, math.nan, math.nan, 1.0 - sum(tails))
+            for tails in each
+        ]
+    size = effective_size(finite) if in_order else float(n)
+    value = _linear(data, q)
+    out = []
+    for tails in each:
+        lo, hi = ranks_at_size(data, q, size, tails)
+        # the interpolated estimate can fall just outside the two order statistics (P99 of 2
+        # samples); widening the interval to hold it keeps its coverage
+        out.append(
+            PercentileInterval(q, n, value, min(lo, value), max(hi, value), 1.0 - sum(tails))
+        )
+    return out
+
+
 def percentile_interval(
     values: Sequence[float],
     q: float,
@@ -166,34 +212,11 @@ def percentile_interval(
     in_order: bool = False,
     tails: Tails | None = None,
 ) -> PercentileInterval:
-    """The ``q``-th percentile (0 < q < 100) of the finite ``values`` with its interval
-    (equal-tailed at ``confidence``, or with the given lower and upper ``tails``).
-
-    ``in_order``: the values are in time order (requests by start) and may be correlated (a
-    queue makes consecutive latencies alike): the ranks are those of the effective sample size
-    (:func:`effective_size`), mapped back onto the sample, so the interval is wider.
-    """
-    if tails is not None:
-        confidence = 1.0 - sum(tails)
-    finite = [v for v in values if math.isfinite(v)]
-    data = sorted(finite)
-    n = len(data)
-    if n == 0:
-        return PercentileInterval(q, 0, math.nan, math.nan, math.nan, confidence)
-    n_eff = effective_size(finite) if in_order else float(n)
-    if n_eff < n:
-        m = max(1, int(n_eff))
-        r_e, s_e = rank_interval(m, q / 100.0, confidence, tails)
-        r = math.floor(r_e * n / m) if r_e >= 1 else 0
-        s = min(math.ceil(s_e * n / m), n) if s_e <= m else n + 1
-    else:
-        r, s = rank_interval(n, q / 100.0, confidence, tails)
-    lo = data[r - 1] if r >= 1 else 0.0
-    hi = data[s - 1] if s <= n else math.inf
-    value = _linear(data, q)
-    # the interpolated estimate can fall just outside the two order statistics (P99 of 2
-    # samples); widening the interval to hold it keeps its coverage
-    return PercentileInterval(q, n, value, min(lo, value), max(hi, value), confidence)
+    """The ``q``-th percentile (0 < q < 100) of the finite ``values`` with its interval,
+    equal-tailed at ``confidence`` or with the given lower and upper ``tails``
+    (:func:`percentile_intervals`)."""
+    each = [tails if tails is not None else equal_tails(confidence)]
+    return percentile_intervals(values, q, each, in_order=in_order)[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from locust_llm.capacity.intervals import (
     Tails,
     equal_tails,
     percentile_interval,
+    percentile_intervals,
     share_interval,
 )
 from locust_llm.capacity.sequential import look_tails
@@ -346,7 +347,10 @@ def _percentile_reading(
     p: PercentileSlo, completed: list[Sample], tails: Tails, confidence: float
 ) -> Reading:
     values = [getattr(s, p.field) for s in completed]  # in start order
-    iv = percentile_interval(values, p.q, in_order=True, tails=tails)
+    # the look's interval decides; the one-look interval at ``confidence`` is its precision
+    iv, one_look = percentile_intervals(
+        values, p.q, (tails, equal_tails(confidence)), in_order=True
+    )
     if iv.n == 0:
         state = UNCLEAR
     elif iv.hi <= p.limit_s:
@@ -355,8 +359,10 @@ def _percentile_reading(
         state = BROKEN
     else:
         state = UNCLEAR
-    precision = percentile_interval(values, p.q, confidence, in_order=True).relative_width
-    return Reading(p.name, p.label, p.limit_s, iv.value, iv.lo, iv.hi, state, precision=precision)
+    return Reading(
+        p.name, p.label, p.limit_s, iv.value, iv.lo, iv.hi, state,
+        precision=one_look.relative_width,
+    )  # fmt: skip
 
 
 def _share_reading(
