@@ -3,6 +3,7 @@ real simulator's phase histograms."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -16,12 +17,15 @@ from locust_llm.report.diagnosis.decompose import (
     split_line,
 )
 from locust_llm.report.diagnosis.resources import (
+    BANDWIDTH_EFFICIENCY,
     ServerLimits,
+    prompts_per_mixed_step,
     recompute_tokens_per_s,
     resource_row,
     server_limits,
     with_recompute,
 )
+from locust_llm.roofline.cpu_device import PROBED
 from locust_llm.roofline.floors import attention_flops, get_gpu, get_model
 from locust_llm.telemetry.counters import series_increase
 from locust_llm.telemetry.vocabularies import extract_signals
@@ -135,6 +139,37 @@ def test_resource_model_utilizations_and_binding_limit() -> None:
     assert (out["admission_limit"], out["admission_limit_seqs"]) == ("max-num-seqs", 48.0)
     two = resource_row(row, model, gpu, tp=2)
     assert two["mfu"] == pytest.approx(out["mfu"] / 2)  # the work spread over two GPUs
+
+
+@pytest.mark.parametrize("mean", [1.0, 1.05, 1.68, 4.0, 37.5])
+def test_the_prompts_of_a_step_with_prompt_work_are_a_truncated_poisson_count(mean: float) -> None:
+    counts = prompts_per_mixed_step(mean)
+    assert math.fsum(c for _, c in counts) == pytest.approx(1.0)
+    assert math.fsum(k * c for k, c in counts) == pytest.approx(mean, rel=1e-6)
+    assert all(k >= 1 for k, _ in counts)
+    if mean > 1:  # P(k) / P(k - 1) = rate / k: the Poisson's own ratio
+        (_, c1), (k2, c2) = counts[0], counts[1]
+        rate = c2 / c1 * k2
+        assert rate / -math.expm1(-rate) == pytest.approx(mean, rel=1e-6)
+
+
+def test_a_probed_device_s_figures_are_not_derated_again() -> None:
+    """A device the ``--gpu cpu`` probe measured carries rates this host achieved: its memory
+    term is the weight and KV bytes at that bandwidth, so a decode-only step's memory share is
+    its MBU, and the bandwidth is named only where it is at least half used (issue 26: the
+    suite's llama.cpp stage named at MBU 49.4% read a memory term of 57%)."""
+    model = get_model("mistral-7b")
+    sheet = get_gpu("h100-sxm")
+    probed = dataclasses.replace(sheet, name="cpu", source=f"{PROBED}: numpy copy ...")
+    for tpot in (0.008, 0.0125, 0.02):
+        row = _row(total_tps=500.0, running=4.0, tpot_avg_s=tpot)
+        got, rated = resource_row(row, model, probed), resource_row(row, model, sheet)
+        assert got["mbu"] == pytest.approx(rated["mbu"])
+        # within the few steps that carry a prompt (their terms are priced apart)
+        assert got["memory_time_share"] == pytest.approx(got["mbu"], rel=0.03)
+        derated = rated["mbu"] / BANDWIDTH_EFFICIENCY
+        assert rated["memory_time_share"] == pytest.approx(derated, rel=0.03)
+        assert (got["step_bound"] == "memory") == (got["mbu"] >= 0.5), (tpot, got)
 
 
 def test_server_limits_read_llama_cpp_slots() -> None:

@@ -15,10 +15,11 @@ Pure. From the stage's observed throughput, batch, token mix and the roofline
   FLOPs outlast the batch's bytes (not when the prefix cache served most of the prompt and the
   chunk is a few dozen tokens); a decode-only step is memory-bound (unless its batch is past
   the roofline's ridge) and its few FLOPs do not set its length. So: at the achievable compute
-  efficiency (:data:`COMPUTE_EFFICIENCY`), the FLOP time of the tokens recomputed after
-  preemptions (:func:`recompute_tokens_per_s`), and, where the steps with prompt work are
-  compute-bound, of the prompt tokens and of the decode tokens in the share of steps that
-  carry prompt work (prompts per step = :func:`prompts_per_s` x TPOT, at most 1); all tokens
+  efficiency (:func:`efficiencies`), the FLOP time of the tokens recomputed after
+  preemptions (:func:`recompute_tokens_per_s`), and, in the steps with prompt work that are
+  compute-bound, of their prompt tokens and of the decode tokens in them (prompts per step =
+  :func:`prompts_per_s` x TPOT; the steps with prompt work hold a Poisson count of prompts,
+  and those with enough of them are compute-bound: :class:`StepMix`); all tokens
   when a decode step of the observed batch is compute-bound at the achievable efficiencies;
   over the busy share (``gpu_util``, 1 when unknown). Comparing the stage's mean MFU with its
   mean MBU cannot tell this: mixed steps average out;
@@ -54,6 +55,7 @@ import numpy as np
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import column as _f
+from locust_llm.roofline.cpu_device import PROBED
 from locust_llm.roofline.floors import (
     GpuSpec,
     ModelSpec,
@@ -76,6 +78,19 @@ COMPUTE_EFFICIENCY = 0.7
 
 #: Achievable bandwidth efficiency (the same source): bytes take bytes / (bandwidth x this).
 BANDWIDTH_EFFICIENCY = 0.85
+
+
+def efficiencies(gpu: GpuSpec) -> dict[str, float]:
+    """The achievable compute and bandwidth efficiencies of ``gpu`` (``cost.times`` keywords):
+    a datasheet's peaks at :data:`COMPUTE_EFFICIENCY` and :data:`BANDWIDTH_EFFICIENCY`; a
+    device a probe measured on this host (``--gpu cpu``) at 1, since its figures are rates
+    this host achieved (the best numpy copy and matmul). Derated again, a llama.cpp stage
+    whose weight reads took 49% of the step read a memory term of 57% and was named for the
+    memory bandwidth."""
+    if gpu.source.startswith(PROBED):
+        return {"compute_eff": 1.0, "bw_eff": 1.0}
+    return {"compute_eff": COMPUTE_EFFICIENCY, "bw_eff": BANDWIDTH_EFFICIENCY}
+
 
 COLUMNS: tuple[str, ...] = (
     "mfu",
@@ -185,7 +200,7 @@ def resource_row(
         tpot = step_seconds(row)
         share = NAN
         if batch > 0 and tpot > 0:
-            mix = step_mix(row, model, batch, max(1, context), tp)
+            mix = step_mix(row, model, gpu, batch, max(1, context), tp)
             out["mbu"] = mix.decode.bytes / tpot / gpu.memory_bandwidth_bytes_s
             out["decode_step_bound"] = (
                 "compute" if _compute_bound(mix.decode, gpu, model) else "memory"
@@ -350,15 +365,64 @@ def prompt_step_share(row: Mapping[str, Any]) -> float:
 
 
 @dataclass(frozen=True)
+class StepGroup:
+    """Steps that carry prompt work alike: ``share`` of all the stage's steps, what one of them
+    costs (the decode batch and that group's mean prompts as one chunk), and the share of the
+    prompt tokens computed that they hold."""
+
+    share: float
+    cost: StepCost
+    prompt_tokens: float
+
+
+@dataclass(frozen=True)
 class StepMix:
-    """The stage's steps as two kinds: decode-only steps of the observed batch and, in
-    ``mixed`` of the steps (:func:`prompt_step_share`), the same batch with the prompt tokens
-    that arrive per such step (:func:`prompts_per_step` x the mean computed prompt, over the
-    mixed share) as one chunk."""
+    """The stage's steps: decode-only steps of the observed batch and, in ``mixed`` of the
+    steps (:func:`prompt_step_share`), the same batch with prompt work. The prompts a step with
+    prompt work carries vary about their mean (:func:`prompts_per_step` over the mixed share):
+    ``groups`` holds the steps whose prompts leave them memory-bound and the steps whose
+    prompts make them compute-bound, each at its own mean (:func:`prompts_per_mixed_step`)."""
 
     decode: StepCost
     mixed: float  # share of the steps that carry prompt work, 0..1
-    with_prompts: StepCost | None  # one of those steps; None when no prompt work is known
+    groups: tuple[StepGroup, ...] = ()  # empty when no prompt work is known
+
+
+def prompts_per_mixed_step(mean: float) -> list[tuple[int, float]]:
+    """(k, chance) of a step that carries prompt work holding k prompts, when such steps hold
+    ``mean`` of them on average: prompts that arrive independently fall on a step as a Poisson
+    count, seen only where it is at least one (the zero-truncated Poisson whose mean is
+    ``mean``). Its terms under a chance of 1e-7 are dropped and the rest renormalized; a mean of
+    at most 1 is one prompt a step.
+
+    The spread is what decides a small model's steps: at 0.84 prompts a step (128-token
+    prompts, a 0.5B model, 128 users), one prompt leaves a step memory-bound and two make it
+    compute-bound; the trace had prompt work in 51% of the steps and compute setting 20% of
+    the step time, where one mean chunk of 1.7 prompts in every such step read 54%."""
+    if not mean > 1.0 + 1e-9:
+        return [(1, 1.0)]
+    rate = _truncated_poisson_rate(mean)
+    centre = max(1, round(rate))
+    span = int(8 * math.sqrt(rate)) + 8
+    ks = range(max(1, centre - span), centre + span + 1)
+    log_norm = math.log(-math.expm1(-rate))
+    chances = [(k, math.exp(k * math.log(rate) - rate - math.lgamma(k + 1) - log_norm)) for k in ks]
+    kept = [(k, c) for k, c in chances if c >= 1e-7]
+    total = math.fsum(c for _, c in kept)
+    return [(k, c / total) for k, c in kept]
+
+
+def _truncated_poisson_rate(mean: float) -> float:
+    """The Poisson rate whose count, given at least one, has mean ``mean`` (> 1): the root of
+    rate / (1 - e^-rate) = mean, by bisection (the left side rises with the rate)."""
+    low, high = 0.0, mean
+    for _ in range(60):
+        mid = (low + high) / 2
+        if mid / -math.expm1(-mid) < mean:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
 
 
 def blended_step_cost(
@@ -387,25 +451,58 @@ def blended_step_cost(
 
 
 def step_mix(
-    row: Mapping[str, Any], model: ModelSpec, batch: float, context: int, tp: int = 1
+    row: Mapping[str, Any],
+    model: ModelSpec,
+    gpu: GpuSpec,
+    batch: float,
+    context: int,
+    tp: int = 1,
 ) -> StepMix:
     """The :class:`StepMix` of a stage row whose mean decode batch is ``batch`` sequences at
-    ``context`` tokens (:func:`blended_step_cost`)."""
+    ``context`` tokens (:func:`blended_step_cost`): the steps with prompt work split where
+    their prompts (:func:`prompts_per_mixed_step`, each the mean computed prompt) first make a
+    step compute-bound at the achievable efficiencies (a step's FLOPs grow with its prompts
+    faster than its bytes)."""
     decode = blended_step_cost(model, batch, context, (), tp)
     mixed, computed = prompt_step_share(row), computed_prompt_tokens(row)
     if not (mixed > 0 and computed > 0):
-        return StepMix(decode, 0.0, None)
-    chunk = max(1, round(computed * prompts_per_step(row) / mixed))
-    return StepMix(decode, mixed, blended_step_cost(model, batch, context, [(chunk, 0)], tp))
+        return StepMix(decode, 0.0)
+    mean = max(1.0, prompts_per_step(row) / mixed)
+
+    def cost(prompts: float) -> StepCost:
+        chunk = max(1, round(computed * prompts))
+        return blended_step_cost(model, batch, context, [(chunk, 0)], tp)
+
+    counts = prompts_per_mixed_step(mean)
+    # the first count that makes a step compute-bound (bisection over the counts: monotone)
+    low, high = 0, len(counts)
+    while low < high:
+        mid = (low + high) // 2
+        if _compute_bound(cost(counts[mid][0]), gpu, model):
+            high = mid
+        else:
+            low = mid + 1
+    groups = []
+    for part in (counts[:low], counts[low:]):
+        chance = math.fsum(c for _, c in part)
+        if chance <= 0:
+            continue
+        prompts = math.fsum(k * c for k, c in part)
+        groups.append(
+            StepGroup(
+                mixed * chance,
+                cost(prompts / chance),
+                prompts / math.fsum(k * c for k, c in counts),
+            )
+        )
+    return StepMix(decode, mixed, tuple(groups))
 
 
 def _compute_bound(cost: StepCost | None, gpu: GpuSpec, model: ModelSpec) -> bool:
     """Whether a step's FLOPs outlast its bytes at the achievable efficiencies."""
     if cost is None:
         return False
-    compute_s, memory_s = cost.times(
-        gpu, model.weight_bits, compute_eff=COMPUTE_EFFICIENCY, bw_eff=BANDWIDTH_EFFICIENCY
-    )
+    compute_s, memory_s = cost.times(gpu, model.weight_bits, **efficiencies(gpu))
     return compute_s >= memory_s
 
 
@@ -448,22 +545,33 @@ def compute_time_share(
     prompt_share = prompt_share if 0 <= prompt_share <= 1 else 0.0
     prompt_x, decode_x = attention_factors(row, model)
     steps = compute_step_share(mix, gpu, model)
-    counted = (prompt_share * prompt_x + (1 - prompt_share) * steps * decode_x) if steps else 0.0
+    prompts = (
+        1.0
+        if _compute_bound(mix.decode, gpu, model)
+        else math.fsum(g.prompt_tokens for g in compute_groups(mix, gpu, model))
+    )
+    counted = prompt_share * prompt_x * prompts + (1 - prompt_share) * steps * decode_x
     peak = gpu.peak_flops(model.weight_bits) * tp
     recompute = recompute_tokens_per_s(row) * 2.0 * model.params_per_token() / peak
     busy = _f(row, "gpu_util")
     busy = busy if 0 < busy <= 1 else 1.0
-    share = (mfu * counted + recompute) / COMPUTE_EFFICIENCY / busy
+    share = (mfu * counted + recompute) / efficiencies(gpu)["compute_eff"] / busy
     return min(1.0, share) if math.isfinite(share) else NAN  # min(1.0, nan) would be 1.0
+
+
+def compute_groups(mix: StepMix, gpu: GpuSpec, model: ModelSpec) -> list[StepGroup]:
+    """The groups of steps with prompt work that compute sets (their prompts' FLOPs outlast
+    the batch's bytes)."""
+    return [g for g in mix.groups if _compute_bound(g.cost, gpu, model)]
 
 
 def compute_step_share(mix: StepMix, gpu: GpuSpec, model: ModelSpec) -> float:
     """Share of the steps that compute sets: all when a decode step of the observed batch is
-    past the ridge, the steps with prompt work when their chunk's FLOPs outlast the batch's
-    bytes, else none."""
+    past the ridge, else the steps with prompt work whose prompts' FLOPs outlast the batch's
+    bytes (:class:`StepMix`), else none."""
     if _compute_bound(mix.decode, gpu, model):
         return 1.0
-    return mix.mixed if _compute_bound(mix.with_prompts, gpu, model) else 0.0
+    return math.fsum(g.share for g in compute_groups(mix, gpu, model))
 
 
 def compute_steps_rest(
@@ -475,13 +583,14 @@ def compute_steps_rest(
     share :func:`compute_time_share` counts holds the FLOPs only). Under a large host overhead
     (tensor parallel over 4-8 GPUs: a quarter of the step) the FLOPs alone read compute-bound
     steps as the host's."""
-    steps = compute_step_share(mix, gpu, model)
-    if not (steps > 0 and tpot_s > 0):
+    if not tpot_s > 0:
         return 0.0
-    bound = mix.decode if _compute_bound(mix.decode, gpu, model) else mix.with_prompts
-    comm = bound.comm_s if bound is not None else 0.0
     host = host_share if host_share > 0 else 0.0
-    return steps * (host + comm / tpot_s)
+    if _compute_bound(mix.decode, gpu, model):
+        bound = [(1.0, mix.decode)]
+    else:
+        bound = [(g.share, g.cost) for g in compute_groups(mix, gpu, model)]
+    return math.fsum(share * (host + cost.comm_s / tpot_s) for share, cost in bound)
 
 
 def decode_step_seconds_seen(row: Mapping[str, Any]) -> float:
@@ -519,10 +628,9 @@ def memory_and_host_shares(
     tpot = step_seconds(row)
     if not tpot > 0:
         return NAN, NAN
-    eff = {"compute_eff": COMPUTE_EFFICIENCY, "bw_eff": BANDWIDTH_EFFICIENCY}
-    steps = [(1.0, mix.decode)]  # (share of the steps, what one of them costs)
-    if mix.with_prompts is not None:
-        steps = [(1.0 - mix.mixed, mix.decode), (mix.mixed, mix.with_prompts)]
+    eff = efficiencies(gpu)
+    # (share of the steps, what one of them costs)
+    steps = [(1.0 - mix.mixed, mix.decode), *((g.share, g.cost) for g in mix.groups)]
     memory = device = 0.0
     for share, cost in steps:
         compute_s, memory_s = cost.times(gpu, model.weight_bits, **eff)
