@@ -19,6 +19,7 @@ from locust_llm.report.diagnosis.decompose import (
 from locust_llm.report.diagnosis.resources import (
     BANDWIDTH_EFFICIENCY,
     ServerLimits,
+    attention_factors,
     prompts_per_mixed_step,
     recompute_tokens_per_s,
     resource_row,
@@ -26,7 +27,7 @@ from locust_llm.report.diagnosis.resources import (
     with_recompute,
 )
 from locust_llm.roofline.cpu_device import PROBED
-from locust_llm.roofline.floors import attention_flops, get_gpu, get_model
+from locust_llm.roofline.floors import attention_flops, get_gpu, get_model, step_cost
 from locust_llm.telemetry.counters import series_increase
 from locust_llm.telemetry.vocabularies import extract_signals
 
@@ -153,6 +154,18 @@ def test_the_prompts_of_a_step_with_prompt_work_are_a_truncated_poisson_count(me
         assert rate / -math.expm1(-rate) == pytest.approx(mean, rel=1e-6)
 
 
+@pytest.mark.parametrize("name", ["qwen2.5-0.5b", "llama-3.1-8b"])
+def test_a_prompt_token_s_flops_are_the_roofline_step_s(name: str) -> None:
+    """The compute share prices a prompt token as the roofline's step cost does: attention
+    over half the prompt, the LM head only at the prompt's last position (MFU's 2 x parameters
+    counts the head for every token: 28% of Qwen2.5-0.5B's)."""
+    model = get_model(name)
+    prompt = 1024
+    prompt_x, _ = attention_factors(_row(input_tokens_avg=float(prompt)), model)
+    per_token = step_cost(model, [], [(prompt, 0)]).flops / prompt
+    assert prompt_x * 2.0 * model.params_per_token() == pytest.approx(per_token, rel=1e-6)
+
+
 def test_a_probed_device_s_figures_are_not_derated_again() -> None:
     """A device the ``--gpu cpu`` probe measured carries rates this host achieved: its memory
     term is the weight and KV bytes at that bandwidth, so a decode-only step's memory share is
@@ -228,12 +241,15 @@ def test_compute_time_share_counts_prompt_flops_unless_decode_steps_pass_the_rid
 
     def expected(row: dict, steps: float, busy: float = 1.0) -> float:
         """FLOP time (attention added to MFU's 2 x params: a prompt token attends half its
-        prompt, a decode token the mean context) in the steps compute sets, and the host's time
+        prompt, a decode token the mean context; the LM head left out of a prompt's positions
+        but its last) in the steps compute sets, and the host's time
         of those steps (what the device's terms leave of the mean step; one GPU: no
         all-reduces)."""
         n_in, n_out = row["input_tokens_avg"], row["output_tokens_avg"]
         share = n_in / (n_in + n_out)
-        prompt_x = 1 + attention_flops(model, 1, (n_in + 1) / 2) / dense
+        # the LM head only at a prompt's last position (MFU counts it for every token)
+        head = 2 * model.vocab_size * model.hidden_size * (1 - 1 / n_in)
+        prompt_x = 1 + (attention_flops(model, 1, (n_in + 1) / 2) - head) / dense
         decode_x = 1 + attention_flops(model, 1, n_in + n_out / 2 + 1) / dense
         flops = 0.4 * (share * prompt_x + (1 - share) * steps * decode_x) / 0.7 / busy
         host = resource_row(row, model, gpu)["host_time_share"]

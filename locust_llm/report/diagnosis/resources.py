@@ -509,9 +509,14 @@ def _compute_bound(cost: StepCost | None, gpu: GpuSpec, model: ModelSpec) -> boo
 def attention_factors(row: Mapping[str, Any], model: ModelSpec) -> tuple[float, float]:
     """(prompt, decode) token FLOPs over the ``2 x parameters`` that MFU counts per token: the
     attention a token adds, which grows with its context (a 24k-token prompt's attention adds
-    ~40% to a 8B model's FLOPs). A prompt token attends the cached prefix and, causally, half
-    the computed part on average; a decode token the mean context (prompt + half the
-    output)."""
+    ~40% to a 8B model's FLOPs), and the LM head, which only a sampled position goes through.
+    A prompt token attends the cached prefix and, causally, half the computed part on average,
+    and a prompt's positions but its last never reach the LM head (vLLM computes the logits of
+    the sampled positions alone; :func:`~locust_llm.roofline.floors.step_cost` counts them so);
+    a decode token attends the mean context (prompt + half the output) and is sampled. MFU's
+    ``2 x parameters`` per prompt token counts the head for every one: Qwen2.5-0.5B's head is
+    28% of its parameters, and its prompts' compute read 1.4x the steps' (a host-bound stage
+    read compute-bound)."""
     n_in, n_out = _f(row, "input_tokens_avg"), _f(row, "output_tokens_avg")
     n_in, n_out = (n_in if n_in > 0 else 0.0), (n_out if n_out > 0 else 0.0)
     computed = computed_prompt_tokens(row)
@@ -520,7 +525,8 @@ def attention_factors(row: Mapping[str, Any], model: ModelSpec) -> tuple[float, 
     prompt_x = 1.0
     if computed > 0:
         prior = n_in - computed
-        prompt_x += attention_flops(model, 1, prior + (computed + 1) / 2.0) / dense
+        head = 2.0 * model.vocab_size * model.hidden_size * (1.0 - 1.0 / max(1.0, computed))
+        prompt_x += (attention_flops(model, 1, prior + (computed + 1) / 2.0) - head) / dense
     decode_x = 1.0 + attention_flops(model, 1, n_in + n_out / 2.0 + 1) / dense
     return prompt_x, decode_x
 
