@@ -4,6 +4,7 @@ real simulator's phase histograms."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -167,22 +168,42 @@ def test_a_prompt_token_s_flops_are_the_roofline_step_s(name: str) -> None:
 
 
 def test_a_probed_device_s_figures_are_not_derated_again() -> None:
-    """A device the ``--gpu cpu`` probe measured carries rates this host achieved: its memory
+    """A device the ``--gpu cpu`` probe measured (now, or recorded by ``run`` as a CPU's
+    figures) carries rates this host achieved: its memory
     term is the weight and KV bytes at that bandwidth, so a decode-only step's memory share is
     its MBU, and the bandwidth is named only where it is at least half used (issue 26: the
     suite's llama.cpp stage named at MBU 49.4% read a memory term of 57%)."""
     model = get_model("mistral-7b")
     sheet = get_gpu("h100-sxm")
-    probed = dataclasses.replace(sheet, name="cpu", source=f"{PROBED}: numpy copy ...")
-    for tpot in (0.008, 0.0125, 0.02):
+    probed = dataclasses.replace(sheet, name="probed", source=f"{PROBED}: numpy copy ...")
+    # what `run --gpu cpu` records: the probe's figures, read back as a CPU's
+    recorded = dataclasses.replace(sheet, name="cpu", source="a CPU: 23.70GB/s, ...")
+    for tpot, device in itertools.product((0.008, 0.0125, 0.02), (probed, recorded)):
         row = _row(total_tps=500.0, running=4.0, tpot_avg_s=tpot)
-        got, rated = resource_row(row, model, probed), resource_row(row, model, sheet)
+        got, rated = resource_row(row, model, device), resource_row(row, model, sheet)
         assert got["mbu"] == pytest.approx(rated["mbu"])
         # within the few steps that carry a prompt (their terms are priced apart)
         assert got["memory_time_share"] == pytest.approx(got["mbu"], rel=0.03)
         derated = rated["mbu"] / BANDWIDTH_EFFICIENCY
         assert rated["memory_time_share"] == pytest.approx(derated, rel=0.03)
         assert (got["step_bound"] == "memory") == (got["mbu"] >= 0.5), (tpot, got)
+
+
+def test_steps_stretched_past_their_median_gap_are_the_host_s_time_not_memory_s() -> None:
+    """A CPU engine on a shared host: the mean step (TPOT) runs past the median gap by stalls
+    the roofline has no term for. The memory term over TPOT is MBU (a probed device); the
+    host's share is at least what the device's time leaves of the mean step, so a stage whose
+    weight reads take 45% of its steps is not named for the bandwidth (the suite's llama.cpp
+    at 2 users on a busy CI host: memory 48%, host 21% read from the gap, MBU 49.4%)."""
+    model = get_model("mistral-7b")
+    device = dataclasses.replace(get_gpu("h100-sxm"), name="cpu", source=f"{PROBED}: ...")
+    base = _row(total_tps=500.0, running=4.0, tpot_avg_s=0.02)
+    memory_s = resource_row(base, model, device)["mbu"] * 0.02  # the decode step's bytes
+    stalled = {**base, "tpot_avg_s": memory_s / 0.45, "itl_p50_s": memory_s / 0.45 * 0.75}
+    got = resource_row(stalled, model, device)
+    assert got["mbu"] == pytest.approx(0.45, rel=0.01)
+    assert got["host_time_share"] >= 1 - got["memory_time_share"] - got["compute_time_share"]
+    assert got["step_bound"] == "host", got
 
 
 def test_server_limits_read_llama_cpp_slots() -> None:

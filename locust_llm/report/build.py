@@ -39,8 +39,7 @@ from locust_llm.report.soak import SoakResult, soak_results
 from locust_llm.report.sources import source_warnings
 from locust_llm.report.tables import Floors, TelemetryIndex, request_arrays, stage_table
 from locust_llm.report.wording import DeviceWords, without_gpu_telemetry
-from locust_llm.roofline.cpu_device import PROBED
-from locust_llm.roofline.devices import CPU, PLUGIN_FLAGS, DeviceArgs
+from locust_llm.roofline.devices import PLUGIN_FLAGS, DeviceArgs, measured_on_a_host
 from locust_llm.roofline.floors import GpuSpec, get_gpu, get_model
 from locust_llm.rundir.layout import Stage, assign_stages, is_cpu_warning, stage_ends
 
@@ -279,7 +278,7 @@ def build_report(
     for row, kinds in zip(rows, stage_errors, strict=True):
         row["error_messages"] = {k.kind: k for k in kinds}  # the errors rule quotes them
     server = server_flags(extra)
-    if device is not None and (device.name == CPU or device.source.startswith(PROBED)):
+    if device is not None and measured_on_a_host(device):
         # a probe's figures (roofline/cpu_device.py), now or when the run started
         server["device_probed"] = device.source or "a CPU's figures measured on a host"
     verdicts = stage_verdicts(rows, thresholds=thresholds, server=server)

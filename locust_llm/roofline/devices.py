@@ -119,6 +119,16 @@ class DeviceArgs:
         return {k: v for k, v in keys.items() if v}
 
 
+def measured_on_a_host(spec: GpuSpec) -> bool:
+    """Whether a device's figures are rates a host achieved, not a datasheet's peaks: the
+    ``cpu`` probe's (:mod:`locust_llm.roofline.cpu_device`, taken now or when ``run`` started
+    and recorded as a CPU's figures), or a CPU described by hand with figures measured on it.
+    The resource model does not derate them again."""
+    from locust_llm.roofline.cpu_device import PROBED
+
+    return spec.name == CPU or spec.source.startswith(PROBED)
+
+
 def measured_cpu(args: DeviceArgs) -> DeviceArgs:
     """``cpu`` with this host's figures measured now (what ``run`` records); other devices, and
     a CPU whose figures were given, as they are."""

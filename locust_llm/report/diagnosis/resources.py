@@ -55,7 +55,7 @@ import numpy as np
 from locust_llm.report.diagnosis.decompose import computed_prompt_tokens
 from locust_llm.report.diagnosis.thresholds import DEFAULT_THRESHOLDS
 from locust_llm.report.fmt import column as _f
-from locust_llm.roofline.cpu_device import PROBED
+from locust_llm.roofline.devices import measured_on_a_host
 from locust_llm.roofline.floors import (
     GpuSpec,
     ModelSpec,
@@ -83,11 +83,12 @@ BANDWIDTH_EFFICIENCY = 0.85
 def efficiencies(gpu: GpuSpec) -> dict[str, float]:
     """The achievable compute and bandwidth efficiencies of ``gpu`` (``cost.times`` keywords):
     a datasheet's peaks at :data:`COMPUTE_EFFICIENCY` and :data:`BANDWIDTH_EFFICIENCY`; a
-    device a probe measured on this host (``--gpu cpu``) at 1, since its figures are rates
-    this host achieved (the best numpy copy and matmul). Derated again, a llama.cpp stage
-    whose weight reads took 49% of the step read a memory term of 57% and was named for the
-    memory bandwidth."""
-    if gpu.source.startswith(PROBED):
+    CPU (``--gpu cpu``: the probe's best numpy copy and matmul, or figures given by hand) at 1,
+    since its figures are rates the host achieved
+    (:func:`~locust_llm.roofline.devices.measured_on_a_host`). Derated again, a llama.cpp
+    stage whose weight reads took 49% of the step read a memory term of 57% and was named for
+    the memory bandwidth."""
+    if measured_on_a_host(gpu):
         return {"compute_eff": 1.0, "bw_eff": 1.0}
     return {"compute_eff": COMPUTE_EFFICIENCY, "bw_eff": BANDWIDTH_EFFICIENCY}
 
@@ -648,7 +649,8 @@ def memory_and_host_shares(
     decode_step = decode_step_seconds_seen(row)
     if decode_step > 0:
         compute_s, memory_s = mix.decode.times(gpu, model.weight_bits, **eff)
-        host = max(0.0, decode_step - max(compute_s, memory_s) - mix.decode.comm_s) / tpot
+        seen = max(0.0, decode_step - max(compute_s, memory_s) - mix.decode.comm_s) / tpot
+        host = max(host, seen)
     return min(1.0, memory / tpot), min(1.0, host)
 
 
