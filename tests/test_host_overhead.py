@@ -81,6 +81,9 @@ def test_the_step_bound_is_compute_at_its_line_else_the_longer_of_host_and_memor
     assert step_bound(0.2, 0.5, 0.3) == "memory"
     assert step_bound(0.2, 0.45, 0.47) == "host"  # the host's time outlasts the bytes'
     assert step_bound(0.45, 0.4, 0.15) == "memory"  # below the compute line
+    # a CPU (figures the host achieved): the bytes must set half the step to be named
+    assert step_bound(0.06, 0.48, 0.47, host_device=True) == "host"
+    assert step_bound(0.06, 0.52, 0.40, host_device=True) == "memory"
 
 
 def _stage_against_trace(

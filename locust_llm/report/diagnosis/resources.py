@@ -216,7 +216,9 @@ def resource_row(
             share = min(1.0, share) if math.isfinite(share) else NAN
         if not math.isnan(share + out["mbu"]):
             out["compute_time_share"] = share
-            out["step_bound"] = step_bound(share, out["memory_time_share"], out["host_time_share"])
+            out["step_bound"] = step_bound(
+                share, out["memory_time_share"], out["host_time_share"], measured_on_a_host(gpu)
+            )
     kv_usage = _f(row, "kv_cache_usage_max")
     running_max = _f(row, "running_max")
     if running_max > 0 and kv_usage >= _TH.observed_kv_min:
@@ -654,12 +656,18 @@ def memory_and_host_shares(
     return min(1.0, memory / tpot), min(1.0, host)
 
 
-def step_bound(compute_share: float, memory_share: float, host_share: float) -> str:
+def step_bound(
+    compute_share: float, memory_share: float, host_share: float, host_device: bool = False
+) -> str:
     """What sets the steps: ``compute`` when its share reaches ``compute_bound_share``, else
     ``host`` where the host's time outlasts the memory term (neither compute nor memory
-    bandwidth is what the steps wait on), else ``memory``."""
+    bandwidth is what the steps wait on), else ``memory``. On a ``host_device`` (a CPU: its
+    figures are rates the host achieved, :func:`efficiencies`) the memory term must also set
+    ``host_memory_share`` of the step: the bandwidth is not named where less than half used."""
     if compute_share >= _TH.compute_bound_share:
         return "compute"
+    if host_device and not memory_share >= _TH.host_memory_share:
+        return "host"
     return "host" if host_share > memory_share else "memory"
 
 
