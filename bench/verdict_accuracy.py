@@ -503,6 +503,11 @@ def write_dump(results: list[StageResult], path: Path) -> None:
             out.write(json.dumps(asdict(result), sort_keys=True) + "\n")
 
 
+def read_dump(path: Path) -> list[StageResult]:
+    """The stages a ``--dump`` file holds (:func:`write_dump`), as they were scored."""
+    return [StageResult(**json.loads(line)) for line in path.read_text().splitlines()]
+
+
 def summary(results: list[StageResult]) -> dict[str, Any]:
     """Accuracy, contradictions and TTFT split errors over the judged stages."""
     judged = [r for r in results if r.judged]

@@ -18,7 +18,9 @@ def _stage(case: int, label: str, cause: str, compute: float, *, judged: bool = 
     return {
         "seed": 7, "case": case, "stage": 0, "judged": judged, "label": label,
         "truth_kind": kinds[label], "cause": cause, "kind": kinds[cause],
-        "confidence": "low", "row": {"compute_time_share": compute, "memory_time_share": 0.2},
+        "confidence": "low", "rule": "step_bound", "why_not": "", "contradiction": "",
+        "queue_err": 0.0, "prefill_err": 0.0, "description": "a case",
+        "row": {"compute_time_share": compute, "memory_time_share": 0.2},
         "truth": {"compute_share": 0.4, "memory_set_share": 0.2},
     }  # fmt: skip
 

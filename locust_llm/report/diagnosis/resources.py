@@ -203,16 +203,14 @@ def resource_row(
         if batch > 0 and tpot > 0:
             mix = step_mix(row, model, gpu, batch, max(1, context), tp)
             out["mbu"] = mix.decode.bytes / tpot / gpu.memory_bandwidth_bytes_s
-            out["decode_step_bound"] = (
-                "compute" if _compute_bound(mix.decode, gpu, model) else "memory"
-            )
+            out["decode_step_bound"] = "compute" if mix.decode_compute_bound else "memory"
             out["prompt_step_share"] = prompt_step_share(row)
             out["memory_time_share"], out["host_time_share"] = memory_and_host_shares(
                 row, model, gpu, mix
             )
             share = compute_time_share(
                 out["mfu"], first_pass, row, mix, gpu, model, tp
-            ) + compute_steps_rest(mix, gpu, model, out["host_time_share"], tpot)
+            ) + compute_steps_rest(mix, out["host_time_share"], tpot)
             share = min(1.0, share) if math.isfinite(share) else NAN
         if not math.isnan(share + out["mbu"]):
             out["compute_time_share"] = share
@@ -376,6 +374,7 @@ class StepGroup:
     share: float
     cost: StepCost
     prompt_tokens: float
+    compute_bound: bool  # its prompts' FLOPs outlast the batch's bytes
 
 
 @dataclass(frozen=True)
@@ -387,8 +386,17 @@ class StepMix:
     prompts make them compute-bound, each at its own mean (:func:`prompts_per_mixed_step`)."""
 
     decode: StepCost
+    decode_compute_bound: bool  # a decode-only step of the batch is past the ridge
     mixed: float  # share of the steps that carry prompt work, 0..1
     groups: tuple[StepGroup, ...] = ()  # empty when no prompt work is known
+
+    @property
+    def compute_set(self) -> tuple[StepGroup, ...]:
+        """The steps compute sets: every step (and every prompt in them) when a decode-only
+        step is past the ridge, else the groups whose prompts make them compute-bound."""
+        if self.decode_compute_bound:
+            return (StepGroup(1.0, self.decode, 1.0, True),)
+        return tuple(g for g in self.groups if g.compute_bound)
 
 
 def prompts_per_mixed_step(mean: float) -> list[tuple[int, float]]:
@@ -467,9 +475,10 @@ def step_mix(
     step compute-bound at the achievable efficiencies (a step's FLOPs grow with its prompts
     faster than its bytes)."""
     decode = blended_step_cost(model, batch, context, (), tp)
+    decode_bound = _compute_bound(decode, gpu, model)
     mixed, computed = prompt_step_share(row), computed_prompt_tokens(row)
     if not (mixed > 0 and computed > 0):
-        return StepMix(decode, 0.0)
+        return StepMix(decode, decode_bound, 0.0)
     mean = max(1.0, prompts_per_step(row) / mixed)
 
     def cost(prompts: float) -> StepCost:
@@ -485,26 +494,18 @@ def step_mix(
             high = mid
         else:
             low = mid + 1
+    total = math.fsum(k * c for k, c in counts)
     groups = []
-    for part in (counts[:low], counts[low:]):
+    for part, bound in ((counts[:low], False), (counts[low:], True)):
         chance = math.fsum(c for _, c in part)
-        if chance <= 0:
-            continue
-        prompts = math.fsum(k * c for k, c in part)
-        groups.append(
-            StepGroup(
-                mixed * chance,
-                cost(prompts / chance),
-                prompts / math.fsum(k * c for k, c in counts),
-            )
-        )
-    return StepMix(decode, mixed, tuple(groups))
+        if chance > 0:
+            prompts = math.fsum(k * c for k, c in part)
+            groups.append(StepGroup(mixed * chance, cost(prompts / chance), prompts / total, bound))
+    return StepMix(decode, decode_bound, mixed, tuple(groups))
 
 
-def _compute_bound(cost: StepCost | None, gpu: GpuSpec, model: ModelSpec) -> bool:
+def _compute_bound(cost: StepCost, gpu: GpuSpec, model: ModelSpec) -> bool:
     """Whether a step's FLOPs outlast its bytes at the achievable efficiencies."""
-    if cost is None:
-        return False
     compute_s, memory_s = cost.times(gpu, model.weight_bits, **efficiencies(gpu))
     return compute_s >= memory_s
 
@@ -553,12 +554,8 @@ def compute_time_share(
     served the rest) stays memory-bound, and compute sets none of it."""
     prompt_share = prompt_share if 0 <= prompt_share <= 1 else 0.0
     prompt_x, decode_x = attention_factors(row, model)
-    steps = compute_step_share(mix, gpu, model)
-    prompts = (
-        1.0
-        if _compute_bound(mix.decode, gpu, model)
-        else math.fsum(g.prompt_tokens for g in compute_groups(mix, gpu, model))
-    )
+    steps = math.fsum(g.share for g in mix.compute_set)
+    prompts = math.fsum(g.prompt_tokens for g in mix.compute_set)
     counted = prompt_share * prompt_x * prompts + (1 - prompt_share) * steps * decode_x
     peak = gpu.peak_flops(model.weight_bits) * tp
     recompute = recompute_tokens_per_s(row) * 2.0 * model.params_per_token() / peak
@@ -568,24 +565,7 @@ def compute_time_share(
     return min(1.0, share) if math.isfinite(share) else NAN  # min(1.0, nan) would be 1.0
 
 
-def compute_groups(mix: StepMix, gpu: GpuSpec, model: ModelSpec) -> list[StepGroup]:
-    """The groups of steps with prompt work that compute sets (their prompts' FLOPs outlast
-    the batch's bytes)."""
-    return [g for g in mix.groups if _compute_bound(g.cost, gpu, model)]
-
-
-def compute_step_share(mix: StepMix, gpu: GpuSpec, model: ModelSpec) -> float:
-    """Share of the steps that compute sets: all when a decode step of the observed batch is
-    past the ridge, else the steps with prompt work whose prompts' FLOPs outlast the batch's
-    bytes (:class:`StepMix`), else none."""
-    if _compute_bound(mix.decode, gpu, model):
-        return 1.0
-    return math.fsum(g.share for g in compute_groups(mix, gpu, model))
-
-
-def compute_steps_rest(
-    mix: StepMix, gpu: GpuSpec, model: ModelSpec, host_share: float, tpot_s: float
-) -> float:
+def compute_steps_rest(mix: StepMix, host_share: float, tpot_s: float) -> float:
     """The rest of the compute-bound steps' time, as a share of the step time: a step that
     compute sets lasts its FLOPs' time plus the host's time of every step (``host_share`` of
     the mean step) and its all-reduces, and all of it is time in steps that compute set (the
@@ -595,11 +575,7 @@ def compute_steps_rest(
     if not tpot_s > 0:
         return 0.0
     host = host_share if host_share > 0 else 0.0
-    if _compute_bound(mix.decode, gpu, model):
-        bound = [(1.0, mix.decode)]
-    else:
-        bound = [(g.share, g.cost) for g in compute_groups(mix, gpu, model)]
-    return math.fsum(share * (host + cost.comm_s / tpot_s) for share, cost in bound)
+    return math.fsum(g.share * (host + g.cost.comm_s / tpot_s) for g in mix.compute_set)
 
 
 def decode_step_seconds_seen(row: Mapping[str, Any]) -> float:
@@ -633,7 +609,9 @@ def memory_and_host_shares(
     give one, since TPOT holds the steps with prompt work only where they fell inside the
     requests' decoding: users whose prompts arrive together have theirs between their
     decodes, and the mean step less those steps' compute read the host's time as a fraction
-    of what it was; else from the mean step (TPOT less the mean device time)."""
+    of what it was; and never less than what the mean step leaves (TPOT less the mean device
+    time): steps stretched past their median gap by stalls (a CPU engine on a shared host)
+    are time the roofline has no term for, not the memory term's."""
     tpot = step_seconds(row)
     if not tpot > 0:
         return NAN, NAN
