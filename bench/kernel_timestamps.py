@@ -185,7 +185,7 @@ def read_columns(counts_path: Path, row: dict[str, Any]) -> dict[str, Any]:
     reads = int(counts["reads"])
     return {
         "reads": reads,
-        "late_yields": counts["late_yields"],
+        "late_sweeps": counts["late_sweeps"],
         "tokens_per_read": row["tokens"] / reads if reads else math.nan,
         "cpu_us_per_read": row["cpu_s"] / reads * 1e6 if reads else math.nan,
     }
@@ -380,7 +380,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             continue
         merged = r.get("first_merged")
         merged_cell = "n/a" if merged is None else f"{merged}/{r['matched']}"
-        yields = r.get("late_yields")
+        yields = r.get("late_sweeps")
         out.append(
             f"| {r.get('rep', 1)} | {r['transport']} | {r['streams']} "
             f"| {r['matched']}/{r['records']} "

@@ -29,6 +29,7 @@ Undefined values are ``nan`` (never 0): a one-token answer has no TPOT, a failed
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -282,7 +283,7 @@ def summarize_stream(
     timing.itl_values, timing.itl_weights = values, weights
     if values:
         total = sum(weights)
-        record.itl_mean_s = sum(v * w for v, w in zip(values, weights, strict=True)) / total
+        record.itl_mean_s = sum(map(operator.mul, values, weights)) / total
         if weights.count(weights[0]) == len(weights):  # equal weights: one sort, numpy's rule
             ordered = sorted(values)
             record.itl_p50_s = _linear_quantile(ordered, 0.5)

@@ -45,6 +45,8 @@ LOCUST_FACING = (
     "locust_llm.client.ghc_response",
     "locust_llm.client.kernel_transport",
     "locust_llm.client.first_bytes",
+    "locust_llm.client.ready_reader",
+    "locust_llm.client.hub_local",
     "locust_llm.client.events",
     "locust_llm.client.lifecycle",
     "locust_llm.client.webui_state",

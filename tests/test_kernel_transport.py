@@ -98,52 +98,117 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
     assert conn.unstamped_reads == 0 and conn.reads >= 2  # the head, then the three lines
     # the head and the lines were a response's first reads: a sweep read them (the worker
     # slept; the hub swept as soon as it switched there), not the worker's own late read
-    assert conn.first_reads == 2 and conn.late_yields == 0
+    assert conn.first_reads == 2 and conn.late_sweeps == 0
 
 
-def test_a_late_read_yields_to_ready_greenlets_and_an_exception_cancels_its_return() -> None:
-    """The late read's yield: the greenlets already runnable run before it resumes; one that an
-    exception reached while yielded is not switched back into afterwards."""
+@contextmanager
+def stream_pairs(count: int) -> Iterator[list[tuple[socket.socket, StampedConnection]]]:
+    """``count`` loopback TCP pairs: a plain socket to write with, and a connection reading a
+    gevent socket, past its response's first events (its reads are the ready reader's)."""
+    import gevent.socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(count)
+    pairs = []
+    try:
+        for _ in range(count):
+            sock = gevent.socket.create_connection(listener.getsockname(), timeout=2)
+            writer, _ = listener.accept()
+            conn = StampedConnection(sock)
+            conn._first = False
+            conn.drained = True  # nothing queued yet: the first read waits
+            pairs.append((writer, conn))
+        yield pairs
+    finally:
+        for writer, conn in pairs:
+            writer.close()
+            conn.close()
+        listener.close()
+
+
+@linux_only
+def test_a_sweep_reads_every_ready_stream_before_any_of_them_is_parsed() -> None:
+    """Streams answered together (one engine step) are read, and stamped, in one sweep: when
+    the first woken greenlet runs, every other stream's bytes are already read; each greenlet
+    gets its own bytes, stamped when they arrived, and nothing stays parked."""
     import gevent
-    import greenlet
 
-    class Quiet:
-        def setsockopt(self, *_args: object) -> None:
-            pass
+    with stream_pairs(6) as pairs:
+        conns = [conn for _, conn in pairs]
+        seen: list[tuple[bytes, int]] = []
 
-    conn = StampedConnection(Quiet())
-    order: list[str] = []
+        def read(conn: StampedConnection) -> None:
+            data = conn._recv()
+            seen.append((data, sum(c._pending is not None for c in conns)))
 
-    def late() -> None:
-        order.append("late read")
-        conn._yield_to_hub()
-        order.append("late parse")
+        readers = [gevent.spawn(read, conn) for conn in conns]
+        gevent.sleep(0.02)  # all parked
+        reader = conns[0]._reader
+        assert reader is not None and reader.parked == 6
+        sent: list[tuple[float, float]] = []
+        for i, (writer, _) in enumerate(pairs):  # blocking writes: the hub runs no sweep
+            before = time.perf_counter()
+            writer.sendall(b"token %d" % i)
+            sent.append((before, time.perf_counter()))
+        gevent.joinall(readers, timeout=2)
+        assert sorted(data for data, _ in seen) == [b"token %d" % i for i in range(6)]
+        assert seen[0][1] == 5  # the first to run found the five others read already
+        assert all(_inside(c.arrival_s, bracket) for c, bracket in zip(conns, sent, strict=True))
+        assert reader.parked == 0 and all(c.parked is None for c in conns)
 
-    def other(name: str) -> None:
-        order.append(name)
 
-    gevent.joinall([gevent.spawn(late), gevent.spawn(other, "a"), gevent.spawn(other, "b")])
-    assert order == ["late read", "a", "b", "late parse"]
+@linux_only
+def test_a_late_read_sweeps_the_other_streams_before_its_parse_and_a_kill_unparks() -> None:
+    """A read whose bytes waited in the kernel (the worker was busy) reads the other ready
+    streams at once, before its own bytes are parsed; their greenlets run once it switches out.
+    A greenlet killed while parked leaves nothing parked and is not switched into again."""
+    import gevent
 
-    class Thrown(Exception):
-        pass
+    with stream_pairs(3) as pairs:
+        (w_late, late), (w_other, other), (w_idle, idle) = pairs
+        late.drained = False  # bytes may be queued: the late stream reads at once
+        order: list[str] = []
 
-    def survivor() -> None:  # catches what was thrown in while yielded, then waits on a timer
+        def parked(conn: StampedConnection, name: str) -> None:
+            conn._recv()
+            order.append(name)
+
+        waiter = gevent.spawn(parked, other, "other woken")
+        victim = gevent.spawn(parked, idle, "idle woken")
+        gevent.sleep(0.02)
+        w_late.sendall(b"late token")
+        w_other.sendall(b"other token")
+        time.sleep(0.005)  # busy: both have waited past LATE_S when the worker reads
+        late._recv()
+        assert late.late_sweeps == 1
+        assert other._pending is not None and other.reads == 0  # read for it, not yet parsed
+        order.append("late parsed")
+        victim.kill()  # killed while parked
+        gevent.joinall([waiter], timeout=2)
+        assert order == ["late parsed", "other woken"]
+        w_idle.sendall(b"after the kill")
+        gevent.sleep(0.05)
+        reader = late._reader
+        assert reader is not None and reader.parked == 0 and order == ["late parsed", "other woken"]
+        assert victim.dead and idle.parked is None
+
+
+@linux_only
+def test_a_read_parked_with_no_timeout_keeps_the_loop_alive_until_its_bytes_come() -> None:
+    """A parked read is the only thing the hub waits for (no timeout, so no deadline): the
+    ready reader's watcher holds the loop alive for it (not a "would block forever"), and
+    once nothing is parked it holds nothing."""
+    with stream_pairs(1) as [(writer, conn)]:
+        conn.sock.settimeout(None)
+        sender = threading.Timer(0.1, writer.sendall, args=(b"late bytes",))
+        sender.start()
         try:
-            late()
-        except Thrown:
-            order.append("caught")
-        gevent.sleep(0.005)  # a stale return from the yield would end this wait early (an error)
-        order.append("slept")
-
-    order.clear()
-    victim = gevent.spawn(survivor)
-    # the thrower runs after the victim yielded and before its return: an exception thrown in at
-    # once (a raw throw; gevent's kill would queue behind the return)
-    thrower = gevent.spawn(greenlet.greenlet.throw, victim, Thrown)
-    victim.join(1)
-    assert order == ["late read", "caught", "slept"] and victim.successful()
-    thrower.kill()  # left switched out by its raw throw
+            assert conn._recv() == b"late bytes"
+        finally:
+            sender.join(5)
+        reader = conn._reader
+        assert reader is not None and reader.parked == 0 and not reader._watcher.ref
 
 
 @linux_only
@@ -361,10 +426,10 @@ def test_the_benchs_cost_split_and_saturation_point() -> None:
 def test_a_wait_for_bytes_times_out_like_gevents_socket_and_makes_no_timeout_per_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The connection's own read timer: lines that come in time are read (no gevent ``Timeout``
+    """The ready reader's deadlines: lines that come in time are read (no gevent ``Timeout``
     made per wait, the per-token cost it replaced), a silence past the socket's timeout raises
-    the socket's ``TimeoutError("timed out")`` after that timeout, not before; the connection's
-    timer is closed with it."""
+    the socket's ``TimeoutError("timed out")`` after that timeout, not before; the connection
+    leaves the reader when it closes."""
     import gevent
 
     made: list[object] = []
@@ -403,13 +468,14 @@ def test_a_wait_for_bytes_times_out_like_gevents_socket_and_makes_no_timeout_per
             resp.readline(b"\n")
         waited = time.perf_counter() - started
         assert 0.29 <= waited < 2.0, (waited, conn.reads, conn.drained)
-        assert conn._timer is not None and not conn._timer.active
+        reader = conn._reader
+        assert reader is not None and conn.parked is None and reader.parked == 0  # unparked
     finally:
         release.set()
         client.close()
         thread.join(5)
         listener.close()
-    assert conn._timer is None  # closed with its connection
+    assert reader.conns.get(conn.fileno()) is not conn  # out of the reader with its connection
 
 
 @linux_only
@@ -457,7 +523,8 @@ def test_every_way_out_of_a_first_read_leaves_nothing_waiting() -> None:
         assert len(fb.waiting) == 1 and fb._watcher.active
         conn = next(iter(fb.waiting.values()))[0]
         waiter.kill()
-        assert idle() and conn._parked is None and conn._timer is None  # dropped, closed
+        assert idle() and conn.parked is None and conn._reader.parked == 0  # dropped, closed
+        assert conn._reader.conns.get(conn.fileno()) is not conn
         killed.close()
 
         closed = StampedClient("127.0.0.1", port, connection_timeout=2, network_timeout=5)

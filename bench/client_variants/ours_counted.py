@@ -3,7 +3,7 @@
 For ``bench/kernel_timestamps.py``, which normalises CPU per read as well as per token: a worker
 that falls behind reads several tokens per read and spends less per token, so tokens per read
 tells a starved reader apart. The kernel transport counts its own reads
-(``StampedConnection.reads``, ``late_yields``: part of the shipped code); under
+(``StampedConnection.reads``, ``late_sweeps``: part of the shipped code); under
 geventhttpclient (``LOCUST_LLM_TRANSPORT=ghc``) a wrapper counts gevent's socket ``recv`` calls
 (one Python call per read more, about 0.1 us). At exit the counts go to
 ``CHOICE_OUT + ".reads.json"``.
@@ -83,7 +83,7 @@ def _write_counts(**_kw: Any) -> None:
         return
     counts = {
         "reads": _socket_reads[0] + sum(c.reads for c in _connections),
-        "late_yields": sum(c.late_yields for c in _connections) if _connections else None,
+        "late_sweeps": sum(c.late_sweeps for c in _connections) if _connections else None,
         "unstamped_reads": sum(c.unstamped_reads for c in _connections),
     }
     with open(out + ".reads.json", "w", encoding="utf-8") as f:

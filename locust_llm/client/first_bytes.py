@@ -12,7 +12,7 @@ of its own (one per gevent hub). Its :meth:`~FirstBytes.sweep` (one ``epoll_wait
 timeout) takes what arrived on each ready socket with one ``recvmsg`` (the bytes and their
 kernel stamp: no parsing) into the connection, and queues a switch back to its greenlet, which
 parses later. It runs from the hub (a libev watcher on the epoll set's own descriptor: an idle
-worker reads a first byte at once) and from the worker's own reads, waits, yields and request
+worker reads a first byte at once) and from the worker's own reads, waits, late reads and request
 starts, at most once per :data:`SWEEP_NS` (a busy worker reads the first bytes between two
 other streams' reads, not when the hub next polls). Each sweep also tells each connection it
 did not find ready that its socket was empty then: the earliest its first bytes can have
@@ -28,17 +28,12 @@ import sys
 import time
 from typing import Any, Protocol
 
-import gevent
-from gevent.monkey import get_original
+from locust_llm.client.hub_local import for_this_hub, os_epoll
 
 #: A busy worker sweeps at most this often (ns of ``time.time_ns``) from its own reads.
 SWEEP_NS = 500_000
 _time_ns = time.time_ns
 _EPOLLIN = getattr(select, "EPOLLIN", 1)
-#: the OS's epoll (gevent's monkey-patching takes ``select.epoll`` away)
-_epoll: Any = get_original("select", "epoll") if sys.platform.startswith("linux") else None
-#: the OS thread's id (gevent's monkey-patching makes ``threading.local`` per greenlet)
-_thread_id: Any = get_original("_thread", "get_ident")
 #: OS thread id -> its :class:`FirstBytes`
 _by_thread: dict[int, FirstBytes] = {}
 
@@ -58,7 +53,7 @@ class FirstBytes:
 
     def __init__(self, hub: Any) -> None:
         self.hub = hub
-        self.epoll = _epoll()
+        self.epoll = os_epoll()
         #: fd -> (connection, time_ns when it joined, the latest time_ns its socket was known
         #: empty before it joined)
         self.waiting: dict[int, tuple[Waiting, int, int]] = {}
@@ -128,11 +123,4 @@ class FirstBytes:
 
 def first_bytes() -> FirstBytes:
     """This thread's :class:`FirstBytes` (a new one with a new hub)."""
-    thread = _thread_id()
-    current = _by_thread.get(thread)
-    hub = gevent.get_hub()
-    if current is None or current.hub is not hub:
-        if current is not None and not current.waiting:
-            current.close()
-        current = _by_thread[thread] = FirstBytes(hub)
-    return current
+    return for_this_hub(_by_thread, FirstBytes, lambda fb: not fb.waiting)

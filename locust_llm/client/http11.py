@@ -121,6 +121,11 @@ class Http11Response:
         return self.conn.arrival_s
 
     @property
+    def stamp_holder(self) -> Http11Connection:
+        """What holds ``arrival_s`` as a plain attribute (the per-token loop reads it there)."""
+        return self.conn
+
+    @property
     def earliest_s(self) -> float:
         """The earliest those bytes can have arrived (perf_counter s; nan: unknown)."""
         return self.conn.earliest_s

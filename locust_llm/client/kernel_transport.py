@@ -11,14 +11,16 @@ the worker took to get to it; the user-space time is kept beside it as the clien
 
 Two things keep it cheap and its first tokens exact. ``TCP_INQ`` makes each read also say how
 many bytes it left queued: after a read that emptied the queue (one token per read, the steady
-state) the next one first waits for the socket to become readable, instead of a ``recvmsg``
-that could only fail with EAGAIN (a syscall and an exception per token). And a read that finds
-the worker more than :data:`LATE_S` late hands it back to gevent's hub before its bytes are
-parsed: the hub then reads, and so stamps, the other sockets already readable before it
-returns to parse any of them, so a busy worker reads each stream's next bytes before the token
-after them arrives and the kernel merges the two (``bench/results/kernel_timestamps.md``). An
-idle worker is never late and pays nothing for it. Per read the hot path takes one user-space
-clock (``time_ns``); the clock pair that maps stamps to ``perf_counter`` is read per request.
+state) the connection parks until :mod:`locust_llm.client.ready_reader` has read its next
+bytes (every connection of the worker in one edge-triggered epoll set: one ``epoll_wait`` and
+one ``recvmsg`` per ready socket, the bytes stamped before any of them is parsed, one direct
+switch per parked greenlet), instead of a ``recvmsg`` that could only say EAGAIN or an I/O
+watcher started per token. A read that finds the worker more than :data:`LATE_S` late sweeps
+the other ready sockets from the worker's own greenlet before its bytes are parsed, so a busy
+worker reads each stream's next bytes before the token after them arrives and the kernel
+merges the two (``bench/results/kernel_timestamps.md``). An idle worker is never late and pays
+nothing for it. Per read the hot path takes one user-space clock (``time_ns``); the clock pair
+that maps stamps to ``perf_counter`` is read per request.
 
 A response's first bytes are not left to the worker's turn: :mod:`locust_llm.client.first_bytes`
 reads them as soon as the hub polls or any connection's read, wait or request start sweeps
@@ -54,6 +56,7 @@ from greenlet import getcurrent
 
 from locust_llm.client.first_bytes import FirstBytes, first_bytes
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
+from locust_llm.client.ready_reader import ReadyReader, ready_reader
 from locust_llm.client.transport import Transport
 from locust_llm.errors import InputError
 
@@ -83,12 +86,12 @@ _SOL_SOCKET, _SOL_TCP = socket.SOL_SOCKET, socket.IPPROTO_TCP
 TRANSPORT_CHOICES = ("auto", "kernel", "ghc")
 
 #: A read whose bytes waited longer than this in the kernel finds the worker busy: other
-#: streams' bytes are likely waiting too, and are read before this read is parsed.
+#: streams' bytes are likely waiting too, and are read (swept) before this read is parsed.
 LATE_S = 0.001
 LATE_NS = round(LATE_S * 1e9)
 #: ... unless the read holds more SSE events than this (a response's first read holds two: the
 #: role and the first token): the worker is already a token gap behind this stream, and so
-#: behind the others that became readable with it; the yield would save no stamp.
+#: behind the others that became readable with it; the sweep would save no stamp.
 MERGED_EVENTS = 2
 #: The sweep reads a response's first bytes until they held :data:`MERGED_EVENTS` SSE data
 #: lines, or for this many reads (a body that is no event stream).
@@ -133,7 +136,7 @@ class StampedConnection(Http11Connection):
     late-read check is one integer comparison) and converts the stamp to ``perf_counter`` time
     with the pair of clocks read side by side once per request (:meth:`start_request`):
     ``CLOCK_REALTIME`` and the monotonic clock are slewed alike and differ only when the system
-    time is set. ``reads``, ``late_yields`` and ``unstamped_reads`` count what the reads did.
+    time is set. ``reads``, ``late_sweeps`` and ``unstamped_reads`` count what the reads did.
     """
 
     def __init__(self, sock: Any) -> None:
@@ -142,7 +145,7 @@ class StampedConnection(Http11Connection):
         with contextlib.suppress(OSError):  # an older kernel: no queue length with each read
             sock.setsockopt(_SOL_TCP, TCP_INQ, 1)
         self.reads = 0  # reads that returned
-        self.late_yields = 0  # late reads that handed the worker to the hub before parsing
+        self.late_sweeps = 0  # late reads that read the other ready streams before parsing
         self.unstamped_reads = 0  # reads that came back without a stamp
         self.first_reads = 0  # reads of a response's first bytes taken by a sweep
         #: the latest read emptied the receive queue: wait for bytes before the next read
@@ -165,20 +168,27 @@ class StampedConnection(Http11Connection):
         #: what a sweep read for this connection (bytes, ancillary data, time_ns after the
         #: read), or the error it raised, until the reader takes it
         self._early: Any = None
-        self._parked: Any = None  # the greenlet waiting for the sweep (None: none)
+        #: the greenlet parked waiting for this connection's bytes (None: none)
+        self.parked: Any = None
         self._wake: Any = None  # the queued switch back to it
         self._fb: FirstBytes | None = None
         self._fd = sock.fileno() if hasattr(sock, "fileno") else -1
         self.start_request()
-        # a gevent socket's non-blocking socket and its wait for readability (gevent's own
-        # recvmsg is this loop, but always reads first)
-        self._wait_readable: Any = getattr(sock, "_wait", None)
-        self._read_event: Any = getattr(sock, "_read_event", None)
-        self._raw = getattr(sock, "_sock", None) if self._wait_readable is not None else None
-        #: the read timeout's libev timer, made once and restarted per wait (gevent's own wait
-        #: makes a ``Timeout`` and a timer per wait: several Python calls per token)
-        self._timer: Any = None
-        self._timer_s: float | None = None
+        # a gevent socket's own non-blocking socket (read directly; the ready reader waits)
+        self._raw = getattr(sock, "_sock", None) if hasattr(sock, "_wait") else None
+        #: when a parked read times out (time_ns; 0: never), checked by the ready reader: no
+        #: timer started and stopped per wait (gevent's own wait makes a ``Timeout`` and a timer)
+        self.deadline_ns = 0
+        #: what the ready reader read for this connection (bytes, ancillary data, time_ns after
+        #: the read), or the error it raised, until :meth:`_recv` takes it: one at most
+        self._pending: Any = None
+        #: the socket had new bytes that no read has taken yet (its edge came while a read was
+        #: pending, or while the sweep reads the response's first bytes)
+        self._edge = False
+        self._reader: ReadyReader | None = None
+        if self._raw is not None:
+            self._reader = ready_reader()
+            self._reader.add(self)
 
     def start_request(self) -> None:
         """Read the two clocks side by side (before each request is written); the response's
@@ -213,18 +223,25 @@ class StampedConnection(Http11Connection):
         if raw is None:  # not a gevent socket: its own blocking read
             data, ancdata, _flags, _addr = self.sock.recvmsg(RECV_BYTES, _ANC_BYTES)
             now_ns = _time_ns()
-        elif self._first:  # a response's first events: read by the sweep as they arrive
-            data, ancdata, now_ns = self._first_read()
-        else:  # gevent's read loop, without a recvmsg that can only say EAGAIN
-            if self.drained:
-                self._wait_for_bytes()  # raises the socket's timeout
-            while True:
-                try:
-                    data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
-                    break
-                except BlockingIOError:
-                    self._wait_for_bytes()
-            now_ns = _time_ns()
+        elif self._first and self._pending is None:  # a response's first events: read by
+            data, ancdata, now_ns = self._first_read()  # the first-bytes sweep as they arrive
+        else:  # read now if bytes may be queued, else take (or wait for) the ready reader's
+            pending = self._pending
+            if pending is None:
+                if self._edge or not self.drained:
+                    self._edge = False
+                    try:
+                        data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
+                        pending = (data, ancdata, _time_ns())
+                    except BlockingIOError:
+                        pass
+                if pending is None:
+                    self._await_pending()
+                    pending = self._pending
+            self._pending = None
+            if pending.__class__ is not tuple:  # the error the ready reader's read raised
+                raise pending
+            data, ancdata, now_ns = pending
         self._now_ns = now_ns
         self.reads += 1
         if len(ancdata) == 2:  # the usual read: the stamp, then the queue length (Linux's order)
@@ -253,15 +270,56 @@ class StampedConnection(Http11Connection):
                 and self._first_events < MERGED_EVENTS
                 and self._first_reads < FIRST_READS
             )
-            return data  # read when it arrived (or as soon as the worker swept): no yield
+            return data  # read when it arrived (or as soon as the worker swept): no sweep
+        # now, not when the read returned: a read the ready reader took may have waited for
+        # this greenlet's turn through a whole batch of streams
+        check_ns = _time_ns()
+        reader = self._reader
         if now_ns - stamp_ns > LATE_NS and data.count(b"\n\n") <= MERGED_EVENTS:
-            self.late_yields += 1
-            self._yield_to_hub()  # busy, but in time for this stream: read the other ready ones
-        else:  # other streams' first bytes may have come meanwhile (``_sweep``, inlined)
-            fb = self._fb
-            if fb is not None and fb.waiting and now_ns >= fb.next_ns:
-                fb.sweep()
+            # busy, but in time for this stream: read the other ready streams before parsing
+            self.late_sweeps += 1
+            self._sweep(check_ns)
+            if reader is not None and check_ns >= reader.next_ns:
+                reader.sweep_from_worker()
+            return data
+        fb = self._fb  # other streams' first bytes may have come meanwhile (``_sweep``, inlined)
+        if fb is not None and fb.waiting and check_ns >= fb.next_ns:
+            fb.sweep()
+        # read long before this turn (the worker is going through a batch): what came since
+        if check_ns - now_ns > LATE_NS and reader is not None and check_ns >= reader.next_ns:
+            reader.sweep_from_worker()
         return data
+
+    def _await_pending(self) -> None:
+        """Park until the ready reader has read this socket's next bytes (the socket's timeout
+        as for any read); they are in ``_pending`` then, for the caller to take."""
+        fb = self._fb
+        if fb is not None and fb.waiting:  # the worker switches out: take what came first
+            self._sweep(_time_ns())
+        while self._pending is None:
+            self._park()
+
+    def take_ready(self) -> Any:
+        """The ready reader saw new bytes: read them (no parsing) unless a read is held already
+        or the response's first bytes are the first-bytes sweep's to read (then only note the
+        edge); the greenlet waiting for them, or None."""
+        if self._pending is not None or self._first or self._raw is None:
+            self._edge = True
+            return None
+        self._edge = False
+        try:
+            data, ancdata, _flags, _addr = self._raw.recvmsg(RECV_BYTES, _ANC_BYTES)
+        except BlockingIOError:
+            return None
+        except OSError as exc:  # reset, ...: the reader raises it
+            self._pending = exc
+            return self.parked
+        self._pending = (data, ancdata, _time_ns())
+        return self.parked
+
+    def still_waits(self, waiting: Any) -> bool:
+        """``waiting`` is still parked on this connection, and its read is in."""
+        return self.parked is waiting and self._pending is not None
 
     def _sweep(self, now_ns: int) -> None:
         """Take the other connections' first bytes that arrived, unless a sweep ran less than
@@ -306,7 +364,7 @@ class StampedConnection(Http11Connection):
             self._early = exc
         self.first_reads += 1
         self._empty_ns = empty_ns
-        waiting = self._parked
+        waiting = self.parked
         if waiting is not None and self._wake is None:
             self._wake = self._hub_now().loop.run_callback(_wake, self, waiting)
 
@@ -317,92 +375,38 @@ class StampedConnection(Http11Connection):
         return hub
 
     def _park(self) -> None:
-        """Switch to the hub until :meth:`take_first` wakes this greenlet (or the read timer
-        throws the socket's timeout, or an exception is thrown in)."""
-        timer = self._arm_timer()
-        self._parked = getcurrent()
+        """Switch to the hub until the ready reader or :meth:`take_first` wakes this greenlet
+        (or the reader throws the socket's timeout in, or anything else is thrown in)."""
+        if self.parked is not None:
+            raise ConcurrentObjectUseError(
+                f"This socket is already used by another greenlet: {self.parked!r}"
+            )
+        reader = self._reader
+        assert reader is not None  # a gevent socket's connection is registered
+        self.parked = getcurrent()
+        reader.park(self, self.sock.timeout)
         try:
-            self._hub_now().switch()
+            reader.hub.switch()
         finally:
-            self._parked = None
-            if timer is not None:
-                timer.stop()
+            self.parked = None
+            reader.unpark()
             if self._wake is not None:
                 self._wake.stop()
                 self._wake = None
 
-    def _arm_timer(self) -> Any:
-        """The connection's read timer, started for the socket's timeout (None: no timeout)."""
-        timeout_s = self.sock.timeout
-        if timeout_s is None:
-            return None
-        hub = self._hub_now()
-        timer = self._timer
-        if timer is None or self._timer_s != timeout_s:
-            if timer is not None:
-                timer.close()
-            # repeating: ``again`` restarts it the full timeout from now (a stopped one-shot
-            # libev timer restarted with ``start`` keeps only what was left of its timeout)
-            timer = self._timer = hub.loop.timer(timeout_s, timeout_s, ref=True, priority=-1)
-            self._timer_s = timeout_s
-        timer.again(_expire, getcurrent(), update=True)  # the loop's clock updated first
-        return timer
-
-    def _wait_for_bytes(self) -> None:
-        """Wait until the socket is readable, as gevent's socket does (``socket.timeout``, i.e.
-        ``TimeoutError("timed out")``, after the socket's timeout; the same check against two
-        greenlets waiting on one socket), with one timer per connection restarted per wait."""
-        fb = self._fb
-        if fb is not None and fb.waiting:  # the worker switches out: take what came first
-            self._sweep(_time_ns())
-        timeout_s = self.sock.timeout
-        if timeout_s is None:
-            self._wait_readable(self._read_event)  # no timeout: gevent's wait makes no timer
-            return
-        event = self._read_event
-        if event.callback is not None:
-            raise ConcurrentObjectUseError(
-                f"This socket is already used by another greenlet: {event.callback!r}"
-            )
-        hub = self._hub_now()
-        timer = self._arm_timer()
-        try:
-            hub.wait(event)
-        finally:
-            timer.stop()
-
     def close(self) -> None:
         if self._fb is not None:
             self._fb.discard(self, self._fd)
-        if self._timer is not None:
-            self._timer.close()
-            self._timer = None
+        if self._reader is not None:
+            self._reader.discard(self, self._fd)
         super().close()
-
-    def _yield_to_hub(self) -> None:
-        """``gevent.sleep(0)`` without its ``Waiter``: the hub switches back to this greenlet
-        once the ones ready before it have run; an exception thrown in meanwhile (a kill, a
-        timeout) cancels that switch."""
-        self._sweep(self._now_ns)
-        hub = self._hub_now()
-        back = hub.loop.run_callback(getcurrent().switch)
-        try:
-            hub.switch()
-        except BaseException:
-            back.stop()
-            raise
 
 
 def _wake(conn: StampedConnection, waiting: Any) -> None:
     """The sweep's switch back: to the greenlet only if it still waits for that read."""
     conn._wake = None
-    if conn._parked is waiting:
+    if conn.parked is waiting:
         waiting.switch()
-
-
-def _expire(waiting: Any) -> None:
-    """The read timer's callback: the waiting greenlet gets the socket's own timeout error."""
-    waiting.throw(TimeoutError("timed out"))  # what socket.timeout is
 
 
 class StampedClient(Http11Client):

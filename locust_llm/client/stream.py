@@ -248,6 +248,8 @@ class StreamReader:
         prev_usage = 0
         readline = resp.readline
         stamped = hasattr(resp, "arrival_s")  # kernel transport: when the line's bytes arrived
+        # where the stamp is an attribute (our HTTP/1.1 client's connection), read it there
+        stamps: Any = getattr(resp, "stamp_holder", resp)
         limit = self.max_event_bytes
         line_limit = limit + 1  # a line this long is over the limit
         event_bytes = 0  # bytes of the current event's lines (up to a blank line)
@@ -261,15 +263,16 @@ class StreamReader:
                 line = readline(b"\n", line_limit)
             except read_errors as exc:
                 raise read_failure(exc) from None
+            size = len(line)
+            if size <= 2:  # the end of the body, or a blank line: no clock needed
+                if not line:
+                    break
+                if not line.strip():  # a blank line ends the event
+                    event_bytes = 0
+                    continue
             user_now = now = clock()
             if stamped:
-                now = resp.arrival_s  # type: ignore[attr-defined]
-            if not line:
-                break
-            size = len(line)
-            if size <= 2 and not line.strip():  # a blank line ends the event
-                event_bytes = 0
-                continue
+                now = stamps.arrival_s
             event_bytes += size
             if event_bytes > limit:
                 timing.end_time = now
