@@ -9,9 +9,14 @@ request, wall clock) and the per-request TPOT error come from the simulator's ``
 
     .venv/bin/python bench/capacity.py                          # ours, evalscope, aiperf
     .venv/bin/python bench/capacity.py --clients ours --streams 256,1024
+    .venv/bin/python bench/capacity.py --clients ours,evalscope --streams 64 --rounds 4 \
+        --split-lengths 16,200
 
 Each row: offered and achieved token events/s, client CPU utilization of its core, CPU us per
 token, lag p50/p99 (all, and last tokens only = steady state), TPOT error p99.
+``--split-lengths A,B`` runs every point at both fixed output lengths and splits each client's
+CPU per token u(L) = per token + per request / L between the two: per request = (u(A) - u(B))
+/ (1/A - 1/B), per token = u(B) - per request / B.
 """
 
 from __future__ import annotations
@@ -44,23 +49,24 @@ OUTPUT_TOKENS = 200
 CLIENT_CPU, SIM_CPU = 0, 1
 
 
-def engine_flags(interval_ms: float) -> tuple[str, ...]:
+def engine_flags(interval_ms: float, output_tokens: int = OUTPUT_TOKENS) -> tuple[str, ...]:
     return ("--zero-cost", "--step-overhead-ms", f"{interval_ms:g}", "--output-len",
-            f"fixed:{OUTPUT_TOKENS}", "--max-num-seqs", "4096", "--num-gpu-blocks-override",
+            f"fixed:{output_tokens}", "--max-num-seqs", "4096", "--num-gpu-blocks-override",
             "400000", "--max-num-batched-tokens", "65536")  # fmt: skip
 
 
 def measure(client: str, streams: int, work: Path, *, interval_ms: float,
-            rounds: int) -> dict[str, object]:  # fmt: skip
+            rounds: int, output_tokens: int = OUTPUT_TOKENS) -> dict[str, object]:  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
     trace_path = work / "trace.jsonl"
     load = Load(concurrency=streams, requests=streams * rounds)
-    with simulator(trace_path, *engine_flags(interval_ms), cpu=SIM_CPU,
+    with simulator(trace_path, *engine_flags(interval_ms, output_tokens), cpu=SIM_CPU,
                    log=work / "sim.log") as url:  # fmt: skip
         run = CLIENTS[client](url, load, work, cpu=CLIENT_CPU, timeout_s=240)
     trace = truth.read_ok_trace(trace_path)
     pairs = truth.match(run.records, trace).pairs
     out: dict[str, object] = {"client": client, "streams": streams,
+                              "output_tokens": output_tokens,
                               "offered_events_s": streams / (interval_ms / 1e3),
                               "records": len(run.records), "matched": len(pairs),
                               "failed": run.failed, "note": run.note}  # fmt: skip
@@ -105,6 +111,22 @@ def table(rows: list[dict[str, object]]) -> str:
     return "\n".join(out)
 
 
+def split_costs(rows: list[dict[str, object]], lengths: tuple[int, int]) -> list[str]:
+    """Each client's CPU per request and per token from its points at the two output lengths
+    (same streams): u(L) = per token + per request / L."""
+    a, b = lengths
+    lines = []
+    for client in dict.fromkeys(str(r["client"]) for r in rows):
+        by_len = {r["output_tokens"]: r.get("cpu_us_per_token", math.nan)
+                  for r in rows if r["client"] == client}  # fmt: skip
+        ua, ub = float(by_len.get(a, math.nan)), float(by_len.get(b, math.nan))  # type: ignore[arg-type]
+        per_request = (ua - ub) / (1 / a - 1 / b)
+        per_token = ub - per_request / b
+        lines.append(f"{client}: {per_request:.0f} us per request, {per_token:.2f} us per token "
+                     f"(u({a}) = {ua:.2f}, u({b}) = {ub:.2f} us per token)")  # fmt: skip
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", default="ours,evalscope,aiperf")
@@ -113,18 +135,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="requests per stream")
     p.add_argument("--json", type=Path)
     p.add_argument("--work", type=Path)
+    p.add_argument(
+        "--split-lengths",
+        default="",
+        help="A,B: every point at both output lengths; CPU per request and per token",
+    )
     add_peers_option(p)
     args = p.parse_args(argv)
     use_peers(args.peers)
     work = args.work or Path(tempfile.mkdtemp(prefix="capacity-"))
+    lengths = tuple(int(n) for n in args.split_lengths.split(",") if n) or (OUTPUT_TOKENS,)
+    if len(lengths) not in (1, 2):
+        p.error("--split-lengths: two output lengths, e.g. 16,200")
     rows = []
-    for client in args.clients.split(","):
-        for streams in (int(s) for s in args.streams.split(",")):
-            row = measure(client, streams, work / f"{client}-{streams}",
-                          interval_ms=args.interval_ms, rounds=args.rounds)  # fmt: skip
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    for length in lengths:
+        for client in args.clients.split(","):
+            for streams in (int(s) for s in args.streams.split(",")):
+                row = measure(client, streams, work / f"{client}-{streams}-{length}",
+                              interval_ms=args.interval_ms, rounds=args.rounds,
+                              output_tokens=length)  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     print(table(rows))
+    if len(lengths) == 2:
+        print("\n".join(split_costs(rows, (lengths[0], lengths[1]))))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0
