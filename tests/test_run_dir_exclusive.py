@@ -155,6 +155,9 @@ def test_a_second_run_on_a_live_runs_dir_is_refused_and_leaves_its_log_whole(
         assert time.monotonic() - started < 30
         assert f"run dir {out} is in use by another run (pid {first.pid}" in second.stderr
         assert (out / "locust.log").read_bytes().startswith(log_before)  # not truncated
+        # the first run has answers before it is cut (its journal is open before its worker has
+        # sent anything: a busy host once refused the second run before the first had any)
+        wait_until(lambda: _finished(sim_url) >= 2, 60, "the first run's first answers")
         first.send(signal.SIGTERM)
         assert first.wait(60) == EXIT_CODES[INTERRUPTED], first.text()[-3000:]  # cut by the signal
         assert (out / "locust.log").read_bytes().startswith(log_before)
