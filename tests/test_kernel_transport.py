@@ -212,6 +212,40 @@ def test_a_read_parked_with_no_timeout_keeps_the_loop_alive_until_its_bytes_come
 
 
 @linux_only
+def test_a_connection_the_server_ended_is_closed_and_leaves_the_reader() -> None:
+    """The ready reader holds each connection until it is closed: one the server ended (read to
+    its end) is closed when the client opens the next, not left registered with its socket."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve() -> None:  # two connections, each one answer read to the server's close
+        for _ in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nbody")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
+                           network_timeout=2)  # fmt: skip
+    try:
+        first = client.request("POST", "/", body=b"{}")
+        assert first.read() == b"body" and first.conn.eof
+        old = first.conn
+        second = client.request("POST", "/", body=b"{}")
+        assert second.read() == b"body"
+        reader = second.conn._reader
+        assert reader is not None and old.sock.fileno() == -1  # closed
+        assert old not in reader.conns.values() and second.conn in reader.conns.values()
+    finally:
+        client.close()
+        thread.join(5)
+        listener.close()
+
+
+@linux_only
 def test_lines_read_in_time_keep_their_own_stamps() -> None:
     with streaming_server(5, 0.02) as (client, sent_at):
         resp = client.request("POST", "/", body=b"{}")
@@ -482,7 +516,7 @@ def test_a_wait_for_bytes_times_out_like_gevents_socket_and_makes_no_timeout_per
 def test_every_way_out_of_a_first_read_leaves_nothing_waiting() -> None:
     """A response's first read waits in the sweep's epoll set: a timeout, a killed greenlet and
     a closed connection each take it out (no registration left, the hub's watcher on the set
-    stopped, the read timer stopped), and a reused socket number can join again."""
+    stopped, nothing left parked), and a reused socket number can join again."""
     import gevent
 
     from locust_llm.client.first_bytes import first_bytes

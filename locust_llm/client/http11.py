@@ -408,6 +408,9 @@ class Http11Client:
         conn = self._conn
         if conn is not None and conn.sock.fileno() >= 0 and not conn.eof:
             return False
+        if conn is not None:  # ended by the server: closed here, not left to the collector
+            self._conn = None  # (a stamped connection stays registered until it is closed)
+            conn.close()
         self._conn = self._open()
         return True
 
