@@ -7,7 +7,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,6 +38,34 @@ def _line_chunk(text: bytes) -> bytes:
 
 
 @contextmanager
+def serving(
+    answer: Callable[[socket.socket], None], connections: int = 1
+) -> Iterator[StampedClient]:
+    """A server thread that hands each of its first ``connections`` connections to ``answer``
+    (then closes it); yields a client to it, closed with the server after the block."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(connections)
+
+    def serve() -> None:
+        for _ in range(connections):
+            conn, _ = listener.accept()
+            with conn:
+                answer(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
+                           network_timeout=2)  # fmt: skip
+    try:
+        yield client
+    finally:
+        client.close()
+        thread.join(5)
+        listener.close()
+
+
+@contextmanager
 def streaming_server(
     lines: int, gap_s: float
 ) -> Iterator[tuple[StampedClient, list[tuple[float, float]]]]:
@@ -45,33 +73,20 @@ def streaming_server(
     client to it and each line's send bracket (perf_counter, the stamps' clock, read just before
     and just after its sendall: on loopback the segment arrives inside that call, and on a busy
     host the thread may be preempted on either side, which widens the bracket, never breaks it)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
     sent_at: list[tuple[float, float]] = []
 
-    def serve() -> None:
-        conn, _ = listener.accept()
-        with conn:
-            conn.recv(65536)
-            conn.sendall(HEAD)
-            for i in range(lines):
-                time.sleep(gap_s)
-                before = time.perf_counter()
-                conn.sendall(_line_chunk(b"data: %d\n" % i))
-                sent_at.append((before, time.perf_counter()))
-            conn.sendall(b"0\r\n\r\n")
+    def answer(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.sendall(HEAD)
+        for i in range(lines):
+            time.sleep(gap_s)
+            before = time.perf_counter()
+            conn.sendall(_line_chunk(b"data: %d\n" % i))
+            sent_at.append((before, time.perf_counter()))
+        conn.sendall(b"0\r\n\r\n")
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
-                           network_timeout=2)  # fmt: skip
-    try:
+    with serving(answer) as client:
         yield client, sent_at
-    finally:
-        client.close()
-        thread.join(5)
-        listener.close()
 
 
 def _inside(stamp: float, bracket: tuple[float, float], slack_s: float = 0.0005) -> bool:
@@ -215,22 +230,12 @@ def test_a_read_parked_with_no_timeout_keeps_the_loop_alive_until_its_bytes_come
 def test_a_connection_the_server_ended_is_closed_and_leaves_the_reader() -> None:
     """The ready reader holds each connection until it is closed: one the server ended (read to
     its end) is closed when the client opens the next, not left registered with its socket."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
 
-    def serve() -> None:  # two connections, each one answer read to the server's close
-        for _ in range(2):
-            conn, _ = listener.accept()
-            with conn:
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nbody")
+    def answer(conn: socket.socket) -> None:  # one answer, read to the server's close
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nbody")
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
-                           network_timeout=2)  # fmt: skip
-    try:
+    with serving(answer, connections=2) as client:
         first = client.request("POST", "/", body=b"{}")
         assert first.read() == b"body" and first.conn.eof
         old = first.conn
@@ -239,10 +244,6 @@ def test_a_connection_the_server_ended_is_closed_and_leaves_the_reader() -> None
         reader = second.conn._reader
         assert reader is not None and old.sock.fileno() == -1  # closed
         assert old not in reader.conns.values() and second.conn in reader.conns.values()
-    finally:
-        client.close()
-        thread.join(5)
-        listener.close()
 
 
 @linux_only
