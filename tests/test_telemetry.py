@@ -26,6 +26,7 @@ from locust_llm.errors import InputError
 from locust_llm.options import table as options_module
 from locust_llm.rundir.layout import TELEMETRY_COLUMNS, TELEMETRY_FILE
 from locust_llm.telemetry.scraper import (
+    SCRAPE_TIMEOUT_S,
     TelemetryScraper,
     locust_worker_cpu,
     server_metrics_url,
@@ -56,7 +57,7 @@ def test_scrape_once_with_injected_fetch_records_signals_and_up() -> None:
     assert ("http://b/metrics", "running", "", 4.0) in [r[1:] for r in rows]
     ups = {r[1]: r[4] for r in rows if r[2] == "scrape_up"}
     assert ups == {"http://a/metrics": 1.0, "http://b/metrics": 1.0}
-    assert scraper.timeout_s == 1.0
+    assert scraper.timeout_s == SCRAPE_TIMEOUT_S  # not bound to the interval
 
 
 def test_failure_after_success_gives_nan_gaps_and_one_warning(caplog) -> None:
@@ -195,6 +196,20 @@ def test_target_that_stops_answering_gives_gaps_and_one_warning(caplog) -> None:
     assert len(messages) == 1 and flaky.url in messages[0]
 
 
+def test_an_answer_slower_than_the_interval_is_a_sample_not_a_gap() -> None:
+    """llama.cpp answers /metrics between decode steps: on a busy host an answer took longer
+    than a 0.2 s interval, and the scrape, timed out at the interval, lost it as a gap."""
+    server = SwitchableServer(VLLM_TEXT)
+    server.mode, server.slow_s = "slow", 0.5
+    try:
+        scraper = TelemetryScraper([server.url], 0.2)
+        assert scraper.scrape_once(1.0) == 1, scraper.warnings
+    finally:
+        server.stop()
+    assert (1.0, server.url, "scrape_up", "", 1.0) in scraper.samples()
+    assert (1.0, server.url, "running", "", 4.0) in scraper.samples()
+
+
 @pytest.mark.parametrize("mode", ["404", "500", "garbage"])
 def test_missing_or_broken_metrics_endpoint_is_a_gap(mode: str) -> None:
     server = SwitchableServer(VLLM_TEXT)
@@ -211,9 +226,9 @@ def test_missing_or_broken_metrics_endpoint_is_a_gap(mode: str) -> None:
 
 def test_hung_target_does_not_delay_the_others() -> None:
     slow = SwitchableServer(VLLM_TEXT)
-    slow.mode = "slow"  # answers after 1 s, past the 0.2 s timeout
+    slow.mode = "slow"  # answers after 1 s, past the 0.3 s timeout
     fast = SwitchableServer(VLLM_TEXT)
-    scraper = TelemetryScraper([slow.url, fast.url], 0.2, clock=FakeClock(ticks=3))
+    scraper = TelemetryScraper([slow.url, fast.url], 0.2, timeout_s=0.3, clock=FakeClock(ticks=3))
     try:
         scraper.start()
         assert scraper.join(timeout_s=30)

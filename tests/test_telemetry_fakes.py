@@ -123,6 +123,7 @@ class SwitchableServer:
     def __init__(self, text: str) -> None:
         self.text = text
         self.mode = "ok"
+        self.slow_s = 1.0  # how long a "slow" answer takes
         self.hits = 0
         outer = self
 
@@ -131,7 +132,7 @@ class SwitchableServer:
                 outer.hits += 1
                 mode = outer.mode
                 if mode == "slow":
-                    time.sleep(1.0)
+                    time.sleep(outer.slow_s)
                 if mode in ("404", "500"):
                     self.send_error(int(mode))
                     return

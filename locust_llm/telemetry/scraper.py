@@ -14,6 +14,10 @@ Prometheus text with ``urllib`` (cooperative once patched), maps it to canonical
   logged (and kept in :attr:`TelemetryScraper.warnings`); the scraper never raises into the run.
 * Ticks run on absolute deadlines (``start + k * interval``); a tick that overruns skips the
   deadlines it missed instead of bursting to catch up (counted in ``missed_ticks``).
+* A scrape waits up to :data:`SCRAPE_TIMEOUT_S` for its answer, whatever the interval: an
+  answer slower than a short interval is a sample taken late (the ticks it overran are
+  skipped), not a gap. llama.cpp answers ``/metrics`` between its decode steps, and on a busy
+  host an answer past a 0.2 s interval was lost as a gap, taking the stage's counters with it.
 * Time comes from an injected :class:`ScrapeClock` (wall clock for the stamps, a monotonic clock
   for the deadlines, and the wait between ticks), :data:`SYSTEM_CLOCK` by default, so tests drive
   the timer with a fake clock and no real sleeps.
@@ -86,7 +90,8 @@ SYSTEM_CLOCK = SystemClock()
 Fetch = Callable[[str, float], str]
 CpuProbe = Callable[[], Mapping[str, float]]
 
-MAX_TIMEOUT_S = 2.0
+#: how long a scrape waits for its answer (unless ``timeout_s`` is given)
+SCRAPE_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
@@ -125,7 +130,7 @@ def check_url(url: str) -> str:
     return url
 
 
-def server_metrics_url(host: str, timeout_s: float = MAX_TIMEOUT_S) -> str | None:
+def server_metrics_url(host: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str | None:
     """``<scheme>://<host:port>/metrics`` of Locust's ``--host`` if it answers with Prometheus
     text now (checked once); ``None`` otherwise. A path in ``host`` (``/v1``) is dropped."""
     parts = urllib.parse.urlsplit(host)
@@ -160,7 +165,7 @@ class TelemetryScraper:
             raise InputError(f"--llm-scrape-interval {interval_s!r}: expected seconds > 0")
         self.targets: list[str] = list(dict.fromkeys(check_url(t) for t in targets))
         self.interval_s = float(interval_s)
-        self.timeout_s = float(timeout_s) if timeout_s else min(self.interval_s, MAX_TIMEOUT_S)
+        self.timeout_s = float(timeout_s) if timeout_s else SCRAPE_TIMEOUT_S
         self._fetch = fetch
         self._cpu_probe = cpu_probe
         self._demand_probe = demand_probe
