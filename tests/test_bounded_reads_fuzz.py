@@ -73,15 +73,22 @@ class FakeSocket:
 class LineWatch:
     """A response proxy that records the longest line and the most bytes one read returned."""
 
-    def __init__(self, resp: Any) -> None:
+    def __init__(self, resp: Any, fused: bool = True) -> None:
         self.resp = resp
         self.status_code = resp.status_code
         self.longest = 0
         if hasattr(resp, "arrival_s"):
             self.arrival_s = 0.0
+        if fused and hasattr(resp, "read_sse_line"):  # a line and its event's blank line
+            self.read_sse_line = self._sse_line
 
     def readline(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
         line: bytes = self.resp.readline(sep, limit)
+        self.longest = max(self.longest, len(line))
+        return line
+
+    def _sse_line(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
+        line: bytes = self.resp.read_sse_line(sep, limit)
         self.longest = max(self.longest, len(line))
         return line
 
@@ -190,6 +197,36 @@ def test_any_response_ends_as_one_record_within_its_memory_bound(
     if stream and status == 200:
         assert resp.longest <= max(event_limit + 1, 48)  # a line, or a non-SSE answer's head
     assert peak < 4 * max(event_limit, body_limit) + OVERHEAD_BYTES, (peak, len(body))
+
+
+@FUZZ
+@given(
+    parts=st.lists(_PART, max_size=10),
+    exact=st.lists(st.integers(0, 3), max_size=4),
+    status=st.sampled_from([200, 200, 200, 500]),
+    event_limit=st.integers(8, 400),
+    frame_cuts=_CUTS,
+    read_cuts=_CUTS,
+)
+def test_a_line_read_with_its_blank_line_gives_the_record_lines_read_one_by_one_give(
+    parts: list[bytes], exact: list[int], status: int, event_limit: int,
+    frame_cuts: list[int], read_cuts: list[int],
+) -> None:  # fmt: skip
+    """``Http11Response.read_sse_line`` (an event's line and its blank line in one call, within
+    the limit) against ``readline`` alone on the same wire: the same record, every time, with
+    lines of exactly the limit (and one byte either side) among the random ones."""
+    sized = [b"data: " + b"y" * max(0, event_limit - 7 + d - 1) + b"\n\n" for d in exact]
+    body = b"".join([*parts, *sized])
+    wire = _head(status, "text/event-stream", "chunked", 0) + _frame(body, "chunked", frame_cuts)
+    records = []
+    for fused in (True, False):
+        resp = LineWatch(_open("http11", wire, read_cuts), fused=fused)
+        record, _ = _read(resp, True, event_limit, 1 << 20)
+        if status == 200:
+            assert resp.longest <= max(event_limit + 1, 48)
+        records.append((record.ok, record.error_kind, record.error_message, record.chunks,
+                        record.output_tokens))  # fmt: skip
+    assert records[0] == records[1]
 
 
 @FUZZ

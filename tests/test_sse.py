@@ -154,7 +154,7 @@ def test_fast_path_matches_strict_on_generated_chunks() -> None:
         payload = json.dumps(dict(items), separators=seps, ensure_ascii=rng.random() < 0.5)
         data = payload.encode()
         assert sse.parse_chunk(data) == sse.parse_chunk_strict(data), data
-        fast_taken += all(sse._FLAGS.get(m) is not None for m in sse._KEY_SCAN.findall(data))
+        fast_taken += all(sse._occurrence_flags(m) >= 0 for m in sse._KEY_SCAN.findall(data))
     assert fast_taken > 500  # the fast path itself was exercised, not only the fallback
 
 
@@ -165,3 +165,18 @@ def test_fast_path_results_are_shared_and_unchanged_by_a_stream() -> None:
     assert chunk is sse.parse_chunk(vllm)[1]  # one shared object per outcome
     assert chunk is not None and chunk.content and not chunk.reasoning
     assert chunk.completion_tokens == -1 and chunk.error is None and chunk.finish_reason is None
+
+
+def test_the_spellings_remembered_are_bounded_and_each_still_read_right() -> None:
+    """The fast path remembers each key occurrence as a server spells it (spacing and all);
+    a stream of ever new spellings stops adding past the bound and is still classified as the
+    full parse classifies it."""
+    for spaces in range(2 * sse._SEEN_LIMIT):
+        pad = " " * spaces
+        data = f'{{"choices":[{{"delta":{{"content"{pad}:"x"}},"finish_reason":null}}]}}'.encode()
+        assert (
+            sse.parse_chunk(data)
+            == sse.parse_chunk_strict(data)
+            == (sse.KIND_CHUNK, sse.Chunk(content=True))
+        )
+    assert len(sse._SEEN) <= sse._SEEN_LIMIT

@@ -251,14 +251,26 @@ class Http11Response:
         body; b"" once the body is read. With ``limit`` >= 0 at most ``limit`` bytes: a longer
         line comes back cut, without its ``sep`` (the caller tells it by that), so one line
         never holds more memory than ``limit``, whatever the server sends."""
+        return self._line(sep, limit, False)
+
+    def read_sse_line(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
+        """:meth:`readline`, and the blank line after the line when its ``sep`` is already in
+        the same chunk within ``limit``: the line then ends with ``sep`` twice (an SSE event's
+        last line and the blank line that ends the event in one call, the usual chunk)."""
+        return self._line(sep, limit, True)
+
+    def _line(self, sep: bytes, limit: int, blank: bool) -> bytes:
         conn = self.conn
         if self._mode == _BODY_CHUNKED:  # fast path: the line is in this (or the next) chunk
             left = self._chunk_left or (not self.message_complete and self._open_chunk())
             if left > 0:
                 buf, pos = conn.buf, conn.pos
-                end = buf.find(sep, pos, pos + (left if limit < 0 else min(left, limit)))
+                stop = pos + (left if limit < 0 or left < limit else limit)
+                end = buf.find(sep, pos, stop)
                 if end >= 0:
                     end += 1
+                    if blank and buf.startswith(sep, end, stop):  # its blank line: taken too
+                        end += 1
                     left -= end - pos
                     if left == 0 and buf.startswith(b"\r\n", end):  # the chunk's own CRLF
                         conn.pos = end + 2

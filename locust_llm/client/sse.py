@@ -50,15 +50,19 @@ class Chunk:
         return self.content or self.reasoning
 
 
-#: One pass over a payload: every quoted key the classification depends on, whether a colon
-#: follows it (else the word was a value, or the payload is not the shape this scan reads), and
-#: how its value starts (``null``, ``""``, ``"`` for a non-empty string, ``b""`` for anything
-#: else: a number, a list of parts, an object).
+#: One pass over a payload: every quoted key the classification depends on, the colon that
+#: should follow it (else the word was a value, or the payload is not the shape this scan reads),
+#: and how its value starts (``null``, ``""``, ``"`` for a non-empty string, nothing for anything
+#: else: a number, a list of parts, an object). Each occurrence is matched whole (one bytes
+#: object, no groups) and looked up whole (:func:`_occurrence_flags`).
 _KEY_SCAN = re.compile(
-    rb'"(content|text|reasoning_content|reasoning|usage|error|finish_reason)"'
-    rb'[ \t]*(:?)[ \t]*(null|""|"|)'
+    rb'"(?:content|text|reasoning_content|reasoning|usage|error|finish_reason)"'
+    rb'[ \t]*:?[ \t]*(?:null|""|"|)'
 )
+#: the parts of one occurrence, for :func:`_occurrence_flags`
+_OCCURRENCE = re.compile(rb'"([a-z_]+)"[ \t]*(:?)[ \t]*(.*)', re.DOTALL)
 _CONTENT, _REASONING = 1, 2  # the flags a key occurrence sets
+_STRICT = -1  # an occurrence the fast path cannot read: parse the whole chunk
 #: (key, colon, value start) -> the flags it sets; an occurrence not here needs the full parse
 #: (a usage object, an error, a finish reason, content as a list of parts, a key-like value)
 _FLAGS: dict[tuple[bytes, bytes, bytes], int] = {}
@@ -75,8 +79,22 @@ for _key, _flag in (
     _FLAGS[(_key, b":", b'""')] = 0  # empty text; an empty error, usage or reason is none
     if _flag:
         _FLAGS[(_key, b":", b'"')] = _flag
+#: an occurrence as matched (spacing and all) -> its flags or ``_STRICT``: filled as servers'
+#: spellings are met, a few per server; bounded (past it, occurrences are read each time)
+_SEEN: dict[bytes, int] = {}
+_SEEN_LIMIT = 256
 #: the fast path's results, one per flag combination: shared, so read-only (see parse_chunk)
 _SHARED = tuple(Chunk(content=bool(f & _CONTENT), reasoning=bool(f & _REASONING)) for f in range(4))
+
+
+def _occurrence_flags(found: bytes) -> int:
+    """The flags one matched occurrence sets, or ``_STRICT`` (remembered per spelling)."""
+    parts = _OCCURRENCE.fullmatch(found)
+    assert parts is not None  # every _KEY_SCAN match has this shape
+    flags = _FLAGS.get((parts[1], parts[2], parts[3]), _STRICT)
+    if len(_SEEN) < _SEEN_LIMIT:
+        _SEEN[found] = flags
+    return flags
 
 
 def data_payload(line: bytes) -> bytes | None:
@@ -99,10 +117,12 @@ def parse_chunk(payload: bytes) -> tuple[int, Chunk | None]:
     if not payload or payload[:1] != b"{" or payload[-1:] != b"}":
         return (KIND_IGNORE, None) if not payload else (KIND_BAD, None)
     flags = 0
-    get = _FLAGS.get
+    known = _SEEN.get
     for found in _KEY_SCAN.findall(payload):
-        flag = get(found)
+        flag = known(found)
         if flag is None:
+            flag = _occurrence_flags(found)
+        if flag < 0:
             return parse_chunk_strict(payload)
         flags |= flag
     return KIND_CHUNK, _SHARED[flags]

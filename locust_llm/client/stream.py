@@ -53,7 +53,10 @@ class Response(Protocol):
     """What the reader needs of a transport's response (geventhttpclient's, ``http11``'s).
 
     A kernel-stamping response also has ``arrival_s`` (perf_counter seconds: when the bytes of
-    the latest line arrived); the transport's ``message_complete`` is the caller's concern.
+    the latest line arrived); the transport's ``message_complete`` is the caller's concern. A
+    response with ``read_sse_line`` (``http11``'s) is read by it: :meth:`readline`, and the blank
+    line after the line in the same call where its bytes are in already (the line then ends with
+    two newlines: one call per event instead of two).
     """
 
     status_code: int
@@ -240,13 +243,14 @@ class StreamReader:
         times = timing.chunk_times
         tokens = timing.chunk_tokens
         classify = self.adapter.classify
-        data_payload = sse.data_payload
         first_token = self.on_first_token
         read_errors = self.read_errors
         clock = self.clock
         usage_tokens: int | None = None
         prev_usage = 0
-        readline = resp.readline
+        # a line and the blank line that ends its event in one call, where the transport can
+        readline = getattr(resp, "read_sse_line", resp.readline)
+        kind_chunk, kind_done, kind_bad = sse.KIND_CHUNK, sse.KIND_DONE, sse.KIND_BAD
         stamped = hasattr(resp, "arrival_s")  # kernel transport: when the line's bytes arrived
         # where the stamp is an attribute (our HTTP/1.1 client's connection), read it there
         stamps: Any = getattr(resp, "stamp_holder", resp)
@@ -273,26 +277,31 @@ class StreamReader:
             user_now = now = clock()
             if stamped:
                 now = stamps.arrival_s
+            ends_event = line.endswith(b"\n\n")  # the blank line came with it (read_sse_line)
+            if ends_event:
+                size -= 1
             event_bytes += size
             if event_bytes > limit:
                 timing.end_time = now
                 if size > limit:
                     raise over_limit(
-                        "SSE line", f"{size} bytes without a newline", limit, "event", line,
-                        self.redact,
+                        "SSE line", f"{size} bytes without a newline", limit, "event",
+                        line[:size], self.redact,
                     )  # fmt: skip
                 raise over_limit(
                     "SSE event", f"{event_bytes} bytes without a blank line", limit, "event",
-                    line, self.redact,
+                    line[:size], self.redact,
                 )  # fmt: skip
-            payload = data_payload(line)
-            if payload is None:
+            if ends_event:
+                event_bytes = 0
+            if not line.startswith(b"data:"):  # not data (sse.data_payload, inlined)
                 if not sse_seen and len(head) < HEAD_BYTES:
-                    head += line[: HEAD_BYTES - len(head)]
+                    head += line[: min(size, HEAD_BYTES - len(head))]
                 continue
+            payload = line[5:].strip()
             sse_seen = True
             kind, chunk = classify(payload)
-            if kind == sse.KIND_CHUNK:
+            if kind == kind_chunk:
                 assert chunk is not None
                 if chunk.error is not None:
                     raise RequestFailed(classify_http_error(500, chunk.error), chunk.error)
@@ -331,16 +340,16 @@ class StreamReader:
                         and timing.first_reasoning_time != timing.first_reasoning_time
                     ):
                         timing.first_reasoning_time = now
-            elif kind == sse.KIND_DONE:
+            elif kind == kind_done:
                 if chunk is not None and chunk.completion_tokens >= 0:  # an end event with usage
                     usage_tokens = chunk.completion_tokens  # (the Responses API's completed)
                     take_usage(record, chunk)
                 done = True
                 timing.end_time = now
                 break
-            elif kind == sse.KIND_BAD:
+            elif kind == kind_bad:
                 timing.end_time = now
-                quoted = quoted_bytes(line, LINE_LIMIT, self.redact)
+                quoted = quoted_bytes(line[:size], LINE_LIMIT, self.redact)
                 raise RequestFailed("bad_payload", f"malformed chunk: {quoted}")
         if not done:
             timing.end_time = clock()
