@@ -66,7 +66,7 @@ class ReadyReader:
         #: the next sweep a worker may run from its own greenlet (``SWEEP_NS`` after the latest)
         self.next_ns = 0
         self.sweeps = 0  # epoll_waits made
-        self.taken = 0  # reads taken by sweeps
+        self.taken = 0  # sweeps' reads that woke a parked greenlet (not reads for busy ones)
         #: (connection, greenlet) pairs a worker's sweep read for, to wake from the hub
         self._woken: list[tuple[Readable, Any]] = []
         self._wake_callback: Any = None
