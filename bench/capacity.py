@@ -41,6 +41,7 @@ CLIENTS = {
     "ours": ours.run,
     "evalscope": evalscope.run,
     "aiperf": aiperf.run,
+    "ours-core": loops.core,
     "loop-readline": loops.runner("readline"),
     "loop-drain": loops.runner("drain"),
 }

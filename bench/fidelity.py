@@ -31,7 +31,7 @@ from bench.peers.common import ClientRun, Load, Timed, add_peers_option, cpu_bet
 from bench.peers.simproc import FIDELITY_ENGINE, simulator
 
 CLIENTS = {"raw": rawsocket.run, "ours": ours.run, "evalscope": evalscope.run,
-           "aiperf": aiperf.run, "loop-readline": loops.runner("readline"),
+           "aiperf": aiperf.run, "ours-core": loops.core, "loop-readline": loops.runner("readline"),
            "loop-drain": loops.runner("drain")}  # fmt: skip
 FULL = (Load(concurrency=1, requests=24), Load(concurrency=16, requests=96),
         Load(concurrency=64, requests=256), Load(concurrency=256, requests=512),

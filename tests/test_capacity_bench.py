@@ -1,6 +1,6 @@
 """bench/capacity.py's split of a client's CPU into per request and per token: the arithmetic,
-and the command run end to end at a tiny load (our client only; the peers are not installed
-in the suite)."""
+and the command run end to end at a tiny load (our client, under Locust and its core alone;
+the peers are not installed in the suite)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ def test_the_split_recovers_known_per_request_and_per_token_costs() -> None:
 
 def test_the_split_command_runs_and_prints_both_costs(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "bench/capacity.py", "--clients", "ours", "--streams", "2",
+        [sys.executable, "bench/capacity.py", "--clients", "ours,ours-core", "--streams", "2",
          "--rounds", "1", "--split-lengths", "4,12", "--work", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (line,) = [x for x in done.stdout.splitlines() if x.startswith("ours: ")]
-    assert "us per request" in line and "us per token" in line and "nan" not in line
+    for client in ("ours", "ours-core"):  # under Locust, and its core alone (no Locust)
+        (line,) = [x for x in done.stdout.splitlines() if x.startswith(f"{client}: ")]
+        assert "us per request" in line and "us per token" in line and "nan" not in line
