@@ -46,7 +46,7 @@ NOT_QUICK = frozenset(
         "test_sim_faults.py", "test_sim_trace.py", "test_client_wiring.py", "test_base_urls.py",
         "test_capacity_virtual.py", "test_judgement.py", "test_first_token_steps.py",
         "test_quiet_host.py", "test_served_window.py", "test_host_cases_documented.py",
-        "test_interval_coverage_bench.py",
+        "test_interval_coverage_bench.py", "test_capacity_bench.py", "test_read_path_bench.py",
     }
 )  # fmt: skip
 
