@@ -11,12 +11,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import gevent
+import gevent.monkey
 import numpy as np
 import pytest
 from geventhttpclient import HTTPClient
 from kernel_runs import traced_kernel_sweep
 
 from locust_llm.cli import main
+from locust_llm.client.apis.base import get_api
 from locust_llm.client.kernel_transport import (
     KernelTransport,
     StampedClient,
@@ -25,8 +28,10 @@ from locust_llm.client.kernel_transport import (
     kernel_stamps_available,
     select_transport,
 )
-from locust_llm.client.transport import Transport
+from locust_llm.client.stream import Exchange, StreamReader, read_to_record
+from locust_llm.client.transport import READ_ERRORS, Transport
 from locust_llm.errors import InputError
+from locust_llm.metrics import RequestRecord, StreamTiming
 
 linux_only = pytest.mark.skipif(not kernel_stamps_available(), reason="needs SO_TIMESTAMPNS")
 
@@ -39,10 +44,11 @@ def _line_chunk(text: bytes) -> bytes:
 
 @contextmanager
 def serving(
-    answer: Callable[[socket.socket], None], connections: int = 1
+    answer: Callable[[socket.socket], None], connections: int = 1, timeout_s: float = 2.0
 ) -> Iterator[StampedClient]:
     """A server thread that hands each of its first ``connections`` connections to ``answer``
-    (then closes it); yields a client to it, closed with the server after the block."""
+    (then closes it); yields a client to it (read timeout ``timeout_s``), closed with the
+    server after the block."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(connections)
@@ -56,7 +62,7 @@ def serving(
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     client = StampedClient("127.0.0.1", listener.getsockname()[1], connection_timeout=2,
-                           network_timeout=2)  # fmt: skip
+                           network_timeout=timeout_s)  # fmt: skip
     try:
         yield client
     finally:
@@ -67,25 +73,28 @@ def serving(
 
 @contextmanager
 def streaming_server(
-    lines: int, gap_s: float
-) -> Iterator[tuple[StampedClient, list[tuple[float, float]]]]:
-    """A server thread answering one request with ``lines`` SSE lines ``gap_s`` apart; yields a
-    client to it and each line's send bracket (perf_counter, the stamps' clock, read just before
-    and just after its sendall: on loopback the segment arrives inside that call, and on a busy
-    host the thread may be preempted on either side, which widens the bracket, never breaks it)."""
+    lines: int | list[bytes], gap_s: float, *, head: bytes = HEAD, tail: bytes = b"0\r\n\r\n",
+    timeout_s: float = 2.0,
+) -> Iterator[tuple[StampedClient, list[tuple[float, float]]]]:  # fmt: skip
+    """A server thread answering one request with ``lines`` SSE lines ``gap_s`` apart (a count:
+    ``data: <i>``; or the events themselves), one chunk each, then ``tail``; yields a client to
+    it and each line's send bracket (perf_counter, the stamps' clock, read just before and just
+    after its sendall: on loopback the segment arrives inside that call, and on a busy host the
+    thread may be preempted on either side, which widens the bracket, never breaks it)."""
     sent_at: list[tuple[float, float]] = []
+    events = [b"data: %d\n" % i for i in range(lines)] if isinstance(lines, int) else lines
 
     def answer(conn: socket.socket) -> None:
         conn.recv(65536)
-        conn.sendall(HEAD)
-        for i in range(lines):
+        conn.sendall(head)
+        for event in events:
             time.sleep(gap_s)
             before = time.perf_counter()
-            conn.sendall(_line_chunk(b"data: %d\n" % i))
+            conn.sendall(_line_chunk(event))
             sent_at.append((before, time.perf_counter()))
-        conn.sendall(b"0\r\n\r\n")
+        conn.sendall(tail)
 
-    with serving(answer) as client:
+    with serving(answer, timeout_s=timeout_s) as client:
         yield client, sent_at
 
 
@@ -257,6 +266,72 @@ def test_lines_read_in_time_keep_their_own_stamps() -> None:
             time.sleep(0.005)  # busy, but for less than the gap between lines
         assert resp.readline(b"\n") == b"" and resp.message_complete
     assert all(map(_inside, stamps, sent_at)), list(zip(stamps, sent_at, strict=True))
+
+
+TOKEN_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":" w"},"finish_reason":null}]}\n\n'
+END_EVENTS = (
+    b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}],'
+    b'"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n\ndata: [DONE]\n\n'
+)
+SSE_HEAD = HEAD.replace(b"\r\n\r\n", b"\r\nContent-Type: text/event-stream\r\n\r\n")
+
+
+def _read_tokens(
+    tokens: int, gap_s: float, timeout_s: float
+) -> tuple[RequestRecord, StreamTiming, StampedConnection, list[tuple[float, float]]]:
+    """One streamed answer of ``tokens`` token events ``gap_s`` apart, one chunk each, read by
+    the stream reader as a user reads it: its record, its timing, the connection, and each
+    token's send bracket."""
+    reader = StreamReader(get_api("chat"), read_errors=READ_ERRORS)
+    busy = gevent.spawn(_hold_the_hub_now_and_then)  # reads come late: stamps must not
+    tail = _line_chunk(END_EVENTS % tokens) + b"0\r\n\r\n"
+    try:
+        with streaming_server([TOKEN_EVENT] * tokens, gap_s, head=SSE_HEAD, tail=tail,
+                              timeout_s=timeout_s) as (client, sent_at):  # fmt: skip
+            ex = Exchange(RequestRecord(request_id="r", endpoint="/e"))
+            ex.stamp_send()
+            resp = client.request("POST", "/", body=b"{}")
+            record = read_to_record(reader, resp, ex)
+            conn = resp.conn
+    finally:
+        busy.kill()
+    return record, ex.timing, conn, sent_at
+
+
+def _hold_the_hub_now_and_then() -> None:
+    """Block the whole process 3 ms of every 5: a read waits up to 3 ms after its bytes came."""
+    blocking_sleep = gevent.monkey.get_original("time", "sleep")
+    while True:
+        blocking_sleep(0.003)
+        gevent.sleep(0.002)
+
+
+@linux_only
+def test_ordinary_tokens_are_recorded_by_the_ready_reader_as_the_stream_loop_records_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the first content token the ready reader records a plain token event itself while
+    the stream's greenlet waits (no switch there and back): every token stamped inside its
+    send, the same record as the greenlet's own loop gives, and the greenlet's read timeout
+    counted from the latest token: 60 tokens 10 ms apart outlast the 0.25 s timeout. The
+    process is held 3 ms of every 5 meanwhile, so a read comes up to 3 ms after its bytes: a
+    token stamped when it was read, not when it arrived, falls outside its send."""
+    assert keep_kernel_stamps_on()
+    record, timing, conn, sent_at = _read_tokens(60, 0.01, timeout_s=0.25)
+    assert record.ok and record.chunks == 60 and record.output_tokens == 60, record
+    assert conn.hub_reads >= 40, conn.hub_reads  # most: not the first, nor reads of two
+    outside = [i for i, (t, sent) in enumerate(zip(timing.chunk_times, sent_at, strict=True))
+               if not _inside(t, sent)]  # fmt: skip
+    assert not outside, outside
+    # the greenlet's own loop (nothing recorded in the hub): the same record
+    monkeypatch.setattr(StampedConnection, "finish_in_hub", lambda self: False)
+    alone, timing_alone, conn, sent_alone = _read_tokens(60, 0.01, timeout_s=0.25)
+    assert conn.hub_reads == 0
+    for field in ("ok", "chunks", "output_tokens", "input_tokens", "tokens_estimated"):
+        assert getattr(alone, field) == getattr(record, field), field
+    assert all(
+        _inside(t, sent) for t, sent in zip(timing_alone.chunk_times, sent_alone, strict=True)
+    )
 
 
 def test_selection_by_name_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:

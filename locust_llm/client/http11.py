@@ -23,6 +23,7 @@ import ipaddress
 import math
 from collections.abc import Callable, Mapping
 from time import perf_counter
+from typing import Any
 
 import gevent.socket
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
@@ -252,6 +253,13 @@ class Http11Response:
         line comes back cut, without its ``sep`` (the caller tells it by that), so one line
         never holds more memory than ``limit``, whatever the server sends."""
         return self._line(sep, limit, False)
+
+    def read_in_hub(self, stream: Any) -> None:
+        """Let the connection's reader record ``stream``'s ordinary token events while the
+        stream's greenlet waits (a ``SteadyStream``; None: no more), where the connection can
+        (``kernel_transport.StampedConnection``); otherwise nothing."""
+        if hasattr(self.conn, "steady"):
+            self.conn.steady = stream  # type: ignore[attr-defined]
 
     def read_sse_line(self, sep: bytes = b"\n", limit: int = -1) -> bytes:
         """:meth:`readline`, and the blank line after the line when its ``sep`` is already in

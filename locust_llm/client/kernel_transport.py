@@ -57,6 +57,7 @@ from greenlet import getcurrent
 from locust_llm.client.first_bytes import FirstBytes, first_bytes
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
 from locust_llm.client.ready_reader import ReadyReader, ready_reader
+from locust_llm.client.sse import CONTENT_TOKEN
 from locust_llm.client.transport import Transport
 from locust_llm.errors import InputError
 
@@ -186,6 +187,11 @@ class StampedConnection(Http11Connection):
         #: pending, or while the sweep reads the response's first bytes)
         self._edge = False
         self._reader: ReadyReader | None = None
+        #: the response being read, past its first content token, whose ordinary token events
+        #: the ready reader records while its greenlet waits (``stream.SteadyStream``; None:
+        #: every read goes to the greenlet): see :meth:`finish_in_hub`
+        self.steady: Any = None
+        self.hub_reads = 0  # reads the ready reader recorded itself (no switch to the greenlet)
         if self._raw is not None:
             self._reader = ready_reader()
             self._reader.add(self)
@@ -316,6 +322,65 @@ class StampedConnection(Http11Connection):
             return self.parked
         self._pending = (data, ancdata, _time_ns())
         return self.parked
+
+    def finish_in_hub(self) -> bool:
+        """The read the ready reader took for the parked greenlet is one whole chunk holding
+        one ordinary token event of the steady stream: record it here, as the stream loop
+        would (the kernel stamp, a token count of 0, the loop's clock as the user-side time),
+        and leave the greenlet parked, its read timeout counted from this read. False, with
+        nothing changed, for anything else (the greenlet reads it): no steady stream, an error,
+        another edge seen meanwhile (bytes no read has taken: only the greenlet reads them
+        next), a chunk or line under way, bytes still queued, no stamp, a read of more or less
+        than one chunk, an event of more than one line, over the limit, or classified as
+        anything but :data:`~locust_llm.client.sse.CONTENT_TOKEN` (the first token, usage, a
+        finish reason, the end, an error)."""
+        steady, pending = self.steady, self._pending
+        if steady is None or pending.__class__ is not tuple or self._edge:
+            return False
+        resp = steady.response
+        if resp._chunk_left or resp._crlf_due or self.pos != len(self.buf):
+            return False
+        data, ancdata, now_ns = pending
+        if len(ancdata) != 2:
+            return False
+        (level, kind, stamp), (inq_level, inq_kind, inq) = ancdata
+        if not (kind == SO_TIMESTAMPNS and inq_kind == TCP_INQ and level == _SOL_SOCKET
+                and inq_level == _SOL_TCP and len(stamp) == _TIMESPEC_BYTES
+                and inq == _NOTHING_QUEUED):  # fmt: skip
+            return False
+        size_end = data.find(b"\r\n", 0, 18)  # "<hex size>\r\n<event>\r\n", nothing more
+        if size_end <= 0 or not data.endswith(b"\n\n\r\n"):
+            return False
+        try:
+            size = int(data[:size_end], 16)
+        except ValueError:
+            return False
+        event = data[size_end + 2 : -2]
+        if (len(event) != size or size - 1 > steady.max_event_bytes
+                or not event.startswith(b"data:") or event.count(b"\n") != 2):  # fmt: skip
+            return False
+        if steady.classify(event[5:].strip())[1] is not CONTENT_TOKEN:
+            return False
+        sec, nsec = _unpack_timespec(stamp)
+        stamp_ns = sec * 1_000_000_000 + nsec
+        if not stamp_ns:
+            return False
+        self._pending = None
+        self._now_ns = now_ns
+        self.reads += 1
+        self.hub_reads += 1
+        self._low_ns = self._empty_ns
+        self._empty_ns = now_ns
+        self.drained = True
+        self.arrival_s = arrival = self._base_s + (stamp_ns - self._base_ns) * 1e-9
+        timing = steady.timing
+        timing.chunk_times.append(arrival)
+        timing.chunk_tokens.append(0)
+        timing.last_user_time = steady.clock()
+        timeout = self.sock.timeout
+        if self.deadline_ns and timeout is not None:  # a read came: the wait starts again
+            self.deadline_ns = now_ns + int(timeout * 1e9)
+        return True
 
     def still_waits(self, waiting: Any) -> bool:
         """``waiting`` is still parked on this connection, and its read is in."""

@@ -52,6 +52,9 @@ class Readable(Protocol):
     def still_waits(self, waiting: Any) -> bool:
         """``waiting`` still waits for this connection's bytes, and they are in."""
 
+    def finish_in_hub(self) -> bool:
+        """Those bytes are an event the connection records itself (its greenlet waits on)."""
+
     def fileno(self) -> int:
         """The socket's descriptor."""
 
@@ -184,7 +187,9 @@ class ReadyReader:
 
     def _switch_to(self, woken: list[tuple[Readable, Any]]) -> None:
         for conn, waiting in woken:
-            if conn.still_waits(waiting):  # not timed out, killed or woken meanwhile
+            # not timed out, killed or woken meanwhile, and not an ordinary token recorded
+            # without the greenlet (``finish_in_hub``: no switch there and back)
+            if conn.still_waits(waiting) and not conn.finish_in_hub():
                 try:
                     waiting.switch()
                 except Exception:  # a raw greenlet that died of it: not the hub's concern

@@ -85,6 +85,9 @@ _SEEN: dict[bytes, int] = {}
 _SEEN_LIMIT = 256
 #: the fast path's results, one per flag combination: shared, so read-only (see parse_chunk)
 _SHARED = tuple(Chunk(content=bool(f & _CONTENT), reasoning=bool(f & _REASONING)) for f in range(4))
+#: the fast path's answer for the ordinary token chunk (text, nothing else): a reader outside
+#: the stream's greenlet records exactly these (``kernel_transport.StampedConnection``)
+CONTENT_TOKEN = _SHARED[_CONTENT]
 
 
 def _occurrence_flags(found: bytes) -> int:

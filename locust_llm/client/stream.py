@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, Protocol
 
@@ -132,6 +133,24 @@ class Exchange:
         return record
 
 
+@dataclass(slots=True)
+class SteadyStream:
+    """A stream past its first content token, for a reader outside its greenlet to record an
+    ordinary token event on its behalf while the greenlet waits (``Http11Response.read_in_hub``:
+    the kernel transport's ready reader does it, in the hub): the response, the timing the
+    token goes to, the classifier and the clock the loop uses, the event limit. Such a reader
+    takes only an event the loop would record as a plain token (a whole ``data:`` line and its
+    blank line, classified as :data:`~locust_llm.client.sse.CONTENT_TOKEN`, within the limit) and
+    records exactly what the loop records for it: the stamp, a token count of 0, the clock as
+    the user-side time."""
+
+    response: Any
+    timing: StreamTiming
+    classify: Callable[[bytes], tuple[int, sse.Chunk | None]]
+    clock: Callable[[], float]
+    max_event_bytes: int
+
+
 class StreamReader:
     """Reads responses of one API: an SSE stream chunk by chunk, or one whole body.
 
@@ -192,7 +211,12 @@ class StreamReader:
         content_type = str(resp.get("content-type", "") or "")
         if content_type and "text/event-stream" not in content_type.lower():
             raise not_sse_failure(resp, self._read_head(resp), self.redact)
-        return self._read_stream(resp, record, timing, sink)
+        hand_over = getattr(resp, "read_in_hub", None)
+        try:
+            return self._read_stream(resp, record, timing, sink)
+        finally:
+            if hand_over is not None:
+                hand_over(None)  # the stream is over (or failed): its greenlet reads again
 
     def _read_head(self, resp: Response) -> bytes:
         try:
@@ -260,6 +284,9 @@ class StreamReader:
         kept_bytes = 0  # bytes of content payloads handed to sink
         body_limit = self.max_body_bytes
         done = False
+        # past the first content token, ordinary tokens may be recorded by the transport's
+        # reader while this greenlet waits (not while an answer is kept: sink)
+        hand_over = getattr(resp, "read_in_hub", None) if sink is None else None
         sse_seen = False  # an SSE data line came (else the answer is not a stream at all)
         head = b""  # the answer's first bytes, quoted if it is not
         while True:
@@ -325,6 +352,8 @@ class StreamReader:
                     if chunk.content:
                         if timing.first_content_time != timing.first_content_time:
                             timing.first_content_time = now
+                            if hand_over is not None:
+                                hand_over(SteadyStream(resp, timing, classify, clock, limit))
                         if sink is not None:
                             kept_bytes += len(payload)
                             if kept_bytes > body_limit:
