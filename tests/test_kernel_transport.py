@@ -74,23 +74,24 @@ def serving(
 @contextmanager
 def streaming_server(
     lines: int | list[bytes], gap_s: float, *, head: bytes = HEAD, tail: bytes = b"0\r\n\r\n",
-    timeout_s: float = 2.0,
+    timeout_s: float = 2.0, per_send: int = 1,
 ) -> Iterator[tuple[StampedClient, list[tuple[float, float]]]]:  # fmt: skip
     """A server thread answering one request with ``lines`` SSE lines ``gap_s`` apart (a count:
-    ``data: <i>``; or the events themselves), one chunk each, then ``tail``; yields a client to
-    it and each line's send bracket (perf_counter, the stamps' clock, read just before and just
-    after its sendall: on loopback the segment arrives inside that call, and on a busy host the
-    thread may be preempted on either side, which widens the bracket, never breaks it)."""
+    ``data: <i>``; or the events themselves), one chunk each, ``per_send`` chunks a send, then
+    ``tail``; yields a client to it and each send's bracket (perf_counter, the stamps' clock,
+    read just before and just after its sendall: on loopback the segment arrives inside that
+    call, and on a busy host the thread may be preempted on either side, which widens the
+    bracket, never breaks it)."""
     sent_at: list[tuple[float, float]] = []
     events = [b"data: %d\n" % i for i in range(lines)] if isinstance(lines, int) else lines
 
     def answer(conn: socket.socket) -> None:
         conn.recv(65536)
         conn.sendall(head)
-        for event in events:
+        for i in range(0, len(events), per_send):
             time.sleep(gap_s)
             before = time.perf_counter()
-            conn.sendall(_line_chunk(event))
+            conn.sendall(b"".join(map(_line_chunk, events[i : i + per_send])))
             sent_at.append((before, time.perf_counter()))
         conn.sendall(tail)
 
@@ -277,7 +278,7 @@ SSE_HEAD = HEAD.replace(b"\r\n\r\n", b"\r\nContent-Type: text/event-stream\r\n\r
 
 
 def _read_tokens(
-    tokens: int, gap_s: float, timeout_s: float
+    tokens: int, gap_s: float, timeout_s: float, per_send: int = 1
 ) -> tuple[RequestRecord, StreamTiming, StampedConnection, list[tuple[float, float]]]:
     """One streamed answer of ``tokens`` token events ``gap_s`` apart, one chunk each, read by
     the stream reader as a user reads it: its record, its timing, the connection, and each
@@ -286,8 +287,10 @@ def _read_tokens(
     busy = gevent.spawn(_hold_the_hub_now_and_then)  # reads come late: stamps must not
     tail = _line_chunk(END_EVENTS % tokens) + b"0\r\n\r\n"
     try:
-        with streaming_server([TOKEN_EVENT] * tokens, gap_s, head=SSE_HEAD, tail=tail,
-                              timeout_s=timeout_s) as (client, sent_at):  # fmt: skip
+        with streaming_server(
+            [TOKEN_EVENT] * tokens, gap_s, head=SSE_HEAD, tail=tail, timeout_s=timeout_s,
+            per_send=per_send,
+        ) as (client, sent_at):  # fmt: skip
             ex = Exchange(RequestRecord(request_id="r", endpoint="/e"))
             ex.stamp_send()
             resp = client.request("POST", "/", body=b"{}")
@@ -307,31 +310,34 @@ def _hold_the_hub_now_and_then() -> None:
 
 
 @linux_only
+@pytest.mark.parametrize("per_send", [1, 2])
 def test_ordinary_tokens_are_recorded_by_the_ready_reader_as_the_stream_loop_records_them(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, per_send: int
 ) -> None:
     """Past the first content token the ready reader records a plain token event itself while
-    the stream's greenlet waits (no switch there and back): every token stamped inside its
-    send, the same record as the greenlet's own loop gives, and the greenlet's read timeout
-    counted from the latest token: 60 tokens 10 ms apart outlast the 0.25 s timeout. The
-    process is held 3 ms of every 5 meanwhile, so a read comes up to 3 ms after its bytes: a
-    token stamped when it was read, not when it arrived, falls outside its send."""
+    the stream's greenlet waits (no switch there and back), one token or two a read (two a
+    send): every token stamped inside its send, the same record as the greenlet's own loop
+    gives, and the greenlet's read timeout counted from the latest token: 0.6 s of tokens
+    outlast the 0.25 s timeout. The process is held 3 ms of every 5 meanwhile, so a read comes
+    up to 3 ms after its bytes: a token stamped when it was read, not when it arrived, falls
+    outside its send."""
     assert keep_kernel_stamps_on()
-    record, timing, conn, sent_at = _read_tokens(60, 0.01, timeout_s=0.25)
+    record, timing, conn, sent_at = _read_tokens(60, 0.01 * per_send, 0.25, per_send)
     assert record.ok and record.chunks == 60 and record.output_tokens == 60, record
-    assert conn.hub_reads >= 40, conn.hub_reads  # most: not the first, nor reads of two
-    outside = [i for i, (t, sent) in enumerate(zip(timing.chunk_times, sent_at, strict=True))
+    # most reads: not the first ones (the first-bytes path), nor any the hold merged
+    assert conn.hub_reads >= 40 // per_send, conn.hub_reads
+    sends = [sent for sent in sent_at for _ in range(per_send)]  # each token's send
+    outside = [i for i, (t, sent) in enumerate(zip(timing.chunk_times, sends, strict=True))
                if not _inside(t, sent)]  # fmt: skip
     assert not outside, outside
     # the greenlet's own loop (nothing recorded in the hub): the same record
     monkeypatch.setattr(StampedConnection, "finish_in_hub", lambda self: False)
-    alone, timing_alone, conn, sent_alone = _read_tokens(60, 0.01, timeout_s=0.25)
+    alone, timing_alone, conn, sent_alone = _read_tokens(60, 0.01 * per_send, 0.25, per_send)
     assert conn.hub_reads == 0
     for field in ("ok", "chunks", "output_tokens", "input_tokens", "tokens_estimated"):
         assert getattr(alone, field) == getattr(record, field), field
-    assert all(
-        _inside(t, sent) for t, sent in zip(timing_alone.chunk_times, sent_alone, strict=True)
-    )
+    sends = [sent for sent in sent_alone for _ in range(per_send)]
+    assert all(_inside(t, sent) for t, sent in zip(timing_alone.chunk_times, sends, strict=True))
 
 
 def test_selection_by_name_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:

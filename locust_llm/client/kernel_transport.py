@@ -348,18 +348,8 @@ class StampedConnection(Http11Connection):
                 and inq_level == _SOL_TCP and len(stamp) == _TIMESPEC_BYTES
                 and inq == _NOTHING_QUEUED):  # fmt: skip
             return False
-        size_end = data.find(b"\r\n", 0, 18)  # "<hex size>\r\n<event>\r\n", nothing more
-        if size_end <= 0 or not data.endswith(b"\n\n\r\n"):
-            return False
-        try:
-            size = int(data[:size_end], 16)
-        except ValueError:
-            return False
-        event = data[size_end + 2 : -2]
-        if (len(event) != size or size - 1 > steady.max_event_bytes
-                or not event.startswith(b"data:") or event.count(b"\n") != 2):  # fmt: skip
-            return False
-        if steady.classify(event[5:].strip())[1] is not CONTENT_TOKEN:
+        tokens = _plain_tokens(data, steady)
+        if not tokens:
             return False
         sec, nsec = _unpack_timespec(stamp)
         stamp_ns = sec * 1_000_000_000 + nsec
@@ -374,8 +364,12 @@ class StampedConnection(Http11Connection):
         self.drained = True
         self.arrival_s = arrival = self._base_s + (stamp_ns - self._base_ns) * 1e-9
         timing = steady.timing
-        timing.chunk_times.append(arrival)
-        timing.chunk_tokens.append(0)
+        if tokens == 1:
+            timing.chunk_times.append(arrival)
+            timing.chunk_tokens.append(0)
+        else:  # one read's lines share its stamp, as the loop stamps them
+            timing.chunk_times.extend([arrival] * tokens)
+            timing.chunk_tokens.extend([0] * tokens)
         timing.last_user_time = steady.clock()
         timeout = self.sock.timeout
         if self.deadline_ns and timeout is not None:  # a read came: the wait starts again
@@ -465,6 +459,34 @@ class StampedConnection(Http11Connection):
         if self._reader is not None:
             self._reader.discard(self, self._fd)
         super().close()
+
+
+def _plain_tokens(data: bytes, steady: Any) -> int:
+    """How many plain token events ``data`` holds when it is whole chunks of one such event
+    each (``<hex size>\\r\\n<event>\\r\\n``: a ``data:`` line and its blank line, within the
+    event limit, classified as :data:`~locust_llm.client.sse.CONTENT_TOKEN`); 0 otherwise."""
+    tokens = pos = 0
+    end = len(data)
+    classify, limit = steady.classify, steady.max_event_bytes
+    while pos < end:
+        size_end = data.find(b"\r\n", pos, pos + 18)
+        if size_end <= pos:
+            return 0
+        try:
+            size = int(data[pos:size_end], 16)
+        except ValueError:
+            return 0
+        start = size_end + 2
+        stop = start + size
+        if (size - 1 > limit or not data.startswith(b"\r\n", stop)
+                or not data.startswith(b"data:", start)
+                or data.find(b"\n", start, stop) != stop - 2 or data[stop - 1] != 10):  # fmt: skip
+            return 0
+        if classify(data[start + 5 : stop].strip())[1] is not CONTENT_TOKEN:
+            return 0
+        tokens += 1
+        pos = stop + 2
+    return tokens
 
 
 def _wake(conn: StampedConnection, waiting: Any) -> None:

@@ -12,6 +12,10 @@ and their kernel stamp, no parsing, at most one read held per connection), and o
 direct switch to each greenlet that was parked waiting for those bytes. A batch of streams
 that an engine step answered together is read, and stamped, before any of them is parsed.
 
+A connection may record the read itself instead (``finish_in_hub``: a steady stream's plain
+token event, appended to its timing as the stream loop would): then its greenlet stays parked,
+and the token cost no switch at all.
+
 A worker that finds itself late (a read's bytes waited in the kernel) sweeps from its own
 greenlet instead of yielding: the bytes are read at once and the greenlets they wake are
 switched to from the hub after it parks (:meth:`ReadyReader.sweep_from_worker`).
