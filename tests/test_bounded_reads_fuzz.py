@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from geventhttpclient.response import HTTPSocketResponse
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from locust_llm.client.apis.base import get_api
@@ -208,6 +208,10 @@ def test_any_response_ends_as_one_record_within_its_memory_bound(
     frame_cuts=_CUTS,
     read_cuts=_CUTS,
 )
+@example(  # found by CI: a tab line before a blank line is itself read as blank line by line
+    parts=[b"\x00" * 6, b"\n", b"\t\n", b"\n"], exact=[], status=200, event_limit=8,
+    frame_cuts=[], read_cuts=[],
+)  # fmt: skip
 def test_a_line_read_with_its_blank_line_gives_the_record_lines_read_one_by_one_give(
     parts: list[bytes], exact: list[int], status: int, event_limit: int,
     frame_cuts: list[int], read_cuts: list[int],

@@ -1,14 +1,15 @@
-"""Conformance against a real vLLM engine (the CPU build ``scripts/build_vllm.sh`` installs)
-serving the tiny random-weight Llama of :mod:`vllm.model`.
+"""Conformance against a real vLLM engine (the CPU build ``scripts/build_vllm.sh`` installs) serving
+the tiny random-weight Llama of :mod:`vllm.model`.
 
-One stepped sweep (1 Locust master + 1 worker; concurrency 1, 4, 8; a stage ends when its
-requests have ended and the next starts about 0.9 s later) is judged stage by stage against what
-the engine measured for the same requests: a thread scrapes ``/metrics`` every 0.25 s, and a
-stage's share of each vLLM histogram and counter is the difference between the scrapes at which
-the engine's finished-request count equals the run's requests before the stage and up to it. Our
-token counts must equal its counters; our mean TTFT, TPOT and E2E are compared with its
-histogram means, to the tolerances the measurements below support (the constants say what the
-differences are made of); the vLLM vocabulary's names must be ones the engine exposes.
+One stepped sweep (1 Locust master + 1 worker; concurrency 1, 4, 8; a stage ends when its requests
+have ended and the next starts up to 1.35 s later) is judged stage by stage against what the engine
+measured for the same requests: a thread scrapes ``/metrics`` every 0.25 s and at the end of each
+stage's requests (:mod:`vllm.scrapes`), and a stage's share of each vLLM histogram and counter is
+the difference between the scrapes at which the engine's finished-request count equals the run's
+requests before the stage and up to it. Our token counts must equal its counters; our mean TTFT,
+TPOT and E2E are compared with its histogram means, to the tolerances the measurements below
+support (the constants say what the differences are made of); the vLLM vocabulary's names must be
+ones the engine exposes.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class Sweep:
 
     def __init__(self, tmp: Path, server: VllmServer, model: Path) -> None:
         self.source = server.url + "/metrics"
-        with Cluster(tmp) as cluster, Scraper(server) as scraper:
+        with Cluster(tmp) as cluster, Scraper(server, HISTOGRAMS, STAGE_REQUESTS) as scraper:
             args = [
                 "--llm-model", server.name,
                 "--llm-concurrency", ",".join(map(str, CONCURRENCY)),

@@ -277,7 +277,9 @@ class Http11Response:
                 end = buf.find(sep, pos, stop)
                 if end >= 0:
                     end += 1
-                    if blank and buf.startswith(sep, end, stop):  # its blank line: taken too
+                    # its blank line, taken too (not after a line of two bytes or less: the
+                    # stream loop reads such a line, blank or whitespace, as a blank line)
+                    if blank and end - pos > 2 and buf.startswith(sep, end, stop):
                         end += 1
                     left -= end - pos
                     if left == 0 and buf.startswith(b"\r\n", end):  # the chunk's own CRLF

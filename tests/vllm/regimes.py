@@ -79,7 +79,7 @@ def locust_run(url: str, name: str, model: Path, out: Path, load: Workload) -> R
 
 def run_regime(server: VllmServer, model: Path, out: Path, load: Workload) -> RegimeRun:
     """Run ``load`` against ``server`` into ``out``, scraping the engine alongside."""
-    with Scraper(server) as scraper:
+    with Scraper(server, BRACKETS, load.requests) as scraper:
         report = locust_run(server.url, server.name, model, out, load)
     return RegimeRun(report, stage_increases(scraper.scrapes(), load.requests, BRACKETS))
 
