@@ -112,6 +112,18 @@ def read_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, bool]:
     return stamp_ns, drained
 
 
+def stamp_of(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, bool]:
+    """:func:`read_ancillary`, with the usual read (two items: the stamp, then the queue
+    length, Linux's order) unpacked without a loop."""
+    if len(ancdata) == 2:
+        (level, kind, stamp), (inq_level, inq_kind, inq) = ancdata
+        if (kind == SO_TIMESTAMPNS and inq_kind == TCP_INQ and level == _SOL_SOCKET
+                and inq_level == _SOL_TCP and len(stamp) == _TIMESPEC_BYTES):  # fmt: skip
+            sec, nsec = _unpack_timespec(stamp)
+            return sec * 1_000_000_000 + nsec, inq == _NOTHING_QUEUED
+    return read_ancillary(ancdata)
+
+
 def clock_pair() -> tuple[int, float]:
     """``CLOCK_REALTIME`` (ns, the kernel stamps' clock) and ``perf_counter`` (s, the records'
     clock) read side by side: the realtime read between two perf_counter reads, at their
@@ -250,16 +262,7 @@ class StampedConnection(Http11Connection):
             data, ancdata, now_ns = pending
         self._now_ns = now_ns
         self.reads += 1
-        if len(ancdata) == 2:  # the usual read: the stamp, then the queue length (Linux's order)
-            (level, kind, stamp), (inq_level, inq_kind, inq) = ancdata
-            if (kind == SO_TIMESTAMPNS and inq_kind == TCP_INQ and level == _SOL_SOCKET
-                    and inq_level == _SOL_TCP and len(stamp) == _TIMESPEC_BYTES):  # fmt: skip
-                sec, nsec = _unpack_timespec(stamp)
-                stamp_ns, drained = sec * 1_000_000_000 + nsec, inq == _NOTHING_QUEUED
-            else:
-                stamp_ns, drained = read_ancillary(ancdata)
-        else:
-            stamp_ns, drained = read_ancillary(ancdata)
+        stamp_ns, drained = stamp_of(ancdata)
         self.drained = drained and bool(data)
         self._low_ns = self._empty_ns
         if self.drained:
@@ -341,19 +344,11 @@ class StampedConnection(Http11Connection):
         if resp._chunk_left or resp._crlf_due or self.pos != len(self.buf):
             return False
         data, ancdata, now_ns = pending
-        if len(ancdata) != 2:
-            return False
-        (level, kind, stamp), (inq_level, inq_kind, inq) = ancdata
-        if not (kind == SO_TIMESTAMPNS and inq_kind == TCP_INQ and level == _SOL_SOCKET
-                and inq_level == _SOL_TCP and len(stamp) == _TIMESPEC_BYTES
-                and inq == _NOTHING_QUEUED):  # fmt: skip
+        stamp_ns, drained = stamp_of(ancdata)
+        if not (stamp_ns and drained):
             return False
         tokens = _plain_tokens(data, steady)
         if not tokens:
-            return False
-        sec, nsec = _unpack_timespec(stamp)
-        stamp_ns = sec * 1_000_000_000 + nsec
-        if not stamp_ns:
             return False
         self._pending = None
         self._now_ns = now_ns

@@ -213,7 +213,7 @@ class StreamReader:
             raise not_sse_failure(resp, self._read_head(resp), self.redact)
         hand_over = getattr(resp, "read_in_hub", None)
         try:
-            return self._read_stream(resp, record, timing, sink)
+            return self._read_stream(resp, record, timing, sink, hand_over)
         finally:
             if hand_over is not None:
                 hand_over(None)  # the stream is over (or failed): its greenlet reads again
@@ -261,9 +261,15 @@ class StreamReader:
                 raise over_limit("response body", f"{total} bytes read", limit, "body")
 
     def _read_stream(
-        self, resp: Response, record: RequestRecord, timing: StreamTiming, sink: list[bytes] | None
+        self,
+        resp: Response,
+        record: RequestRecord,
+        timing: StreamTiming,
+        sink: list[bytes] | None,
+        hand_over: Callable[[SteadyStream | None], None] | None = None,
     ) -> int | None:
-        """The per-chunk loop: the hot path of the whole tool."""
+        """The per-chunk loop: the hot path of the whole tool. ``hand_over``: the response's
+        ``read_in_hub``, given the stream once its first content token is in."""
         times = timing.chunk_times
         tokens = timing.chunk_tokens
         classify = self.adapter.classify
@@ -286,7 +292,8 @@ class StreamReader:
         done = False
         # past the first content token, ordinary tokens may be recorded by the transport's
         # reader while this greenlet waits (not while an answer is kept: sink)
-        hand_over = getattr(resp, "read_in_hub", None) if sink is None else None
+        if sink is not None:
+            hand_over = None
         sse_seen = False  # an SSE data line came (else the answer is not a stream at all)
         head = b""  # the answer's first bytes, quoted if it is not
         while True:
