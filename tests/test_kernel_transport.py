@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -124,6 +126,20 @@ def test_a_line_is_stamped_when_its_bytes_arrived_not_when_python_read_it() -> N
     # the head and the lines were a response's first reads: a sweep read them (the worker
     # slept; the hub swept as soon as it switched there), not the worker's own late read
     assert conn.first_reads == 2 and conn.late_sweeps == 0
+
+
+@linux_only
+def test_the_pair_that_keeps_stamping_on_is_closed_when_the_process_exits() -> None:
+    """Held for the life of the process, then closed: no unclosed socket at exit (Python's
+    development mode reports each one)."""
+    code = (
+        "from locust_llm.client.kernel_transport import keep_kernel_stamps_on\n"
+        "assert keep_kernel_stamps_on()\n"
+    )
+    done = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "unclosed" not in done.stderr, done.stderr
 
 
 @contextmanager

@@ -254,6 +254,10 @@ class Http11Response:
         never holds more memory than ``limit``, whatever the server sends."""
         return self._line(sep, limit, False)
 
+    def between_chunks(self) -> bool:
+        """No chunk's data or closing CRLF is left unread: the next body bytes start a chunk."""
+        return not (self._chunk_left or self._crlf_due)
+
     def read_in_hub(self, stream: Any) -> None:
         """Let the connection's reader record ``stream``'s ordinary token events while the
         stream's greenlet waits (a ``SteadyStream``; None: no more), where the connection can

@@ -38,6 +38,7 @@ Python's ``SSLSocket`` has no ``recvmsg``), as does everything off Linux.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import math
@@ -341,7 +342,7 @@ class StampedConnection(Http11Connection):
         if steady is None or pending.__class__ is not tuple or self._edge:
             return False
         resp = steady.response
-        if resp._chunk_left or resp._crlf_due or self.pos != len(self.buf):
+        if not resp.between_chunks() or self.pos != len(self.buf):
             return False
         data, ancdata, now_ns = pending
         stamp_ns, drained = stamp_of(ancdata)
@@ -550,9 +551,9 @@ def keep_kernel_stamps_on(timeout_s: float = 2.0) -> bool:
     reach a new stamped connection can come before it ran, and TCP hands them up unstamped (the
     read then falls back to the user-space clock). This opens one loopback TCP pair that asks
     for stamps, holds it for the life of the process (so stamping never turns off between runs
-    when every connection closed), and returns once a segment on it came back stamped (False
-    after ``timeout_s``, or where stamps are not available). Once per process: later calls
-    return the first one's answer."""
+    when every connection closed; it is closed at exit), and returns once a segment on it came
+    back stamped (False after ``timeout_s``, or where stamps are not available). Once per
+    process: later calls return the first one's answer."""
     if not kernel_stamps_available():
         return False
     with socket.socket() as listener:
@@ -570,8 +571,15 @@ def keep_kernel_stamps_on(timeout_s: float = 2.0) -> bool:
         stamped = read_ancillary(ancdata)[0] != 0
         if not stamped:
             time.sleep(0.005)
+    if not _STAMP_KEEPER:  # closed as the process exits (not left to the collector)
+        atexit.register(_close_stamp_keeper)
     _STAMP_KEEPER.extend((sender, receiver))
     return stamped
+
+
+def _close_stamp_keeper() -> None:
+    while _STAMP_KEEPER:
+        _STAMP_KEEPER.pop().close()
 
 
 def select_transport(name: str) -> type[Transport]:
