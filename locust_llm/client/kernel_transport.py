@@ -261,17 +261,11 @@ class StampedConnection(Http11Connection):
             if pending.__class__ is not tuple:  # the error the ready reader's read raised
                 raise pending
             data, ancdata, now_ns = pending
-        self._now_ns = now_ns
-        self.reads += 1
         stamp_ns, drained = stamp_of(ancdata)
-        self.drained = drained and bool(data)
-        self._low_ns = self._empty_ns
-        if self.drained:
-            self._empty_ns = now_ns
         if not stamp_ns:
             self.unstamped_reads += 1
             stamp_ns = now_ns
-        self.arrival_s = self._base_s + (stamp_ns - self._base_ns) * 1e-9
+        self._took_read(now_ns, stamp_ns, drained and bool(data))
         if self._first:
             self._first_events += data.count(b"data:")
             self._first_reads += 1
@@ -327,6 +321,17 @@ class StampedConnection(Http11Connection):
         self._pending = (data, ancdata, _time_ns())
         return self.parked
 
+    def _took_read(self, now_ns: int, stamp_ns: int, drained: bool) -> None:
+        """A read is taken (by the greenlet, or in the hub): the read's clock, its stamp as the
+        arrival time (the records' clock), whether it left the socket's queue empty."""
+        self._now_ns = now_ns
+        self.reads += 1
+        self.drained = drained
+        self._low_ns = self._empty_ns
+        if drained:
+            self._empty_ns = now_ns
+        self.arrival_s = self._base_s + (stamp_ns - self._base_ns) * 1e-9
+
     def finish_in_hub(self) -> bool:
         """The read the ready reader took for the parked greenlet is one whole chunk holding
         one ordinary token event of the steady stream: record it here, as the stream loop
@@ -352,13 +357,9 @@ class StampedConnection(Http11Connection):
         if not tokens:
             return False
         self._pending = None
-        self._now_ns = now_ns
-        self.reads += 1
         self.hub_reads += 1
-        self._low_ns = self._empty_ns
-        self._empty_ns = now_ns
-        self.drained = True
-        self.arrival_s = arrival = self._base_s + (stamp_ns - self._base_ns) * 1e-9
+        self._took_read(now_ns, stamp_ns, True)
+        arrival = self.arrival_s
         timing = steady.timing
         if tokens == 1:
             timing.chunk_times.append(arrival)

@@ -49,6 +49,7 @@ class Scraper:
     ) -> None:
         self.server = server
         self.texts: list[tuple[float, str]] = []
+        self._scrapes: list[Scrape] = []  # the texts' samples, summed as they came
         self.errors: list[str] = []
         self._counts = [h + "_count" for h in brackets]
         self._bounds = list(itertools.accumulate(stage_requests))
@@ -67,15 +68,17 @@ class Scraper:
         at, text = time.time(), self._get("/metrics")
         if text is None:
             return None
-        self.texts.append((at, text))
-        return self._bracket_counts(text)
+        return self._keep(at, text)
 
-    def _bracket_counts(self, text: str) -> dict[str, float]:
-        values = dict.fromkeys(self._counts, 0.0)
-        for name, _labels, value in parse_samples(text):
-            if name in values:
-                values[name] += value
-        return values
+    def _keep(self, at: float, text: str) -> dict[str, float]:
+        """Keep a full scrape (its text and its summed samples); its bracketing counts."""
+        scrape = Scrape(at, summed_samples(text))
+        self.texts.append((at, text))
+        self._scrapes.append(scrape)
+        return self._bracket_counts(scrape.values)
+
+    def _bracket_counts(self, values: dict[str, float]) -> dict[str, float]:
+        return {n: values.get(n, 0.0) for n in self._counts}
 
     def _loop(self) -> None:
         first: dict[str, float] | None = None  # the first scrape's counts: the baseline
@@ -100,7 +103,7 @@ class Scraper:
             text = self._get(self._poll)
             if text is None:
                 continue
-            counts = self._bracket_counts(text)
+            counts = self._bracket_counts(summed_samples(text))
             done = [counts[n] - first[n] for n in self._counts]
             if min(done) == bound == max(done):
                 self._scrape()
@@ -115,19 +118,23 @@ class Scraper:
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
-        self.texts.append((time.time(), self.server.get("/metrics")))
+        self._keep(time.time(), self.server.get("/metrics"))
+        if self.errors:  # shown with a failing test's output
+            print(f"{len(self.errors)} failed scrapes:", *self.errors, sep="\n  ")
 
     def scrapes(self) -> list[Scrape]:
-        out = []
-        for at, text in self.texts:
-            values: dict[str, float] = {}
-            for name, labels, value in parse_samples(text):
-                values[name] = values.get(name, 0.0) + value
-                if "le" in labels:  # a histogram's bucket: also kept by its bound
-                    key = bucket(name, labels["le"])
-                    values[key] = values.get(key, 0.0) + value
-            out.append(Scrape(at, values))
-        return out
+        return list(self._scrapes)
+
+
+def summed_samples(text: str) -> dict[str, float]:
+    """A scrape's samples: each sample name's sum over its series; buckets also by bound."""
+    values: dict[str, float] = {}
+    for name, labels, value in parse_samples(text):
+        values[name] = values.get(name, 0.0) + value
+        if "le" in labels:  # a histogram's bucket: also kept by its bound
+            key = bucket(name, labels["le"])
+            values[key] = values.get(key, 0.0) + value
+    return values
 
 
 def stage_increases(
