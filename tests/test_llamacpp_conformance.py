@@ -216,4 +216,11 @@ def test_the_step_bound_names_the_term_the_resource_model_measures_longest(sweep
         ):
             assert row["compute_time_share"] >= Thresholds().compute_bound_share, shares
         if verdict["cause"] == "host_overhead":
-            assert row["host_time_share"] > row["memory_time_share"], shares
+            # the host's term outlasts memory's, or (a CPU: its memory term is its MBU) memory
+            # set less than half the step: a bandwidth less than half used is not named (CI
+            # read memory 48.6%, host 47.1% at 2 users)
+            assert row["step_bound"] == "host", shares
+            assert (
+                row["host_time_share"] > row["memory_time_share"]
+                or row["memory_time_share"] < Thresholds().host_memory_share
+            ), shares
