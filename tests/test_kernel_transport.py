@@ -23,6 +23,7 @@ from kernel_runs import traced_kernel_sweep
 from locust_llm.cli import main
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.kernel_transport import (
+    FIRST_READS,
     KernelTransport,
     StampedClient,
     StampedConnection,
@@ -354,6 +355,58 @@ def test_ordinary_tokens_are_recorded_by_the_ready_reader_as_the_stream_loop_rec
         assert getattr(alone, field) == getattr(record, field), field
     sends = [sent for sent in sent_alone for _ in range(per_send)]
     assert all(_inside(t, sent) for t, sent in zip(timing_alone.chunk_times, sends, strict=True))
+
+
+@linux_only
+def test_bytes_that_came_while_a_queued_wake_waited_are_read_and_recorded_in_the_hub() -> None:
+    """A worker's sweep reads a token for a parked stream and queues its wake; before the hub
+    gets to that wake, the next token arrives (its edge seen, no read taking it). The hub
+    records the queued read, then reads those bytes and records them too: the greenlet is not
+    switched to for either (it was, for the second, until 2026-12-05: at 2,048 streams on a
+    saturated core 82% of the reads went to greenlets). Same record and stamps inside their
+    sends as the greenlet's own reads give."""
+    assert keep_kernel_stamps_on()
+    tokens, gap_s = 24, 0.02
+    blocking_sleep = gevent.monkey.get_original("time", "sleep")
+    reader = StreamReader(get_api("chat"), read_errors=READ_ERRORS)
+    tail = _line_chunk(END_EVENTS % tokens) + b"0\r\n\r\n"
+    with streaming_server([TOKEN_EVENT] * tokens, gap_s, head=SSE_HEAD, tail=tail) as (
+        client,
+        sent_at,
+    ):
+        ex = Exchange(RequestRecord(request_id="r", endpoint="/e"))
+        ex.stamp_send()
+        resp = client.request("POST", "/", body=b"{}")
+        conn = resp.conn
+        reading = gevent.spawn(read_to_record, reader, resp, ex)
+        gevent.sleep(6 * gap_s)  # past the first token: the stream is steady
+
+        def next_send() -> None:  # the hub held: nothing reads the token meanwhile
+            sent = len(sent_at)
+            deadline = time.monotonic() + 10 * gap_s
+            while len(sent_at) == sent and time.monotonic() < deadline:
+                blocking_sleep(gap_s / 20)
+
+        edges, held_from = 0, len(sent_at)  # the tokens before: read as they came
+        while not reading.dead:
+            next_send()  # a token comes
+            conn._reader.sweep_from_worker()  # a worker's sweep: read, wake queued
+            next_send()  # the next token comes while the wake waits
+            if conn._pending is not None:
+                conn._reader.sweep()  # its edge is seen; the read is held, so not taken
+                edges += conn._edge
+            gevent.sleep(0)  # the hub: the queued wake
+        record = reading.get(timeout=5)
+    assert record.ok and record.chunks == tokens and record.output_tokens == tokens, record
+    assert edges >= 4, edges  # the case came up
+    # the greenlet's own reads: the first-bytes path and the end; every token past the first
+    # few was recorded in the hub
+    assert conn.reads - conn.hub_reads <= FIRST_READS + 3, (conn.reads, conn.hub_reads)
+    # one token a read in the held part (the server sends at least a gap apart)
+    times = ex.timing.chunk_times
+    assert len(times) == len(sent_at)
+    outside = [i for i in range(held_from, tokens) if not _inside(times[i], sent_at[i])]
+    assert not outside, [(i, times[i], sent_at[i]) for i in outside]
 
 
 def test_selection_by_name_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -117,16 +118,14 @@ def test_fast_path_matches_strict_on_real_server_chunks(payload: bytes) -> None:
     assert sse.parse_chunk(payload) == sse.parse_chunk_strict(payload)
 
 
-def test_fast_path_matches_strict_on_generated_chunks() -> None:
+def _generated_chunks(n: int, seed: int = 31) -> list[bytes]:
     """Key orders, separators, texts with quotes, escapes and key names, nulls, several
-    choices, usage, errors and finish reasons, drawn at random: the fast path always agrees."""
-    import random
-
-    rng = random.Random(31)
+    choices, usage, errors and finish reasons, drawn at random."""
+    rng = random.Random(seed)
     texts = ["", " the", '"', "\\", 'a "content": "x"', "usage", "\\u00e9", "é😀", "null", "text"]
     values = [*texts, None, None]
-    fast_taken = 0
-    for _ in range(3000):
+    out = []
+    for _ in range(n):
         delta: dict[str, object] = {}
         for key in rng.sample(
             ["role", "content", "reasoning_content", "reasoning"], rng.randint(0, 3)
@@ -152,7 +151,15 @@ def test_fast_path_matches_strict_on_generated_chunks() -> None:
         rng.shuffle(items)
         seps = rng.choice([(",", ":"), (", ", ": "), (",", " : ")])
         payload = json.dumps(dict(items), separators=seps, ensure_ascii=rng.random() < 0.5)
-        data = payload.encode()
+        out.append(payload.encode())
+    return out
+
+
+def test_fast_path_matches_strict_on_generated_chunks() -> None:
+    """Key orders, separators, texts with quotes, escapes and key names, nulls, several
+    choices, usage, errors and finish reasons, drawn at random: the fast path always agrees."""
+    fast_taken = 0
+    for data in _generated_chunks(3000):
         assert sse.parse_chunk(data) == sse.parse_chunk_strict(data), data
         fast_taken += all(sse._occurrence_flags(m) >= 0 for m in sse._KEY_SCAN.findall(data))
     assert fast_taken > 500  # the fast path itself was exercised, not only the fallback
@@ -180,3 +187,34 @@ def test_the_spellings_remembered_are_bounded_and_each_still_read_right() -> Non
             == (sse.KIND_CHUNK, sse.Chunk(content=True))
         )
     assert len(sse._SEEN) <= sse._SEEN_LIMIT
+
+
+def test_an_event_that_fits_a_token_events_split_is_read_as_that_token() -> None:
+    """``text_split`` / ``fits_split`` (the hub's check of a steady stream's token events):
+    around the text of every token event of the generated and the real servers' chunks, any
+    middle drawn from quotes, backslashes, colons, key names and braces that fits the split is
+    read by ``parse_chunk`` as a plain token, as the stream loop reads it; and where it is a
+    JSON string's text, ``parse_chunk_strict`` (json.loads) reads it so too."""
+    rng = random.Random(5)
+    pieces = ['"', "\\", ":", "content", "usage", "null", "}", "{", " ", "é", "w", '""', ","]
+    splits = 0
+    for event in [*_generated_chunks(3000, seed=7), *REAL]:
+        if sse.parse_chunk(event)[1] is not sse.CONTENT_TOKEN:
+            continue
+        line = b"data: " + event
+        split = sse.text_split(line)
+        if split is None:
+            continue
+        splits += 1
+        assert sse.fits_split(line, 0, len(line), split)  # the event fits its own split
+        for _ in range(20):
+            middle = "".join(rng.choices(pieces, k=rng.randint(0, 4))).encode()
+            candidate = split[0] + middle + split[1]
+            if not sse.fits_split(b"xx" + candidate + b"\n\n", 2, 2 + len(candidate), split):
+                assert not middle or b'"' in middle
+                continue
+            assert sse.parse_chunk(candidate[6:])[1] is sse.CONTENT_TOKEN, candidate
+            if b"\\" not in middle:
+                _kind, chunk = sse.parse_chunk_strict(candidate[6:])
+                assert chunk is not None and chunk.content and not chunk.reasoning, candidate
+    assert splits > 100  # 153 token events split (the seeds fixed)

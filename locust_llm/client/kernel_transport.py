@@ -58,7 +58,7 @@ from greenlet import getcurrent
 from locust_llm.client.first_bytes import FirstBytes, first_bytes
 from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
 from locust_llm.client.ready_reader import ReadyReader, ready_reader
-from locust_llm.client.sse import CONTENT_TOKEN
+from locust_llm.client.sse import CONTENT_TOKEN, fits_split, parse_chunk, text_split
 from locust_llm.client.transport import Transport
 from locust_llm.errors import InputError
 
@@ -333,21 +333,43 @@ class StampedConnection(Http11Connection):
         self.arrival_s = self._base_s + (stamp_ns - self._base_ns) * 1e-9
 
     def finish_in_hub(self) -> bool:
-        """The read the ready reader took for the parked greenlet is one whole chunk holding
-        one ordinary token event of the steady stream: record it here, as the stream loop
-        would (the kernel stamp, a token count of 0, the loop's clock as the user-side time),
-        and leave the greenlet parked, its read timeout counted from this read. False, with
-        nothing changed, for anything else (the greenlet reads it): no steady stream, an error,
-        another edge seen meanwhile (bytes no read has taken: only the greenlet reads them
-        next), a chunk or line under way, bytes still queued, no stamp, a read of more or less
-        than one chunk, an event of more than one line, over the limit, or classified as
-        anything but :data:`~locust_llm.client.sse.CONTENT_TOKEN` (the first token, usage, a
-        finish reason, the end, an error)."""
-        steady, pending = self.steady, self._pending
-        if steady is None or pending.__class__ is not tuple or self._edge:
+        """The read the ready reader took for the parked greenlet is whole chunks of ordinary
+        token events of the steady stream: record it here, as the stream loop would (the
+        kernel stamp, a token count of 0, the loop's clock as the user-side time), and leave
+        the greenlet parked, its read timeout counted from this read. Where another edge came
+        while that read waited (the hub went through a long queue of wakes), the bytes no read
+        has taken are read here too, and recorded the same way while they are such tokens: a
+        worker that falls behind does not hand each of those reads to its greenlet. False for
+        a read that is anything else, which is left for the greenlet (its ``_pending``): no
+        steady stream, an error, a chunk or line under way, bytes still queued, no stamp, a
+        read of part of a chunk, an event of more than one line, over the limit, or classified
+        as anything but :data:`~locust_llm.client.sse.CONTENT_TOKEN` (the first token, usage,
+        a finish reason, the end, an error)."""
+        steady, raw = self.steady, self._raw
+        if steady is None or raw is None:
             return False
         resp = steady.response
         if not resp.between_chunks() or self.pos != len(self.buf):
+            return False
+        while self._record_in_hub(steady):
+            if not self._edge:
+                return True
+            self._edge = False  # the bytes that came meanwhile: read here (edge-triggered:
+            try:  # a read that drains the queue leaves the next bytes a new edge)
+                data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
+            except BlockingIOError:
+                return True
+            except OSError as exc:  # reset, ...: the greenlet raises it
+                self._pending = exc
+                return False
+            self._pending = (data, ancdata, _time_ns())
+        return False
+
+    def _record_in_hub(self, steady: Any) -> bool:
+        """Record the pending read in the stream's timing if it is whole chunks of ordinary
+        token events, kernel-stamped and draining the socket; False, nothing changed, else."""
+        pending = self._pending
+        if pending.__class__ is not tuple:
             return False
         data, ancdata, now_ns = pending
         stamp_ns, drained = stamp_of(ancdata)
@@ -461,7 +483,9 @@ class StampedConnection(Http11Connection):
 def _plain_tokens(data: bytes, steady: Any) -> int:
     """How many plain token events ``data`` holds when it is whole chunks of one such event
     each (``<hex size>\\r\\n<event>\\r\\n``: a ``data:`` line and its blank line, within the
-    event limit, classified as :data:`~locust_llm.client.sse.CONTENT_TOKEN`); 0 otherwise."""
+    event limit, classified as :data:`~locust_llm.client.sse.CONTENT_TOKEN`); 0 otherwise. An
+    event that fits the stream's latest split (:func:`~locust_llm.client.sse.text_split`: the
+    bytes around its text are the previous token event's) is that class without the scan."""
     tokens = pos = 0
     end = len(data)
     classify, limit = steady.classify, steady.max_event_bytes
@@ -479,8 +503,17 @@ def _plain_tokens(data: bytes, steady: Any) -> int:
                 or not data.startswith(b"data:", start)
                 or data.find(b"\n", start, stop) != stop - 2 or data[stop - 1] != 10):  # fmt: skip
             return 0
-        if classify(data[start + 5 : stop].strip())[1] is not CONTENT_TOKEN:
+        split = steady.split
+        if split and fits_split(data, start, stop - 2, split):
+            steady.split_hits += 1
+        elif classify(data[start + 5 : stop].strip())[1] is not CONTENT_TOKEN:
             return 0
+        elif classify is parse_chunk and split is not False:
+            # the server's token events differ only in their text, while a split fits: a
+            # split that fitted no event (a stamp or a count in every event) is not made again
+            steady.split = text_split(data[start : stop - 2]) if split is None or (
+                steady.split_hits) else False  # fmt: skip
+            steady.split_hits = 0
         tokens += 1
         pos = stop + 2
     return tokens

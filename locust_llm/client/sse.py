@@ -100,6 +100,43 @@ def _occurrence_flags(found: bytes) -> int:
     return flags
 
 
+def text_split(event: bytes) -> tuple[bytes, bytes] | None:
+    """An event :func:`parse_chunk` reads as :data:`CONTENT_TOKEN` (its raw ``data:`` line),
+    cut around its first text value (``content`` or ``text``, a non-empty string): (the bytes
+    up to and with its opening quote, the bytes from its closing quote on); None where that
+    text holds a quote.
+
+    Any event made of the same two parts around a non-empty middle that holds no ``"`` is read
+    the same: :data:`_KEY_SCAN`'s matches all start at a quote and look only forward, the
+    ones in the first part and the opener's own match (its value starts with one quote, then
+    no quote) are the same, no match starts in the middle, and the scan from the second part on
+    is the same. So a reader that knows a stream's split checks a token event by two byte
+    comparisons and a search for a quote instead of the scan (``kernel_transport``)."""
+    for found in _KEY_SCAN.finditer(event):
+        parts = _OCCURRENCE.fullmatch(found.group())
+        assert parts is not None  # every _KEY_SCAN match has this shape
+        if parts[1] in (b"content", b"text") and parts[2] == b":" and parts[3] == b'"':
+            opened = found.end()
+            closed = event.find(b'"', opened)
+            if closed <= opened or event[closed - 1] == 92:  # 92: a backslash (an escaped quote)
+                return None
+            return event[:opened], event[closed:]
+    return None
+
+
+def fits_split(data: bytes, start: int, stop: int, split: tuple[bytes, bytes]) -> bool:
+    """``data[start:stop]`` is ``split``'s two parts around a non-empty middle holding no
+    ``"``: read as the event ``split`` was cut from (:func:`text_split`)."""
+    head, tail = split
+    opened, closed = start + len(head), stop - len(tail)
+    return (
+        opened < closed
+        and data.startswith(head, start)
+        and data.startswith(tail, closed)
+        and data.find(b'"', opened, closed) < 0
+    )
+
+
 def data_payload(line: bytes) -> bytes | None:
     """The payload of an SSE ``data:`` line, or None for any other line (blank, comment...)."""
     if not line.startswith(b"data:"):

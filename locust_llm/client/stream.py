@@ -149,6 +149,10 @@ class SteadyStream:
     classify: Callable[[bytes], tuple[int, sse.Chunk | None]]
     clock: Callable[[], float]
     max_event_bytes: int
+    #: the latest token event's :func:`~locust_llm.client.sse.text_split` (a reader outside
+    #: the greenlet checks the next events against it), False once a split fitted no event
+    split: tuple[bytes, bytes] | bool | None = None
+    split_hits: int = 0
 
 
 class StreamReader:
