@@ -367,7 +367,9 @@ class StampedConnection(Http11Connection):
 
     def _record_in_hub(self, steady: Any) -> bool:
         """Record the pending read in the stream's timing if it is whole chunks of ordinary
-        token events, kernel-stamped and draining the socket; False, nothing changed, else."""
+        token events, kernel-stamped and draining the socket; False, the read left pending and
+        the timing unchanged, else (the stream's split may have been made again meanwhile: a
+        cache, see :func:`_plain_tokens`)."""
         pending = self._pending
         if pending.__class__ is not tuple:
             return False

@@ -103,8 +103,9 @@ def _occurrence_flags(found: bytes) -> int:
 def text_split(event: bytes) -> tuple[bytes, bytes] | None:
     """An event :func:`parse_chunk` reads as :data:`CONTENT_TOKEN` (its raw ``data:`` line),
     cut around its first text value (``content`` or ``text``, a non-empty string): (the bytes
-    up to and with its opening quote, the bytes from its closing quote on); None where that
-    text holds a quote.
+    up to and with its opening quote, the bytes from its closing quote on); None where the
+    first quote after the text's start is an escaped one (the text's end is not found
+    without parsing its escapes).
 
     Any event made of the same two parts around a non-empty middle that holds no ``"`` is read
     the same: :data:`_KEY_SCAN`'s matches all start at a quote and look only forward, the
