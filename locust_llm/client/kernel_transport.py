@@ -245,20 +245,14 @@ class StampedConnection(Http11Connection):
         elif self._first and self._pending is None:  # a response's first events: read by
             data, ancdata, now_ns = self._first_read()  # the first-bytes sweep as they arrive
         else:  # read now if bytes may be queued, else take (or wait for) the ready reader's
-            pending = self._pending
-            if pending is None:
+            if self._pending is None:
                 if self._edge or not self.drained:
                     self._edge = False
-                    try:
-                        data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
-                        pending = (data, ancdata, _time_ns())
-                    except BlockingIOError:
-                        pass
-                if pending is None:
+                    self._take_bytes(raw)
+                if self._pending is None:
                     self._await_pending()
-                    pending = self._pending
-            self._pending = None
-            if pending.__class__ is not tuple:  # the error the ready reader's read raised
+            pending, self._pending = self._pending, None
+            if pending.__class__ is not tuple:  # the error a read raised (here or in the hub)
                 raise pending
             data, ancdata, now_ns = pending
         stamp_ns, drained = stamp_of(ancdata)
@@ -311,15 +305,21 @@ class StampedConnection(Http11Connection):
             self._edge = True
             return None
         self._edge = False
+        return self.parked if self._take_bytes(self._raw) else None
+
+    def _take_bytes(self, raw: Any) -> bool:
+        """Read what ``raw`` (the non-blocking socket) holds into ``_pending``: the bytes, their
+        ancillary data and the clock after the read, or the error the read raised (reset, ...:
+        the greenlet raises it); False, nothing read, where it held nothing."""
         try:
-            data, ancdata, _flags, _addr = self._raw.recvmsg(RECV_BYTES, _ANC_BYTES)
+            data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
         except BlockingIOError:
-            return None
-        except OSError as exc:  # reset, ...: the reader raises it
+            return False
+        except OSError as exc:
             self._pending = exc
-            return self.parked
+            return True
         self._pending = (data, ancdata, _time_ns())
-        return self.parked
+        return True
 
     def _took_read(self, now_ns: int, stamp_ns: int, drained: bool) -> None:
         """A read is taken (by the greenlet, or in the hub): the read's clock, its stamp as the
@@ -354,15 +354,11 @@ class StampedConnection(Http11Connection):
         while self._record_in_hub(steady):
             if not self._edge:
                 return True
-            self._edge = False  # the bytes that came meanwhile: read here (edge-triggered:
-            try:  # a read that drains the queue leaves the next bytes a new edge)
-                data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
-            except BlockingIOError:
+            # the bytes that came meanwhile: read here (edge-triggered: a read that drains the
+            # queue leaves the next bytes a new edge); an error is the greenlet's to raise
+            self._edge = False
+            if not self._take_bytes(raw):
                 return True
-            except OSError as exc:  # reset, ...: the greenlet raises it
-                self._pending = exc
-                return False
-            self._pending = (data, ancdata, _time_ns())
         return False
 
     def _record_in_hub(self, steady: Any) -> bool:
