@@ -58,6 +58,11 @@ def test_engine_flag_picks_the_profile_and_explicit_flags_win() -> None:
     assert mine.step_overhead_s == pytest.approx(0.007)
     assert mine.api_server_s == pytest.approx(0.030)
     assert mine.step_overhead_per_seq_s == get_profile("sglang").step_overhead_per_seq_s
+    assert mine.tp_step_overhead_s == get_profile("sglang").tp_step_overhead_s
+    tp = parse("--engine", "vllm-v1", "--tp-step-overhead-us", "300")
+    assert tp.tp_step_overhead_s == pytest.approx(300e-6)
+    with pytest.raises(InputError, match="--tp-step-overhead-s must be a number >= 0"):
+        config_from_mapping({"tp_step_overhead_s": -1.0})
     # a TOML base with another engine's constants does not leak into the one picked
     base = SimConfig(step_overhead_per_seq_s=1e-3)
     assert config_from_mapping({"engine": "tgi"}, base=base).step_overhead_per_seq_s == (

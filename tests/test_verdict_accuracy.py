@@ -20,7 +20,9 @@ from locust_llm.report.load import load_run  # noqa: E402
 def test_fixed_subset_names_the_limiting_resource() -> None:
     results = verdict_accuracy.run_matrix(10, seed=0)
     s = verdict_accuracy.summary(results)
-    # measured on this subset (virtual time: the same every run): 35 of 36 judged stages right,
+    # measured on this subset (virtual time: the same every run): 34 of 35 judged stages right
+    # (2026-12-05, since the simulator's tensor-parallel steps cost each GPU beyond the first,
+    # one stage sends fewer than 10 requests in its window and is not judged; 35 of 36 before),
     # no abstention (judged: every stage that sent >= 10 requests, a verdict naming no resource
     # counted as a miss), every TTFT split within 10% of the trace's (2026-12-03, the matrix
     # with tensor parallel over 8 GPUs, prompts up to 32k tokens and the prefix cache on in half
@@ -28,9 +30,9 @@ def test_fixed_subset_names_the_limiting_resource() -> None:
     # prefill rule read the requests served in the window). The miss: a shared-prefix case
     # near the compute line (case 4 stage 1, `bandwidth_bound_decode` read as
     # `prefill_interference`). The full matrix's figures are in bench/results/verdict_accuracy.md
-    assert s["judged"] >= 36
-    assert s["right"] >= 35, verdict_accuracy.confusion(results)
-    assert s["kind_right"] >= 35  # the kind too (issue 26): not low_concurrency on a busy
+    assert s["judged"] >= 35
+    assert s["right"] >= 34, verdict_accuracy.confusion(results)
+    assert s["kind_right"] >= 34  # the kind too (issue 26): not low_concurrency on a busy
     # device, not overloaded for prompts queued for the token budget
     assert s["abstained"] == 0
     assert s["contradictions"] == 0

@@ -27,6 +27,7 @@ Accounting (stated once, used everywhere):
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import math
 import re
@@ -623,41 +624,99 @@ def model_from_gguf(path: Path) -> ModelSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class Interconnect:
-    """The GPU-to-GPU link tensor parallelism all-reduces over (one direction, per GPU)."""
+    """The GPU-to-GPU link tensor parallelism all-reduces over (one direction, per GPU).
+
+    One all-reduce of a message of ``m`` bytes over ``tp`` GPUs takes
+    ``latency(tp) + 2 (tp - 1) / tp x m / (bandwidth x bus_efficiency)``: a fixed time that
+    the collective costs however small its message (``latency_by_tp``, measured at a few
+    degrees; :meth:`latency` interpolates between them in log2(tp) and holds the end values
+    beyond them) plus the ring's share of the message over the link at the bandwidth a real
+    all-reduce reaches (``bus_efficiency`` of the vendor's figure).
+    """
 
     name: str
     bandwidth_bytes_s: float
-    latency_s: float  # fixed cost of one all-reduce (launch + synchronisation)
+    latency_by_tp: tuple[tuple[int, float], ...]  # (tp, seconds of a small all-reduce)
+    bus_efficiency: float = 1.0
     source: str = ""
 
+    def latency(self, tp: int) -> float:
+        """Fixed time of one all-reduce over ``tp`` GPUs."""
+        points = sorted(self.latency_by_tp)
+        if tp <= points[0][0]:
+            return points[0][1]
+        for (lo, lo_s), (hi, hi_s) in itertools.pairwise(points):
+            if tp <= hi:
+                share = (math.log2(tp) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+                return lo_s + share * (hi_s - lo_s)
+        return points[-1][1]
 
-#: Link presets. Bandwidths are the vendor's per-direction figures; the per-all-reduce latency
-#: is a model constant (NCCL's small-message all-reduce costs a few microseconds on NVLink and
-#: tens over PCIe), not a measurement of ours.
+    def allreduce_s(self, message_bytes: float, tp: int) -> float:
+        """One all-reduce of ``message_bytes`` over ``tp`` GPUs (0 at ``tp`` 1)."""
+        if tp <= 1:
+            return 0.0
+        wire = 2.0 * (tp - 1) / tp * message_bytes
+        return self.latency(tp) + wire / (self.bandwidth_bytes_s * self.bus_efficiency)
+
+
+#: vLLM's custom all-reduce on H100 (NVLink 4, NVSwitch), host-timed over 5,000 calls
+#: (https://github.com/sgl-project/sglang/pull/2904, `sgl-kernel/tests/test_trt_reduce.py`,
+#: float32 messages): 0.0095 / 0.0088 / 0.0087 ms at tp 2 for 512 / 4,096 / 32,768 elements,
+#: 0.0091 / 0.0085 / 0.0092 at tp 4, 0.0101 / 0.0093 / 0.0118 at tp 8 (the medians below), and
+#: 0.0266 / 0.0402 / 0.0450 ms at 4 MiB (tp 2 / 4 / 8): the ring's wire bytes over the time
+#: beyond the fixed one give 236 / 202 / 210 GB/s, 0.47 of NVLink 4's 450 GB/s (the median).
+#: tests/test_sim_tp.py holds the model to the published table.
+_H100_CUSTOM_AR = (
+    "fixed time and bus efficiency: vLLM's custom all-reduce on H100, "
+    "https://github.com/sgl-project/sglang/pull/2904 (0.0088 / 0.0091 / 0.0101 ms at tp 2 / 4 / 8 "
+    "for small messages; 236 / 202 / 210 GB/s of wire bytes at 4 MiB, 0.47 of 450 GB/s)"
+)
+_NVLINK_LATENCY = ((2, 8.8e-6), (4, 9.1e-6), (8, 10.1e-6))
+#: NCCL all-reduce of a few bytes between GPUs without NVLink: 2 x Tesla T4 20.36 us
+#: (https://github.com/NVIDIA/nccl/issues/428), 4 x V100 behind one PCIe switch 19.4 us at
+#: 4 KB inside a CUDA graph (https://github.com/haohervchb/sglang-V100/pull/2), 8 x RTX 4090
+#: 42.56 us (https://github.com/NVIDIA/nccl/issues/1530). vLLM's custom all-reduce is off on
+#: PCIe beyond two GPUs, so NCCL's times stand.
+_PCIE_LATENCY = ((2, 20.4e-6), (4, 19.4e-6), (8, 42.6e-6))
+_PCIE_SOURCE = (
+    "fixed time: NCCL's small all-reduce without NVLink (NVIDIA/nccl issues 428 and 1530, "
+    "haohervchb/sglang-V100 PR 2: 20.4 / 19.4 / 42.6 us at 2 / 4 / 8 GPUs); bus efficiency "
+    "assumed NVLink's 0.47 (no published PCIe all-reduce bandwidth at decode sizes was found)"
+)
+
+#: Link presets. Bandwidths are the vendor's per-direction figures; the fixed time and the bus
+#: efficiency of an all-reduce are published measurements (each preset's ``source``).
 INTERCONNECT_PRESETS: dict[str, Interconnect] = {
     "nvlink": Interconnect(
         name="nvlink",
         bandwidth_bytes_s=450 * GB,
-        latency_s=5e-6,
-        source="NVIDIA H100 SXM datasheet: NVLink 900 GB/s total, 450 GB/s each direction",
+        latency_by_tp=_NVLINK_LATENCY,
+        bus_efficiency=0.47,
+        source="NVIDIA H100 SXM datasheet: NVLink 900 GB/s total, 450 GB/s each direction; "
+        + _H100_CUSTOM_AR,
     ),
     "nvlink3": Interconnect(
         name="nvlink3",
         bandwidth_bytes_s=300 * GB,
-        latency_s=5e-6,
-        source="NVIDIA A100 SXM datasheet: NVLink 600 GB/s total, 300 GB/s each direction",
+        latency_by_tp=_NVLINK_LATENCY,
+        bus_efficiency=0.47,
+        source="NVIDIA A100 SXM datasheet: NVLink 600 GB/s total, 300 GB/s each direction; "
+        "fixed time and bus efficiency assumed the H100's (no published A100 custom "
+        "all-reduce table was found): " + _H100_CUSTOM_AR,
     ),
     "pcie5": Interconnect(
         name="pcie5",
         bandwidth_bytes_s=64 * GB,
-        latency_s=20e-6,
-        source="PCIe 5.0 x16: 128 GB/s total, 64 GB/s each direction",
+        latency_by_tp=_PCIE_LATENCY,
+        bus_efficiency=0.47,
+        source="PCIe 5.0 x16: 128 GB/s total, 64 GB/s each direction; " + _PCIE_SOURCE,
     ),
     "pcie4": Interconnect(
         name="pcie4",
         bandwidth_bytes_s=32 * GB,
-        latency_s=20e-6,
-        source="PCIe 4.0 x16: 64 GB/s total, 32 GB/s each direction",
+        latency_by_tp=_PCIE_LATENCY,
+        bus_efficiency=0.47,
+        source="PCIe 4.0 x16: 64 GB/s total, 32 GB/s each direction; " + _PCIE_SOURCE,
     ),
 }
 INTERCONNECT_PRESETS["pcie"] = INTERCONNECT_PRESETS["pcie4"]
@@ -680,14 +739,13 @@ def allreduce_seconds(model: ModelSpec, tokens: int, tp: int, link: Interconnect
     """Time of one step's tensor-parallel all-reduces (0 at ``tp`` 1).
 
     Two all-reduces per layer (after attention, after the MLP) of ``tokens x hidden``
-    activations; a ring all-reduce sends 2 (tp - 1) / tp of the message over each GPU's link,
-    plus the link's fixed latency per all-reduce. Not overlapped with compute (vLLM's default).
+    activations, each :meth:`Interconnect.allreduce_s`. Not overlapped with compute (vLLM's
+    default).
     """
     if tp <= 1 or tokens <= 0:
         return 0.0
     message = tokens * model.hidden_size * ACTIVATION_BYTES
-    one = link.latency_s + 2.0 * (tp - 1) / tp * message / link.bandwidth_bytes_s
-    return 2 * model.num_layers * one
+    return 2 * model.num_layers * link.allreduce_s(message, tp)
 
 
 @dataclass(frozen=True, slots=True)

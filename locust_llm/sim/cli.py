@@ -95,6 +95,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "vllm-v1)",
     )
     parser.add_argument(
+        "--tp-step-overhead-us",
+        type=float,
+        default=None,
+        help="host and synchronisation time per step for each tensor-parallel GPU beyond the "
+        "first, in µs (default: the engine profile's)",
+    )
+    parser.add_argument(
         "--api-server-ms",
         type=float,
         default=None,
@@ -150,6 +157,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         values["step_overhead_s"] = args.step_overhead_ms / 1000.0
     if getattr(args, "step_overhead_per_seq_us", None) is not None:
         values["step_overhead_per_seq_s"] = args.step_overhead_per_seq_us / 1e6
+    if getattr(args, "tp_step_overhead_us", None) is not None:
+        values["tp_step_overhead_s"] = args.tp_step_overhead_us / 1e6
     if getattr(args, "api_server_ms", None) is not None:
         values["api_server_s"] = args.api_server_ms / 1000.0
     if getattr(args, "detokenize_us_per_token", None) is not None:

@@ -82,6 +82,7 @@ class SimConfig:
     api_server_s: float = math.nan  # per request, before the engine sees it
     tokenize_s_per_token: float = math.nan  # per prompt token, before the engine sees it
     detokenize_s_per_token: float = math.nan  # per token, from its step's end to the socket
+    tp_step_overhead_s: float = math.nan  # per step, for each tensor-parallel GPU beyond one
     zero_cost: bool = False  # every step takes step_overhead_s only (benchmarks the front)
     oom: bool = False  # out-of-KV fails requests with a CUDA OOM 500 instead of preempting
     # responses
@@ -164,6 +165,7 @@ class SimConfig:
             "api_server_s",
             "tokenize_s_per_token",
             "detokenize_s_per_token",
+            "tp_step_overhead_s",
         ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):

@@ -20,7 +20,9 @@ One step, the way vLLM's scheduler does it:
    "multi_step"), so a request arriving during them waits for their end.
 3. step time = max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x bandwidth
    efficiency)) + the tensor-parallel all-reduces + the fixed per-step overhead + the host
-   time per sequence in the step (``step_overhead_per_seq_s``) + the prefill path's fixed
+   time per sequence in the step (``step_overhead_per_seq_s``) + the time per tensor-parallel
+   GPU beyond the first (``tp_step_overhead_s`` x (tp - 1), in a step that was scheduled: a
+   multi-step schedule hands its batch to the workers once) + the prefill path's fixed
    time in a step that computes any prompt tokens (``step_overhead_prefill_s``, 0 unless a
    device profile fits it), with FLOPs,
    bytes and the all-reduce time from :func:`locust_llm.roofline.floors.step_cost` for the actual
@@ -432,7 +434,7 @@ class Engine:
         result.running, result.waiting = len(self.running), len(self.waiting)
         if not scheduled:
             return result
-        self._run(scheduled, result)
+        self._run(scheduled, result, handed_off=not locked)
         return result
 
     def _blocks_for(self, tokens: int) -> int:
@@ -517,12 +519,19 @@ class Engine:
             budget -= n
         return ""
 
-    def _run(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> None:
+    def _run(
+        self, scheduled: list[tuple[SimRequest, int]], result: StepResult, handed_off: bool = True
+    ) -> None:
+        """Time the step and advance the clock; ``handed_off``: the step was scheduled and
+        handed to the tensor-parallel workers (False for the steps a multi-step schedule runs
+        after its first, which the workers run from the batch they already hold)."""
         cfg = self.config
         if cfg.zero_cost:  # a step costs exactly the fixed overhead (it benchmarks the front)
             overhead = cfg.step_overhead_s
         else:
             overhead = cfg.step_overhead_s + cfg.step_overhead_per_seq_s * len(scheduled)
+            if handed_off:
+                overhead += cfg.tp_step_overhead_s * (self.tp - 1)
             if any(n > 1 for _, n in scheduled):  # the step computes prompt tokens
                 overhead += cfg.step_overhead_prefill_s
         result.overhead_s = overhead

@@ -13,7 +13,11 @@ engines and their generations is the time the host spends around it and how ofte
   the chat template, validation, handing it to the engine process);
 - ``tokenize_s_per_token``: tokenizing the prompt, per prompt token, before the engine sees it;
 - ``detokenize_s_per_token``: from a token's step end to its bytes on the socket, per token of
-  the chunk (detokenizing, building the SSE event).
+  the chunk (detokenizing, building the SSE event);
+- ``tp_step_overhead_s``: host and synchronisation time per step for each tensor-parallel GPU
+  beyond the first (handing the step to every worker process, waiting for the slowest rank),
+  paid by a step that was scheduled (a multi-step schedule hands its batch over once); the
+  all-reduces themselves are the roofline's (:class:`~locust_llm.roofline.floors.Interconnect`).
 
 Every value carries its source in :attr:`EngineProfile.sources`: a URL or an engine code path,
 or "fitted" with the data it was fitted on, or "assumed" where nobody has measured it (then the
@@ -43,6 +47,7 @@ PROFILE_FIELDS: tuple[str, ...] = (
     "api_server_s",
     "tokenize_s_per_token",
     "detokenize_s_per_token",
+    "tp_step_overhead_s",
 )
 
 
@@ -58,6 +63,7 @@ class EngineProfile:
     api_server_s: float = 0.0
     tokenize_s_per_token: float = 0.0
     detokenize_s_per_token: float = 0.0
+    tp_step_overhead_s: float = 0.0
     calibrated: bool = False  # held to published figures by bench/calibration.py
     sources: Mapping[str, str] = field(default_factory=dict)  # field -> where its value comes from
 
@@ -73,13 +79,32 @@ _V1_HOST = (
     "is vLLM's own account, https://github.com/vllm-project/vllm/issues/6801"
 )
 
+#: Host and synchronisation time per step for each tensor-parallel GPU beyond the first,
+#: fitted for vLLM V1 (bench/calibration.py tp_fit()); the other GPU engines assume it.
+TP_STEP_FIT_S = 1.25e-3
+_TP_FIT = (
+    "fitted: bench/calibration.py tp_fit(), the smallest mean absolute error over the fitting "
+    "half's multi-GPU figures (vLLM's nightly latency test, Llama-3-70B at --tensor-parallel-size "
+    "4 on H200 and on A100, beside its one-GPU Llama-3.1-8B controls; "
+    "bench/results/calibration.md), held out: Tenstorrent's Qwen2.5-72B on 2 x H100; linear in "
+    "the GPUs beyond one because the step is handed to each worker and waits for the slowest "
+    "(vLLM RFC https://github.com/vllm-project/vllm/issues/5775: the per-step call's latency "
+    "'would increase proportionally' with the tensor-parallel size)"
+)
+_TP_ASSUMED = (
+    "assumed: vllm-v1's fitted value (bench/calibration.py tp_fit()); no multi-GPU source of "
+    "this engine is in the calibration"
+)
+
 VLLM_V1 = EngineProfile(
     name="vllm-v1",
     title="vLLM V1 (0.8+): chunked prefill, API server and detokenizer in their own process",
     step_overhead_s=0.002,
     step_overhead_per_seq_s=80e-6,
+    tp_step_overhead_s=TP_STEP_FIT_S,
     calibrated=True,
     sources={
+        "tp_step_overhead_s": _TP_FIT,
         "step_overhead_s": _V1_HOST,
         "step_overhead_per_seq_s": _V1_HOST,
         "decode_steps_per_schedule": "vllm/v1/core/sched/scheduler.py: schedule() runs before "
@@ -102,7 +127,9 @@ VLLM_V0 = EngineProfile(
     step_overhead_per_seq_s=100e-6,
     api_server_s=0.005,
     detokenize_s_per_token=0.0,
+    tp_step_overhead_s=TP_STEP_FIT_S,
     sources={
+        "tp_step_overhead_s": _TP_ASSUMED,
         "step_overhead_s": "assumed: V1's fitted value (no published V0 sweep in the calibration)",
         "step_overhead_per_seq_s": "https://github.com/vllm-project/vllm/issues/6801: sampling, "
         "input preparation, output processing and scheduling ~20 ms per step at a batch of 200 "
@@ -125,7 +152,9 @@ VLLM_V0_MULTISTEP = EngineProfile(
     step_overhead_per_seq_s=40e-6,
     decode_steps_per_schedule=10,
     api_server_s=0.005,
+    tp_step_overhead_s=TP_STEP_FIT_S,
     sources={
+        "tp_step_overhead_s": _TP_ASSUMED,
         "step_overhead_s": "assumed: scheduling and input preparation amortised over the 10 "
         "steps (https://blog.vllm.ai/2024/09/05/perf-update.html: multi-step scheduling "
         "schedules once per N steps); half of V0's per-step time",
@@ -155,7 +184,9 @@ SGLANG = EngineProfile(
     step_overhead_per_seq_s=20e-6,
     api_server_s=0.015,
     calibrated=True,
+    tp_step_overhead_s=TP_STEP_FIT_S,
     sources={
+        "tp_step_overhead_s": _TP_ASSUMED,
         "step_overhead_s": _SGLANG_FIT,
         "step_overhead_per_seq_s": "assumed: the overlap scheduler prepares step n+1 on the "
         "CPU while the GPU runs step n (https://lmsys.org/blog/2024-12-04-sglang-v0-4/"
@@ -177,7 +208,9 @@ TGI = EngineProfile(
     step_overhead_s=0.002,
     step_overhead_per_seq_s=50e-6,
     api_server_s=0.002,
+    tp_step_overhead_s=TP_STEP_FIT_S,
     sources={
+        "tp_step_overhead_s": _TP_ASSUMED,
         "step_overhead_s": "assumed: one gRPC round trip router -> model server per step "
         "(https://huggingface.co/docs/text-generation-inference/architecture)",
         "step_overhead_per_seq_s": "assumed: the model server's Python loop per sequence "
@@ -199,6 +232,8 @@ LLAMACPP = EngineProfile(
     step_overhead_per_seq_s=20e-6,
     api_server_s=0.001,
     sources={
+        "tp_step_overhead_s": "0: llama.cpp splits a model over GPUs inside one process "
+        "(--split-mode), with no per-step hand-off to worker processes",
         "step_overhead_s": "assumed: a C++ loop (tools/server/server.cpp, update_slots) with "
         "CUDA graphs; a guess of the launch cost",
         "step_overhead_per_seq_s": "assumed: per-slot sampling in C++ (common/sampling.cpp)",
@@ -230,14 +265,15 @@ def profiles_table() -> str:
     """Markdown: one row per profile (docs/simulator.md shows it; a test keeps it current)."""
     out = [
         "| --engine | step (ms) | per sequence (µs) | decode steps per schedule | API server (ms) "
-        "| tokenize (µs/token) | detokenize (µs/token) | calibrated |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| tokenize (µs/token) | detokenize (µs/token) | per TP GPU beyond one (µs) "
+        "| calibrated |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in PROFILES.values():
         out.append(
             f"| `{p.name}` | {p.step_overhead_s * 1e3:g} | {p.step_overhead_per_seq_s * 1e6:g} | "
             f"{p.decode_steps_per_schedule} | {p.api_server_s * 1e3:g} | "
             f"{p.tokenize_s_per_token * 1e6:g} | {p.detokenize_s_per_token * 1e6:g} | "
-            f"{'yes' if p.calibrated else 'no'} |"
+            f"{p.tp_step_overhead_s * 1e6:g} | {'yes' if p.calibrated else 'no'} |"
         )
     return "\n".join(out)
