@@ -152,7 +152,7 @@ def cmd_tp(args: argparse.Namespace) -> None:
             print(
                 f"| {model} | {args.gpu} | {tp} | {r.decode_step_floor_s * 1e3:.3f} | "
                 f"{tpot * 1e3:.3f} | {tpot / r.decode_step_floor_s:.4f} | "
-                f"{r.decode_allreduce_time_s * 1e3:.3f} |"
+                f"{r.decode_comm_time_s * 1e3:.3f} |"
             )
 
 

@@ -418,7 +418,7 @@ def test_cli_tp_and_fit_advice() -> None:
     split = _cli("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--json")
     data = json.loads(split.stdout)
     assert data["tp"] == 4 and data["fits"] and data["fit_advice"] == ""
-    assert data["decode_allreduce_time_s"] > 0 and data["interconnect"] == "nvlink"
+    assert data["decode_comm_time_s"] > 0 and data["interconnect"] == "nvlink"
     table = _cli("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4")
     assert "4 GPUs over nvlink (figures per GPU)" in table.stdout
     bad = _cli("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "3")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,10 +17,11 @@ from locust_llm.roofline.floors import (
     Workload,
     allreduce_seconds,
     compute,
+    logits_gather_seconds,
 )
 from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine
-from locust_llm.sim.engine_profiles import get_profile
+from locust_llm.sim.engine_profiles import VLLM_V1, get_profile
 from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.metrics import SimMetrics, build_registry, render
 
@@ -55,10 +59,20 @@ def test_tp_splits_weights_and_adds_allreduce_time() -> None:
     link = INTERCONNECT_PRESETS["nvlink"]
     wire = 2 * 3 / 4 * LLAMA70B.hidden_size * 2
     per = link.latency(4) + wire / (link.bandwidth_bytes_s * link.bus_efficiency)
-    assert two.decode_allreduce_time_s == pytest.approx(2 * 80 * per)
+    # and the sampled position's logits, split over the vocabulary, gathered once per step
+    gather = link.latency(4) + 3 / 4 * LLAMA70B.vocab_size * 2 / (
+        link.bandwidth_bytes_s * link.bus_efficiency
+    )
+    assert two.decode_comm_time_s == pytest.approx((2 * 80 + 1) * per + gather)
+    # at a batch of 256 the gather moves 256 x 128,256 bf16 logits: ~0.24 ms on NVLink
+    wide = compute(LLAMA70B, H100, Workload(context_tokens=0, batch=256, tp=4))
+    assert logits_gather_seconds(LLAMA70B, 256, 4, link) == pytest.approx(
+        wide.decode_comm_time_s - allreduce_seconds(LLAMA70B, 256, 4, link)
+    )
+    assert 0.2e-3 < logits_gather_seconds(LLAMA70B, 256, 4, link) < 0.3e-3
     assert allreduce_seconds(LLAMA70B, 1, 1, link) == 0
     pcie = compute(LLAMA70B, H100, Workload(context_tokens=0, tp=4, interconnect="pcie"))
-    assert pcie.decode_allreduce_time_s > two.decode_allreduce_time_s
+    assert pcie.decode_comm_time_s > two.decode_comm_time_s
     assert pcie.decode_step_floor_s > two.decode_step_floor_s
 
 
@@ -77,8 +91,6 @@ PUBLISHED_H100_ALLREDUCE_MS = {
 def test_the_all_reduce_time_is_the_published_measurement_of_the_collective() -> None:
     """The NVLink preset's all-reduce against vLLM's custom all-reduce measured on H100s at
     tp 2, 4 and 8 from 2 KiB to 4 MiB: within the 22% docs/simulator.md states, everywhere."""
-    from pathlib import Path
-
     link = INTERCONNECT_PRESETS["nvlink"]
     errors = [
         link.allreduce_s(4 * elements, tp) / (ms / 1000) - 1
@@ -96,8 +108,8 @@ def test_the_all_reduce_time_is_the_published_measurement_of_the_collective() ->
 
 def test_each_gpu_beyond_the_first_adds_the_profiles_step_time() -> None:
     """A step at tp N costs the engine profile's tp_step_overhead_s x (N - 1) on top of its
-    all-reduces; the flag overrides the profile."""
-    from locust_llm.sim.engine_profiles import VLLM_V1
+    all-reduces; the flag overrides the profile; a zero-cost engine (which benchmarks the HTTP
+    front) pays the fixed step time only, on any number of GPUs."""
 
     def tpot(tp: int, **kw: object) -> float:
         eng = Engine(config_from_mapping({"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": tp,
@@ -110,6 +122,7 @@ def test_each_gpu_beyond_the_first_adds_the_profiles_step_time() -> None:
         gap = tpot(tp) - tpot(tp, tp_step_overhead_s=0.0)
         assert gap == pytest.approx(VLLM_V1.tp_step_overhead_s * (tp - 1), rel=1e-6)
     assert tpot(1) == pytest.approx(tpot(1, tp_step_overhead_s=0.5))  # one GPU: none
+    assert tpot(4, zero_cost=True) == pytest.approx(VLLM_V1.step_overhead_s)
 
 
 def test_a_multi_step_schedule_hands_its_batch_to_the_workers_once() -> None:
@@ -196,10 +209,6 @@ def test_kv_pool_is_preallocated_and_gpus_report_per_shard() -> None:
 def test_the_refusals_docs_simulator_md_shows_are_what_the_cli_says() -> None:
     """docs/simulator.md's two refusal lines are what ``locust-llm sim`` prints for the
     commands it names (exit 2, before any port is bound)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     doc = (Path(__file__).resolve().parents[1] / "docs" / "simulator.md").read_text()
     named = "`locust-llm sim --model llama-3.1-70b --gpu h100-sxm`, then with `--tp 2`"
     block = doc.split(named)[1]

@@ -150,7 +150,7 @@ def format_table(r: roofline.Roofline) -> str:
             "  memory time / compute time (ms)",
             f"{ms(r.decode_memory_time_s)} / {ms(r.decode_compute_time_s)}",
         ),
-        ("  all-reduce time per step (ms)", ms(r.decode_allreduce_time_s)),
+        ("  all-reduces + logits gather per step (ms)", ms(r.decode_comm_time_s)),
         ("decode ceiling at this batch (tokens/s)", f"{r.decode_tokens_per_s_ceiling:,.0f}"),
         (
             "batch where decode turns compute-bound",

@@ -636,13 +636,18 @@ class Interconnect:
 
     name: str
     bandwidth_bytes_s: float
-    latency_by_tp: tuple[tuple[int, float], ...]  # (tp, seconds of a small all-reduce)
+    latency_by_tp: tuple[tuple[int, float], ...]  # (tp, seconds of a small all-reduce), sorted
     bus_efficiency: float = 1.0
     source: str = ""
 
+    def __post_init__(self) -> None:
+        degrees = [tp for tp, _ in self.latency_by_tp]
+        if not degrees or degrees != sorted(set(degrees)) or degrees[0] < 2:
+            raise ValueError(f"{self.name}: latency_by_tp needs degrees >= 2 in rising order")
+
     def latency(self, tp: int) -> float:
         """Fixed time of one all-reduce over ``tp`` GPUs."""
-        points = sorted(self.latency_by_tp)
+        points = self.latency_by_tp
         if tp <= points[0][0]:
             return points[0][1]
         for (lo, lo_s), (hi, hi_s) in itertools.pairwise(points):
@@ -658,14 +663,30 @@ class Interconnect:
         wire = 2.0 * (tp - 1) / tp * message_bytes
         return self.latency(tp) + wire / (self.bandwidth_bytes_s * self.bus_efficiency)
 
+    def gather_s(self, message_bytes: float, tp: int) -> float:
+        """One gather of ``message_bytes`` in all (each GPU holding 1 / ``tp`` of it) over
+        ``tp`` GPUs: (tp - 1) / tp of the message over the link, with the all-reduce's fixed
+        time and bus efficiency (both assumed: no published gather table at these sizes was
+        found)."""
+        if tp <= 1:
+            return 0.0
+        wire = (tp - 1) / tp * message_bytes
+        return self.latency(tp) + wire / (self.bandwidth_bytes_s * self.bus_efficiency)
 
-#: vLLM's custom all-reduce on H100 (NVLink 4, NVSwitch), host-timed over 5,000 calls
-#: (https://github.com/sgl-project/sglang/pull/2904, `sgl-kernel/tests/test_trt_reduce.py`,
-#: float32 messages): 0.0095 / 0.0088 / 0.0087 ms at tp 2 for 512 / 4,096 / 32,768 elements,
+
+#: vLLM's custom all-reduce on H100 (NVLink 4, NVSwitch), host-timed over 5,000 calls launched
+#: one by one, outside a CUDA graph (https://github.com/sgl-project/sglang/pull/2904,
+#: `sgl-kernel/tests/test_trt_reduce.py`, float32 messages), so its small-message times carry
+#: the launches that vLLM's decode steps, replayed as CUDA graphs, do not pay: an upper bound
+#: there (NCCL inside a graph on 4 x H800: 0.5 us at 1 KiB against 3.5 us without,
+#: https://github.com/NVIDIA/nccl/issues/1984); the per-GPU step time fitted on top of it
+#: (locust_llm.sim.engine_profiles) takes up what it over- or understates at the fitted
+#: degrees. Published: 0.0095 / 0.0088 / 0.0087 ms at tp 2 for 512 / 4,096 / 32,768 elements,
 #: 0.0091 / 0.0085 / 0.0092 at tp 4, 0.0101 / 0.0093 / 0.0118 at tp 8 (the medians below), and
 #: 0.0266 / 0.0402 / 0.0450 ms at 4 MiB (tp 2 / 4 / 8): the ring's wire bytes over the time
 #: beyond the fixed one give 236 / 202 / 210 GB/s, 0.47 of NVLink 4's 450 GB/s (the median).
-#: tests/test_sim_tp.py holds the model to the published table.
+#: The model fits that table within 22% (in sample: its constants come from it;
+#: tests/test_sim_tp.py).
 _H100_CUSTOM_AR = (
     "fixed time and bus efficiency: vLLM's custom all-reduce on H100, "
     "https://github.com/sgl-project/sglang/pull/2904 (0.0088 / 0.0091 / 0.0101 ms at tp 2 / 4 / 8 "
@@ -738,14 +759,37 @@ def get_interconnect(name: str) -> Interconnect:
 def allreduce_seconds(model: ModelSpec, tokens: int, tp: int, link: Interconnect) -> float:
     """Time of one step's tensor-parallel all-reduces (0 at ``tp`` 1).
 
-    Two all-reduces per layer (after attention, after the MLP) of ``tokens x hidden``
+    Two all-reduces per layer (after attention, after the MLP) and one after the embedding
+    (split over the vocabulary, each GPU looks up its rows) of ``tokens x hidden``
     activations, each :meth:`Interconnect.allreduce_s`. Not overlapped with compute (vLLM's
     default).
     """
     if tp <= 1 or tokens <= 0:
         return 0.0
     message = tokens * model.hidden_size * ACTIVATION_BYTES
-    return 2 * model.num_layers * link.allreduce_s(message, tp)
+    return (2 * model.num_layers + 1) * link.allreduce_s(message, tp)
+
+
+def logits_gather_seconds(model: ModelSpec, sampled: int, tp: int, link: Interconnect) -> float:
+    """Time of one step's gather of the sampled positions' logits (0 at ``tp`` 1).
+
+    The LM head is split over the vocabulary, so each GPU computes ``vocab / tp`` logits per
+    sampled position and the step gathers them whole before sampling (vLLM's
+    ``LogitsProcessor._gather_logits``), ``sampled x vocab`` bf16 values.
+    """
+    if tp <= 1 or sampled <= 0:
+        return 0.0
+    return link.gather_s(sampled * model.vocab_size * ACTIVATION_BYTES, tp)
+
+
+def tp_comm_seconds(
+    model: ModelSpec, tokens: int, sampled: int, tp: int, link: Interconnect
+) -> float:
+    """A step's tensor-parallel communication: the layers' all-reduces over ``tokens`` and the
+    logits gather over the ``sampled`` positions."""
+    return allreduce_seconds(model, tokens, tp, link) + logits_gather_seconds(
+        model, sampled, tp, link
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -803,7 +847,7 @@ def step_cost(
     FLOPs = 2 x params per token x tokens + attention (causal inside a prefill chunk), the LM
     head counted once per sequence (the sampled position), not per prefill token. With
     ``tp`` > 1 both are one GPU's shard's (:meth:`ModelSpec.sharded`) and ``comm_s`` is
-    :func:`allreduce_seconds` over ``link`` (default NVLink).
+    :func:`tp_comm_seconds` over ``link`` (default NVLink): the all-reduces and the logits gather.
     """
     chunks = list(prefill_chunks)
     n_decode = len(decode_contexts)
@@ -826,7 +870,7 @@ def step_cost(
         flops += attention_flops(model, 1, ctx + 1)
     for chunk, prior in chunks:
         flops += attention_flops(model, chunk, prior + (chunk + 1) / 2.0)
-    comm = allreduce_seconds(full, tokens, tp, link or INTERCONNECT_PRESETS["nvlink"])
+    comm = tp_comm_seconds(full, tokens, sampled, tp, link or INTERCONNECT_PRESETS["nvlink"])
     return StepCost(flops=flops, bytes=bytes_moved, comm_s=comm)
 
 
@@ -883,13 +927,13 @@ class Roofline:
     decode_step_floor_s: float  # = TPOT floor at this batch
     decode_memory_time_s: float
     decode_compute_time_s: float
-    decode_allreduce_time_s: float  # tensor-parallel all-reduces per step (0 at tp 1)
+    decode_comm_time_s: float  # tensor-parallel all-reduces + logits gather (0 at tp 1)
     decode_tokens_per_s_ceiling: float
     compute_bound_batch: int | None  # smallest batch where decode turns compute-bound
     prefill_floor_s: float
     prefill_compute_time_s: float
     prefill_weight_read_time_s: float
-    prefill_allreduce_time_s: float
+    prefill_comm_time_s: float
     kv_budget_bytes: float  # over all tp GPUs, after weights and the memory reserve
     memory_reserve_bytes: float  # per GPU
     kv_capacity_tokens: float  # whole KV blocks of the budget (the simulator's pool)
@@ -1018,7 +1062,7 @@ def compute(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Roofline:
     weight_read = params_read * shard.weight_bytes_per_param
     kv_read = b * (ctx + 1) * shard.kv_bytes_per_token  # context read + the new token's KV
     memory, comp = decode_step_seconds(model, gpu, b, ctx, tp=tp)
-    decode_comm = allreduce_seconds(model, b, tp, link)
+    decode_comm = tp_comm_seconds(model, b, b, tp, link)
     step = max(memory, comp) + decode_comm
     pre = step_cost(model, prefill_chunks=[(workload.input_tokens, 0)], tp=tp, link=link)
     pre_compute, _ = pre.times(gpu, model.weight_bits)
@@ -1053,13 +1097,13 @@ def compute(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Roofline:
         decode_step_floor_s=step,
         decode_memory_time_s=memory,
         decode_compute_time_s=comp,
-        decode_allreduce_time_s=decode_comm,
+        decode_comm_time_s=decode_comm,
         decode_tokens_per_s_ceiling=b / step,
         compute_bound_batch=compute_bound_batch(model, gpu, ctx, tp=tp),
         prefill_floor_s=max(pre_compute, pre_weight_time) + pre.comm_s,
         prefill_compute_time_s=pre_compute,
         prefill_weight_read_time_s=pre_weight_time,
-        prefill_allreduce_time_s=pre.comm_s,
+        prefill_comm_time_s=pre.comm_s,
         kv_budget_bytes=budget * tp,
         memory_reserve_bytes=workload.memory_reserve_bytes,
         kv_capacity_tokens=kv_tokens,

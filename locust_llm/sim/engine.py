@@ -520,7 +520,7 @@ class Engine:
         return ""
 
     def _run(
-        self, scheduled: list[tuple[SimRequest, int]], result: StepResult, handed_off: bool = True
+        self, scheduled: list[tuple[SimRequest, int]], result: StepResult, *, handed_off: bool
     ) -> None:
         """Time the step and advance the clock; ``handed_off``: the step was scheduled and
         handed to the tensor-parallel workers (False for the steps a multi-step schedule runs

@@ -84,12 +84,12 @@ _V1_HOST = (
 TP_STEP_FIT_S = 1.25e-3
 _TP_FIT = (
     "fitted: bench/calibration.py tp_fit(), the smallest mean absolute error over the fitting "
-    "half's multi-GPU figures (vLLM's nightly latency test, Llama-3-70B at --tensor-parallel-size "
-    "4 on H200 and on A100, beside its one-GPU Llama-3.1-8B controls; "
-    "bench/results/calibration.md), held out: Tenstorrent's Qwen2.5-72B on 2 x H100; linear in "
-    "the GPUs beyond one because the step is handed to each worker and waits for the slowest "
-    "(vLLM RFC https://github.com/vllm-project/vllm/issues/5775: the per-step call's latency "
-    "'would increase proportionally' with the tensor-parallel size)"
+    "half's multi-GPU figures (vLLM's nightly latency test: Llama-3-70B at "
+    "--tensor-parallel-size 4 and Mixtral-8x7B at 2, on H200 and on A100, beside the one-GPU "
+    "Llama-3.1-8B of the same pages; the builds' vLLM version is not on them); held out: "
+    "Tenstorrent's Qwen2.5-72B on 2 x H100 (bench/results/calibration.md). Linear in the GPUs "
+    "beyond one (one hand-off per worker, chosen before the fit); the fitting half prefers it "
+    "to log2 N and to one time whatever N (tp_forms())"
 )
 _TP_ASSUMED = (
     "assumed: vllm-v1's fitted value (bench/calibration.py tp_fit()); no multi-GPU source of "
