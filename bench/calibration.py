@@ -240,9 +240,10 @@ def lambda_cases() -> tuple[Case, ...]:
                 "multi-step scheduling (--num-scheduler-steps 10), whose chunks the "
                 "repository's report (benchmark_v0.md) compares with 0.5.4's; vLLM 0.6.0's "
                 "defaults at --max-model-len 2048: no chunked prefill, 2,048 batched tokens, "
-                "no prefix caching. Medians, as the file gives them (multi-step emits a short "
-                "answer's last tokens at the end of its 10-step schedule, which the mean TPOT "
-                "carries and the simulator does not model)."
+                "no prefix caching. Medians, as the file gives them (the mean TPOT of a burst "
+                "leans on its 3-9-token answers, whose last tokens wait for their schedule's "
+                "end; the simulator holds a schedule's tokens to its end too, and streams "
+                "each request in the chunks the file shows, tests/test_sim_engine_profiles.py)."
                 + (
                     f" {dropped} of the 10 requests streamed no token (TTFT 0.0, 0 output "
                     "tokens) and are left out of the replay; the published median TTFT counts "
@@ -779,10 +780,10 @@ UNMATCHED: dict[str, str] = {
     "*-burst10#ttft_median_ms": (
         "The same bursts' TTFT, {lambda_ttft_span}. Every request of a burst has its first "
         "token within {lambda_ttft_spread} of the burst's median, and for the 70B that median "
-        "is {lambda_70b_ttft_ratio}x the simulator's; vLLM 0.6.0's multi-step output path (the "
-        "first token streamed with the step chunks that follow it) is a mechanism that would "
-        "add such a delay, not modelled, and these files cannot separate it from the API "
-        "server's time."
+        "is {lambda_70b_ttft_ratio}x the simulator's. The first token is not held with the "
+        "chunks after it: each request's count of streamed chunks in the files is the "
+        "simulator's, the first token on its own; so the time is spent before it (the API "
+        "server, the prompts' step on the host), which these files cannot separate."
     ),
     "4090-mistral7b#ttft_mean_ms": (
         "TTFT means: the source's mean sits well above its median at C = 4 and 8 (63 against "

@@ -281,6 +281,9 @@ class Engine:
         self._next_id = 0
         #: decode steps left in the current multi-step schedule (no admissions during them)
         self.schedule_steps_left = 0
+        #: a multi-step schedule's tokens, finished requests and first tokens, held until the
+        #: schedule's last step (vLLM V0 hands a schedule's outputs back at its end)
+        self._held: StepResult | None = None
 
     # ---- memory --------------------------------------------------------------------------
     @property
@@ -435,7 +438,40 @@ class Engine:
         if not scheduled:
             return result
         self._run(scheduled, result, handed_off=not locked)
+        if steps > 1:
+            self._hold_or_release(result)
         return result
+
+    def _hold_or_release(self, result: StepResult) -> None:
+        """Multi-step scheduling: a schedule's tokens reach the client together when it ends.
+
+        vLLM V0 with ``--num-scheduler-steps`` k runs the schedule's k decode steps on the GPU
+        and hands their outputs to the engine (and the stream) at the schedule's end, so a
+        stream's tokens come in chunks of up to k. The tokens, the requests finished and their
+        first-token and finish times of every step but the schedule's last are held and
+        released with its last step's, at its end; a step outside a schedule (prompt chunks)
+        releases at once."""
+        ongoing = self.schedule_steps_left > 0 and bool(self.running)
+        held = self._held
+        if ongoing:
+            if held is None:
+                self._held = held = StepResult(start_s=result.start_s, duration_s=0.0)
+            held.emitted += result.emitted
+            held.finished += result.finished
+            result.emitted, result.finished = [], []
+            return
+        if held is None:
+            return
+        self._held = None
+        end = result.end_s
+        for req in held.emitted:
+            if req.first_token_s >= held.start_s:  # its first token came inside the schedule
+                req.first_token_s = end
+        for req in held.finished:
+            req.finished_s = end
+        live = [r for r in held.emitted if r.outcome != "aborted"]
+        result.emitted = live + result.emitted
+        result.finished = held.finished + result.finished
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.config.block_size)

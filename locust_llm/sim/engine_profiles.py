@@ -163,7 +163,10 @@ VLLM_V0_MULTISTEP = EngineProfile(
         "sampling, input preparation, output processing and scheduling)",
         "decode_steps_per_schedule": "https://blog.vllm.ai/2024/09/05/perf-update.html: the "
         "v0.6.0 benchmarks ran --num-scheduler-steps 10; a request arriving during the 10 "
-        "steps is scheduled at their end (vllm/engine/llm_engine.py, multi-step path)",
+        "steps is scheduled at their end (vllm/engine/llm_engine.py, multi-step path), and "
+        "their tokens reach the stream together at the end: every request of "
+        "LambdaLabsML's vLLM 0.6.0 bursts streamed in the chunks the simulator gives "
+        "(bench/sources/lambdalabs_prompt10.json, tests/test_sim_engine_profiles.py)",
         "api_server_s": "assumed: as vllm-v0",
         "tokenize_s_per_token": "assumed 0 (not separated)",
         "detokenize_s_per_token": "assumed 0 (the async output processor overlaps it, "
