@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import NormalDist
+from typing import Any
 
 from locust_llm.roofline.floors import ModelSpec, get_gpu, get_model
 from locust_llm.sim.config import SimConfig
@@ -185,23 +186,35 @@ _LAMBDA_GPUS = {
 }
 
 
+@functools.cache
+def lambda_runs() -> tuple[dict[str, Any], ...]:
+    """The result files' fields, as bench/sources/lambdalabs_prompt10.json holds them."""
+    return tuple(json.loads(LAMBDA_RUNS.read_text())["runs"])
+
+
+def streamed(run: dict[str, Any]) -> list[tuple[int, int, float, int]]:
+    """A run's requests that streamed a token: (prompt tokens, output tokens, TTFT in s, gaps
+    between streamed chunks). Two requests of every 70B run streamed none (TTFT 0.0, 0 output
+    tokens): nothing of theirs can be replayed."""
+    published = zip(
+        run["input_lens"], run["output_lens"], run["ttfts"], run["itl_counts"], strict=True
+    )
+    return [(i, o, t, gaps) for i, o, t, gaps in published if o > 0]
+
+
 def lambda_cases() -> tuple[Case, ...]:
     """One case per result file of LambdaLabsML/vllm-benchmark's 10-prompt bursts: Llama 3 8B
     at tp 1, 2, 4, 8 and 70B at 2, 4, 8, on H100s and on A100s, each request's lengths as the
-    file gives them."""
-    runs = json.loads(LAMBDA_RUNS.read_text())["runs"]
+    file gives them (:func:`lambda_runs`, in its order)."""
     cases = []
-    for run in runs:
+    for run in lambda_runs():
         folder = run["path"].split("/")[-2]
         gpus, _, gpu_name = folder.partition("x")
         gpu, link, gpu_title = _LAMBDA_GPUS[gpu_name]
         tp = int(gpus)
         size = "8b" if "-8B-" in run["model_id"] else "70b"
-        # two requests of every 70B run streamed no token at all (TTFT 0.0, 0 output tokens):
-        # nothing of theirs can be replayed, so the case holds the others
-        lengths = tuple(
-            (i, o) for i, o in zip(run["input_lens"], run["output_lens"], strict=True) if o > 0
-        )
+        requests = streamed(run)
+        lengths = tuple((i, o) for i, o, _, _ in requests)
         n = len(lengths)
         point = Point(
             n,
@@ -216,8 +229,8 @@ def lambda_cases() -> tuple[Case, ...]:
             lengths=lengths,
         )
         dropped = len(run["output_lens"]) - n
-        streamed = [t for t, o in zip(run["ttfts"], run["output_lens"], strict=True) if o > 0]
-        shift = abs(run["median_ttft_ms"] / (1000 * statistics.median(streamed)) - 1)
+        ttfts = [t for _, _, t, _ in requests]
+        shift = abs(run["median_ttft_ms"] / (1000 * statistics.median(ttfts)) - 1)
         cases.append(
             Case(
                 key=f"{gpu.split('-')[0]}-llama3-{size}-tp{tp}-burst10",
@@ -1252,15 +1265,20 @@ def unmatched_figures(
     return out
 
 
+def row_error(rows: list[Row], key: str, metric: str, concurrency: int | None = None) -> float:
+    """The error of case ``key``'s figure ``metric`` (at ``concurrency``, where it has several)."""
+    return next(
+        r.error
+        for r in rows
+        if r.case.key == key and r.metric == metric and concurrency in (None, r.point.concurrency)
+    )
+
+
 def qwq_figures(rows: list[Row]) -> dict[str, str]:
     """The QwQ-32B tp 2/4/8 errors its not-matched note quotes."""
 
     def err(tp: int, batch: int) -> float:
-        return next(
-            r.error
-            for r in rows
-            if r.case.key == f"a100-qwq-32b-tp{tp}-latency" and r.point.concurrency == batch
-        )
+        return row_error(rows, f"a100-qwq-32b-tp{tp}-latency", "batch_latency_ms", batch)
 
     def pair(tp: int) -> str:
         return f"{err(tp, 1):+.1%} and {err(tp, 16):+.1%}"
@@ -1278,8 +1296,8 @@ def lambda_ttft_spread() -> float:
     """The furthest any Lambda request's published TTFT sits from its burst's median (the
     requests that streamed a token)."""
     spread = 0.0
-    for run in json.loads(LAMBDA_RUNS.read_text())["runs"]:
-        ttfts = [t for t, o in zip(run["ttfts"], run["output_lens"], strict=True) if o > 0]
+    for run in lambda_runs():
+        ttfts = [t for _, _, t, _ in streamed(run)]
         middle = statistics.median(ttfts)
         spread = max(spread, *(abs(t / middle - 1) for t in ttfts))
     return spread
@@ -1294,7 +1312,7 @@ def lambda_figures(rows: list[Row]) -> dict[str, str]:
         return f"{min(errors):+.1%} .. {max(errors):+.1%}"
 
     def one(key: str, metric: str) -> str:
-        return f"{next(r.error for r in mine if r.case.key == key and r.metric == metric):+.1%}"
+        return f"{row_error(mine, key, metric):+.1%}"
 
     ratios = [
         r.theirs / r.ours for r in mine if "-70b-" in r.case.key and r.metric == "ttft_median_ms"

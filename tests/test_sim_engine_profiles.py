@@ -7,12 +7,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from locust_llm.errors import InputError
+from locust_llm.roofline.floors import get_gpu
 from locust_llm.sim import cli as sim_cli
 from locust_llm.sim import virtual
 from locust_llm.sim.config import SimConfig, config_from_mapping
@@ -171,36 +173,24 @@ def test_multi_step_streams_come_in_the_chunks_a_real_vllm_0_6_streamed() -> Non
     """vLLM 0.6.0 with --num-scheduler-steps 10 hands a schedule's tokens to the stream at its
     end. LambdaLabsML's result files (10 ShareGPT prompts at once, Llama 3 8B and 70B at tp 1
     to 8, on H100s and A100s) give each request's gaps between streamed chunks; replayed on the
-    `vllm-v0-multistep` profile with the same lengths, every request streams in as many chunks
-    as it did there (the requests that streamed no token left out)."""
-    source = Path(__file__).resolve().parents[1] / "bench" / "sources" / "lambdalabs_prompt10.json"
-    runs = json.loads(source.read_text())["runs"]
+    `vllm-v0-multistep` profile as the calibration replays them (bench/calibration.py's cases
+    and engine settings), every request streams in as many chunks as it did there (the
+    requests that streamed no token left out)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import calibration
+
     compared = 0
-    for run in runs:
-        folder = run["path"].split("/")[-2]
-        tp = int(folder.split("x")[0])
-        gpu = "h100-sxm" if "H100" in folder else "a100-80gb"
-        model = "llama-3.1-8b" if "-8B-" in run["model_id"] else "llama-3.1-70b"
-        engine = Engine(
-            SimConfig(
-                model=model,
-                gpu=gpu,
-                tp=tp,
-                engine="vllm-v0-multistep",
-                max_model_len=2048,
-                max_num_batched_tokens=2048,
-                enable_chunked_prefill=False,
-                enable_prefix_caching=False,
-            )
-        )
-        published = zip(run["input_lens"], run["output_lens"], run["itl_counts"], strict=True)
-        lengths = [(i, o, n) for i, o, n in published if o > 0]
-        reqs = [engine.add(i, o) for i, o, _ in lengths]
+    for run, case in zip(calibration.lambda_runs(), calibration.lambda_cases(), strict=True):
+        assert case.profile == "vllm-v0-multistep"
+        engine = Engine(calibration.engine_config(case), model=case.model, gpu=get_gpu(case.gpu))
+        requests = calibration.streamed(run)
+        reqs = [engine.add(i, o) for i, o, _, _ in requests]
         arrivals: dict[int, set[float]] = {r.id: set() for r in reqs}
         while engine.has_work:
             step = engine.step()
             for req in step.emitted:
                 arrivals[req.id].add(step.end_s)
-        assert [len(arrivals[r.id]) - 1 for r in reqs] == [n for _, _, n in lengths], run["path"]
+        gaps = [len(arrivals[r.id]) - 1 for r in reqs]
+        assert gaps == [n for _, _, _, n in requests], run["path"]
         compared += len(reqs)
     assert compared == 8 * 10 + 6 * 8

@@ -656,22 +656,23 @@ class Interconnect:
                 return lo_s + share * (hi_s - lo_s)
         return points[-1][1]
 
-    def allreduce_s(self, message_bytes: float, tp: int) -> float:
-        """One all-reduce of ``message_bytes`` over ``tp`` GPUs (0 at ``tp`` 1)."""
+    def _collective_s(self, wire_bytes: float, tp: int) -> float:
+        """A collective over ``tp`` GPUs that sends ``wire_bytes`` over each GPU's link: the
+        fixed time and the bytes at the bandwidth a real collective reaches (0 at ``tp`` 1)."""
         if tp <= 1:
             return 0.0
-        wire = 2.0 * (tp - 1) / tp * message_bytes
-        return self.latency(tp) + wire / (self.bandwidth_bytes_s * self.bus_efficiency)
+        return self.latency(tp) + wire_bytes / (self.bandwidth_bytes_s * self.bus_efficiency)
+
+    def allreduce_s(self, message_bytes: float, tp: int) -> float:
+        """One all-reduce of ``message_bytes`` over ``tp`` GPUs (0 at ``tp`` 1)."""
+        return self._collective_s(2.0 * (tp - 1) / tp * message_bytes, tp)
 
     def gather_s(self, message_bytes: float, tp: int) -> float:
         """One gather of ``message_bytes`` in all (each GPU holding 1 / ``tp`` of it) over
         ``tp`` GPUs: (tp - 1) / tp of the message over the link, with the all-reduce's fixed
         time and bus efficiency (both assumed: no published gather table at these sizes was
         found)."""
-        if tp <= 1:
-            return 0.0
-        wire = (tp - 1) / tp * message_bytes
-        return self.latency(tp) + wire / (self.bandwidth_bytes_s * self.bus_efficiency)
+        return self._collective_s((tp - 1) / tp * message_bytes, tp)
 
 
 #: vLLM's custom all-reduce on H100 (NVLink 4, NVSwitch), host-timed over 5,000 calls launched
