@@ -12,7 +12,13 @@ WORKDIR /app
 # dependencies first (cached while only the source changes)
 COPY pyproject.toml README.md ./
 COPY locust_llm ./locust_llm
-RUN pip install . \
+# gcc builds the kernel transport's C read (optional: pip goes on without it) and is removed in
+# the same layer
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install . \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 1000 locust \
     && mkdir -p /app/reports \
     && chown locust /app/reports

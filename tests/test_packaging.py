@@ -10,7 +10,9 @@ The wheel check runs pip itself (``pip wheel . --no-deps``) and lists the wheel'
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -128,16 +130,46 @@ def test_static_files_load_through_importlib_resources() -> None:
         static_text("nope.js")
 
 
-@pytest.mark.slow
-def test_the_built_wheel_ships_the_static_files_and_declares_the_extras(tmp_path: Path) -> None:
+def _wheel_files(out: Path, source: Path = ROOT, **env: str) -> set[str]:
+    """Build the wheel of ``source`` with ``pip wheel . --no-deps`` into ``out`` (``env`` added
+    to the environment); the names of its files."""
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=280,
+        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", str(out)],
+        cwd=source, capture_output=True, text=True, timeout=280, env={**os.environ, **env},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    (wheel,) = tmp_path.glob("locust_llm-*.whl")
+    (wheel,) = out.glob("locust_llm-*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
+        return set(archive.namelist())
+
+
+@pytest.mark.slow
+def test_the_wheel_builds_its_c_read_where_a_compiler_is_and_goes_on_without_one(
+    tmp_path: Path,
+) -> None:
+    """The kernel transport's C read is optional: with no C compiler the wheel still builds,
+    without it (and ``stamped_read`` runs its Python forms)."""
+    compiled = [n for n in _wheel_files(tmp_path / "cc") if n.endswith(".so")]
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert [n.rsplit(".", 2)[0] for n in compiled] == ["locust_llm/client/_stamped_read"]
+    # a copy with no module built in place and no build/ folder (pip builds in the tree, and
+    # setuptools would take a module compiled before as up to date)
+    source = tmp_path / "source"
+    shutil.copytree(
+        ROOT / "locust_llm", source / "locust_llm",
+        ignore=shutil.ignore_patterns("*.so", "__pycache__"),
+    )  # fmt: skip
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    without = _wheel_files(tmp_path / "no-cc", source, CC="/nonexistent/cc")
+    assert not [n for n in without if n.endswith(".so")]
+    assert "locust_llm/client/stamped_read.py" in without
+
+
+@pytest.mark.slow
+def test_the_built_wheel_ships_the_static_files_and_declares_the_extras(tmp_path: Path) -> None:
+    names = _wheel_files(tmp_path)
+    with zipfile.ZipFile(next(tmp_path.glob("locust_llm-*.whl"))) as archive:
         (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         meta = archive.read(meta_name).decode()
     for name in STATIC_FILES:

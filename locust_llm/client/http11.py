@@ -28,8 +28,8 @@ from typing import Any
 import gevent.socket
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
-#: Bytes asked of the kernel per read.
-RECV_BYTES = 65536
+from locust_llm.client.stamped_read import RECV_BYTES
+
 #: The longest response head accepted.
 MAX_HEAD_BYTES = 65536
 

@@ -44,7 +44,6 @@ import functools
 import math
 import os
 import socket
-import struct
 import sys
 import time
 from time import perf_counter
@@ -56,33 +55,27 @@ from gevent.exceptions import ConcurrentObjectUseError
 from greenlet import getcurrent
 
 from locust_llm.client.first_bytes import FirstBytes, first_bytes
-from locust_llm.client.http11 import RECV_BYTES, Http11Client, Http11Connection
+from locust_llm.client.http11 import Http11Client, Http11Connection
 from locust_llm.client.ready_reader import ReadyReader, ready_reader
 from locust_llm.client.sse import CONTENT_TOKEN, fits_split, parse_chunk, text_split
+from locust_llm.client.stamped_read import (
+    ANC_BYTES,
+    SO_TIMESTAMPNS,
+    TCP_INQ,
+    read_ancillary,
+    recv_stamped,
+    recv_stamped_py,
+    split_tokens,
+)
 from locust_llm.client.transport import Transport
 from locust_llm.errors import InputError
 
-#: Linux's ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``); Python's socket module does not name it.
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-#: Linux's ``TCP_INQ`` (= ``TCP_CM_INQ``, Linux >= 4.18): each read also says how many bytes it
-#: left in the receive queue.
-TCP_INQ = getattr(socket, "TCP_INQ", 36)
-_TIMESPEC = struct.Struct("@qq")  # struct timespec: two 64-bit longs
-_TIMESPEC_BYTES = _TIMESPEC.size
-_unpack_timespec = _TIMESPEC.unpack
 _time_ns = time.time_ns
 #: a clock pair whose perf_counter bracket is this narrow is taken at once (else the tightest
 #: of ``_PAIR_TRIES``): a pause between the two reads would shift every stamp of the request
 _PAIR_TIGHT_S = 20e-6
 _PAIR_TRIES = 3
-_INQ = struct.Struct("@i")
-_NOTHING_QUEUED = _INQ.pack(0)
-_ANC_BYTES = (
-    socket.CMSG_SPACE(_TIMESPEC_BYTES) + socket.CMSG_SPACE(_INQ.size)
-    if hasattr(socket, "CMSG_SPACE")
-    else 0
-)
-_SOL_SOCKET, _SOL_TCP = socket.SOL_SOCKET, socket.IPPROTO_TCP
+_SOL_TCP = socket.IPPROTO_TCP
 
 #: The ``--llm-transport`` choices.
 TRANSPORT_CHOICES = ("auto", "kernel", "ghc")
@@ -98,31 +91,6 @@ MERGED_EVENTS = 2
 #: The sweep reads a response's first bytes until they held :data:`MERGED_EVENTS` SSE data
 #: lines, or for this many reads (a body that is no event stream).
 FIRST_READS = 4
-
-
-def read_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, bool]:
-    """A read's ancillary data -> (its receive stamp in ``CLOCK_REALTIME`` ns, 0 if none; True
-    when it says the read left nothing queued)."""
-    stamp_ns, drained = 0, False
-    for level, kind, cdata in ancdata:
-        if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(cdata) >= _TIMESPEC_BYTES:
-            sec, nsec = _TIMESPEC.unpack_from(cdata)
-            stamp_ns = sec * 1_000_000_000 + nsec
-        elif kind == TCP_INQ and level == _SOL_TCP:
-            drained = cdata == _NOTHING_QUEUED
-    return stamp_ns, drained
-
-
-def stamp_of(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, bool]:
-    """:func:`read_ancillary`, with the usual read (two items: the stamp, then the queue
-    length, Linux's order) unpacked without a loop."""
-    if len(ancdata) == 2:
-        (level, kind, stamp), (inq_level, inq_kind, inq) = ancdata
-        if (kind == SO_TIMESTAMPNS and inq_kind == TCP_INQ and level == _SOL_SOCKET
-                and inq_level == _SOL_TCP and len(stamp) == _TIMESPEC_BYTES):  # fmt: skip
-            sec, nsec = _unpack_timespec(stamp)
-            return sec * 1_000_000_000 + nsec, inq == _NOTHING_QUEUED
-    return read_ancillary(ancdata)
 
 
 def clock_pair() -> tuple[int, float]:
@@ -179,8 +147,9 @@ class StampedConnection(Http11Connection):
         #: are in (the role and the first token) or after :data:`FIRST_READS` reads
         self._first = True
         self._first_events = self._first_reads = 0
-        #: what a sweep read for this connection (bytes, ancillary data, time_ns after the
-        #: read), or the error it raised, until the reader takes it
+        #: what a sweep read for this connection (a :data:`~locust_llm.client.stamped_read.
+        #: Read`: the bytes, their stamp, drained, time_ns after the read), or the error it
+        #: raised, until the reader takes it
         self._early: Any = None
         #: the greenlet parked waiting for this connection's bytes (None: none)
         self.parked: Any = None
@@ -193,8 +162,8 @@ class StampedConnection(Http11Connection):
         #: when a parked read times out (time_ns; 0: never), checked by the ready reader: no
         #: timer started and stopped per wait (gevent's own wait makes a ``Timeout`` and a timer)
         self.deadline_ns = 0
-        #: what the ready reader read for this connection (bytes, ancillary data, time_ns after
-        #: the read), or the error it raised, until :meth:`_recv` takes it: one at most
+        #: what the ready reader read for this connection (a ``Read``, as ``_early``), or the
+        #: error it raised, until :meth:`_recv` takes it: one at most
         self._pending: Any = None
         #: the socket had new bytes that no read has taken yet (its edge came while a read was
         #: pending, or while the sweep reads the response's first bytes)
@@ -240,10 +209,11 @@ class StampedConnection(Http11Connection):
     def _recv(self) -> bytes:
         raw = self._raw
         if raw is None:  # not a gevent socket: its own blocking read
-            data, ancdata, _flags, _addr = self.sock.recvmsg(RECV_BYTES, _ANC_BYTES)
-            now_ns = _time_ns()
+            read = recv_stamped_py(self.sock)
+            assert read is not None  # a blocking read waits for bytes
+            data, stamp_ns, drained, now_ns = read
         elif self._first and self._pending is None:  # a response's first events: read by
-            data, ancdata, now_ns = self._first_read()  # the first-bytes sweep as they arrive
+            data, stamp_ns, drained, now_ns = self._first_read()  # the first-bytes sweep
         else:  # read now if bytes may be queued, else take (or wait for) the ready reader's
             if self._pending is None:
                 if self._edge or not self.drained:
@@ -254,8 +224,7 @@ class StampedConnection(Http11Connection):
             pending, self._pending = self._pending, None
             if pending.__class__ is not tuple:  # the error a read raised (here or in the hub)
                 raise pending
-            data, ancdata, now_ns = pending
-        stamp_ns, drained = stamp_of(ancdata)
+            data, stamp_ns, drained, now_ns = pending
         if not stamp_ns:
             self.unstamped_reads += 1
             stamp_ns = now_ns
@@ -309,16 +278,17 @@ class StampedConnection(Http11Connection):
 
     def _take_bytes(self, raw: Any) -> bool:
         """Read what ``raw`` (the non-blocking socket) holds into ``_pending``: the bytes, their
-        ancillary data and the clock after the read, or the error the read raised (reset, ...:
-        the greenlet raises it); False, nothing read, where it held nothing."""
+        stamp, whether it drained the queue and the clock after the read (``recv_stamped``), or
+        the error the read raised (reset, ...: the greenlet raises it); False, nothing read,
+        where it held nothing."""
         try:
-            data, ancdata, _flags, _addr = raw.recvmsg(RECV_BYTES, _ANC_BYTES)
-        except BlockingIOError:
-            return False
+            read = recv_stamped(raw)
         except OSError as exc:
             self._pending = exc
             return True
-        self._pending = (data, ancdata, _time_ns())
+        if read is None:
+            return False
+        self._pending = read
         return True
 
     def _took_read(self, now_ns: int, stamp_ns: int, drained: bool) -> None:
@@ -369,8 +339,7 @@ class StampedConnection(Http11Connection):
         pending = self._pending
         if pending.__class__ is not tuple:
             return False
-        data, ancdata, now_ns = pending
-        stamp_ns, drained = stamp_of(ancdata)
+        data, stamp_ns, drained, now_ns = pending
         if not (stamp_ns and drained):
             return False
         tokens = _plain_tokens(data, steady)
@@ -405,7 +374,7 @@ class StampedConnection(Http11Connection):
         if fb is not None and fb.waiting and now_ns >= fb.next_ns:
             fb.sweep()
 
-    def _first_read(self) -> tuple[bytes, list[Any], int]:
+    def _first_read(self) -> tuple[bytes, int, bool, int]:
         """A response's first bytes, as a sweep read them: this greenlet waits in the hub
         (the socket's timeout as for any read) until a sweep found the socket readable."""
         if self._early is None:
@@ -431,13 +400,14 @@ class StampedConnection(Http11Connection):
         raw = self._raw
         assert raw is not None  # only a gevent socket's reads go through the sweep
         try:
-            self._early = (*raw.recvmsg(RECV_BYTES, _ANC_BYTES)[:2], _time_ns())
-        except BlockingIOError:  # not readable after all: wait on
+            read = recv_stamped(raw)
+        except OSError as exc:  # reset, ...: the reader raises it
+            read = exc
+        if read is None:  # not readable after all: wait on
             if self._fb is not None:
                 self._fb.add(self, empty_ns)
             return
-        except OSError as exc:  # reset, ...: the reader raises it
-            self._early = exc
+        self._early = read
         self.first_reads += 1
         self._empty_ns = empty_ns
         waiting = self.parked
@@ -484,6 +454,12 @@ def _plain_tokens(data: bytes, steady: Any) -> int:
     event limit, classified as :data:`~locust_llm.client.sse.CONTENT_TOKEN`); 0 otherwise. An
     event that fits the stream's latest split (:func:`~locust_llm.client.sse.text_split`: the
     bytes around its text are the previous token event's) is that class without the scan."""
+    split = steady.split
+    if split:  # every event fits the split: counted in one pass (C where built)
+        tokens = split_tokens(data, split[0], split[1], steady.max_event_bytes)
+        if tokens:
+            steady.split_hits += tokens
+            return tokens
     tokens = pos = 0
     end = len(data)
     classify, limit = steady.classify, steady.max_event_bytes
@@ -599,7 +575,7 @@ def keep_kernel_stamps_on(timeout_s: float = 2.0) -> bool:
     stamped = False
     while not stamped and time.monotonic() < deadline:
         sender.sendall(b".")
-        _data, ancdata, _flags, _addr = receiver.recvmsg(1, _ANC_BYTES)
+        _data, ancdata, _flags, _addr = receiver.recvmsg(1, ANC_BYTES)
         stamped = read_ancillary(ancdata)[0] != 0
         if not stamped:
             time.sleep(0.005)
