@@ -142,7 +142,10 @@ FIT_ROUNDS = 20
 
 def fit_steps(model: ModelSpec, samples: Sequence[StepSample]) -> StepFit:
     """Least squares of the simulator's step time ``O + s x sequences + P x prefill share +
-    max(FLOPs / F, bytes / B)`` over ``samples`` (at least four), no coefficient below 0; where
+    max(FLOPs / F, bytes / B)`` over ``samples`` (at least four), each step's error taken
+    relative to its own measured time (a 26 ms decode step and a 3.9 s prefill step weigh
+    alike: in seconds the long prefills of a slow CPU engine set every term, and a twin fitted
+    that way decoded at half the engine's step time), no coefficient below 0; where
     the samples leave terms undetermined, the solution of least norm (see the module's
     docstring).
 
@@ -164,6 +167,8 @@ def fit_steps(model: ModelSpec, samples: Sequence[StepSample]) -> StepFit:
     def priced(coef: np.ndarray) -> np.ndarray:
         return base @ coef[:3] + np.maximum(costs[:, 0] * coef[3], costs[:, 1] * coef[4])
 
+    weight = 1.0 / seconds  # each row in shares of its own step's time
+
     compute = np.array([s.prompt_tokens > s.decode_seqs for s in samples])
     best = np.zeros(5)  # O, s, P, 1/F, 1/B
     best_error = math.inf
@@ -171,8 +176,8 @@ def fit_steps(model: ModelSpec, samples: Sequence[StepSample]) -> StepFit:
         columns = np.column_stack(
             [base, np.where(compute, costs[:, 0], 0.0), np.where(compute, 0.0, costs[:, 1])]
         )
-        coef = _nonnegative_lstsq(columns, seconds)
-        error = float(np.sum((priced(coef) - seconds) ** 2))
+        coef = _nonnegative_lstsq(columns * weight[:, None], seconds * weight)
+        error = float(np.sum(((priced(coef) - seconds) * weight) ** 2))
         if error < best_error:
             best, best_error = coef, error
         bound_by_compute = costs[:, 0] * coef[3] >= costs[:, 1] * coef[4]
