@@ -6,7 +6,8 @@ engine's own histograms) cannot: when the other process takes the cores, the eng
 falls behind its engine core and the client sees latency the engine never stamps (a fresh-clone CI
 run measured our TTFT 582 ms above vLLM's at 4 users while the other stages agreed within 8 ms).
 
-Every test holds the lock shared (:func:`shared`, an autouse fixture in conftest); a measurement
+Every test holds the lock shared (:func:`shared`, around each test's run in conftest's
+``pytest_runtest_protocol``, outside pytest-timeout's timer); a measurement
 takes it exclusively (:func:`exclusive`), which waits for the other process's test under way to end
 and holds its next one until the measurement is done. A second lock, the gate, keeps a stream of
 shared holders from starving the exclusive one. The lock files are named by the xdist run, so two
@@ -36,7 +37,7 @@ def _locked(name: str, mode: int) -> int:
 
 
 #: This process's shared hold of the host (its descriptor), if it has one: a measurement taken
-#: inside a test body (where the autouse fixture holds the host shared) lets it go first, or its
+#: inside a test or a fixture (where conftest holds the host shared) lets it go first, or its
 #: own shared hold would keep its exclusive one waiting for ever (flock locks of two descriptors
 #: of one file conflict even in one process).
 _held: list[int] = []

@@ -37,8 +37,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
 
 @pytest.fixture(scope="module")
 def search(server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, str]:
-    """The reference, then the search, with the host to this process alone (taken before any
-    test's shared hold: module scope); the SLO, the search's run dir and its console."""
+    """The reference, then the search, with the host to this process alone (this process's
+    shared hold let go meanwhile, quiet_host.exclusive); the SLO, the search's run dir and its
+    console."""
     tmp = tmp_path_factory.mktemp("capacity")
     # the reference is measured at the slot limit itself (2 users, each with its slot, sharing
     # the host's 2 cores as the search's stages do): a P90 TTFT 2 times that holds for 2 users

@@ -98,26 +98,13 @@ recv_stamped(PyObject *Py_UNUSED(module), PyObject *sock)
             drained = queued == 0;
         }
     }
-    PyObject *result = PyTuple_New(4);
-    if (result == NULL)
+    /* the bytes out of the shared buffer first: anything allocated after this may run a
+       collection, and a finalizer could read another socket into the buffer */
+    PyObject *data = PyBytes_FromStringAndSize(read_buffer, got);
+    if (data == NULL)
         return NULL;
-    PyObject *items[4] = {
-        PyBytes_FromStringAndSize(read_buffer, got),
-        PyLong_FromLongLong(stamp_ns),
-        PyBool_FromLong(drained),
-        PyLong_FromLongLong((long long)now.tv_sec * 1000000000LL + now.tv_nsec),
-    };
-    for (int i = 0; i < 4; i++) {
-        if (items[i] == NULL) {
-            for (int j = 0; j < 4; j++)
-                Py_XDECREF(items[j]);
-            Py_DECREF(result);
-            return NULL;
-        }
-    }
-    for (int i = 0; i < 4; i++)
-        PyTuple_SET_ITEM(result, i, items[i]);
-    return result;
+    long long now_ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+    return Py_BuildValue("(NLNL)", data, stamp_ns, PyBool_FromLong(drained), now_ns);
 }
 
 static int
@@ -153,9 +140,14 @@ split_tokens(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "split_tokens: data, head and tail are bytes");
         return NULL;
     }
-    long long limit = PyLong_AsLongLong(args[3]);
+    int overflow = 0;
+    long long limit = PyLong_AsLongLongAndOverflow(args[3], &overflow);
     if (limit == -1 && PyErr_Occurred())
         return NULL;
+    if (overflow > 0) /* past any size a read can hold: no chunk is over it */
+        limit = LLONG_MAX;
+    else if (overflow < 0)
+        limit = LLONG_MIN;
     const char *data = PyBytes_AS_STRING(args[0]);
     const char *head = PyBytes_AS_STRING(args[1]);
     const char *tail = PyBytes_AS_STRING(args[2]);
@@ -173,7 +165,7 @@ split_tokens(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         for (Py_ssize_t i = pos; i < size_end; i++) { /* plain hex digits only; else the
                                                           caller's int(..., 16) decides */
             int digit = hex_value(data[i]);
-            if (digit < 0 || size > limit + 1 || size > (LLONG_MAX - 15) / 16)
+            if (digit < 0 || size - 1 > limit || size > (LLONG_MAX - 15) / 16)
                 return PyLong_FromLong(0);
             size = size * 16 + digit;
         }

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import functools
 import math
 import os
@@ -210,7 +211,8 @@ class StampedConnection(Http11Connection):
         raw = self._raw
         if raw is None:  # not a gevent socket: its own blocking read
             read = recv_stamped_py(self.sock)
-            assert read is not None  # a blocking read waits for bytes
+            if read is None:  # a socket set non-blocking by its owner: as its own read says
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             data, stamp_ns, drained, now_ns = read
         elif self._first and self._pending is None:  # a response's first events: read by
             data, stamp_ns, drained, now_ns = self._first_read()  # the first-bytes sweep
