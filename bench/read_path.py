@@ -4,8 +4,10 @@ The real :class:`~locust_llm.client.http11.Http11Response` and
 :class:`~locust_llm.client.stream.StreamReader` read a chunked SSE answer from an in-memory
 connection that hands over one simulator-shaped chunk per read (as the kernel transport's
 steady state does, one token per read), into its record; and ``sse.parse_chunk`` on one chunk
-alone. What is left of a token's CPU in ``bench/capacity.py``'s ``ours-core`` is the transport
-(the read, its stamp, the ready reader, the switches).
+alone; and the kernel transport's token check (``stamped_read.split_tokens``) on one such
+chunk, in C where the module is built and in Python. What is left of a token's CPU in
+``bench/capacity.py``'s ``ours-core`` is the transport (the read, its stamp, the ready reader,
+the switches).
 
     .venv/bin/python bench/read_path.py
     PYTHONPATH=/tmp/old .venv/bin/python bench/read_path.py     # another commit's code
@@ -22,7 +24,7 @@ import time
 import timeit
 
 import locust_llm.client.apis.chat  # noqa: F401  (registers the chat API)
-from locust_llm.client import sse
+from locust_llm.client import sse, stamped_read
 from locust_llm.client.apis.base import get_api
 from locust_llm.client.http11 import Http11Connection, Http11Response
 from locust_llm.client.stream import Exchange, StreamReader, read_to_record
@@ -68,6 +70,24 @@ def read_answer(reader: StreamReader, reads: list[bytes], tokens: int) -> None:
         raise SystemExit(f"read failed: {record.error_kind} {record.error_message}")
 
 
+def split_check_us(rounds: int, number: int = 100_000) -> dict[str, list[float]]:
+    """The token check on one chunk of :data:`PAYLOAD`, us per call per round: ``C`` (absent
+    where the module is not built) and ``Python``. Each form must count the chunk first."""
+    chunk = _chunk(b"data: " + PAYLOAD + b"\n\n")
+    head, tail = sse.text_split(b"data: " + PAYLOAD)  # type: ignore[misc]
+    forms = {"Python": stamped_read.split_tokens_py}
+    if stamped_read.COMPILED:
+        forms = {"C": stamped_read.split_tokens, **forms}
+    out = {}
+    for name, check in forms.items():
+        if check(chunk, head, tail, 1 << 20) != 1:
+            raise SystemExit(f"the {name} token check did not count the chunk")
+        times = timeit.repeat(lambda c=check: c(chunk, head, tail, 1 << 20), number=number,
+                              repeat=rounds)  # fmt: skip
+        out[name] = [t / number * 1e6 for t in times]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=200, help="tokens per answer")
@@ -88,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"read path: {statistics.median(per_token):.3f} us per token "
           f"(min {min(per_token):.3f}, {shape})")  # fmt: skip
     print(f"parse_chunk: {statistics.median(parse):.3f} us per chunk (min {min(parse):.3f})")
+    for name, us in split_check_us(args.rounds).items():
+        print(f"split check, {name}: {statistics.median(us):.3f} us per chunk (min {min(us):.3f})")
     return 0
 
 

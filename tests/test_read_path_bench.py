@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.read_path import answer_reads, read_answer
+from bench.read_path import answer_reads, read_answer, split_check_us
 from locust_llm.client.apis.base import get_api
+from locust_llm.client.stamped_read import COMPILED
 from locust_llm.client.stream import StreamReader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,3 +33,10 @@ def test_the_command_prints_the_read_path_and_the_parse() -> None:
     lines = done.stdout.splitlines()
     assert lines[0].startswith("read path: ") and "us per token" in lines[0]
     assert lines[1].startswith("parse_chunk: ") and "us per chunk" in lines[1]
+    forms = ["C", "Python"] if COMPILED else ["Python"]
+    assert [line.split(":")[0] for line in lines[2:]] == [f"split check, {f}" for f in forms]
+
+
+def test_both_forms_of_the_split_check_count_the_timed_chunk() -> None:
+    timed = split_check_us(1, number=10)  # it stops where a form does not count the chunk
+    assert set(timed) == ({"C", "Python"} if COMPILED else {"Python"})

@@ -1,8 +1,9 @@
 """The verdict and the time split judged by a real vLLM engine in regimes forced by its own flags.
 
 One engine (the CPU build, the tiny Llama of :mod:`vllm.model`) starts with ``--max-num-seqs 4``
-and an 8 MiB KV cache (12 layers x 4 KV heads x 64 x 2 x bf16 = 12 KiB a token: the engine counts
-640 tokens, 20 blocks of ``--block-size 32``) under ``--max-model-len 512``. Two runs of
+and an 8 MiB KV cache (12 layers x 4 KV heads x 64 x 2 x bf16 = 12 KiB a token, twice the bytes
+where the engine runs fp32, :func:`vllm.server.kv_cache_bytes`: the engine counts 640 tokens, 20
+blocks of ``--block-size 32``) under ``--max-model-len 512``. Two runs of
 ``locust-llm run``, as a user types it, drive it into three regimes:
 
 * ``short`` (prompts of 16 words, 24 tokens out): at 1 user the engine is under-loaded; at 8 users
@@ -32,7 +33,7 @@ import pytest
 import quiet_host
 from vllm.model import tiny_llama
 from vllm.regimes import RegimeRun, Workload, locust_run, run_regimes, split_against_engine
-from vllm.server import VllmServer
+from vllm.server import VllmServer, kv_cache_bytes
 from vllm.twin import (
     CAL_DECODE,
     CAL_PREFILLS,
@@ -50,7 +51,8 @@ from locust_llm.sim.device_profile import to_toml
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 MAX_NUM_SEQS, MAX_MODEL_LEN = 4, 512
-ENGINE_FLAGS = ("--max-num-seqs", str(MAX_NUM_SEQS), "--kv-cache-memory-bytes", str(8 * 2**20),
+ENGINE_FLAGS = ("--max-num-seqs", str(MAX_NUM_SEQS), "--kv-cache-memory-bytes",
+                str(kv_cache_bytes(8 * 2**20)),
                 "--block-size", "32", "--max-model-len", str(MAX_MODEL_LEN))  # fmt: skip
 #: The split's tolerance, as a share of the stage's TTFT (the issue's "within 10% per stage").
 SPLIT_OF_TTFT = 0.10

@@ -63,6 +63,7 @@ from locust_llm.client.stamped_read import (
     ANC_BYTES,
     SO_TIMESTAMPNS,
     TCP_INQ,
+    event_chunk,
     read_ancillary,
     recv_stamped,
     recv_stamped_py,
@@ -466,19 +467,11 @@ def _plain_tokens(data: bytes, steady: Any) -> int:
     end = len(data)
     classify, limit = steady.classify, steady.max_event_bytes
     while pos < end:
-        size_end = data.find(b"\r\n", pos, pos + 18)
-        if size_end <= pos:
+        chunk = event_chunk(data, pos, limit)
+        if chunk is None:
             return 0
-        try:
-            size = int(data[pos:size_end], 16)
-        except ValueError:
-            return 0
-        start = size_end + 2
-        stop = start + size
-        if (size - 1 > limit or not data.startswith(b"\r\n", stop)
-                or not data.startswith(b"data:", start)
-                or data.find(b"\n", start, stop) != stop - 2 or data[stop - 1] != 10):  # fmt: skip
-            return 0
+        start, pos = chunk
+        stop = pos - 2  # the event's end
         split = steady.split
         if split and fits_split(data, start, stop - 2, split):
             steady.split_hits += 1
@@ -491,7 +484,6 @@ def _plain_tokens(data: bytes, steady: Any) -> int:
                 steady.split_hits) else False  # fmt: skip
             steady.split_hits = 0
         tokens += 1
-        pos = stop + 2
     return tokens
 
 

@@ -90,28 +90,40 @@ def recv_stamped_py(sock: Any) -> Read | None:
     return data, stamp_ns, drained, now_ns
 
 
+def event_chunk(data: bytes, pos: int, limit: int) -> tuple[int, int] | None:
+    """The chunk at ``pos`` of ``data`` when it is whole and one SSE event of one ``data:``
+    line (``<hex size>\r\ndata:...\n\n\r\n``, plain hex, the event at most ``limit`` + 1
+    bytes): where its event starts and where the chunk ends (past its CRLF); None otherwise.
+    The framing both :func:`split_tokens_py` and the kernel transport's token check read."""
+    size_end = data.find(b"\r\n", pos, pos + SIZE_LINE_BYTES)
+    digits = data[pos:size_end]
+    if size_end <= pos or digits.lstrip(_HEX_DIGITS):  # plain hex only, as the C form
+        return None
+    size = int(digits, 16)
+    start = size_end + 2
+    stop = start + size
+    if (size - 1 > limit or not data.startswith(b"\r\n", stop)
+            or not data.startswith(b"data:", start)
+            or data.find(b"\n", start, stop) != stop - 2 or data[stop - 1] != 10):  # fmt: skip
+        return None
+    return start, stop + 2
+
+
 def split_tokens_py(data: bytes, head: bytes, tail: bytes, limit: int) -> int:
     """:func:`split_tokens` in Python."""
     tokens = pos = 0
     end = len(data)
     while pos < end:
-        size_end = data.find(b"\r\n", pos, pos + SIZE_LINE_BYTES)
-        digits = data[pos:size_end]
-        if size_end <= pos or digits.lstrip(_HEX_DIGITS):  # plain hex only, as the C form
+        chunk = event_chunk(data, pos, limit)
+        if chunk is None:
             return 0
-        size = int(digits, 16)
-        start = size_end + 2
-        stop = start + size
-        opened, closed = start + len(head), stop - 2 - len(tail)
-        if (size - 1 > limit or not data.startswith(b"\r\n", stop)
-                or not data.startswith(b"data:", start)
-                or data.find(b"\n", start, stop) != stop - 2 or data[stop - 1] != 10
-                or opened >= closed or not data.startswith(head, start)
+        start, pos = chunk
+        opened, closed = start + len(head), pos - 4 - len(tail)
+        if (opened >= closed or not data.startswith(head, start)
                 or not data.startswith(tail, closed)
                 or data.find(b'"', opened, closed) >= 0):  # fmt: skip
             return 0
         tokens += 1
-        pos = stop + 2
     return tokens
 
 

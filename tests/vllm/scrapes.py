@@ -174,6 +174,13 @@ def bucket(sample: str, le: str) -> str:
     return f"{sample}{{le={le}}}"
 
 
+def bounds(increase: dict[str, float], histogram: str) -> list[str]:
+    """A histogram's finite bucket bounds in an increase, as the engine writes them, ascending."""
+    prefix = bucket(histogram + "_bucket", "")[:-1]
+    les = [key[len(prefix) : -1] for key in increase if key.startswith(prefix)]
+    return sorted((le for le in les if le != "+Inf"), key=float)
+
+
 def share_above(increase: dict[str, float], histogram: str, le: str) -> float:
     """The share of a histogram's observations over an increase that lie above bound ``le``."""
     count = increase[histogram + "_count"]

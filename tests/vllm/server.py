@@ -8,10 +8,16 @@ free port, offline, eager (no graph capture), in its own process group:
 :meth:`VllmServer.stop` ends the group. ``VLLM_CPU_KVCACHE_SPACE`` is removed from the engine's
 environment because it overrides ``--kv-cache-memory-bytes``. Start-up takes about 30 s and the
 engine holds about 4.5 GB of RAM: a test module starts one and shares it.
+
+The engine computes in bf16 where the CPU has AVX-512 (torch's fast bf16 kernels are built on it)
+and in fp32 elsewhere (:func:`engine_dtype`): on a 2-core AMD EPYC without AVX-512 the budget
+module's chunked step took ~0.5 s in bf16 and 108 ms in fp32 (docs/servers.md). A KV cache is
+given as the bytes it takes at bf16 (:func:`kv_cache_bytes`): it holds as many tokens either way.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import urllib.error
@@ -31,6 +37,26 @@ START_TIMEOUT_S = 180.0
 #: Left out of the engine's environment: the first overrides --kv-cache-memory-bytes; with the
 #: second, tests/ on the path would let this package shadow the engine's own ``vllm``.
 DROPPED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "PYTHONPATH")
+#: The CPU flag torch's fast bf16 matrix kernels need (oneDNN: native bf16 or its AVX-512
+#: emulation); without it the engine runs fp32 (docs/servers.md has the times).
+BF16_CPU_FLAG = "avx512f"
+
+
+@functools.cache
+def engine_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The engine's ``--dtype``: ``bfloat16`` (the model's own) where the CPU has
+    :data:`BF16_CPU_FLAG`, else ``float32``."""
+    try:
+        flags = cpuinfo.read_text().split()
+    except OSError:
+        flags = []
+    return "bfloat16" if BF16_CPU_FLAG in flags else "float32"
+
+
+def kv_cache_bytes(bf16_bytes: int) -> int:
+    """``--kv-cache-memory-bytes`` for as many tokens as ``bf16_bytes`` hold at bf16, in the
+    engine's dtype (:func:`engine_dtype`: fp32 takes twice the bytes a token)."""
+    return bf16_bytes * (2 if engine_dtype() == "float32" else 1)
 
 
 def engine_python() -> Path:
@@ -95,15 +121,15 @@ def start_vllm(
     model: Path, log_dir: Path, *, name: str = "tiny-llama", extra: tuple[str, ...] = ()
 ) -> VllmServer:
     """Start vLLM serving ``model`` as ``name`` with the flags in ``extra`` (after the defaults:
-    bf16, 4096 positions, eager, a 64 MiB KV cache); wait until ``/health`` answers 200, then
-    send one request (:func:`warm_up`)."""
+    :func:`engine_dtype`, 4096 positions, eager, a KV cache of 64 MiB at bf16); wait until
+    ``/health`` answers 200, then send one request (:func:`warm_up`)."""
     python = engine_python()
     port = _free_port()
     cmd = [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "bfloat16", "--max-model-len", "4096", "--enforce-eager",
-        "--kv-cache-memory-bytes", str(64 * 2**20), *extra,
+        "--dtype", engine_dtype(), "--max-model-len", "4096", "--enforce-eager",
+        "--kv-cache-memory-bytes", str(kv_cache_bytes(64 * 2**20)), *extra,
     ]  # fmt: skip
     keep = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
     env = {**keep, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
