@@ -21,6 +21,7 @@ from locust_llm.client.sse import parse_chunk, text_split
 from locust_llm.client.stamped_read import (
     SO_TIMESTAMPNS,
     TCP_INQ,
+    event_chunk,
     recv_stamped_py,
     split_tokens_py,
 )
@@ -150,6 +151,21 @@ def test_a_read_that_fits_the_split_counts_its_hits_and_one_that_does_not_takes_
     assert steady.split_hits == 2
     # a text with a quote: the split does not fit it, the parser still reads a token
     assert _plain_tokens(_chunk(b'say \\"hi\\"'), steady) == 1
+
+
+@pytest.mark.parametrize("size", [b"0x%x", b" %x", b"+%x", b"%x ", b"%x;ext=1"])
+def test_a_chunk_size_that_is_not_plain_hex_is_left_to_the_parser(size: bytes) -> None:
+    """A size line Python's ``int(x, 16)`` might take (or an extension) is not the plain form
+    both checks read: each answers 0 and the read goes the long way (the HTTP reader's own
+    framing), as the C check does."""
+    plain = _chunk(b" a")
+    body = plain[plain.index(b"\r\n") :]
+    odd = size % (len(body) - 4) + body
+    assert event_chunk(plain, 0, LIMIT) == (plain.index(b"\r\n") + 2, len(plain))
+    assert event_chunk(odd, 0, LIMIT) is None
+    assert _plain_tokens(odd, _Steady(split=SPLIT)) == 0
+    assert _plain_tokens(odd, _Steady(split=None)) == 0
+    assert stamped_read.split_tokens(odd, *SPLIT, LIMIT) == 0
 
 
 @pytest.fixture

@@ -190,3 +190,23 @@ def share_above(increase: dict[str, float], histogram: str, le: str) -> float:
 def mean(increase: dict[str, float], histogram: str) -> float:
     """A histogram's mean over an increase: its sum over its count."""
     return increase[histogram + "_sum"] / increase[histogram + "_count"]
+
+
+#: A stall is an engine gap past the first of the ITL histogram's bounds from this one up (s)...
+STALL_FLOOR_S = 0.075
+#: ... that is this many of the engine's usual steps long or more. The step is the machine's:
+#: 25-35 ms at 6 users on a 2-core Xeon (2026-11), ~0.5 s on a 2-core EPYC without AVX-512 in
+#: bf16 (2026-12-05), 108 ms there in fp32 (2026-12-06), so the bound is taken from the run, not
+#: fixed (75 ms fixed was 1.5 steps on a host twice as slow, and on the EPYC in bf16 93.5% of
+#: the chunked run's gaps passed it)
+STALL_STEPS = 2.5
+
+
+def stall_bound(les: list[str], step_s: float) -> str:
+    """The first of a histogram's bounds ``les`` (ascending, as :func:`bounds` gives them) that
+    is :data:`STALL_FLOOR_S` or more and :data:`STALL_STEPS` steps of ``step_s`` or more."""
+    assert step_s > 0, f"no step to measure a stall by: {step_s!r}"
+    least = max(STALL_FLOOR_S, STALL_STEPS * step_s)
+    bound = next((le for le in les if float(le) >= least), None)
+    assert bound is not None, f"no bound of {les} is {least:.3f} s or more (step {step_s} s)"
+    return bound

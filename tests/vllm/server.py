@@ -37,20 +37,21 @@ START_TIMEOUT_S = 180.0
 #: Left out of the engine's environment: the first overrides --kv-cache-memory-bytes; with the
 #: second, tests/ on the path would let this package shadow the engine's own ``vllm``.
 DROPPED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "PYTHONPATH")
-#: The CPU flag torch's fast bf16 matrix kernels need (oneDNN: native bf16 or its AVX-512
-#: emulation); without it the engine runs fp32 (docs/servers.md has the times).
-BF16_CPU_FLAG = "avx512f"
+#: The CPU flags torch's fast bf16 matrix kernels need (oneDNN's bf16 on AVX-512, torch's own
+#: AVX-512 test, which vLLM's CPU build also asks); without them the engine runs fp32
+#: (docs/servers.md has the times).
+BF16_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 
 
 @functools.cache
 def engine_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The engine's ``--dtype``: ``bfloat16`` (the model's own) where the CPU has
-    :data:`BF16_CPU_FLAG`, else ``float32``."""
+    """The engine's ``--dtype``: ``bfloat16`` (the model's own) where the CPU has every one of
+    :data:`BF16_CPU_FLAGS`, else ``float32``."""
     try:
-        flags = cpuinfo.read_text().split()
+        flags = set(cpuinfo.read_text().split())
     except OSError:
-        flags = []
-    return "bfloat16" if BF16_CPU_FLAG in flags else "float32"
+        flags = set()
+    return "bfloat16" if flags.issuperset(BF16_CPU_FLAGS) else "float32"
 
 
 def kv_cache_bytes(bf16_bytes: int) -> int:
