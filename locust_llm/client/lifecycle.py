@@ -764,6 +764,10 @@ def _finalise_run(rt: Runtime) -> None:
     environment = rt.environment
     if rt.telemetry is not None:
         rt.telemetry.stop()
+        # every request has ended: the servers' counters are scraped once more, after the last
+        # (the timers' latest scrape could precede it by an interval, and the last stage's
+        # server counts, to the first scrape after its end, then missed its last requests)
+        rt.telemetry.scrape_once(probe=False)
     if rt.run_info is not None:
         rt.run_info.end_wall_s = time.time()
     for stage in rt.stages:

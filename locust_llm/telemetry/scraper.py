@@ -212,11 +212,14 @@ class TelemetryScraper:
             self._failing[target] = False
         return True
 
-    def scrape_once(self, now: float | None = None) -> int:
-        """Scrape every target once (sequentially) and probe CPU; returns targets that answered."""
+    def scrape_once(self, now: float | None = None, *, probe: bool = True) -> int:
+        """Scrape every target once (sequentially) and probe CPU (unless ``probe`` is False: a
+        run's last scrape, after its last request, where the workers' CPU is idle); returns
+        the targets that answered."""
         stamp = self._clock.wall() if now is None else now
         ok = sum(self.scrape_target(target, stamp) for target in self.targets)
-        self.probe_cpu(stamp)
+        if probe:
+            self.probe_cpu(stamp)
         return ok
 
     def probe_cpu(self, now: float) -> None:
