@@ -60,6 +60,19 @@ def test_scrape_once_with_injected_fetch_records_signals_and_up() -> None:
     assert scraper.timeout_s == SCRAPE_TIMEOUT_S  # not bound to the interval
 
 
+def test_a_runs_last_scrape_reads_the_targets_and_leaves_the_idle_cpu_unprobed() -> None:
+    probed = []
+    scraper = TelemetryScraper(
+        ["http://b/metrics"], 1.0, fetch=lambda url, timeout: VLLM_TEXT,
+        cpu_probe=lambda: probed.append(1) or {"w": 0.5},
+    )  # fmt: skip
+    assert scraper.scrape_once(now=5.0, probe=False) == 1
+    assert not probed and {r[2] for r in scraper.samples()} >= {"running", "scrape_up"}
+    assert "worker_cpu_util" not in {r[2] for r in scraper.samples()}
+    scraper.scrape_once(now=6.0)  # the timers' step probes
+    assert probed == [1] and ("w", "worker_cpu_util", "", 0.5) in [r[1:] for r in scraper.samples()]
+
+
 def test_failure_after_success_gives_nan_gaps_and_one_warning(caplog) -> None:
     state = {"ok": True}
 
