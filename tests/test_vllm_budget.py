@@ -47,10 +47,10 @@ from locust_llm.report.diagnosis.causes import CAUSES
 from locust_llm.report.diagnosis.thresholds import Thresholds
 
 #: the module's five runs on three engines take ~4 minutes on a 2-core Xeon; on a 2-core EPYC
-#: without AVX-512 in bf16, ~15 in a full suite's run (2026-12-05, the other process busy) and 14
-#: alone (2026-12-06), 5 alone in fp32 (:func:`vllm.server.engine_dtype`), all in the first
-#: test's setup
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+#: without AVX-512, ~15 in bf16 in a full suite's run (2026-12-05) and 14 alone (2026-12-06),
+#: 5 alone and 5.4-5.8 in two full suites' runs in fp32 (:func:`vllm.server.engine_dtype`, which
+#: picks fp32 there), all in the first test's setup
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 BUDGET_TOKENS = 32
 MAX_NUM_SEQS = 8

@@ -25,6 +25,8 @@ import struct
 import time
 from typing import Any
 
+from locust_llm.client.sse import fits_split
+
 #: Linux's ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``); Python's socket module does not name it.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 #: Linux's ``TCP_INQ`` (= ``TCP_CM_INQ``, Linux >= 4.18): each read also says how many bytes it
@@ -111,6 +113,7 @@ def event_chunk(data: bytes, pos: int, limit: int) -> tuple[int, int] | None:
 
 def split_tokens_py(data: bytes, head: bytes, tail: bytes, limit: int) -> int:
     """:func:`split_tokens` in Python."""
+    split = (head, tail)
     tokens = pos = 0
     end = len(data)
     while pos < end:
@@ -118,10 +121,7 @@ def split_tokens_py(data: bytes, head: bytes, tail: bytes, limit: int) -> int:
         if chunk is None:
             return 0
         start, pos = chunk
-        opened, closed = start + len(head), pos - 4 - len(tail)
-        if (opened >= closed or not data.startswith(head, start)
-                or not data.startswith(tail, closed)
-                or data.find(b'"', opened, closed) >= 0):  # fmt: skip
+        if not fits_split(data, start, pos - 4, split):  # the event, less its blank line
             return 0
         tokens += 1
     return tokens
