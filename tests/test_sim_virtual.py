@@ -3,6 +3,7 @@ real-time run through the real client."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import itertools
 import json
@@ -13,12 +14,14 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from locust_llm.errors import InputError
 from locust_llm.launch.sweep import DEMO_SIM_ARGS
 from locust_llm.options.table import SWEEP_FLAGS
 from locust_llm.rundir.layout import read_run_info
+from locust_llm.sim import cli as sim_cli
 from locust_llm.sim.config import SimConfig
 from locust_llm.sim.virtual import VirtualWorkload, simulate, write_run_dir
 from locust_llm.workloads.stages import StagePlan, parse_stages
@@ -272,6 +275,34 @@ def test_cli_writes_a_run_dir(tmp_path: Path) -> None:
     assert bad.stderr.strip().count("\n") == 0 and "--stage-requests" in bad.stderr
 
 
+def _demo_config() -> SimConfig:
+    """The simulator of ``locust-llm demo`` (its ``DEMO_SIM_ARGS``, as the sim's CLI reads them)."""
+    parser = argparse.ArgumentParser()
+    sim_cli.configure_parser(parser)
+    return sim_cli.config_from_args(parser.parse_args(DEMO_SIM_ARGS))
+
+
+def _c4_ttfts_at_every_phase(phases: int) -> list[float]:
+    """The c=4 stage's TTFTs (s) of the agreement sweep in virtual time, the c=1 stage ended at
+    ``phases`` points spread over one of its requests: every grouping the switch can make."""
+    config = _demo_config()
+    one_request = 0.6  # s, at c=1 (bench/results/virtual.md: 0.60 real, 0.599 virtual)
+    ttfts = []
+    for k in range(phases):
+        workload = VirtualWorkload(
+            stages=(
+                StagePlan(concurrency=1, duration_s=10.0 + one_request * k / phases),
+                StagePlan(concurrency=4, duration_s=10.0),
+            ),
+            input_len="128",
+            max_tokens="32",
+            ignore_eos=True,
+        )
+        run = simulate(config, workload, start_wall_s=0.0)
+        ttfts += [r.ttft_s for r in run.records if r.stage == 1 and r.ok]
+    return sorted(ttfts)
+
+
 @pytest.mark.slow
 def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     """The same small sweep through the real client and simulator, and in virtual time.
@@ -279,11 +310,25 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     Tolerances from bench/results/virtual.md (five real runs on the 2-core shared host): real
     QPS varies by one request per 10 s stage (6.5% at c=1), TPOT agrees to 0.2%. TTFT P50 sits
     3.3-4.7 ms above the virtual one at c=1 (the real HTTP path; on a fresh-clone run of
-    2026-12-03, 3.5 ms); at c=4 the virtual 66.6 ms sits 9-13% above the real 58.9-60.9 ms
-    (the code of 2026-12-01, the same hour: 62.6-65.4 ms; a CI run of 2026-12-05: 57.3 ms,
-    16%). Virtual and real users start as often within 5 ms of another (1.52 and 1.50 others
-    at c=4), so the gap is not lockstep; its cause is not established. Held to 10%, 20% and
-    5%; TTFT also to 5 ms, whichever is wider.
+    2026-12-03, 3.5 ms). Held to 10%, 20% (5 ms at least) and 5%.
+
+    At c=4 every answer is 32 tokens, so the closed loop keeps the grouping the stage switch
+    made: the three new users' first prompts are prefilled together, and the first stage's user
+    joins them, or comes a step later, or on its own; the TTFTs then settle, e.g. at ~66 ms for
+    all four, or ~66 for three and ~37 for one (2026-12-06, the c=4 TTFT P50 of real runs:
+    65.3, 65.1, 64.4 and 43.9 ms). Which one a run falls into is set by how far
+    that user was into its request at the switch: in a real run by Locust's shape, which ticks
+    once a second, in a virtual one by the stage's exact length. Until 2026-12-06 this test
+    held the real c=4 P50 to the virtual one of a fixed switch, and failed when the two fell
+    into different groupings (51.4 against 66.6 ms). Matching the phase itself did not hold
+    (three runs of 2026-12-06: the groupings differed twice), and a real switch can make
+    groupings a virtual one never makes (its three new users start within a millisecond, and a
+    step can begin between them; in virtual time they start at one instant: the run at 43.9 ms).
+    So at c=4 the real first tokens are held to a band, not a match: within the range of the
+    TTFTs the virtual run gives with its switch at 60 points over a request (36.6-67.5 ms),
+    widened by 10% and 5 ms, all but 5% of them (the switch's own requests can fall outside:
+    the first stage's user alone just before the new ones, 21 ms). That still fails a server
+    whose prefill or steps cost another amount than the twin's.
     """
     sweep = bench_virtual.SWEEP
     real_dir, virtual_dir = tmp_path / "real", tmp_path / "virtual"
@@ -312,11 +357,19 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     for v, r in zip(ours, theirs, strict=True):
         assert float(v["input_tokens_avg"]) == pytest.approx(float(r["input_tokens_avg"]), rel=0.1)
         assert float(v["output_tokens_avg"]) == float(r["output_tokens_avg"]) == 32
-        for column, tolerance, floor in (
-            ("qps", 0.10, 0.0), ("ttft_p50_s", 0.20, 0.005), ("tpot_avg_s", 0.05, 0.0)
-        ):  # fmt: skip
+        columns = [("qps", 0.10, 0.0), ("tpot_avg_s", 0.05, 0.0)]
+        if v["stage"] == "0":
+            columns.append(("ttft_p50_s", 0.20, 0.005))
+        for column, tolerance, floor in columns:
             expected = pytest.approx(float(r[column]), rel=tolerance, abs=floor)
             assert float(v[column]) == expected, column
+    twin = _c4_ttfts_at_every_phase(60)
+    low, high = min(twin) * 0.9 - 0.005, max(twin) * 1.1 + 0.005
+    table = pq.read_table(real_dir / "requests.parquet", columns=["stage", "ttft_s"]).to_pylist()
+    real_c4 = [row["ttft_s"] for row in table if row["stage"] == 1]
+    assert len(real_c4) >= 40, len(real_c4)
+    outside = [round(t * 1e3, 1) for t in real_c4 if not low <= t <= high]
+    assert len(outside) <= 0.05 * len(real_c4), (outside, low, high)
 
 
 def test_a_five_stage_sweep_runs_over_100x_faster_than_real_time() -> None:
