@@ -19,6 +19,7 @@ import pytest
 
 from locust_llm.errors import InputError
 from locust_llm.launch.sweep import DEMO_SIM_ARGS
+from locust_llm.metrics import RequestRecord
 from locust_llm.options.table import SWEEP_FLAGS
 from locust_llm.rundir.layout import read_run_info
 from locust_llm.sim import cli as sim_cli
@@ -284,22 +285,29 @@ def _demo_config() -> SimConfig:
 
 def _c4_ttfts_at_every_phase(phases: int) -> list[float]:
     """The c=4 stage's TTFTs (s) of the agreement sweep in virtual time, the c=1 stage ended at
-    ``phases`` points spread over one of its requests: every grouping the switch can make."""
+    ``phases`` points spread over one of its requests (their length taken from the first
+    run's c=1 stage): every grouping the switch can make."""
     config = _demo_config()
-    one_request = 0.6  # s, at c=1 (bench/results/virtual.md: 0.60 real, 0.599 virtual)
-    ttfts = []
-    for k in range(phases):
+
+    def run(first_stage_s: float) -> list[RequestRecord]:
         workload = VirtualWorkload(
             stages=(
-                StagePlan(concurrency=1, duration_s=10.0 + one_request * k / phases),
+                StagePlan(concurrency=1, duration_s=first_stage_s),
                 StagePlan(concurrency=4, duration_s=10.0),
             ),
             input_len="128",
             max_tokens="32",
             ignore_eos=True,
         )
-        run = simulate(config, workload, start_wall_s=0.0)
-        ttfts += [r.ttft_s for r in run.records if r.stage == 1 and r.ok]
+        return simulate(config, workload, start_wall_s=0.0).records
+
+    records = run(10.0)
+    one_request = statistics.median(r.e2e_s for r in records if r.stage == 0)
+    ttfts = []
+    for k in range(phases):
+        if k:
+            records = run(10.0 + one_request * k / phases)
+        ttfts += [r.ttft_s for r in records if r.stage == 1 and r.ok]
     return sorted(ttfts)
 
 
@@ -325,7 +333,7 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     groupings a virtual one never makes (its three new users start within a millisecond, and a
     step can begin between them; in virtual time they start at one instant: the run at 43.9 ms).
     So at c=4 the real first tokens are held to a band, not a match: within the range of the
-    TTFTs the virtual run gives with its switch at 60 points over a request (36.6-67.5 ms),
+    TTFTs the virtual run gives with its switch at 60 points over a request (36.6-67.3 ms),
     widened by 10% and 5 ms, all but 5% of them (the switch's own requests can fall outside:
     the first stage's user alone just before the new ones, 21 ms). That still fails a server
     whose prefill or steps cost another amount than the twin's.
