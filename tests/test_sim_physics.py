@@ -9,28 +9,14 @@ import urllib.request
 import pytest
 
 from locust_llm.roofline.floors import GPU_PRESETS, MODEL_PRESETS, Workload, compute
-from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine
 from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.metrics import SimMetrics, build_registry, render
-from locust_llm.sim.testing import running_sim
+from locust_llm.sim.testing import ideal_engine, running_sim, tpot
 from locust_llm.sim.trace import read_trace
 
 MISTRAL, RTX4090 = MODEL_PRESETS["mistral-7b"], GPU_PRESETS["rtx4090"]
-IDEAL = {
-    "bandwidth_efficiency": 1.0,
-    "compute_efficiency": 1.0,
-    "step_overhead_s": 0.0,
-    "step_overhead_per_seq_s": 0.0,
-}
-
-
-def engine(**kw: object) -> Engine:
-    return Engine(config_from_mapping({**IDEAL, **kw}))
-
-
-def tpot(req) -> float:  # type: ignore[no-untyped-def]
-    return (req.finished_s - req.first_token_s) / (req.generated - 1)
+engine = ideal_engine
 
 
 def test_single_stream_tpot_is_the_roofline_floor() -> None:

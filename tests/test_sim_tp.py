@@ -24,20 +24,11 @@ from locust_llm.sim.engine import Engine
 from locust_llm.sim.engine_profiles import VLLM_V1, get_profile
 from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.metrics import SimMetrics, build_registry, render
+from locust_llm.sim.testing import ideal_engine
 
 LLAMA8B, LLAMA70B = MODEL_PRESETS["llama-3.1-8b"], MODEL_PRESETS["llama-3.1-70b"]
 H100 = GPU_PRESETS["h100-sxm"]
-IDEAL = {
-    "bandwidth_efficiency": 1.0,
-    "compute_efficiency": 1.0,
-    "step_overhead_s": 0.0,
-    "step_overhead_per_seq_s": 0.0,
-    "tp_step_overhead_s": 0.0,
-}
-
-
-def engine(**kw: object) -> Engine:
-    return Engine(config_from_mapping({**IDEAL, **kw}))
+engine = ideal_engine
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])

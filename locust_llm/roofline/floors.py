@@ -667,6 +667,12 @@ class Interconnect:
         """One all-reduce of ``message_bytes`` over ``tp`` GPUs (0 at ``tp`` 1)."""
         return self._collective_s(2.0 * (tp - 1) / tp * message_bytes, tp)
 
+    def send_s(self, message_bytes: float) -> float:
+        """One point-to-point send of ``message_bytes`` from one GPU to the next (pipeline
+        parallelism's hand-off between stages): the two-GPU fixed time and the bytes at the
+        bandwidth a real collective reaches."""
+        return self._collective_s(message_bytes, 2)
+
     def gather_s(self, message_bytes: float, tp: int) -> float:
         """One gather of ``message_bytes`` in all (each GPU holding 1 / ``tp`` of it) over
         ``tp`` GPUs: (tp - 1) / tp of the message over the link, with the all-reduce's fixed
@@ -742,6 +748,25 @@ INTERCONNECT_PRESETS: dict[str, Interconnect] = {
     ),
 }
 INTERCONNECT_PRESETS["pcie"] = INTERCONNECT_PRESETS["pcie4"]
+#: Between nodes: one 400 Gb/s NDR InfiniBand NIC per GPU (ConnectX-7, as DGX/HGX H100 nodes
+#: have), 50 GB/s each direction. NCCL reaches 46-48 GB/s per NIC on it (an NCCL maintainer,
+#: https://github.com/NVIDIA/nccl-tests/issues/290), 0.94 of the line rate. A send of a few
+#: bytes between two nodes' GPUs: 30.7-34.2 us from 256 B to 8 KiB (nccl-tests sendrecv_perf,
+#: two nodes, one GPU each, https://github.com/NVIDIA/nccl-tests/issues/214); an all-reduce of
+#: 8-16 KiB between two nodes' GPUs over one ConnectX-7 link, 30.3-35.2 us
+#: (https://github.com/NVIDIA/dgx-spark-playbooks/pull/103). Only two ranks were measured: the
+#: fixed time is held at 31 us for any degree (a lower bound for an all-reduce over more ranks
+#: across nodes).
+INTERCONNECT_PRESETS["infiniband"] = Interconnect(
+    name="infiniband",
+    bandwidth_bytes_s=50 * GB,
+    latency_by_tp=((2, 31e-6),),
+    bus_efficiency=0.94,
+    source="NDR InfiniBand, 400 Gb/s per GPU: 50 GB/s each direction; bus efficiency 47 of "
+    "50 GB/s (https://github.com/NVIDIA/nccl-tests/issues/290); fixed time 31 us, a send or "
+    "all-reduce of a few KiB between two nodes' GPUs (nccl-tests issue 214: 30.7-34.2 us; "
+    "NVIDIA/dgx-spark-playbooks PR 103: 30.3-35.2 us), held for more ranks (not measured)",
+)
 
 #: Bytes per activation element all-reduced between tensor-parallel GPUs (bf16).
 ACTIVATION_BYTES = 2.0
@@ -823,6 +848,51 @@ def attention_flops(model: ModelSpec, query_tokens: int, attended_tokens: float)
     return (
         4.0 * model.num_layers * model.num_heads * model.head_dim * query_tokens * attended_tokens
     )
+
+
+def check_pp(model: ModelSpec, pp: int) -> None:
+    """InputError unless ``pp`` is a valid pipeline-parallel degree for ``model``."""
+    if not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
+        raise InputError(f"--pp must be an integer >= 1, got {pp!r}")
+    if pp > model.num_layers:
+        raise InputError(
+            f"--pp {pp}: {model.name} has {model.num_layers} layers, fewer than the stages"
+        )
+
+
+@lru_cache(maxsize=64)
+def stage_of(model: ModelSpec, pp: int) -> ModelSpec:
+    """The pipeline's slowest stage over ``pp`` stages, as vLLM splits a model: each stage holds
+    an even share of the layers, the first stage the embedding and the last the final norm and
+    the LM head. Returned as the model with the largest share of layers (ceil(layers / pp)):
+    its KV bytes per token, the weights a step reads and its FLOPs are the last stage's (the
+    embedding is read by rows only); its weight bytes count the embedding too, which
+    :func:`stage_weights_bytes` takes out."""
+    check_pp(model, pp)
+    if pp == 1:
+        return model
+    return replace(model, name=f"{model.name}/pp{pp}", num_layers=-(-model.num_layers // pp))
+
+
+def stage_weights_bytes(model: ModelSpec, tp: int = 1, pp: int = 1) -> float:
+    """Weight bytes on one GPU of a model split over ``tp`` x ``pp`` GPUs: the heaviest stage's
+    shard (ceil(layers / pp) layers and the LM head, or the embedding: the same size unless
+    they are tied, and then the last stage keeps a copy)."""
+    shard = shard_of(stage_of(model, pp), tp)
+    held = shard.weights_bytes
+    if pp > 1 and not model.tie_word_embeddings:
+        held -= shard.embedding_params * shard.weight_bytes_per_param
+    return held
+
+
+def pp_send_seconds(model: ModelSpec, tokens: int, link: Interconnect) -> float:
+    """One hand-off between pipeline stages: the step's hidden states and residual
+    (``2 x tokens x hidden`` bf16 values, what vLLM's ``IntermediateTensors`` carry) sent to
+    the next stage's GPU, whole by each tensor-parallel rank over its own link (vLLM can send
+    each rank a slice and all-gather after; not modelled, so an upper bound)."""
+    if tokens <= 0:
+        return 0.0
+    return link.send_s(2 * tokens * model.hidden_size * ACTIVATION_BYTES)
 
 
 @lru_cache(maxsize=64)
@@ -986,11 +1056,13 @@ def kv_budget_per_gpu_bytes(
     gpu_memory_utilization: float,
     reserve_bytes: float = 0.0,
     tp: int = 1,
+    pp: int = 1,
 ) -> float:
-    """Bytes one GPU has left for KV blocks: its memory share minus its weight shard and the
-    reserve (CUDA context, activations). Negative when the weights do not fit."""
-    shard = shard_of(model, tp) if tp > 1 else model
-    return gpu.memory_bytes * gpu_memory_utilization - shard.weights_bytes - reserve_bytes
+    """Bytes one GPU has left for KV blocks: its memory share minus its weight shard (of its
+    pipeline stage, :func:`stage_weights_bytes`) and the reserve (CUDA context, activations).
+    Negative when the weights do not fit."""
+    held = stage_weights_bytes(model, tp, pp)
+    return gpu.memory_bytes * gpu_memory_utilization - held - reserve_bytes
 
 
 #: Tensor-parallel degrees and weight precisions the fit advice tries, in order.

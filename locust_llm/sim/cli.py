@@ -35,7 +35,17 @@ _FLAGS: dict[str, tuple[str, Any, str]] = {
         "counts them",
     ),
     "--tp": ("tp", int, "tensor-parallel degree: GPUs the weights and KV are split over"),
-    "--interconnect": ("interconnect", str, "GPU link of the all-reduces: nvlink, pcie, ..."),
+    "--interconnect": (
+        "interconnect",
+        str,
+        "GPU link of the all-reduces: nvlink, nvlink3, pcie, infiniband, ...",
+    ),
+    "--pp": ("pp", int, "pipeline-parallel degree: stages the layers are split over"),
+    "--pp-interconnect": (
+        "pp_interconnect",
+        str,
+        "link between pipeline stages (default: --interconnect; infiniband between nodes)",
+    ),
     "--engine": (
         "engine",
         str,
@@ -191,8 +201,10 @@ async def _serve(config: SimConfig) -> None:
     app = server.app
     print(
         f"simulating {app.engine.model.name} on "
-        + (f"{app.engine.tp} x " if app.engine.tp > 1 else "")
-        + f"{app.engine.gpu.name}: "
+        + (f"{app.engine.gpu_count} x " if app.engine.gpu_count > 1 else "")
+        + f"{app.engine.gpu.name}"
+        + (f" ({app.engine.pp} pipeline stages)" if app.engine.pp > 1 else "")
+        + ": "
         f"{app.engine.total_blocks} KV blocks ({app.engine.capacity_tokens} tokens), "
         f"model name {app.model_name!r}",
         file=sys.stderr,

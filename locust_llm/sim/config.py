@@ -47,6 +47,8 @@ class SimConfig:
     memory: str = ""
     tp: int = 1  # tensor-parallel degree: GPUs the model's weights and KV are split over
     interconnect: str = "nvlink"  # link preset of the tensor-parallel all-reduces
+    pp: int = 1  # pipeline-parallel degree: stages the layers are split over (tp x pp GPUs)
+    pp_interconnect: str = ""  # link between pipeline stages ("" = ``interconnect``)
     served_model_name: str = ""  # name clients send/see; "" = the model name
     host: str = "127.0.0.1"
     port: int = 8000
@@ -136,6 +138,7 @@ class SimConfig:
             "max_model_len",
             "tokens_per_chunk",
             "tp",
+            "pp",
             "listen_backlog",
             "decode_steps_per_schedule",
         )
@@ -182,7 +185,20 @@ class SimConfig:
             if value:
                 parse_quantity(value, kind, flag=flag)
         get_interconnect(self.interconnect)
+        if self.pp_interconnect:
+            get_interconnect(self.pp_interconnect)
+        if self.pp > 1 and self.decode_steps_per_schedule > 1:
+            raise InputError(
+                f"--pp {self.pp} with {self.decode_steps_per_schedule} decode steps per schedule "
+                "(the engine profile's or --decode-steps-per-schedule): the simulator runs "
+                "pipeline stages with one step per schedule only"
+            )
         return self
+
+    @property
+    def stage_link(self) -> str:
+        """The link preset between pipeline stages."""
+        return self.pp_interconnect or self.interconnect
 
 
 def _flag(name: str) -> str:

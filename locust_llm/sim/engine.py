@@ -31,6 +31,14 @@ One step, the way vLLM's scheduler does it:
 4. a sequence whose computed context reaches all its known tokens emits one token at the
    step's end; it finishes when it has emitted its target.
 
+Pipeline parallelism (``pp`` > 1): the layers are split into ``pp`` stages (each on ``tp``
+GPUs, :func:`~locust_llm.roofline.floors.stage_of`). A step is then either the driver handing
+a scheduled batch to the first stage (its host time; the batch then takes each stage in turn,
+its hidden states sent from stage to stage over ``pp_interconnect``) or, when ``pp`` batches
+are on their way or nothing more can be scheduled, the wait for the oldest batch, whose tokens
+are emitted when its last stage is done: vLLM V1's batch queue. A sequence with a token on its
+way is not scheduled again until it comes back, so requests scheduled together stay together.
+
 Prefix caching (``enable_prefix_caching``, vLLM's default): a request added with its block
 hashes (:func:`locust_llm.sim.prefix_cache.block_hashes` over its prompt and the output it will
 generate) starts, when admitted, from the longest cached prefix of full blocks (never the whole
@@ -62,11 +70,15 @@ from locust_llm.errors import InputError
 from locust_llm.roofline.floors import (
     GpuSpec,
     ModelSpec,
+    allreduce_seconds,
     fit_advice,
     get_interconnect,
     get_model,
     kv_budget_per_gpu_bytes,
+    pp_send_seconds,
     shard_of,
+    stage_of,
+    stage_weights_bytes,
     step_cost,
 )
 from locust_llm.sim.config import SimConfig
@@ -153,6 +165,16 @@ class StepResult:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
+@dataclass(slots=True)
+class Microbatch:
+    """A pipeline-parallel step on its way through the stages (``pp`` > 1)."""
+
+    release_s: float  # when the last stage is done and its tokens reach the engine
+    #: (request, tokens computed, whether they complete its known tokens, its preemptions at
+    #: launch: a request preempted or ended since gets nothing from this step)
+    entries: list[tuple[SimRequest, int, bool, int]]
+
+
 #: Why a step left requests waiting: the KV pool had no blocks for the next one, the batch was
 #: at ``max_num_seqs``, the step's token budget was spent, a preemption this step (no
 #: admissions then, as vLLM's scheduler does), or the step was one of a multi-step schedule's
@@ -197,19 +219,19 @@ class RequestTooLarge(InputError):
 def kv_blocks_for(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
     """KV blocks per GPU the configuration gets (the override, or the memory left after the
     weight shard and the reserve); InputError when the weights or the override do not fit."""
-    tp = config.tp
-    shard = shard_of(model, tp)
+    tp, pp = config.tp, config.pp
+    shard = shard_of(stage_of(model, pp), tp)  # one GPU's layers: KV bytes per token
+    held = stage_weights_bytes(model, tp, pp)
     block_bytes = config.block_size * shard.kv_bytes_per_token
     util = config.gpu_memory_utilization
     if config.num_gpu_blocks_override is not None:
         blocks = config.num_gpu_blocks_override
-        need = shard.weights_bytes + config.memory_reserve_bytes + blocks * block_bytes
+        need = held + config.memory_reserve_bytes + blocks * block_bytes
         # --zero-cost steps have no physics: there the override is a bookkeeping budget only
         if math.isfinite(gpu.memory_bytes) and need > gpu.memory_bytes and not config.zero_cost:
-            most = int((gpu.memory_bytes - shard.weights_bytes - config.memory_reserve_bytes)
-                       // block_bytes)  # fmt: skip
+            most = int((gpu.memory_bytes - held - config.memory_reserve_bytes) // block_bytes)
             raise InputError(
-                f"--num-gpu-blocks-override {blocks}: weights ({shard.weights_bytes / 1e9:.1f} "
+                f"--num-gpu-blocks-override {blocks}: weights ({held / 1e9:.1f} "
                 f"GB per GPU) + reserve + {blocks} blocks of {block_bytes / 2**20:.1f} MiB need "
                 f"{need / 1e9:.1f} GB, more than {gpu.name}'s {gpu.memory_bytes / 1e9:.1f} GB; "
                 + (f"at most {most} blocks fit" if most >= 1 else "no block fits")
@@ -221,6 +243,7 @@ def kv_blocks_for(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
         gpu_memory_utilization=util,
         reserve_bytes=config.memory_reserve_bytes,
         tp=tp,
+        pp=pp,
     )
     blocks = int(budget // block_bytes) if budget > 0 else 0
     holds = blocks * config.block_size
@@ -235,14 +258,15 @@ def kv_blocks_for(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
         tp=tp,
         kv_tokens=config.max_model_len,
     )
+    split = "".join(f" --{k} {v}" for k, v in (("tp", tp), ("pp", pp)) if v > 1)
     if blocks < 1:
-        where = f"{gpu.name}" if tp == 1 else f"{tp} x {gpu.name} (--tp {tp})"
+        where = f"{gpu.name}" if tp * pp == 1 else f"{tp * pp} x {gpu.name} ({split.strip()})"
         raise InputError(
             f"{model.name} ({model.weights_bytes / 1e9:.1f} GB of weights) leaves no KV cache on "
             f"{where} at --gpu-memory-utilization {util}; {advice}"
         )
     # vLLM checks this at start and refuses to serve
-    where = f"{gpu.name}" if tp == 1 else f"each of {tp} x {gpu.name} (--tp {tp})"
+    where = f"{gpu.name}" if tp * pp == 1 else f"each of {tp * pp} x {gpu.name} ({split.strip()})"
     need = -(-config.max_model_len // config.block_size) * block_bytes
     raise InputError(
         f"--max-model-len {config.max_model_len}: one sequence that long needs "
@@ -268,8 +292,11 @@ class Engine:
         self.model = model or get_model(config.model)
         self.gpu = gpu or self.config.device()
         self.tp = self.config.tp
+        self.pp = self.config.pp
         self.link = get_interconnect(self.config.interconnect)
-        self.shard = shard_of(self.model, self.tp)  # one GPU's part of the model
+        self.stage_link = get_interconnect(self.config.stage_link)
+        self.stage_model = stage_of(self.model, self.pp)  # the slowest pipeline stage's layers
+        self.shard = shard_of(self.stage_model, self.tp)  # one GPU's part of the model
         self.total_blocks = kv_blocks_for(self.config, self.model, self.gpu)
         self.free_blocks = self.total_blocks  # includes evictable cached blocks
         self.block_bytes = self.config.block_size * self.shard.kv_bytes_per_token  # per GPU
@@ -284,17 +311,25 @@ class Engine:
         #: a multi-step schedule's tokens, finished requests and first tokens, held until the
         #: schedule's last step (vLLM V0 hands a schedule's outputs back at its end)
         self._held: StepResult | None = None
+        #: pipeline parallelism: when each stage is next free, and the steps on their way
+        self._stage_free = [0.0] * self.pp
+        self._in_flight: deque[Microbatch] = deque()
 
     # ---- memory --------------------------------------------------------------------------
     @property
+    def gpu_count(self) -> int:
+        """GPUs the engine runs on: ``tp`` x ``pp``."""
+        return self.tp * self.pp
+
+    @property
     def weights_bytes_per_gpu(self) -> float:
-        return self.shard.weights_bytes
+        return stage_weights_bytes(self.model, self.tp, self.pp)
 
     @property
     def memory_used_bytes_per_gpu(self) -> float:
         """What NVML shows on each GPU: weight shard + reserve + the whole preallocated KV pool."""
         return (
-            self.shard.weights_bytes
+            self.weights_bytes_per_gpu
             + self.config.memory_reserve_bytes
             + self.total_blocks * self.block_bytes
         )
@@ -401,23 +436,44 @@ class Engine:
 
     # ---- the step ------------------------------------------------------------------------
     def step(self, start_s: float | None = None) -> StepResult:
-        """Run one batch starting at ``start_s`` (default: the engine clock) and advance it."""
+        """Run one batch starting at ``start_s`` (default: the engine clock) and advance it.
+
+        With ``pp`` > 1 a call either launches a batch into the pipeline (the driver's host
+        time; no tokens) or, when the pipeline holds ``pp`` batches or nothing more can be
+        scheduled, waits for the oldest one and emits its tokens (:meth:`_pipeline_step`)."""
         if start_s is not None:
             self.clock_s = max(self.clock_s, start_s)
         result = StepResult(start_s=self.clock_s, duration_s=0.0)
         if not self.has_work:
             return result
-        budget = self.config.max_num_batched_tokens
-        chunked = self.config.enable_chunked_prefill
+        if self.pp > 1:
+            return self._pipeline_step(result)
         locked = self.schedule_steps_left > 0 and bool(self.running)
         self.schedule_steps_left = self.schedule_steps_left - 1 if locked else 0
+        scheduled = self._schedule(result, locked=locked)
+        steps = self.config.decode_steps_per_schedule
+        if not locked and steps > 1 and scheduled and all(n == 1 for _, n in scheduled):
+            self.schedule_steps_left = steps - 1  # a decode schedule: the next steps-1 follow it
+        if not scheduled:
+            return result
+        self._run(scheduled, result, handed_off=not locked)
+        if steps > 1:
+            self._hold_or_release(result)
+        return result
+
+    def _schedule(self, result: StepResult, *, locked: bool) -> list[tuple[SimRequest, int]]:
+        """The next batch: the running sequences' tokens, then admissions (none while a
+        multi-step schedule is ``locked``); a sequence whose last tokens are still on their way
+        through the pipeline has none to compute and is left out."""
+        budget = self.config.max_num_batched_tokens
+        chunked = self.config.enable_chunked_prefill
         scheduled: list[tuple[SimRequest, int]] = []
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             need = req.known - req.computed
             n = min(need, budget)
-            if n < need and not chunked:
+            if need == 0 or (n < need and not chunked):
                 i += 1
                 continue
             if not self._grow(req, n, result):
@@ -431,16 +487,65 @@ class Engine:
             result.blocked_by = "multi_step" if self.waiting else ""
         else:
             result.blocked_by = self._admit(budget, scheduled, result)
-        steps = self.config.decode_steps_per_schedule
-        if not locked and steps > 1 and scheduled and all(n == 1 for _, n in scheduled):
-            self.schedule_steps_left = steps - 1  # a decode schedule: the next steps-1 follow it
         result.running, result.waiting = len(self.running), len(self.waiting)
-        if not scheduled:
-            return result
-        self._run(scheduled, result, handed_off=not locked)
-        if steps > 1:
-            self._hold_or_release(result)
+        return scheduled
+
+    def _pipeline_step(self, result: StepResult) -> StepResult:
+        """One event of a pipeline over ``pp`` stages, as vLLM V1's engine core runs one with
+        its batch queue of ``pp`` batches: while fewer than ``pp`` batches are on their way
+        and something can be scheduled, schedule it and launch it (the step lasts the driver's
+        host time); otherwise block on the oldest batch until its last stage is done and emit
+        its tokens (requests that arrive meanwhile wait for that, as in vLLM)."""
+        while len(self._in_flight) < self.pp:
+            scheduled = self._schedule(result, locked=False)
+            if not scheduled:
+                break
+            self._launch(scheduled, result)
+            if result.duration_s > 0:
+                return result
+        if self._in_flight:
+            self._release(result)
         return result
+
+    def _launch(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> None:
+        """Send a batch into the pipeline: the driver's host time on the clock, then each
+        stage in turn as it is free, with the hidden states handed from stage to stage."""
+        cfg = self.config
+        host = self._host_time(scheduled, handed_off=True)
+        last = middle = send = 0.0
+        if not cfg.zero_cost:
+            last = self._physics(scheduled, result)
+            middle = self._stage_without_head(scheduled, result)
+            tokens = sum(n for _, n in scheduled)
+            send = pp_send_seconds(self.model, tokens, self.stage_link)
+        ready = self.clock_s + host
+        end = first_stage_end = max(self._stage_free[0], ready) + middle
+        self._stage_free[0] = end
+        for k in range(1, self.pp):
+            end = max(self._stage_free[k], end + send) + (last if k == self.pp - 1 else middle)
+            self._stage_free[k] = end
+        result.overhead_s = host
+        result.duration_s = host
+        self.clock_s += host
+        self._book(scheduled, result, busy_s=middle, busy_end_s=first_stage_end)
+        entries = []
+        for req, n in scheduled:
+            self._advance(req, n)
+            entries.append((req, n, req.computed >= req.known, req.preemptions))
+        self._in_flight.append(Microbatch(release_s=end, entries=entries))
+
+    def _release(self, result: StepResult) -> None:
+        """Wait for the oldest batch in the pipeline and emit its tokens at its release."""
+        batch = self._in_flight.popleft()
+        end = max(self.clock_s, batch.release_s)
+        result.duration_s = end - self.clock_s
+        self.clock_s = end
+        finished = False
+        for req, _, completes, preemptions in batch.entries:
+            if completes and not req.done and req.preemptions == preemptions:
+                finished |= self._emit(req, end, result)
+        if finished:
+            self.running = [r for r in self.running if not r.done]
 
     def _hold_or_release(self, result: StepResult) -> None:
         """Multi-step scheduling: a schedule's tokens reach the client together when it ends.
@@ -561,70 +666,122 @@ class Engine:
         """Time the step and advance the clock; ``handed_off``: the step was scheduled and
         handed to the tensor-parallel workers (False for the steps a multi-step schedule runs
         after its first, which the workers run from the batch they already hold)."""
-        cfg = self.config
-        if cfg.zero_cost:  # a step costs exactly the fixed overhead (it benchmarks the front)
-            overhead = cfg.step_overhead_s
-        else:
-            overhead = cfg.step_overhead_s + cfg.step_overhead_per_seq_s * len(scheduled)
-            if handed_off:
-                overhead += cfg.tp_step_overhead_s * (self.tp - 1)
-            if any(n > 1 for _, n in scheduled):  # the step computes prompt tokens
-                overhead += cfg.step_overhead_prefill_s
+        overhead = self._host_time(scheduled, handed_off=handed_off)
         result.overhead_s = overhead
-        if cfg.zero_cost:
-            duration = overhead
-        else:
-            decode = [req.computed for req, n in scheduled if n == 1]
-            chunks = [(n, req.computed) for req, n in scheduled if n > 1]
-            cost = step_cost(self.model, decode, chunks, tp=self.tp, link=self.link)
-            result.flops, result.bytes = cost.flops, cost.bytes
-            result.compute_s, result.memory_s = cost.times(
-                self.gpu,
-                self.model.weight_bits,
-                compute_eff=cfg.compute_efficiency,
-                bw_eff=cfg.bandwidth_efficiency,
-            )
-            result.allreduce_s = cost.comm_s
-            duration = overhead + max(result.compute_s, result.memory_s) + cost.comm_s
+        duration = overhead
+        if not self.config.zero_cost:
+            duration += self._physics(scheduled, result)
         result.duration_s = duration
         self.clock_s += duration
         end = self.clock_s
+        self._book(scheduled, result, busy_s=duration, busy_end_s=end)
+        finished = False
+        for req, n in scheduled:
+            self._advance(req, n)
+            if req.computed >= req.known:
+                finished |= self._emit(req, end, result)
+        if finished:
+            self.running = [r for r in self.running if not r.done]
+
+    def _host_time(self, scheduled: list[tuple[SimRequest, int]], *, handed_off: bool) -> float:
+        """The host's time for a step: the fixed per-step time, the time per sequence, one
+        hand-off per GPU beyond the first when the step was ``handed_off`` to the workers, and
+        the prefill path's fixed time in a step with prompt tokens."""
+        cfg = self.config
+        if cfg.zero_cost:  # a step costs exactly the fixed overhead (it benchmarks the front)
+            return cfg.step_overhead_s
+        overhead = cfg.step_overhead_s + cfg.step_overhead_per_seq_s * len(scheduled)
+        if handed_off:
+            overhead += cfg.tp_step_overhead_s * (self.gpu_count - 1)
+        if any(n > 1 for _, n in scheduled):  # the step computes prompt tokens
+            overhead += cfg.step_overhead_prefill_s
+        return overhead
+
+    def _physics(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> float:
+        """The GPU's time for the step (one pipeline stage's, with ``pp`` > 1): the roofline's
+        max(compute, memory) plus the tensor-parallel communication; fills the result's
+        physics fields."""
+        cfg = self.config
+        decode = [req.computed for req, n in scheduled if n == 1]
+        chunks = [(n, req.computed) for req, n in scheduled if n > 1]
+        cost = step_cost(self.stage_model, decode, chunks, tp=self.tp, link=self.link)
+        result.flops, result.bytes = cost.flops, cost.bytes
+        result.compute_s, result.memory_s = cost.times(
+            self.gpu,
+            self.model.weight_bits,
+            compute_eff=cfg.compute_efficiency,
+            bw_eff=cfg.bandwidth_efficiency,
+        )
+        result.allreduce_s = cost.comm_s
+        return max(result.compute_s, result.memory_s) + cost.comm_s
+
+    def _stage_without_head(
+        self, scheduled: list[tuple[SimRequest, int]], result: StepResult
+    ) -> float:
+        """A pipeline stage before the last (``pp`` > 1): the last stage's work
+        (:meth:`_physics`, in ``result``) less the LM head it alone holds (its weights, its
+        matmul for the sampled positions and the logits gather)."""
+        cfg, shard = self.config, self.shard
+        head = shard.vocab_size * shard.hidden_size
+        sampled = len(scheduled)
+        flops = result.flops - 2.0 * head * sampled
+        moved = result.bytes - head * shard.weight_bytes_per_param
+        compute = flops / (self.gpu.peak_flops(self.model.weight_bits) * cfg.compute_efficiency)
+        memory = moved / (self.gpu.memory_bandwidth_bytes_s * cfg.bandwidth_efficiency)
+        tokens = sum(n for _, n in scheduled)
+        return max(compute, memory) + allreduce_seconds(
+            self.stage_model, tokens, self.tp, self.link
+        )
+
+    def _book(
+        self,
+        scheduled: list[tuple[SimRequest, int]],
+        result: StepResult,
+        *,
+        busy_s: float,
+        busy_end_s: float,
+    ) -> None:
+        """Count the step in the engine's totals (one GPU's busy time, bytes and FLOPs)."""
         stats = self.stats
         stats.steps_total += 1
-        stats.busy_s_total += duration
+        stats.busy_s_total += busy_s
         stats.bytes_total += result.bytes
-        stats.last_step_end_s, stats.last_step_duration_s = end, duration
+        stats.last_step_end_s, stats.last_step_duration_s = busy_end_s, busy_s
         stats.last_step_bytes = result.bytes
         stats.flops_total += result.flops
         stats.step_tokens_total += sum(n for _, n in scheduled)
-        finished = False
-        bs = cfg.block_size
-        for req, n in scheduled:
+        for _, n in scheduled:
             if n == 1:
                 result.decode_seqs += 1
             else:
                 result.prefill_tokens += n
-            before = req.computed
-            req.computed += n
-            if req.block_hashes and req.computed // bs > before // bs:  # a block completed
-                self._register(req, before // bs, min(req.computed // bs, len(req.block_hashes)))
-            if req.computed < req.known:
-                continue  # more prefill to do
-            if req.generated == 0:
-                stats.prompt_tokens_total += req.prompt_tokens
-                req.first_token_s = end
-            req.generated += 1
-            stats.generation_tokens_total += 1
-            result.emitted.append(req)
-            if req.generated >= req.output_tokens:
-                req.outcome = "ok"
-                req.finished_s = end
-                self._free(req)
-                stats.finished_total += 1
-                result.finished.append(req)
-                finished = True
-        if finished:
-            self.running = [r for r in self.running if not r.done]
+
+    def _advance(self, req: SimRequest, n: int) -> None:
+        """``n`` more tokens of ``req`` computed; the blocks it completed are cached."""
+        bs = self.config.block_size
+        before = req.computed
+        req.computed += n
+        if req.block_hashes and req.computed // bs > before // bs:  # a block completed
+            self._register(req, before // bs, min(req.computed // bs, len(req.block_hashes)))
+
+    def _emit(self, req: SimRequest, end: float, result: StepResult) -> bool:
+        """``req`` computed all its known tokens: it emits one at ``end``; True if that was
+        its last (it finished and its blocks are freed)."""
+        stats = self.stats
+        if req.generated == 0:
+            stats.prompt_tokens_total += req.prompt_tokens
+            req.first_token_s = end
+        req.generated += 1
+        stats.generation_tokens_total += 1
+        result.emitted.append(req)
+        if req.generated < req.output_tokens:
+            return False
+        req.outcome = "ok"
+        req.finished_s = end
+        self._free(req)
+        stats.finished_total += 1
+        result.finished.append(req)
+        return True
 
     def _register(self, req: SimRequest, first: int, end: int) -> None:
         """Cache the prompt blocks ``first..end-1`` that ``req`` just completed."""

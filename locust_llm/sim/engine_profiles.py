@@ -14,8 +14,9 @@ engines and their generations is the time the host spends around it and how ofte
 - ``tokenize_s_per_token``: tokenizing the prompt, per prompt token, before the engine sees it;
 - ``detokenize_s_per_token``: from a token's step end to its bytes on the socket, per token of
   the chunk (detokenizing, building the SSE event);
-- ``tp_step_overhead_s``: host and synchronisation time per step for each tensor-parallel GPU
-  beyond the first (handing the step to every worker process, waiting for the slowest rank),
+- ``tp_step_overhead_s``: host and synchronisation time per step for each GPU beyond the
+  first (handing the step to every worker process, waiting for the slowest rank; fitted on
+  tensor-parallel GPUs, carried over to pipeline stages' as one hand-off per worker),
   paid by a step that was scheduled (a multi-step schedule hands its batch over once); the
   all-reduces themselves are the roofline's (:class:`~locust_llm.roofline.floors.Interconnect`).
 

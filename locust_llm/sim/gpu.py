@@ -1,7 +1,8 @@
 """The simulated GPUs as a :class:`~locust_llm.gpu.source.GpuSource`, read from the engine's state.
 
-One sample per tensor-parallel GPU (index 0..tp-1, label ``gpu``); the GPUs of one engine work
-in lockstep on equal shards, so their figures are equal. Each :meth:`SimGpuSource.read` covers
+One sample per GPU (tp x pp of them, index 0..tp*pp-1, label ``gpu``); the GPUs of one engine
+work on equal shards (a pipeline's stages on the same stage time, one after another), so their
+figures are equal. Each :meth:`SimGpuSource.read` covers
 the interval since the previous read (the first read covers the time since the source was
 made):
 
@@ -34,7 +35,7 @@ class SimGpuSource:
         self._clock = clock
         self.uuids = [
             "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"locust-llm-sim/{engine.gpu.name}/{i}"))
-            for i in range(engine.tp)
+            for i in range(engine.gpu_count)
         ]
         self.uuid = self.uuids[0]
         self._last_t = clock()
@@ -81,6 +82,6 @@ class SimGpuSource:
                 power_watts=power,
                 dram_bandwidth_utilization_ratio=bw,
             )
-            for i in range(eng.tp)
+            for i in range(eng.gpu_count)
         ]
         return HostSample(gpus=samples, driver_version="sim", cuda_version="sim")

@@ -1,5 +1,8 @@
 """Start a real simulator from a test or a script: ``with running_sim(**config) as url: ...``.
 
+:func:`ideal_engine` makes a bare engine whose steps take exactly their roofline time (full
+efficiency, no host time): the physics tests' reference.
+
 :func:`burst_connect_times` fires thousands of connects at once at a port and times each (the
 listen-backlog check). :func:`stream_chat` sends one streamed chat request with the standard
 library and returns its usage chunk (tests and benchmarks use it as a small independent client).
@@ -24,7 +27,27 @@ from contextlib import contextmanager
 from typing import Any
 
 from locust_llm.sim.config import SimConfig, config_from_mapping
+from locust_llm.sim.engine import Engine, SimRequest
 from locust_llm.sim.server import SimServer
+
+#: Settings that leave a step its roofline time alone: full efficiency, no host time.
+IDEAL_PHYSICS: dict[str, float] = {
+    "bandwidth_efficiency": 1.0,
+    "compute_efficiency": 1.0,
+    "step_overhead_s": 0.0,
+    "step_overhead_per_seq_s": 0.0,
+    "tp_step_overhead_s": 0.0,
+}
+
+
+def ideal_engine(**config: Any) -> Engine:
+    """An engine on :data:`IDEAL_PHYSICS` and ``config`` (SimConfig fields)."""
+    return Engine(config_from_mapping({**IDEAL_PHYSICS, **config}))
+
+
+def tpot(req: SimRequest) -> float:
+    """A finished request's time per output token after the first (engine clock)."""
+    return (req.finished_s - req.first_token_s) / (req.generated - 1)
 
 
 class SimThread:
