@@ -20,8 +20,6 @@ from locust_llm.sim.engine import Engine, SimRequest
 from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.testing import ideal_engine, tpot
 
-pytestmark = pytest.mark.quick
-
 LLAMA8B = MODEL_PRESETS["llama-3.1-8b"]
 SMALL = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "max_model_len": 8192}
 

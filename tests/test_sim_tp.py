@@ -1,4 +1,5 @@
-"""Tensor parallelism and vLLM's memory layout in the simulator, against the roofline."""
+"""Tensor parallelism and vLLM's memory layout in the simulator, against the roofline; a
+pipelined (``--pp``) virtual run through the report."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from locust_llm.errors import InputError
@@ -211,3 +213,25 @@ def test_the_refusals_docs_simulator_md_shows_are_what_the_cli_says() -> None:
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert proc.returncode == 2 and proc.stderr.strip().endswith(line), proc.stderr
+
+
+def test_a_pipelined_virtual_run_reports_with_the_floors_it_has(tmp_path: Path) -> None:
+    """`locust-llm virtual --pp 2` writes a run dir the report reads; the report says its
+    floors take the tensor-parallel degree only, and its simulated /metrics has a GPU sample
+    for each of the tp x pp GPUs."""
+    cli = [sys.executable, "-m", "locust_llm.cli"]
+    run_dir = tmp_path / "pp-run"
+    flags = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", "--pp", "2"]
+    sweep = ["--concurrency", "1,8", "--stage-requests", "8", "--max-tokens", "16"]
+    made = subprocess.run(
+        [*cli, "virtual", *flags, *sweep, "--ignore-eos", "--out", str(run_dir)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    shown = subprocess.run(
+        [*cli, "report", str(run_dir)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "ran 2 pipeline stages (--pp 2); the roofline floors take --tp 2 only" in shown.stdout
+    telemetry = pd.read_parquet(run_dir / "telemetry.parquet")
+    gpus = {g for g in telemetry["gpu"].dropna().unique() if g}  # "": the server's own series
+    assert sorted(gpus) == ["0", "1", "2", "3"]

@@ -121,6 +121,20 @@ def resolve_floors(
     return None, []
 
 
+def pipeline_floor_warning(sim: dict[str, Any], floors: Floors | None) -> list[str]:
+    """What the floors leave out for a simulated pipeline (``--pp`` > 1): they take the
+    tensor-parallel degree only, so their per-token floor holds (a token reads every stage's
+    weights in turn) and their KV capacity is that of tp GPUs, not tp x pp."""
+    pp = sim.get("pp", 1)
+    if floors is None or not isinstance(pp, int) or pp <= 1:
+        return []
+    return [
+        f"the simulated server ran {pp} pipeline stages (--pp {pp}); the roofline floors take "
+        f"--tp {floors.tp} only: their per-token floor holds, their KV capacity is that of "
+        f"{floors.tp} GPU(s), not {floors.tp * pp}"
+    ]
+
+
 def server_flags(extra: dict[str, Any]) -> dict[str, Any]:
     """The server's flags run.json records (``extra``, ``extra.sim``, ``extra.server``; the
     server's own entry wins): ``max_num_seqs``, ``total_slots``, ``gpu_memory_utilization`` ..."""
@@ -246,6 +260,7 @@ def build_report(
     device = the_device(run.info.roofline, gpu)  # resolved once (``cpu`` is measured)
     words = DeviceWords.of(device)
     floors, warnings = resolve_floors(run.info.roofline, model, device, tp, server_tp=sim_tp)
+    warnings += pipeline_floor_warning(sim if isinstance(sim, dict) else {}, floors)
     stages, stage_warnings = effective_stages(run)
     warnings += stage_warnings
     telemetry = TelemetryIndex(run.telemetry, floors.gpu if floors else None)
