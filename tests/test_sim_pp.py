@@ -4,7 +4,7 @@ parallelism")."""
 
 from __future__ import annotations
 
-import math
+import random
 import statistics
 
 import pytest
@@ -13,9 +13,10 @@ from locust_llm.errors import InputError
 from locust_llm.roofline.floors import (
     MODEL_PRESETS,
     get_interconnect,
+    pp_layers,
     pp_send_seconds,
-    stage_of,
 )
+from locust_llm.sim.config import config_from_mapping
 from locust_llm.sim.engine import Engine, SimRequest
 from locust_llm.sim.gpu import SimGpuSource
 from locust_llm.sim.testing import ideal_engine, tpot
@@ -34,10 +35,11 @@ def run(eng: Engine, *sizes: tuple[int, int]) -> list[SimRequest]:
     return reqs
 
 
-@pytest.mark.parametrize("pp", [2, 4])
+@pytest.mark.parametrize("pp", [2, 3, 4, 5])
 def test_one_stream_is_no_faster_through_a_pipeline(pp: int) -> None:
-    """A token passes every stage in turn: one stream's TPOT through pp stages is the one-GPU
-    engine's (the same weights, KV and FLOPs, read stage after stage) plus pp - 1 hand-offs of
+    """A token passes every stage in turn: one stream's TPOT through pp stages (32 layers
+    split evenly or not) is the one-GPU engine's (the same weights, KV and FLOPs, read stage
+    after stage, the LM head on the last one only) plus pp - 1 hand-offs of
     its hidden states to the next stage (each stage reads its batch's embedding rows and the
     final norm's few kilobytes: equal to a part in 10^5)."""
     (one,) = run(engine(), (32, 64))
@@ -128,7 +130,8 @@ def test_a_stage_holds_its_layers_weights_and_kv() -> None:
     piped, split = engine(pp=2, **kw), engine(tp=2, **kw)
     assert piped.capacity_tokens == pytest.approx(split.capacity_tokens, rel=0.03)
     assert piped.weights_bytes_per_gpu == pytest.approx(split.weights_bytes_per_gpu, rel=0.03)
-    assert stage_of(MODEL_PRESETS["llama-3.1-70b"], 3).num_layers == math.ceil(80 / 3)
+    # vLLM's get_pp_indices: the remainder to the stages before the last, nearest it first
+    assert pp_layers(80, 3) == (27, 27, 26) and pp_layers(32, 5) == (6, 6, 7, 7, 6)
     source = SimGpuSource(engine(tp=2, pp=2, **kw))
     assert len(source.read().gpus) == 4
 
@@ -157,3 +160,49 @@ def test_stages_between_nodes_pay_the_network() -> None:
     )
     assert gap == pytest.approx(31e-6 - 8.8e-6, rel=0.05)
     assert tpot(network) - tpot(nvlink) == pytest.approx(gap, rel=1e-6)
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_num_batched_tokens": 256},  # prompts in many chunks, decodes beside them
+        {"num_gpu_blocks_override": 150, "max_num_batched_tokens": 512},  # preemptions
+        {"num_gpu_blocks_override": 150, "oom": True},  # out-of-KV failures
+        {"zero_cost": True, "max_num_batched_tokens": 256},  # no time but the fixed step
+    ],
+)
+def test_every_step_makes_progress_under_random_arrivals_and_aborts(
+    pp: int, limits: dict[str, object]
+) -> None:
+    """Requests of mixed lengths arriving at random and some aborted, through a pipeline:
+    every step either moves the clock or emits (the virtual driver stops on a step that does
+    neither), every token is emitted once, and the pipeline and the KV pool end empty. A batch
+    that came back earlier with nothing to emit (a middle chunk, requests ended since) is
+    passed over inside the step that finds it."""
+    rng = random.Random(f"pp{pp}:{sorted(limits)}")
+    eng = Engine(config_from_mapping({**SMALL, "max_model_len": 2048, "pp": pp, **limits}))
+    arrivals = sorted(rng.uniform(0.0, 2.0) for _ in range(60))
+    reqs: list[SimRequest] = []
+    emitted: dict[int, int] = {}
+    for _ in range(200_000):
+        while arrivals and arrivals[0] <= eng.clock_s:
+            prompt, output = rng.choice([5, 100, 700, 1500]), rng.choice([1, 2, 30, 200])
+            req = eng.add(prompt, output, arrival_s=arrivals.pop(0))
+            reqs.append(req)
+            emitted[req.id] = 0
+        if not eng.has_work:
+            if not arrivals:
+                break
+            eng.clock_s = arrivals[0]
+            continue
+        result = eng.step()
+        assert result.duration_s > 0 or result.emitted or result.failed, result
+        for req in result.emitted:
+            emitted[req.id] += 1
+        if rng.random() < 0.02 and eng.running:
+            eng.abort(rng.choice(eng.running))
+    assert all(req.done for req in reqs)
+    assert all(emitted[r.id] == r.generated for r in reqs)
+    assert all(r.generated == r.output_tokens for r in reqs if r.outcome == "ok")
+    assert eng.free_blocks == eng.total_blocks and not eng.has_work

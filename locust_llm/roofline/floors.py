@@ -860,29 +860,71 @@ def check_pp(model: ModelSpec, pp: int) -> None:
         )
 
 
+def pp_layers(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Layers per pipeline stage as vLLM splits them (``get_pp_indices``): an even share each,
+    and the remainder one layer each to the stages before the last, nearest it first (the last
+    stage also holds the LM head)."""
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
 @lru_cache(maxsize=64)
-def stage_of(model: ModelSpec, pp: int) -> ModelSpec:
-    """The pipeline's slowest stage over ``pp`` stages, as vLLM splits a model: each stage holds
-    an even share of the layers, the first stage the embedding and the last the final norm and
-    the LM head. Returned as the model with the largest share of layers (ceil(layers / pp)):
-    its KV bytes per token, the weights a step reads and its FLOPs are the last stage's (the
-    embedding is read by rows only); its weight bytes count the embedding too, which
-    :func:`stage_weights_bytes` takes out."""
+def stage_of(model: ModelSpec, layers: int) -> ModelSpec:
+    """``model`` cut to ``layers`` of its layers: one pipeline stage's share. Its step costs
+    (:func:`step_cost`) count the LM head, which only the last stage has (the engine takes it
+    out for the others); its weight bytes count the embedding and the LM head, which
+    :func:`stage_weights_bytes` gives to the first and the last stage."""
+    if layers == model.num_layers:
+        return model
+    return replace(model, name=f"{model.name}/{layers}-layers", num_layers=layers)
+
+
+def stage_shards(model: ModelSpec, tp: int = 1, pp: int = 1) -> list[tuple[ModelSpec, float]]:
+    """Each pipeline stage's shard on one of its GPUs and the weight bytes that GPU holds: its
+    layers, the embedding on the first stage and the LM head on the last (a copy of the
+    embedding when the two are tied)."""
     check_pp(model, pp)
     if pp == 1:
-        return model
-    return replace(model, name=f"{model.name}/pp{pp}", num_layers=-(-model.num_layers // pp))
+        shard = shard_of(model, tp)
+        return [(shard, shard.weights_bytes)]
+    stages = []
+    layers = pp_layers(model.num_layers, pp)
+    for k, n in enumerate(layers):
+        shard = shard_of(stage_of(model, n), tp)
+        per_param = shard.weight_bytes_per_param
+        matrix = shard.vocab_size * shard.hidden_size * per_param  # embedding or LM head
+        body = shard.weights_bytes - (shard.embedding_params + shard.lm_head_params) * per_param
+        held = body + (matrix if k == 0 else 0.0) + (matrix if k == len(layers) - 1 else 0.0)
+        stages.append((shard, held))
+    return stages
 
 
 def stage_weights_bytes(model: ModelSpec, tp: int = 1, pp: int = 1) -> float:
-    """Weight bytes on one GPU of a model split over ``tp`` x ``pp`` GPUs: the heaviest stage's
-    shard (ceil(layers / pp) layers and the LM head, or the embedding: the same size unless
-    they are tied, and then the last stage keeps a copy)."""
-    shard = shard_of(stage_of(model, pp), tp)
-    held = shard.weights_bytes
-    if pp > 1 and not model.tie_word_embeddings:
-        held -= shard.embedding_params * shard.weight_bytes_per_param
-    return held
+    """Weight bytes on one GPU of a model split over ``tp`` x ``pp`` GPUs: the heaviest
+    stage's (:func:`stage_shards`)."""
+    return max(held for _, held in stage_shards(model, tp, pp))
+
+
+def stage_kv_blocks(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    gpu_memory_utilization: float,
+    reserve_bytes: float,
+    tp: int,
+    pp: int,
+    block_size: int,
+) -> int:
+    """KV blocks a model over ``tp`` x ``pp`` GPUs gets: each GPU's memory left after its
+    stage's weights and the reserve, over its stage's KV bytes per block; the fewest of them,
+    as vLLM gives every worker the smallest worker's block count."""
+    blocks = []
+    for shard, held in stage_shards(model, tp, pp):
+        budget = gpu.memory_bytes * gpu_memory_utilization - held - reserve_bytes
+        blocks.append(int(budget // (block_size * shard.kv_bytes_per_token)) if budget > 0 else 0)
+    return min(blocks)
 
 
 def pp_send_seconds(model: ModelSpec, tokens: int, link: Interconnect) -> float:

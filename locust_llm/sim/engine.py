@@ -32,12 +32,13 @@ One step, the way vLLM's scheduler does it:
    step's end; it finishes when it has emitted its target.
 
 Pipeline parallelism (``pp`` > 1): the layers are split into ``pp`` stages (each on ``tp``
-GPUs, :func:`~locust_llm.roofline.floors.stage_of`). A step is then either the driver handing
-a scheduled batch to the first stage (its host time; the batch then takes each stage in turn,
-its hidden states sent from stage to stage over ``pp_interconnect``) or, when ``pp`` batches
-are on their way or nothing more can be scheduled, the wait for the oldest batch, whose tokens
-are emitted when its last stage is done: vLLM V1's batch queue. A sequence with a token on its
-way is not scheduled again until it comes back, so requests scheduled together stay together.
+GPUs; :func:`~locust_llm.roofline.floors.pp_layers` splits them as vLLM does). A step is then
+either the driver handing a scheduled batch to the first stage (its host time; the batch then
+takes each stage in turn, its hidden states sent from stage to stage over ``pp_interconnect``)
+or, when ``pp`` batches are on their way or nothing more can be scheduled, the wait for the
+oldest batch, whose tokens are emitted when its last stage is done: vLLM V1's batch queue. A
+sequence with a token on its way is not scheduled again until it comes back, so requests
+scheduled together stay together.
 
 Prefix caching (``enable_prefix_caching``, vLLM's default): a request added with its block
 hashes (:func:`locust_llm.sim.prefix_cache.block_hashes` over its prompt and the output it will
@@ -74,10 +75,12 @@ from locust_llm.roofline.floors import (
     fit_advice,
     get_interconnect,
     get_model,
-    kv_budget_per_gpu_bytes,
+    pp_layers,
     pp_send_seconds,
     shard_of,
+    stage_kv_blocks,
     stage_of,
+    stage_shards,
     stage_weights_bytes,
     step_cost,
 )
@@ -173,6 +176,8 @@ class Microbatch:
     #: (request, tokens computed, whether they complete its known tokens, its preemptions at
     #: launch: a request preempted or ended since gets nothing from this step)
     entries: list[tuple[SimRequest, int, bool, int]]
+    #: the last stage's physics (compute, memory, all-reduce seconds): the release line's
+    physics: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 #: Why a step left requests waiting: the KV pool had no blocks for the next one, the batch was
@@ -220,9 +225,9 @@ def kv_blocks_for(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
     """KV blocks per GPU the configuration gets (the override, or the memory left after the
     weight shard and the reserve); InputError when the weights or the override do not fit."""
     tp, pp = config.tp, config.pp
-    shard = shard_of(stage_of(model, pp), tp)  # one GPU's layers: KV bytes per token
-    held = stage_weights_bytes(model, tp, pp)
-    block_bytes = config.block_size * shard.kv_bytes_per_token
+    stages = stage_shards(model, tp, pp)  # each pipeline stage's shard on one GPU, its weights
+    held = max(w for _, w in stages)
+    block_bytes = config.block_size * max(shard.kv_bytes_per_token for shard, _ in stages)
     util = config.gpu_memory_utilization
     if config.num_gpu_blocks_override is not None:
         blocks = config.num_gpu_blocks_override
@@ -237,15 +242,15 @@ def kv_blocks_for(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
                 + (f"at most {most} blocks fit" if most >= 1 else "no block fits")
             )
         return blocks
-    budget = kv_budget_per_gpu_bytes(
+    blocks = stage_kv_blocks(
         model,
         gpu,
         gpu_memory_utilization=util,
         reserve_bytes=config.memory_reserve_bytes,
         tp=tp,
         pp=pp,
+        block_size=config.block_size,
     )
-    blocks = int(budget // block_bytes) if budget > 0 else 0
     holds = blocks * config.block_size
     if holds >= config.max_model_len:
         return blocks
@@ -295,8 +300,10 @@ class Engine:
         self.pp = self.config.pp
         self.link = get_interconnect(self.config.interconnect)
         self.stage_link = get_interconnect(self.config.stage_link)
-        self.stage_model = stage_of(self.model, self.pp)  # the slowest pipeline stage's layers
-        self.shard = shard_of(self.stage_model, self.tp)  # one GPU's part of the model
+        #: each pipeline stage's layer count, as vLLM splits them (one stage: all of them)
+        self.stage_layers = pp_layers(self.model.num_layers, self.pp)
+        # one GPU's part of the model: the stage with the most layers (its KV per token)
+        self.shard = shard_of(stage_of(self.model, max(self.stage_layers)), self.tp)
         self.total_blocks = kv_blocks_for(self.config, self.model, self.gpu)
         self.free_blocks = self.total_blocks  # includes evictable cached blocks
         self.block_bytes = self.config.block_size * self.shard.kv_bytes_per_token  # per GPU
@@ -417,6 +424,8 @@ class Engine:
         self._free(req)
         req.outcome = "aborted"
         req.finished_s = self.clock_s
+        if not self.has_work:  # what is left in the pipeline belongs to nobody (its stages'
+            self._in_flight.clear()  # time stays booked in _stage_free)
 
     @property
     def has_work(self) -> bool:
@@ -495,51 +504,93 @@ class Engine:
         its batch queue of ``pp`` batches: while fewer than ``pp`` batches are on their way
         and something can be scheduled, schedule it and launch it (the step lasts the driver's
         host time); otherwise block on the oldest batch until its last stage is done and emit
-        its tokens (requests that arrive meanwhile wait for that, as in vLLM)."""
-        while len(self._in_flight) < self.pp:
-            scheduled = self._schedule(result, locked=False)
-            if not scheduled:
-                break
-            self._launch(scheduled, result)
-            if result.duration_s > 0:
-                return result
-        if self._in_flight:
+        its tokens (requests that arrive meanwhile wait for that, as in vLLM). A batch that
+        came back earlier and has nothing to emit (a prompt's middle chunk, requests ended or
+        preempted since) takes no step of its own: the driver goes on at once."""
+        while True:
+            while len(self._in_flight) < self.pp:
+                scheduled = self._schedule(result, locked=False)
+                if not scheduled:
+                    break
+                self._launch(scheduled, result)
+                if self.clock_s > result.start_s:
+                    return self._pipeline_result(result)
+            if not self._in_flight:
+                return self._pipeline_result(result)
             self._release(result)
+            if self.clock_s > result.start_s or result.emitted:
+                return self._pipeline_result(result)
+
+    def _pipeline_result(self, result: StepResult) -> StepResult:
+        """A pipeline step's duration and the batch's state after it."""
+        result.duration_s = self.clock_s - result.start_s
+        result.running, result.waiting = len(self.running), len(self.waiting)
         return result
 
     def _launch(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> None:
         """Send a batch into the pipeline: the driver's host time on the clock, then each
-        stage in turn as it is free, with the hidden states handed from stage to stage."""
+        stage in turn as it is free (its own layers; the last one's LM head), with the hidden
+        states handed from stage to stage. The launch's line carries the host time; the
+        batch's physics (its last stage's) go to the line of its release."""
         cfg = self.config
         host = self._host_time(scheduled, handed_off=True)
-        last = middle = send = 0.0
-        if not cfg.zero_cost:
-            last = self._physics(scheduled, result)
-            middle = self._stage_without_head(scheduled, result)
-            tokens = sum(n for _, n in scheduled)
-            send = pp_send_seconds(self.model, tokens, self.stage_link)
-        ready = self.clock_s + host
-        end = first_stage_end = max(self._stage_free[0], ready) + middle
-        self._stage_free[0] = end
-        for k in range(1, self.pp):
-            end = max(self._stage_free[k], end + send) + (last if k == self.pp - 1 else middle)
+        costs: dict[tuple[int, bool], tuple[float, StepResult]] = {}
+        for k, layers in enumerate(self.stage_layers):
+            key = (layers, k == self.pp - 1)
+            if key not in costs:
+                work = StepResult(start_s=self.clock_s, duration_s=0.0)
+                costs[key] = (self._stage_time(scheduled, work, *key), work)
+        tokens = sum(n for _, n in scheduled)
+        send = 0.0 if cfg.zero_cost else pp_send_seconds(self.model, tokens, self.stage_link)
+        end = self.clock_s + host
+        first_stage = costs[(self.stage_layers[0], self.pp == 1)]
+        for k, layers in enumerate(self.stage_layers):
+            took = costs[(layers, k == self.pp - 1)][0]
+            end = max(self._stage_free[k], end + (send if k else 0.0)) + took
             self._stage_free[k] = end
-        result.overhead_s = host
-        result.duration_s = host
+            if k == 0:
+                first_end = end
+        last = costs[(self.stage_layers[-1], True)][1]
+        result.overhead_s += host
         self.clock_s += host
-        self._book(scheduled, result, busy_s=middle, busy_end_s=first_stage_end)
+        busy = host if cfg.zero_cost else first_stage[0]
+        self._book(scheduled, result, first_stage[1], busy_s=busy, busy_end_s=first_end)
         entries = []
         for req, n in scheduled:
             self._advance(req, n)
             entries.append((req, n, req.computed >= req.known, req.preemptions))
-        self._in_flight.append(Microbatch(release_s=end, entries=entries))
+        physics = (last.compute_s, last.memory_s, last.allreduce_s)
+        self._in_flight.append(Microbatch(release_s=end, entries=entries, physics=physics))
+
+    def _stage_time(
+        self, scheduled: list[tuple[SimRequest, int]], work: StepResult, layers: int, last: bool
+    ) -> float:
+        """One pipeline stage's time for the batch (its ``layers``; the LM head, its matmul
+        and the logits gather on the ``last`` stage only), its physics into ``work``."""
+        if self.config.zero_cost:
+            return 0.0
+        model = stage_of(self.model, layers)
+        self._physics(scheduled, work, model=model)
+        if last:
+            return max(work.compute_s, work.memory_s) + work.allreduce_s
+        cfg, shard = self.config, shard_of(model, self.tp)
+        head = shard.vocab_size * shard.hidden_size
+        work.flops -= 2.0 * head * len(scheduled)
+        work.bytes -= head * shard.weight_bytes_per_param
+        work.compute_s = work.flops / (
+            self.gpu.peak_flops(self.model.weight_bits) * cfg.compute_efficiency
+        )
+        work.memory_s = work.bytes / (self.gpu.memory_bandwidth_bytes_s * cfg.bandwidth_efficiency)
+        tokens = sum(n for _, n in scheduled)
+        work.allreduce_s = allreduce_seconds(model, tokens, self.tp, self.link)
+        return max(work.compute_s, work.memory_s) + work.allreduce_s
 
     def _release(self, result: StepResult) -> None:
         """Wait for the oldest batch in the pipeline and emit its tokens at its release."""
         batch = self._in_flight.popleft()
         end = max(self.clock_s, batch.release_s)
-        result.duration_s = end - self.clock_s
         self.clock_s = end
+        result.compute_s, result.memory_s, result.allreduce_s = batch.physics
         finished = False
         for req, _, completes, preemptions in batch.entries:
             if completes and not req.done and req.preemptions == preemptions:
@@ -670,11 +721,12 @@ class Engine:
         result.overhead_s = overhead
         duration = overhead
         if not self.config.zero_cost:
-            duration += self._physics(scheduled, result)
+            self._physics(scheduled, result, model=self.model)
+            duration = overhead + max(result.compute_s, result.memory_s) + result.allreduce_s
         result.duration_s = duration
         self.clock_s += duration
         end = self.clock_s
-        self._book(scheduled, result, busy_s=duration, busy_end_s=end)
+        self._book(scheduled, result, result, busy_s=duration, busy_end_s=end)
         finished = False
         for req, n in scheduled:
             self._advance(req, n)
@@ -697,14 +749,16 @@ class Engine:
             overhead += cfg.step_overhead_prefill_s
         return overhead
 
-    def _physics(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> float:
-        """The GPU's time for the step (one pipeline stage's, with ``pp`` > 1): the roofline's
-        max(compute, memory) plus the tensor-parallel communication; fills the result's
-        physics fields."""
+    def _physics(
+        self, scheduled: list[tuple[SimRequest, int]], result: StepResult, *, model: ModelSpec
+    ) -> None:
+        """The GPU's work for the step on ``model`` (the whole model, or a pipeline stage's
+        layers): the roofline's compute and memory times and the tensor-parallel communication,
+        into the result's physics fields."""
         cfg = self.config
         decode = [req.computed for req, n in scheduled if n == 1]
         chunks = [(n, req.computed) for req, n in scheduled if n > 1]
-        cost = step_cost(self.stage_model, decode, chunks, tp=self.tp, link=self.link)
+        cost = step_cost(model, decode, chunks, tp=self.tp, link=self.link)
         result.flops, result.bytes = cost.flops, cost.bytes
         result.compute_s, result.memory_s = cost.times(
             self.gpu,
@@ -713,42 +767,25 @@ class Engine:
             bw_eff=cfg.bandwidth_efficiency,
         )
         result.allreduce_s = cost.comm_s
-        return max(result.compute_s, result.memory_s) + cost.comm_s
-
-    def _stage_without_head(
-        self, scheduled: list[tuple[SimRequest, int]], result: StepResult
-    ) -> float:
-        """A pipeline stage before the last (``pp`` > 1): the last stage's work
-        (:meth:`_physics`, in ``result``) less the LM head it alone holds (its weights, its
-        matmul for the sampled positions and the logits gather)."""
-        cfg, shard = self.config, self.shard
-        head = shard.vocab_size * shard.hidden_size
-        sampled = len(scheduled)
-        flops = result.flops - 2.0 * head * sampled
-        moved = result.bytes - head * shard.weight_bytes_per_param
-        compute = flops / (self.gpu.peak_flops(self.model.weight_bits) * cfg.compute_efficiency)
-        memory = moved / (self.gpu.memory_bandwidth_bytes_s * cfg.bandwidth_efficiency)
-        tokens = sum(n for _, n in scheduled)
-        return max(compute, memory) + allreduce_seconds(
-            self.stage_model, tokens, self.tp, self.link
-        )
 
     def _book(
         self,
         scheduled: list[tuple[SimRequest, int]],
         result: StepResult,
+        work: StepResult,
         *,
         busy_s: float,
         busy_end_s: float,
     ) -> None:
-        """Count the step in the engine's totals (one GPU's busy time, bytes and FLOPs)."""
+        """Count the step in the engine's totals (one GPU's busy time and the bytes and FLOPs
+        of its ``work``) and its tokens in ``result``."""
         stats = self.stats
         stats.steps_total += 1
         stats.busy_s_total += busy_s
-        stats.bytes_total += result.bytes
+        stats.bytes_total += work.bytes
         stats.last_step_end_s, stats.last_step_duration_s = busy_end_s, busy_s
-        stats.last_step_bytes = result.bytes
-        stats.flops_total += result.flops
+        stats.last_step_bytes = work.bytes
+        stats.flops_total += work.flops
         stats.step_tokens_total += sum(n for _, n in scheduled)
         for _, n in scheduled:
             if n == 1:
