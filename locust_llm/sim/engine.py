@@ -543,7 +543,7 @@ class Engine:
         tokens = sum(n for _, n in scheduled)
         send = 0.0 if cfg.zero_cost else pp_send_seconds(self.model, tokens, self.stage_link)
         end = self.clock_s + host
-        first_stage = costs[(self.stage_layers[0], self.pp == 1)]
+        first_stage = costs[(self.stage_layers[0], False)]  # pp > 1: not the last
         for k, layers in enumerate(self.stage_layers):
             took = costs[(layers, k == self.pp - 1)][0]
             end = max(self._stage_free[k], end + (send if k else 0.0)) + took
