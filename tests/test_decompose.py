@@ -44,19 +44,26 @@ def _row(**kw: float) -> dict:
     return base
 
 
-def test_server_histograms_win_and_are_differenced_per_stage() -> None:
+def _split_of_stage_two(prefill_total_s: float) -> dict:
+    """Two stages whose server phase histograms give stage 1 (client TTFT 0.6 s, 10
+    requests) a 0.4 s mean queue and ``prefill_total_s`` - 0.5 s of prefill; its row after
+    :func:`decompose`."""
     rows = [
         _row(),
         _row(stage=1, concurrency=8.0, start_wall_s=10.0, end_wall_s=20.0, ttft_avg_s=0.6),
     ]
     series = counter_series({
         "phase_queue_s": [(9.0, "s", 0.0), (19.0, "s", 4.0)],
-        "phase_prefill_s": [(9.0, "s", 0.5), (19.0, "s", 1.5)],
+        "phase_prefill_s": [(9.0, "s", 0.5), (19.0, "s", prefill_total_s)],
         "phase_decode_s": [(9.0, "s", 9.0), (19.0, "s", 19.0)],
         "phase_requests": [(9.0, "s", 10.0), (19.0, "s", 20.0)],
     })  # fmt: skip
     decompose(rows, series)
-    top = rows[1]
+    return rows[1]
+
+
+def test_server_histograms_win_and_are_differenced_per_stage() -> None:
+    top = _split_of_stage_two(1.5)
     assert top["ttft_split_source"] == "server"
     # the server's means (0.4 s queue, 0.1 s prefill) as it stamped them; the other 0.1 s of
     # the client's 0.6 s TTFT is outside the engine
@@ -65,6 +72,19 @@ def test_server_histograms_win_and_are_differenced_per_stage() -> None:
     assert split_line(top).startswith(
         "TTFT = 400 ms queue + 100 ms prefill + 100 ms outside the engine (source: server)"
     )
+
+
+def test_a_server_sum_past_the_client_ttft_is_said_not_shown_as_a_negative_time() -> None:
+    """The server's means cover the requests it finished in the window, the client's TTFT the
+    requests the stage sent; each request's client TTFT holds its server phases, so a server
+    sum above the client's mean is the two sets differing, not a negative time outside the
+    engine (a pipelined virtual run read -16 ms)."""
+    top = _split_of_stage_two(3.0)
+    assert math.isnan(top["outside_avg_s"])
+    assert top["split_excess_s"] == pytest.approx(0.05)
+    line = split_line(top)
+    assert line.startswith("TTFT = 400 ms queue + 250 ms prefill (source: server); ")
+    assert "pass the stage's mean TTFT by 50 ms" in line and "-" not in line
 
 
 def test_model_split_calibrates_on_the_lowest_load_and_puts_the_rest_in_the_queue() -> None:

@@ -409,10 +409,16 @@ def _decompose_row(
             # users, 2-30 ms alone). Spreading it over queue and prefill in their ratio put
             # the queue 18% of TTFT above the engine's (tests/test_vllm_regimes.py)
             outside = ttft - queue - prefill
+        # the server's means come from the requests it finished in the window, the client's
+        # TTFT from the requests the stage sent: where the two sets differ the server's sum can
+        # pass the client's mean, which no time outside the engine can be (each request's
+        # client TTFT holds its server phases); say by how much instead of a negative time
+        excess = -outside if outside < 0 else NAN
         row.update(
             queue_avg_s=queue,
             prefill_avg_s=prefill,
-            outside_avg_s=outside,
+            outside_avg_s=NAN if outside < 0 else outside,
+            split_excess_s=excess,
             ttft_split_source="server",
             phase_requests=phases.requests,
         )
@@ -474,4 +480,11 @@ def split_line(row: Mapping[str, Any]) -> str:
     outside = _f(row, "outside_avg_s")
     if not math.isnan(outside):
         text += f" + {outside * 1e3:.0f} ms outside the engine"
-    return text + f" (source: {source})"
+    text += f" (source: {source})"
+    excess = _f(row, "split_excess_s")
+    if excess > 0:
+        text += (
+            f"; the server's queue + prefill pass the stage's mean TTFT by {excess * 1e3:.0f} "
+            "ms: the requests it finished in the window are not the ones the stage sent"
+        )
+    return text
