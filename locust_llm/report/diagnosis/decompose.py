@@ -18,7 +18,9 @@ Pure (numpy in, dicts out). Two sources, best first:
    and prefill are the server's own means; the rest of the client's mean TTFT is
    ``outside_avg_s``, time the engine did not stamp (its front end's HTTP, chat template and
    tokenizing, transit, the client's read; judged against a real vLLM's histograms in
-   tests/test_vllm_regimes.py). A server with a queue histogram but no prefill one (TGI) gives
+   tests/test_vllm_regimes.py); where queue + prefill pass the client's mean (the requests
+   the server finished are not the ones the stage sent) that is NaN and ``split_excess_s``
+   says by how much. A server with a queue histogram but no prefill one (TGI) gives
    prefill = client TTFT - server queue (nothing outside).
 2. ``model``: prefill predicted by the roofline for one prompt of the stage's mean length in a
    step shared with the stage's observed decode batch (``step_cost(decode_contexts=[context] *
@@ -63,6 +65,7 @@ COLUMNS: tuple[str, ...] = (
     "queue_avg_s",
     "prefill_avg_s",
     "outside_avg_s",
+    "split_excess_s",
     "decode_avg_s",
     "ttft_split_source",
     "phase_requests",
