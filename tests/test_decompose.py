@@ -85,6 +85,24 @@ def test_a_server_sum_past_the_client_ttft_is_said_not_shown_as_a_negative_time(
     line = split_line(top)
     assert line.startswith("TTFT = 400 ms queue + 250 ms prefill (source: server); ")
     assert "pass the stage's mean TTFT by 50 ms" in line and "-" not in line
+    # less than half a millisecond past it is 0 ms outside, not "by 0 ms"
+    close = _split_of_stage_two(2.503)  # 0.4 s queue + 0.2003 s prefill: 0.3 ms past 0.6 s
+    assert close["outside_avg_s"] == 0.0 and math.isnan(close["split_excess_s"])
+
+
+def test_a_queue_histogram_past_the_client_ttft_is_said_too() -> None:
+    """A server with a queue histogram only (TGI): prefill is what the queue leaves of TTFT;
+    a queue mean past the client's TTFT leaves none and is said, not taken as prefill."""
+    rows = [_row(ttft_avg_s=0.6)]
+    series = counter_series({
+        "phase_queue_s": [(-1.0, "s", 0.0), (9.0, "s", 8.0)],
+        "phase_requests": [(-1.0, "s", 0.0), (9.0, "s", 10.0)],
+    })  # fmt: skip
+    decompose(rows, series)
+    (row,) = rows
+    assert row["prefill_avg_s"] == 0.0 and math.isnan(row["outside_avg_s"])
+    assert row["split_excess_s"] == pytest.approx(0.2)
+    assert "pass the stage's mean TTFT by 200 ms" in split_line(row)
 
 
 def test_model_split_calibrates_on_the_lowest_load_and_puts_the_rest_in_the_queue() -> None:

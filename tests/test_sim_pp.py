@@ -121,8 +121,8 @@ def test_every_request_gets_every_token_once_through_preemptions_and_aborts() ->
 
 
 def test_a_stage_holds_its_layers_weights_and_kv() -> None:
-    """Memory as vLLM lays a pipeline out: each GPU holds its stage's layers (the heaviest
-    stage: ceil(layers / pp) of them and the LM head) and their KV, so two stages hold about
+    """Memory as vLLM lays a pipeline out: each GPU holds its stage's layers (the first stage
+    the embedding, the last the LM head) and their KV, so two stages hold about
     what two tensor-parallel ranks do (those split every layer, the LM head and the embedding
     too): the weights on a GPU and the KV pool within 3% of tensor parallelism's on the same
     two GPUs."""
@@ -206,3 +206,4 @@ def test_every_step_makes_progress_under_random_arrivals_and_aborts(
     assert all(emitted[r.id] == r.generated for r in reqs)
     assert all(r.generated == r.output_tokens for r in reqs if r.outcome == "ok")
     assert eng.free_blocks == eng.total_blocks and not eng.has_work
+    assert eng.batches_in_flight == 0

@@ -520,12 +520,23 @@ class Engine:
             self._release(result)
             if self.clock_s > result.start_s or result.emitted:
                 return self._pipeline_result(result)
+            # passed over: its physics are not this step's (a launch may follow in it)
+            result.compute_s = result.memory_s = result.allreduce_s = 0.0
 
     def _pipeline_result(self, result: StepResult) -> StepResult:
-        """A pipeline step's duration and the batch's state after it."""
+        """A pipeline step's duration and the batch's state after it; an engine left with no
+        request drops what is still in the pipeline (it belongs to nobody: ended, failed or
+        aborted; its stages' time stays booked)."""
         result.duration_s = self.clock_s - result.start_s
         result.running, result.waiting = len(self.running), len(self.waiting)
+        if not self.has_work:
+            self._in_flight.clear()
         return result
+
+    @property
+    def batches_in_flight(self) -> int:
+        """Batches on their way through the pipeline (0 without pipeline parallelism)."""
+        return len(self._in_flight)
 
     def _launch(self, scheduled: list[tuple[SimRequest, int]], result: StepResult) -> None:
         """Send a batch into the pipeline: the driver's host time on the clock, then each

@@ -18,10 +18,11 @@ Pure (numpy in, dicts out). Two sources, best first:
    and prefill are the server's own means; the rest of the client's mean TTFT is
    ``outside_avg_s``, time the engine did not stamp (its front end's HTTP, chat template and
    tokenizing, transit, the client's read; judged against a real vLLM's histograms in
-   tests/test_vllm_regimes.py); where queue + prefill pass the client's mean (the requests
-   the server finished are not the ones the stage sent) that is NaN and ``split_excess_s``
-   says by how much. A server with a queue histogram but no prefill one (TGI) gives
-   prefill = client TTFT - server queue (nothing outside).
+   tests/test_vllm_regimes.py); where queue + prefill pass the client's mean (the sums are
+   shared among the stages' requests, so a stage can carry time of requests batched with
+   another stage's) that is NaN and ``split_excess_s`` says by how much. A server with a
+   queue histogram but no prefill one (TGI) gives prefill = client TTFT - server queue
+   (nothing outside; ``split_excess_s`` where its queue passes TTFT).
 2. ``model``: prefill predicted by the roofline for one prompt of the stage's mean length in a
    step shared with the stage's observed decode batch (``step_cost(decode_contexts=[context] *
    (batch - 1), prefill_chunks=[(input, 0)])``), divided by an efficiency calibrated on the
@@ -402,25 +403,29 @@ def _decompose_row(
         phases = server_phases(series, lo, hi)
     if phases is not None:
         queue, prefill = phases.queue_s, phases.prefill_s
-        outside = NAN
         if math.isnan(prefill):  # a queue histogram only (TGI): prefill is the rest of TTFT
             prefill = max(0.0, ttft - queue)
+            left = ttft - queue  # nothing is outside; what the queue leaves of TTFT
         else:
             # the server's own means, as it stamped them; what the client waited beyond them
             # (the front end's HTTP, template and tokenizing, transit, the client's read) is
             # outside the engine (a real vLLM on a busy 2-core host: 245 ms of 1.18 s at 8
             # users, 2-30 ms alone). Spreading it over queue and prefill in their ratio put
             # the queue 18% of TTFT above the engine's (tests/test_vllm_regimes.py)
-            outside = ttft - queue - prefill
-        # the server's means come from the requests it finished in the window, the client's
-        # TTFT from the requests the stage sent: where the two sets differ the server's sum can
-        # pass the client's mean, which no time outside the engine can be (each request's
-        # client TTFT holds its server phases); say by how much instead of a negative time
-        excess = -outside if outside < 0 else NAN
+            left = ttft - queue - prefill
+        # each request's client TTFT holds its server phases, so no time outside the engine
+        # is negative; the server's means can still pass the client's mean TTFT: its sums grow
+        # as requests finish and are shared among the stages' requests (by prompt tokens in a
+        # scrape interval, or all of a stage window's), so a stage can carry time of requests
+        # batched with another stage's. Say by how much instead of showing a negative time
+        # (less than half a millisecond is 0 ms outside)
+        past = left <= -_TH.split_excess_floor_s
+        excess = -left if past else NAN
+        outside = NAN if math.isnan(phases.prefill_s) or past else max(left, 0.0)
         row.update(
             queue_avg_s=queue,
             prefill_avg_s=prefill,
-            outside_avg_s=NAN if outside < 0 else outside,
+            outside_avg_s=outside,
             split_excess_s=excess,
             ttft_split_source="server",
             phase_requests=phases.requests,
@@ -433,14 +438,14 @@ def _decompose_row(
         prefill = min(clock, ttft)
         row.update(
             queue_avg_s=ttft - prefill, prefill_avg_s=prefill, outside_avg_s=NAN,
-            ttft_split_source="server prefill clock", phase_requests=NAN,
+            split_excess_s=NAN, ttft_split_source="server prefill clock", phase_requests=NAN,
         )  # fmt: skip
         return
     prefill = prefill_model.prefill_s(row)
     if math.isnan(prefill) or math.isnan(ttft):
         row.update(
-            queue_avg_s=NAN, prefill_avg_s=NAN, outside_avg_s=NAN, ttft_split_source="",
-            phase_requests=NAN,
+            queue_avg_s=NAN, prefill_avg_s=NAN, outside_avg_s=NAN, split_excess_s=NAN,
+            ttft_split_source="", phase_requests=NAN,
         )  # fmt: skip
         return
     wait = step_wait_s(row, prefill_model.open_loop)
@@ -456,6 +461,7 @@ def _decompose_row(
         queue_avg_s=queue,
         prefill_avg_s=ttft - queue - (outside if outside > 0 else 0.0),
         outside_avg_s=outside,  # else NaN: the model's prefill is the rest of TTFT
+        split_excess_s=NAN,
         ttft_split_source="model",
         phase_requests=NAN,
     )
@@ -487,7 +493,8 @@ def split_line(row: Mapping[str, Any]) -> str:
     excess = _f(row, "split_excess_s")
     if excess > 0:
         text += (
-            f"; the server's queue + prefill pass the stage's mean TTFT by {excess * 1e3:.0f} "
-            "ms: the requests it finished in the window are not the ones the stage sent"
+            f"; the server's means pass the stage's mean TTFT by {excess * 1e3:.0f} ms: its "
+            "sums grow as requests finish and are shared among the stages' requests, so this "
+            "stage carries time of requests batched with another stage's"
         )
     return text

@@ -144,6 +144,9 @@ class Thresholds:
     stall_explained: float = 0.5
     min_telemetry_samples: int = 3  # fewer server samples in a stage: its signals are not used
     min_attributed_share: float = 0.5  # server phases attributed to this share of completions
+    # the server's queue + prefill past the client's mean TTFT by less than this (seconds):
+    # 0 ms outside the engine (what the split prints rounds to it), not an excess to explain
+    split_excess_floor_s: float = 0.0005
     observed_kv_min: float = 0.05  # peak KV usage from which running / usage is the capacity
 
     # -- knee and cap -----------------------------------------------------------------------
