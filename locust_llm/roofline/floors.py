@@ -1098,13 +1098,12 @@ def kv_budget_per_gpu_bytes(
     gpu_memory_utilization: float,
     reserve_bytes: float = 0.0,
     tp: int = 1,
-    pp: int = 1,
 ) -> float:
-    """Bytes one GPU has left for KV blocks: its memory share minus its weight shard (of its
-    pipeline stage, :func:`stage_weights_bytes`) and the reserve (CUDA context, activations).
-    Negative when the weights do not fit."""
-    held = stage_weights_bytes(model, tp, pp)
-    return gpu.memory_bytes * gpu_memory_utilization - held - reserve_bytes
+    """Bytes one GPU has left for KV blocks: its memory share minus its weight shard and the
+    reserve (CUDA context, activations). Negative when the weights do not fit (a pipeline's
+    GPUs: :func:`stage_kv_blocks`)."""
+    shard = shard_of(model, tp) if tp > 1 else model
+    return gpu.memory_bytes * gpu_memory_utilization - shard.weights_bytes - reserve_bytes
 
 
 #: Tensor-parallel degrees and weight precisions the fit advice tries, in order.

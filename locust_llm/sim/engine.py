@@ -71,6 +71,7 @@ from locust_llm.errors import InputError
 from locust_llm.roofline.floors import (
     GpuSpec,
     ModelSpec,
+    StepCost,
     allreduce_seconds,
     fit_advice,
     get_interconnect,
@@ -304,6 +305,8 @@ class Engine:
         self.stage_layers = pp_layers(self.model.num_layers, self.pp)
         # one GPU's part of the model: the stage with the most layers (its KV per token)
         self.shard = shard_of(stage_of(self.model, max(self.stage_layers)), self.tp)
+        #: weight bytes on each GPU: the heaviest pipeline stage's shard
+        self.weights_bytes_per_gpu = stage_weights_bytes(self.model, self.tp, self.pp)
         self.total_blocks = kv_blocks_for(self.config, self.model, self.gpu)
         self.free_blocks = self.total_blocks  # includes evictable cached blocks
         self.block_bytes = self.config.block_size * self.shard.kv_bytes_per_token  # per GPU
@@ -327,10 +330,6 @@ class Engine:
     def gpu_count(self) -> int:
         """GPUs the engine runs on: ``tp`` x ``pp``."""
         return self.tp * self.pp
-
-    @property
-    def weights_bytes_per_gpu(self) -> float:
-        return stage_weights_bytes(self.model, self.tp, self.pp)
 
     @property
     def memory_used_bytes_per_gpu(self) -> float:
@@ -424,8 +423,7 @@ class Engine:
         self._free(req)
         req.outcome = "aborted"
         req.finished_s = self.clock_s
-        if not self.has_work:  # what is left in the pipeline belongs to nobody (its stages'
-            self._in_flight.clear()  # time stays booked in _stage_free)
+        self._drop_orphaned_batches()
 
     @property
     def has_work(self) -> bool:
@@ -524,14 +522,17 @@ class Engine:
             result.compute_s = result.memory_s = result.allreduce_s = 0.0
 
     def _pipeline_result(self, result: StepResult) -> StepResult:
-        """A pipeline step's duration and the batch's state after it; an engine left with no
-        request drops what is still in the pipeline (it belongs to nobody: ended, failed or
-        aborted; its stages' time stays booked)."""
+        """A pipeline step's duration and the batch's state after it."""
         result.duration_s = self.clock_s - result.start_s
         result.running, result.waiting = len(self.running), len(self.waiting)
+        self._drop_orphaned_batches()
+        return result
+
+    def _drop_orphaned_batches(self) -> None:
+        """An engine left with no request drops what is still in the pipeline: it belongs to
+        nobody (ended, failed or aborted); its stages' time stays booked in ``_stage_free``."""
         if not self.has_work:
             self._in_flight.clear()
-        return result
 
     @property
     def batches_in_flight(self) -> int:
@@ -580,20 +581,7 @@ class Engine:
         and the logits gather on the ``last`` stage only), its physics into ``work``."""
         if self.config.zero_cost:
             return 0.0
-        model = stage_of(self.model, layers)
-        self._physics(scheduled, work, model=model)
-        if last:
-            return max(work.compute_s, work.memory_s) + work.allreduce_s
-        cfg, shard = self.config, shard_of(model, self.tp)
-        head = shard.vocab_size * shard.hidden_size
-        work.flops -= 2.0 * head * len(scheduled)
-        work.bytes -= head * shard.weight_bytes_per_param
-        work.compute_s = work.flops / (
-            self.gpu.peak_flops(self.model.weight_bits) * cfg.compute_efficiency
-        )
-        work.memory_s = work.bytes / (self.gpu.memory_bandwidth_bytes_s * cfg.bandwidth_efficiency)
-        tokens = sum(n for _, n in scheduled)
-        work.allreduce_s = allreduce_seconds(model, tokens, self.tp, self.link)
+        self._physics(scheduled, work, model=stage_of(self.model, layers), lm_head=last)
         return max(work.compute_s, work.memory_s) + work.allreduce_s
 
     def _release(self, result: StepResult) -> None:
@@ -761,15 +749,30 @@ class Engine:
         return overhead
 
     def _physics(
-        self, scheduled: list[tuple[SimRequest, int]], result: StepResult, *, model: ModelSpec
+        self,
+        scheduled: list[tuple[SimRequest, int]],
+        result: StepResult,
+        *,
+        model: ModelSpec,
+        lm_head: bool = True,
     ) -> None:
         """The GPU's work for the step on ``model`` (the whole model, or a pipeline stage's
-        layers): the roofline's compute and memory times and the tensor-parallel communication,
+        layers; without the LM head's weights, matmul and logits gather for a stage before the
+        last): the roofline's compute and memory times and the tensor-parallel communication,
         into the result's physics fields."""
         cfg = self.config
         decode = [req.computed for req, n in scheduled if n == 1]
         chunks = [(n, req.computed) for req, n in scheduled if n > 1]
         cost = step_cost(model, decode, chunks, tp=self.tp, link=self.link)
+        if not lm_head:
+            shard = shard_of(model, self.tp)
+            head = shard.vocab_size * shard.hidden_size
+            tokens = sum(n for _, n in scheduled)
+            cost = StepCost(
+                flops=cost.flops - 2.0 * head * len(scheduled),
+                bytes=cost.bytes - head * shard.weight_bytes_per_param,
+                comm_s=allreduce_seconds(model, tokens, self.tp, self.link),
+            )
         result.flops, result.bytes = cost.flops, cost.bytes
         result.compute_s, result.memory_s = cost.times(
             self.gpu,
