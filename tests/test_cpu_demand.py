@@ -27,13 +27,23 @@ needs_schedstat = pytest.mark.skipif(
 
 _CHILD = textwrap.dedent(
     """
-    import json, os, sys, time
+    import hashlib, json, os, sys, threading, time
     from locust_llm.client.cpu_demand import CpuDemandMeter
     os.sched_setaffinity(0, {int(sys.argv[1])})
-    busy = sys.argv[2] == "busy"
+    busy, mode = sys.argv[2] == "busy", sys.argv[2]
     meter = CpuDemandMeter()
     meter.sample()
     cpu0, t0 = time.process_time(), time.monotonic()
+
+    def burn():  # a native thread hashing (hashlib lets the GIL go), as a thread pool would
+        block = bytes(1 << 20)
+        while time.monotonic() - t0 < 1.5:
+            hashlib.sha256(block).digest()
+
+    if mode == "thread":
+        worker = threading.Thread(target=burn)
+        worker.start()
+        worker.join()  # the main thread waits, using nothing
     while time.monotonic() - t0 < 1.5:
         if not busy:
             time.sleep(0.05)
@@ -66,6 +76,14 @@ def test_two_burners_on_one_core_each_want_all_of_it() -> None:
         assert r["share"] < 0.8  # each got part of the core ...
         assert r["demand"] >= 0.95  # ... and wanted all of it
     assert ra["share"] + rb["share"] <= 1.1  # one core between them
+
+
+@needs_schedstat
+def test_a_native_thread_burning_a_core_is_the_processs_demand() -> None:
+    """The main thread waits on a thread that hashes for 1.5 s: the process got and wanted a
+    whole core though its main thread used none (its schedstat alone read ~0)."""
+    r = _result(_run(sorted(os.sched_getaffinity(0))[0], "thread"))
+    assert r["demand"] >= 0.9 and r["demand"] >= r["share"] - 0.05, r
 
 
 @needs_schedstat

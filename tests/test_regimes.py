@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from locust_llm.launch.sweep import LOCUSTFILE, simulator
+from locust_llm.report.diagnosis.thresholds import Thresholds
 
 pytestmark = pytest.mark.slow
 
@@ -286,12 +287,25 @@ REGIMES: dict[str, tuple[Regime, str, tuple[str, ...]]] = {
 }
 
 
+#: a worker's CPU at or above this share of a core is the client's limit (the verdict's own line)
+CLIENT_CPU = Thresholds().client_cpu
+
+
 @pytest.mark.parametrize("name", list(REGIMES))
 def test_regime_verdict(tmp_path: Path, name: str) -> None:
     regime, kind, fragments = REGIMES[name]
     for attempt in range(3):
         (tmp_path / f"attempt{attempt}").mkdir()
         summary = run_regime(tmp_path / f"attempt{attempt}", regime)
+        if kind == "client_bound" and summary["verdict"]["kind"] != "client_bound":
+            # the burning client wanted a core and a busy host gave it less: the report says so
+            # (a caveat; more workers would share the same cores) and keeps the server's
+            # verdict, which says nothing of this regime; run it again (at most twice)
+            stage = summary["stages"][0]
+            took = (stage["worker_cpu_demand_max"], stage["worker_cpu_max"])
+            assert took[0] >= CLIENT_CPU > took[1], summary["_report_md"]
+            assert "quieter host" in summary["_report_md"], summary["_report_md"]
+            continue
         if kind == "client_bound" or summary["verdict"]["kind"] != "client_bound":
             break
         # a busy host starved the load generator itself: that verdict rests on what was
