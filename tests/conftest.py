@@ -51,15 +51,17 @@ NOT_QUICK = frozenset(
 )  # fmt: skip
 
 
-#: The longest files, longest first (a full run's durations on this 2-core machine). The two
+#: The longest files, longest first (a full run's durations on this 2-core machine). The three
 #: test processes take whole files (``--dist loadfile``) in the order the items are collected
 #: (``--no-loadscope-reorder`` in pyproject.toml): these start first, every other file outside
 #: the quick tier follows, and the quick tier's many short files come last, so the processes end
-#: together instead of one running a long file alone at the end while the other idles. The two
-#: vLLM files are apart: each starts an engine (~30 s of both cores) before its measurement.
+#: together instead of one running a long file alone at the end while the others idle (the
+#: vLLM budget file, 170-190 s, ran last when it was not listed). The vLLM files are apart: each
+#: starts engines (~30 s of both cores each) before its measurements.
 LONGEST_FIRST = (
     "test_vllm_regimes.py", "test_regimes.py", "test_cluster_faults.py",
-    "test_vllm_conformance.py", "test_capacity_llamacpp.py", "test_capacity_run.py",
+    "test_vllm_conformance.py", "test_capacity_llamacpp.py", "test_vllm_budget.py",
+    "test_capacity_run.py",
     "test_webui_capacity.py",
     "test_cluster_scaling.py", "test_sim_virtual.py", "test_demo.py", "test_run_devices.py",
     "test_run_dir_exclusive.py", "test_run_states.py", "test_verdict_accuracy.py",

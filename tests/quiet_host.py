@@ -1,17 +1,17 @@
 """The host to one measurement: a reader-writer lock across pytest-xdist's worker processes.
 
-The suite runs two test processes, and tests that compare timings within one run bear the other
-process as load. A conformance measurement that compares our clock with another program's (a real
+The suite runs three test processes, and tests that compare timings within one run bear the
+others as load. A conformance measurement that compares our clock with another program's (a real
 engine's own histograms) cannot: when the other process takes the cores, the engine's front end
 falls behind its engine core and the client sees latency the engine never stamps (a fresh-clone CI
 run measured our TTFT 582 ms above vLLM's at 4 users while the other stages agreed within 8 ms).
 
 Every test holds the lock shared (:func:`shared`, around each test's run in conftest's
 ``pytest_runtest_protocol``, outside pytest-timeout's timer); a measurement
-takes it exclusively (:func:`exclusive`), which waits for the other process's test under way to end
-and holds its next one until the measurement is done. A second lock, the gate, keeps a stream of
-shared holders from starving the exclusive one. The lock files are named by the xdist run, so two
-pytest sessions on one machine do not wait on each other.
+takes it exclusively (:func:`exclusive`), which waits for the other processes' tests under way
+to end and holds their next ones until the measurement is done. A second lock, the gate, keeps a
+stream of shared holders from starving the exclusive one. The lock files are named by the xdist
+run, so two pytest sessions on one machine do not wait on each other.
 """
 
 from __future__ import annotations
