@@ -26,6 +26,7 @@ import json
 import math
 import sys
 import tempfile
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ if __package__ in (None, ""):
 from bench.peers import aiperf, evalscope, loops, ours, truth
 from bench.peers.common import Load, add_peers_option, cpu_between, use_peers
 from bench.peers.simproc import simulator
+from bench.peers.tokensource import token_source
 
 CLIENTS = {
     "ours": ours.run,
@@ -56,17 +58,27 @@ def engine_flags(interval_ms: float, output_tokens: int = OUTPUT_TOKENS) -> tupl
             "400000", "--max-num-batched-tokens", "65536")  # fmt: skip
 
 
-def measure(client: str, streams: int, work: Path, *, interval_ms: float,
-            rounds: int, output_tokens: int = OUTPUT_TOKENS) -> dict[str, object]:  # fmt: skip
+def serving(source: str, trace: Path, interval_ms: float, output_tokens: int,
+            log: Path) -> AbstractContextManager[str]:  # fmt: skip
+    """The server under the client: the simulator's zero-cost engine, or the lean token
+    source (``lean``: enough token events/s to saturate a client's core)."""
+    if source == "lean":
+        return token_source(trace, interval_ms=interval_ms, tokens=output_tokens, cpu=SIM_CPU,
+                            log=log)  # fmt: skip
+    return simulator(trace, *engine_flags(interval_ms, output_tokens), cpu=SIM_CPU, log=log)
+
+
+def measure(client: str, streams: int, work: Path, *, interval_ms: float, rounds: int,
+            output_tokens: int = OUTPUT_TOKENS, source: str = "sim"
+            ) -> dict[str, object]:  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
     trace_path = work / "trace.jsonl"
     load = Load(concurrency=streams, requests=streams * rounds)
-    with simulator(trace_path, *engine_flags(interval_ms, output_tokens), cpu=SIM_CPU,
-                   log=work / "sim.log") as url:  # fmt: skip
+    with serving(source, trace_path, interval_ms, output_tokens, work / "sim.log") as url:
         run = CLIENTS[client](url, load, work, cpu=CLIENT_CPU, timeout_s=240)
     trace = truth.read_ok_trace(trace_path)
     pairs = truth.match(run.records, trace).pairs
-    out: dict[str, object] = {"client": client, "streams": streams,
+    out: dict[str, object] = {"client": client, "streams": streams, "source": source,
                               "output_tokens": output_tokens,
                               "offered_events_s": streams / (interval_ms / 1e3),
                               "records": len(run.records), "matched": len(pairs),
@@ -74,7 +86,10 @@ def measure(client: str, streams: int, work: Path, *, interval_ms: float,
     if not pairs:
         return out
     t0 = min(line.arrival for _, line in pairs)
-    t1 = max(line.last_token for _, line in pairs)
+    # to the last token sent or read, whichever is later: a client that fell behind spends CPU
+    # on tokens it reads after the server sent its last one, and those tokens are counted
+    t1 = max(max(line.last_token for _, line in pairs),
+             max(r.start_wall_s + r.last_token_s for r, _ in pairs))  # fmt: skip
     tokens = sum(line.tokens for _, line in pairs)
     cpu = cpu_between(run.cpu_samples, t0, t1)
     first = np.array([r.start_wall_s + r.ttft_s - ln.first_token for r, ln in pairs]) * 1e3
@@ -141,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="A,B: every point at both output lengths; CPU per request and per token",
     )
+    p.add_argument("--source", choices=("sim", "lean"), default="sim",
+                   help="the server: the simulator's zero-cost engine (its trace is the truth), "
+                   "or the lean token source (bench/peers/tokensource.py), which offers enough "
+                   "token events/s to saturate a client's core")  # fmt: skip
     add_peers_option(p)
     args = p.parse_args(argv)
     use_peers(args.peers)
@@ -154,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             for streams in (int(s) for s in args.streams.split(",")):
                 row = measure(client, streams, work / f"{client}-{streams}-{length}",
                               interval_ms=args.interval_ms, rounds=args.rounds,
-                              output_tokens=length)  # fmt: skip
+                              output_tokens=length, source=args.source)  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print(table(rows))

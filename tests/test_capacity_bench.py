@@ -4,6 +4,7 @@ the peers are not installed in the suite)."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -37,3 +38,21 @@ def test_the_split_command_runs_and_prints_both_costs(tmp_path: Path) -> None:
     for client in ("ours", "ours-core"):  # under Locust, and its core alone (no Locust)
         (line,) = [x for x in done.stdout.splitlines() if x.startswith(f"{client}: ")]
         assert "us per request" in line and "us per token" in line and "nan" not in line
+
+
+def test_the_lean_source_streams_what_the_clients_read_and_its_trace_matches(
+    tmp_path: Path,
+) -> None:
+    """``--source lean`` (bench/peers/tokensource.py): our client under Locust reads every
+    answer whole, each record pairs with a line of the source's trace (same prompt and output
+    tokens, from the usage it sent), and the source kept its interval."""
+    done = subprocess.run(
+        [sys.executable, "bench/capacity.py", "--clients", "ours", "--streams", "4",
+         "--rounds", "3", "--source", "lean", "--interval-ms", "10", "--work", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    row = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("{")))
+    assert row["source"] == "lean" and row["failed"] == 0
+    assert row["records"] == row["matched"] == 12, row
+    assert abs(row["sim_tpot_p50_ms"] - 10.0) < 1.0, row  # the source's own token interval

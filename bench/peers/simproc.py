@@ -33,7 +33,16 @@ def sim_command(trace: Path, flags: tuple[str, ...]) -> list[str]:
 def simulator(trace: Path, *flags: str, cpu: int | None = None,
               log: Path | None = None) -> Iterator[str]:  # fmt: skip
     """A running simulator writing ``trace``; yields its base URL."""
-    cmd = sim_command(trace, flags)
+    with serving_process(sim_command(trace, flags), cpu=cpu, log=log, what="simulator") as url:
+        yield url
+
+
+@contextmanager
+def serving_process(cmd: list[str], *, cpu: int | None = None, log: Path | None = None,
+                    what: str = "server") -> Iterator[str]:  # fmt: skip
+    """Run ``cmd`` (from the checkout's root, pinned to core ``cpu`` if given), read the base URL
+    it prints on its first line and yield it; SIGTERM (then SIGKILL after 10 s) when the block
+    ends, so a trace it writes on the way out is complete."""
     if cpu is not None:
         cmd = ["taskset", "-c", str(cpu), *cmd]
     err = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
@@ -43,7 +52,7 @@ def simulator(trace: Path, *flags: str, cpu: int | None = None,
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
         if not url.startswith("http"):
-            raise RuntimeError(f"simulator did not start (printed {url!r}); see {log}")
+            raise RuntimeError(f"{what} did not start (printed {url!r}); see {log}")
         yield url
     finally:
         if proc.poll() is None:

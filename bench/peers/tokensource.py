@@ -1,0 +1,306 @@
+"""A lean token source: OpenAI-style chat streams at a fixed token interval, to saturate a client.
+
+The simulator's zero-cost engine runs its HTTP front, scheduler and trace in Python and tops out
+at ~57,000 token events/s on one core (2,048 streams at a 20 ms interval come out at 30-36 ms,
+bench/RESULTS.md): below what a client under test can read, so no client core saturates
+beside it on a 2-core machine. This source does only what the capacity bench needs, in one
+``epoll`` loop: HTTP/1.1 keep-alive, ``POST /v1/chat/completions`` with ``"stream": true``
+(and ``GET /v1/models``), each answer ``--tokens`` tokens long, one token every
+``--interval-ms`` from the request's arrival (the first one interval after it, as the zero-cost
+engine's first step), each token its own ``send`` (its own TCP segment, ``TCP_NODELAY``), the
+same chunk bytes the simulator writes (the role chunk goes with the first token), then the usage
+chunk and ``[DONE]``. A client that reads late gets its tokens queued in order (the kernel's
+send buffer, then the source's own).
+
+Its trace (``--trace FILE``, written when it stops on SIGTERM or SIGINT) has the simulator's
+per-request keys that :mod:`bench.peers.truth` reads: ``arrival``, ``first_token``,
+``last_token`` (wall clock: when the token's bytes were handed to the kernel), ``tokens_sent``,
+``prompt_tokens`` (the words of the messages' contents, also the usage's), ``outcome``.
+
+    python -m bench.peers.tokensource --port 0 --interval-ms 20 --tokens 200 --trace t.jsonl
+
+prints its URL on the first line of stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.peers.simproc import serving_process
+
+WORDS = (" the", " if", " even", " so", " and", " but", " then", " now")
+HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+MAX_REQUEST_BYTES = 1 << 20
+
+
+def _chunked(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(obj: object) -> bytes:
+    return _chunked(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+@dataclass(slots=True)
+class Stream:
+    """One answer in progress on a connection."""
+
+    rid: str
+    arrival: float
+    tokens: int
+    prompt_tokens: int
+    plain: tuple[bytes, ...] = ()  # a token's chunk bytes for each of WORDS (no finish reason)
+    sent: int = 0
+    first_token: float = 0.0
+
+
+@dataclass(slots=True)
+class Conn:
+    sock: socket.socket
+    inbox: bytearray = field(default_factory=bytearray)
+    outbox: bytearray = field(default_factory=bytearray)
+    stream: Stream | None = None
+    writable_wait: bool = False
+
+
+class TokenSource:
+    def __init__(self, port: int, interval_s: float, tokens: int, model: str) -> None:
+        self.interval_s, self.tokens, self.model = interval_s, tokens, model
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", port))
+        self.listener.listen(4096)
+        self.listener.setblocking(False)
+        self.epoll = select.epoll()
+        self.epoll.register(self.listener.fileno(), select.EPOLLIN)
+        self.conns: dict[int, Conn] = {}
+        self.due: list[tuple[float, int, int]] = []  # (when, seq, fd)
+        self.seq = 0
+        self.trace: list[str] = []
+        self.next_id = 0
+        self.running = True
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    # -- the loop -------------------------------------------------------------------------
+    def serve(self) -> None:
+        while self.running:
+            now = time.time()
+            timeout = max(0.0, self.due[0][0] - now) if self.due else 0.05
+            for fd, ev in self.epoll.poll(min(timeout, 0.05)):
+                if fd == self.listener.fileno():
+                    self._accept()
+                elif ev & select.EPOLLOUT:
+                    self._flush(fd)
+                if ev & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR) and fd in self.conns:
+                    self._read(fd)
+            now = time.time()
+            while self.due and self.due[0][0] <= now:
+                _, _, fd = heapq.heappop(self.due)
+                self._token(fd)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.conns[sock.fileno()] = Conn(sock)
+            self.epoll.register(sock.fileno(), select.EPOLLIN)
+
+    def _close(self, fd: int) -> None:
+        conn = self.conns.pop(fd, None)
+        if conn is None:
+            return
+        self.epoll.unregister(fd)
+        conn.sock.close()
+
+    def _read(self, fd: int) -> None:
+        conn = self.conns[fd]
+        try:
+            data = conn.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(fd)
+            return
+        conn.inbox += data
+        if len(conn.inbox) > MAX_REQUEST_BYTES:
+            self._close(fd)
+            return
+        self._parse(fd, conn)
+
+    def _parse(self, fd: int, conn: Conn) -> None:
+        if conn.stream is not None:
+            return  # one request at a time per connection; the next waits in the inbox
+        end = conn.inbox.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = bytes(conn.inbox[:end]).decode("latin-1").split("\r\n")
+        length = 0
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value.strip())
+        if len(conn.inbox) < end + 4 + length:
+            return
+        body = bytes(conn.inbox[end + 4 : end + 4 + length])
+        del conn.inbox[: end + 4 + length]
+        arrival = time.time()
+        method, path = head[0].split(" ")[:2]
+        if method == "GET" and path.rstrip("/").endswith("/models"):
+            models = json.dumps({"object": "list", "data": [{"id": self.model, "object": "model",
+                                 "owned_by": "bench"}]}).encode()  # fmt: skip
+            self._send(fd, conn, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(models), models))  # fmt: skip
+            self._parse(fd, conn)
+            return
+        if method != "POST" or not path.endswith("/chat/completions"):
+            self._send(fd, conn, NOT_FOUND)
+            self._parse(fd, conn)
+            return
+        req = json.loads(body)
+        words = sum(len(str(m.get("content", "")).split()) for m in req.get("messages", []))
+        tokens = min(self.tokens, int(req.get("max_tokens") or self.tokens))
+        self.next_id += 1
+        stream = Stream(f"chatcmpl-src{self.next_id:08d}", arrival, tokens, words)
+        stream.plain = tuple(_event(self._chunk(stream, {"content": w})) for w in WORDS)
+        conn.stream = stream
+        self._send(fd, conn, HEADERS)
+        self._schedule(arrival + self.interval_s, fd)
+
+    def _schedule(self, when: float, fd: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.due, (when, self.seq, fd))
+
+    def _chunk(self, s: Stream, delta: dict[str, str], finish: str | None = None) -> dict:
+        return {"id": s.rid, "object": "chat.completion.chunk", "created": int(s.arrival),
+                "model": self.model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                "finish_reason": finish}], "usage": None}  # fmt: skip
+
+    def _token(self, fd: int) -> None:
+        conn = self.conns.get(fd)
+        if conn is None or conn.stream is None:
+            return
+        s = conn.stream
+        s.sent += 1
+        if 1 < s.sent < s.tokens:  # the hot path: a token's bytes, made when the request came
+            self._send(fd, conn, s.plain[s.sent % len(WORDS)])
+            self._schedule(s.arrival + self.interval_s * (s.sent + 1), fd)
+            return
+        last = s.sent == s.tokens
+        word = WORDS[s.sent % len(WORDS)]
+        chunk = self._chunk(s, {"content": word}, "stop" if last else None)
+        out = _event(chunk)
+        if s.sent == 1:
+            role = self._chunk(s, {"role": "assistant", "content": ""})
+            out = _event(role) + out
+        if last:
+            usage = {"prompt_tokens": s.prompt_tokens, "total_tokens": s.prompt_tokens + s.sent,
+                     "completion_tokens": s.sent}  # fmt: skip
+            out += _event(dict(chunk, choices=[], usage=usage)) + _chunked(b"data: [DONE]\n\n")
+            out += b"0\r\n\r\n"
+        self._send(fd, conn, out)
+        now = time.time()
+        if s.sent == 1:
+            s.first_token = now
+        if not last:
+            self._schedule(s.arrival + self.interval_s * (s.sent + 1), fd)
+            return
+        line = {"id": s.rid, "arrival": s.arrival, "first_token": s.first_token,
+                "last_token": now, "tokens_sent": s.sent, "prompt_tokens": s.prompt_tokens,
+                "outcome": "ok", "status": 200}  # fmt: skip
+        self.trace.append(json.dumps(line))
+        conn.stream = None
+        if conn.inbox:
+            self._parse(fd, conn)
+
+    def _send(self, fd: int, conn: Conn, data: bytes) -> None:
+        if conn.outbox:
+            conn.outbox += data
+            return
+        try:
+            n = conn.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            return
+        if n < len(data):
+            conn.outbox += data[n:]
+            if not conn.writable_wait:
+                conn.writable_wait = True
+                self.epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+
+    def _flush(self, fd: int) -> None:
+        conn = self.conns.get(fd)
+        if conn is None:
+            return
+        try:
+            n = conn.sock.send(conn.outbox)
+        except BlockingIOError:
+            return
+        except OSError:
+            conn.outbox.clear()
+            return
+        del conn.outbox[:n]
+        if not conn.outbox:
+            conn.writable_wait = False
+            self.epoll.modify(fd, select.EPOLLIN)
+
+    def write_trace(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in self.trace)
+
+
+@contextmanager
+def token_source(trace: Path, *, interval_ms: float, tokens: int, cpu: int | None = None,
+                 log: Path | None = None) -> Iterator[str]:  # fmt: skip
+    """A running token source writing ``trace`` when the block ends; yields its base URL."""
+    cmd = [sys.executable, "-m", "bench.peers.tokensource", "--interval-ms", f"{interval_ms:g}",
+           "--tokens", str(tokens), "--trace", str(trace)]  # fmt: skip
+    with serving_process(cmd, cpu=cpu, log=log, what="token source") as url:
+        yield url
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--interval-ms", type=float, default=20.0)
+    p.add_argument("--tokens", type=int, default=200, help="tokens per answer (max_tokens caps it)")
+    p.add_argument("--served-model-name", default="bench-model")
+    p.add_argument("--trace", required=True)
+    args = p.parse_args(argv)
+    source = TokenSource(args.port, args.interval_ms / 1e3, args.tokens, args.served_model_name)
+
+    def stop(*_: object) -> None:
+        source.running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(source.url, flush=True)
+    source.serve()
+    source.write_trace(args.trace)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
