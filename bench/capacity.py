@@ -88,8 +88,10 @@ def measure(client: str, streams: int, work: Path, *, interval_ms: float, rounds
     t0 = min(line.arrival for _, line in pairs)
     # to the last token sent or read, whichever is later: a client that fell behind spends CPU
     # on tokens it reads after the server sent its last one, and those tokens are counted
-    t1 = max(max(line.last_token for _, line in pairs),
-             max(r.start_wall_s + r.last_token_s for r, _ in pairs))  # fmt: skip
+    reads = np.array([r.start_wall_s + r.last_token_s for r, _ in pairs])  # NaN: not known
+    t1 = max(line.last_token for _, line in pairs)
+    if np.isfinite(reads).any():
+        t1 = max(t1, float(np.nanmax(reads)))
     tokens = sum(line.tokens for _, line in pairs)
     cpu = cpu_between(run.cpu_samples, t0, t1)
     first = np.array([r.start_wall_s + r.ttft_s - ln.first_token for r, ln in pairs]) * 1e3

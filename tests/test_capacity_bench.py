@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from bench.capacity import split_costs
+from bench.peers.tokensource import token_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,3 +58,43 @@ def test_the_lean_source_streams_what_the_clients_read_and_its_trace_matches(
     assert row["source"] == "lean" and row["failed"] == 0
     assert row["records"] == row["matched"] == 12, row
     assert abs(row["sim_tpot_p50_ms"] - 10.0) < 1.0, row  # the source's own token interval
+
+
+def _chat(sock: socket.socket, tokens: int) -> None:
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "a b c"}],
+                       "stream": True, "max_tokens": tokens}).encode()  # fmt: skip
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+    sock.sendall(head + b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def _read_until(sock: socket.socket, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data[-300:]
+        data += chunk
+    return data
+
+
+def test_the_lean_source_keeps_a_new_streams_timing_after_a_client_hangs_up(
+    tmp_path: Path,
+) -> None:
+    """A client that closes mid-stream leaves its timer behind; the connection that takes its
+    descriptor next gets its own tokens on its own schedule (a timer fires only into the stream
+    it was set for), a request the source cannot read gets 400, and the trace is written."""
+    trace = tmp_path / "trace.jsonl"
+    with token_source(trace, interval_ms=20, tokens=10) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as gone:
+            _chat(gone, 10)
+            _read_until(gone, b'"content":" ')  # its first token, then hang up
+        with socket.create_connection(("127.0.0.1", port)) as bad:
+            bad.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 3\r\n\r\n{x}")
+            assert _read_until(bad, b"\r\n\r\n").startswith(b"HTTP/1.1 400")
+        with socket.create_connection(("127.0.0.1", port)) as kept:
+            _chat(kept, 10)
+            _read_until(kept, b"data: [DONE]")
+    (line,) = [json.loads(x) for x in trace.read_text().splitlines()]  # the kept stream's
+    assert line["tokens_sent"] == 10 and line["prompt_tokens"] == 3
+    assert line["first_token"] - line["arrival"] >= 0.019, line  # not a leftover timer's
+    assert (line["last_token"] - line["first_token"]) / 9 >= 0.019, line

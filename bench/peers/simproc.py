@@ -62,5 +62,7 @@ def serving_process(cmd: list[str], *, cpu: int | None = None, log: Path | None 
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
         if log:
             err.close()  # type: ignore[union-attr]

@@ -14,7 +14,9 @@ send buffer, then the source's own).
 
 Its trace (``--trace FILE``, written when it stops on SIGTERM or SIGINT) has the simulator's
 per-request keys that :mod:`bench.peers.truth` reads: ``arrival``, ``first_token``,
-``last_token`` (wall clock: when the token's bytes were handed to the kernel), ``tokens_sent``,
+``last_token`` (wall clock: when the token's bytes were handed to the kernel, or queued behind
+bytes a late reader left in the socket's buffer: a lag measured from it starts at the queue),
+``tokens_sent``,
 ``prompt_tokens`` (the words of the messages' contents, also the usage's), ``outcome``.
 
     python -m bench.peers.tokensource --port 0 --interval-ms 20 --tokens 200 --trace t.jsonl
@@ -25,6 +27,7 @@ prints its URL on the first line of stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
 import select
@@ -43,6 +46,7 @@ WORDS = (" the", " if", " even", " so", " and", " but", " then", " now")
 HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
            b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 MAX_REQUEST_BYTES = 1 << 20
 
 
@@ -87,7 +91,9 @@ class TokenSource:
         self.epoll = select.epoll()
         self.epoll.register(self.listener.fileno(), select.EPOLLIN)
         self.conns: dict[int, Conn] = {}
-        self.due: list[tuple[float, int, int]] = []  # (when, seq, fd)
+        # (when, seq, fd, stream): a timer fires only into the stream it was set for (a closed
+        # connection's descriptor may come back for a new one)
+        self.due: list[tuple[float, int, int, Stream]] = []
         self.seq = 0
         self.trace: list[str] = []
         self.next_id = 0
@@ -111,8 +117,8 @@ class TokenSource:
                     self._read(fd)
             now = time.time()
             while self.due and self.due[0][0] <= now:
-                _, _, fd = heapq.heappop(self.due)
-                self._token(fd)
+                _, _, fd, stream = heapq.heappop(self.due)
+                self._token(fd, stream)
 
     def _accept(self) -> None:
         while True:
@@ -160,7 +166,10 @@ class TokenSource:
         for line in head[1:]:
             name, _, value = line.partition(":")
             if name.strip().lower() == "content-length":
-                length = int(value.strip())
+                length = int(value.strip()) if value.strip().isdigit() else -1
+        if length < 0 or len(head[0].split(" ")) < 2:
+            self._refuse(fd, conn)
+            return
         if len(conn.inbox) < end + 4 + length:
             return
         body = bytes(conn.inbox[end + 4 : end + 4 + length])
@@ -178,34 +187,44 @@ class TokenSource:
             self._send(fd, conn, NOT_FOUND)
             self._parse(fd, conn)
             return
-        req = json.loads(body)
-        words = sum(len(str(m.get("content", "")).split()) for m in req.get("messages", []))
-        tokens = min(self.tokens, int(req.get("max_tokens") or self.tokens))
+        try:
+            req = json.loads(body)
+            messages = req.get("messages", [])
+            words = sum(len(str(m.get("content", "")).split()) for m in messages)
+            tokens = max(1, min(self.tokens, int(req.get("max_tokens") or self.tokens)))
+        except (ValueError, TypeError, AttributeError):  # not a chat request this source can read
+            self._refuse(fd, conn)
+            return
         self.next_id += 1
         stream = Stream(f"chatcmpl-src{self.next_id:08d}", arrival, tokens, words)
         stream.plain = tuple(_event(self._chunk(stream, {"content": w})) for w in WORDS)
         conn.stream = stream
         self._send(fd, conn, HEADERS)
-        self._schedule(arrival + self.interval_s, fd)
+        self._schedule(arrival + self.interval_s, fd, stream)
 
-    def _schedule(self, when: float, fd: int) -> None:
+    def _refuse(self, fd: int, conn: Conn) -> None:
+        """A request this source cannot read: 400, and the connection closed."""
+        with contextlib.suppress(OSError):
+            conn.sock.send(BAD_REQUEST)
+        self._close(fd)
+
+    def _schedule(self, when: float, fd: int, stream: Stream) -> None:
         self.seq += 1
-        heapq.heappush(self.due, (when, self.seq, fd))
+        heapq.heappush(self.due, (when, self.seq, fd, stream))
 
     def _chunk(self, s: Stream, delta: dict[str, str], finish: str | None = None) -> dict:
         return {"id": s.rid, "object": "chat.completion.chunk", "created": int(s.arrival),
                 "model": self.model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
                 "finish_reason": finish}], "usage": None}  # fmt: skip
 
-    def _token(self, fd: int) -> None:
+    def _token(self, fd: int, s: Stream) -> None:
         conn = self.conns.get(fd)
-        if conn is None or conn.stream is None:
+        if conn is None or conn.stream is not s:  # its connection closed meanwhile
             return
-        s = conn.stream
         s.sent += 1
         if 1 < s.sent < s.tokens:  # the hot path: a token's bytes, made when the request came
             self._send(fd, conn, s.plain[s.sent % len(WORDS)])
-            self._schedule(s.arrival + self.interval_s * (s.sent + 1), fd)
+            self._schedule(s.arrival + self.interval_s * (s.sent + 1), fd, s)
             return
         last = s.sent == s.tokens
         word = WORDS[s.sent % len(WORDS)]
@@ -224,7 +243,7 @@ class TokenSource:
         if s.sent == 1:
             s.first_token = now
         if not last:
-            self._schedule(s.arrival + self.interval_s * (s.sent + 1), fd)
+            self._schedule(s.arrival + self.interval_s * (s.sent + 1), fd, s)
             return
         line = {"id": s.rid, "arrival": s.arrival, "first_token": s.first_token,
                 "last_token": now, "tokens_sent": s.sent, "prompt_tokens": s.prompt_tokens,
@@ -297,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     print(source.url, flush=True)
-    source.serve()
-    source.write_trace(args.trace)
+    try:
+        source.serve()
+    finally:  # what was sent is the bench's truth, whatever stopped the loop
+        source.write_trace(args.trace)
     return 0
 
 

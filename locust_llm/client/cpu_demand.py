@@ -24,22 +24,27 @@ from pathlib import Path
 TASKS = Path("/proc/self/task")
 
 
-def _wait_s(stat: Path) -> float | None:
-    """A thread's run-queue wait so far (s), None if it has gone or has no schedstat."""
+def _thread_wait(task: Path) -> tuple[str, float] | None:
+    """A thread's start time (clock ticks since boot: with its id, what names it across id
+    reuse) and its run-queue wait so far (s); None if it has gone or has no schedstat."""
     try:
-        return int(stat.read_text().split()[1]) / 1e9
+        stat = (task / "stat").read_text()
+        wait_ns = int((task / "schedstat").read_text().split()[1])
     except (OSError, ValueError, IndexError):
         return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # past the command name, which may hold spaces
+    return (fields[19] if len(fields) > 19 else "", wait_ns / 1e9)
 
 
 class ProcessSchedstat:
     """``read()``: this process's CPU time so far (every thread, ended ones included) plus the
     run-queue wait of every thread seen alive at a read (each one's wait up to its last read),
-    in seconds; None where the kernel keeps no schedstat."""
+    in seconds; None where the kernel keeps no schedstat. A thread that starts and ends between
+    two reads adds its run time (the process's CPU clock keeps it) but not its wait."""
 
     def __init__(self, tasks: Path = TASKS) -> None:
         self._tasks = tasks
-        self._waits: dict[str, float] = {}
+        self._waits: dict[tuple[str, str], float] = {}  # (tid, start) -> wait at the last read
         self._ended_wait = 0.0
 
     def read(self) -> float | None:
@@ -47,15 +52,21 @@ class ProcessSchedstat:
             tids = os.listdir(self._tasks)
         except OSError:
             return None
-        now: dict[str, float] = {}
+        now: dict[tuple[str, str], float] = {}
         for tid in tids:
-            wait = _wait_s(self._tasks / tid / "schedstat")
-            if wait is not None:
-                now[tid] = wait
+            seen = _thread_wait(self._tasks / tid)
+            if seen is not None:
+                now[(tid, seen[0])] = seen[1]
         if not now:
             return None
-        # a thread gone, or its id taken by a new thread (a wait that went back): what it had
-        self._ended_wait += sum(w for tid, w in self._waits.items() if now.get(tid, -1.0) < w)
+        alive = set(tids)
+        for key, wait in self._waits.items():
+            if key in now:
+                continue
+            if key[0] in alive and not any(k[0] == key[0] for k in now):
+                now[key] = wait  # alive, its files unread this time: its wait as last read
+            else:
+                self._ended_wait += wait  # gone, or its id now names a newer thread
         self._waits = now
         return time.process_time() + self._ended_wait + sum(now.values())
 
