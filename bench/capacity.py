@@ -111,7 +111,7 @@ def measure(client: str, streams: int, work: Path, *, interval_ms: float, rounds
 
 
 def table(rows: list[dict[str, object]]) -> str:
-    head = ("| client | streams | offered ev/s | achieved ev/s | sim TPOT p50 ms | client CPU "
+    head = ("| client | streams | offered ev/s | achieved ev/s | server TPOT p50 ms | client CPU "
             "| CPU us/token | lag p50 ms | lag p99 ms | last-token lag p99 ms | "
             "TPOT err p99 ms |")  # fmt: skip
     out = [head, "|" + "---|" * (head.count("|") - 1)]

@@ -8,9 +8,10 @@ beside it on a 2-core machine. This source does only what the capacity bench nee
 (and ``GET /v1/models``), each answer ``--tokens`` tokens long, one token every
 ``--interval-ms`` from the request's arrival (the first one interval after it, as the zero-cost
 engine's first step), each token its own ``send`` (its own TCP segment, ``TCP_NODELAY``), the
-same chunk bytes the simulator writes (the role chunk goes with the first token), then the usage
-chunk and ``[DONE]``. A client that reads late gets its tokens queued in order (the kernel's
-send buffer, then the source's own).
+same chunk bytes the simulator writes (its :class:`~locust_llm.sim.openai_format.ChunkFormatter`;
+the role chunk goes with the first token), then the usage chunk where the request asked for it
+(``stream_options.include_usage``, as the simulator) and ``[DONE]``. A client that reads late
+gets its tokens queued in order (the kernel's send buffer, then the source's own).
 
 Its trace (``--trace FILE``, written when it stops on SIGTERM or SIGINT) has the simulator's
 per-request keys that :mod:`bench.peers.truth` reads: ``arrival``, ``first_token``,
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.peers.simproc import serving_process
+from locust_llm.sim.openai_format import ChunkFormatter
 
 WORDS = (" the", " if", " even", " so", " and", " but", " then", " now")
 HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -51,11 +53,8 @@ MAX_REQUEST_BYTES = 1 << 20
 
 
 def _chunked(payload: bytes) -> bytes:
+    """One HTTP/1.1 chunk (the simulator's front frames each SSE event the same way)."""
     return b"%x\r\n%s\r\n" % (len(payload), payload)
-
-
-def _event(obj: object) -> bytes:
-    return _chunked(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
 @dataclass(slots=True)
@@ -66,6 +65,7 @@ class Stream:
     arrival: float
     tokens: int
     prompt_tokens: int
+    chunks: ChunkFormatter  # the simulator's own encoder of this answer's SSE events
     plain: tuple[bytes, ...] = ()  # a token's chunk bytes for each of WORDS (no finish reason)
     sent: int = 0
     first_token: float = 0.0
@@ -76,8 +76,7 @@ class Conn:
     sock: socket.socket
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytearray = field(default_factory=bytearray)
-    stream: Stream | None = None
-    writable_wait: bool = False
+    stream: Stream | None = None  # the answer under way; the outbox waits for EPOLLOUT
 
 
 class TokenSource:
@@ -192,12 +191,16 @@ class TokenSource:
             messages = req.get("messages", [])
             words = sum(len(str(m.get("content", "")).split()) for m in messages)
             tokens = max(1, min(self.tokens, int(req.get("max_tokens") or self.tokens)))
+            usage = bool((req.get("stream_options") or {}).get("include_usage"))
         except (ValueError, TypeError, AttributeError):  # not a chat request this source can read
             self._refuse(fd, conn)
             return
         self.next_id += 1
-        stream = Stream(f"chatcmpl-src{self.next_id:08d}", arrival, tokens, words)
-        stream.plain = tuple(_event(self._chunk(stream, {"content": w})) for w in WORDS)
+        rid = f"chatcmpl-src{self.next_id:08d}"
+        chunks = ChunkFormatter(chat=True, request_id=rid, model=self.model,
+                                prompt_tokens=words, include_usage=usage)  # fmt: skip
+        stream = Stream(rid, arrival, tokens, words, chunks)
+        stream.plain = tuple(_chunked(chunks.content(w, 0)) for w in WORDS)
         conn.stream = stream
         self._send(fd, conn, HEADERS)
         self._schedule(arrival + self.interval_s, fd, stream)
@@ -212,39 +215,30 @@ class TokenSource:
         self.seq += 1
         heapq.heappush(self.due, (when, self.seq, fd, stream))
 
-    def _chunk(self, s: Stream, delta: dict[str, str], finish: str | None = None) -> dict:
-        return {"id": s.rid, "object": "chat.completion.chunk", "created": int(s.arrival),
-                "model": self.model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                "finish_reason": finish}], "usage": None}  # fmt: skip
-
     def _token(self, fd: int, s: Stream) -> None:
         conn = self.conns.get(fd)
         if conn is None or conn.stream is not s:  # its connection closed meanwhile
             return
         s.sent += 1
-        if 1 < s.sent < s.tokens:  # the hot path: a token's bytes, made when the request came
-            self._send(fd, conn, s.plain[s.sent % len(WORDS)])
-            self._schedule(s.arrival + self.interval_s * (s.sent + 1), fd, s)
-            return
         last = s.sent == s.tokens
-        word = WORDS[s.sent % len(WORDS)]
-        chunk = self._chunk(s, {"content": word}, "stop" if last else None)
-        out = _event(chunk)
-        if s.sent == 1:
-            role = self._chunk(s, {"role": "assistant", "content": ""})
-            out = _event(role) + out
-        if last:
-            usage = {"prompt_tokens": s.prompt_tokens, "total_tokens": s.prompt_tokens + s.sent,
-                     "completion_tokens": s.sent}  # fmt: skip
-            out += _event(dict(chunk, choices=[], usage=usage)) + _chunked(b"data: [DONE]\n\n")
-            out += b"0\r\n\r\n"
-        self._send(fd, conn, out)
-        now = time.time()
-        if s.sent == 1:
-            s.first_token = now
+        if s.sent > 1 and not last:  # the hot path: a token's bytes, made when the request came
+            self._send(fd, conn, s.plain[s.sent % len(WORDS)])
+        else:
+            out = _chunked(s.chunks.content(WORDS[s.sent % len(WORDS)], s.sent,
+                                            "stop" if last else None))  # fmt: skip
+            if s.sent == 1:
+                out = _chunked(s.chunks.role()) + out
+            if last:
+                usage = s.chunks.usage(s.sent)
+                out += (_chunked(usage) if usage else b"") + _chunked(s.chunks.done)
+                out += b"0\r\n\r\n"
+            self._send(fd, conn, out)
+            if s.sent == 1:
+                s.first_token = time.time()
         if not last:
             self._schedule(s.arrival + self.interval_s * (s.sent + 1), fd, s)
             return
+        now = time.time()
         line = {"id": s.rid, "arrival": s.arrival, "first_token": s.first_token,
                 "last_token": now, "tokens_sent": s.sent, "prompt_tokens": s.prompt_tokens,
                 "outcome": "ok", "status": 200}  # fmt: skip
@@ -263,11 +257,9 @@ class TokenSource:
             n = 0
         except OSError:
             return
-        if n < len(data):
+        if n < len(data):  # the outbox was empty: from now on it waits for EPOLLOUT
             conn.outbox += data[n:]
-            if not conn.writable_wait:
-                conn.writable_wait = True
-                self.epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+            self.epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
 
     def _flush(self, fd: int) -> None:
         conn = self.conns.get(fd)
@@ -277,12 +269,12 @@ class TokenSource:
             n = conn.sock.send(conn.outbox)
         except BlockingIOError:
             return
-        except OSError:
+        except OSError:  # the peer has gone: its read or hang-up closes the connection
             conn.outbox.clear()
+            self.epoll.modify(fd, select.EPOLLIN)
             return
         del conn.outbox[:n]
         if not conn.outbox:
-            conn.writable_wait = False
             self.epoll.modify(fd, select.EPOLLIN)
 
     def write_trace(self, path: str) -> None:

@@ -60,10 +60,11 @@ class ProcessSchedstat:
         if not now:
             return None
         alive = set(tids)
+        read = {tid for tid, _ in now}
         for key, wait in self._waits.items():
             if key in now:
                 continue
-            if key[0] in alive and not any(k[0] == key[0] for k in now):
+            if key[0] in alive and key[0] not in read:
                 now[key] = wait  # alive, its files unread this time: its wait as last read
             else:
                 self._ended_wait += wait  # gone, or its id now names a newer thread
