@@ -334,9 +334,14 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     step can begin between them; in virtual time they start at one instant: the run at 43.9 ms).
     So at c=4 the real first tokens are held to a band, not a match: within the range of the
     TTFTs the virtual run gives with its switch at 60 points over a request (36.6-67.3 ms),
-    widened by 10% and 5 ms, all but 5% of them (the switch's own requests can fall outside:
-    the first stage's user alone just before the new ones, 21 ms). That still fails a server
-    whose prefill or steps cost another amount than the twin's.
+    widened by 10% and 5 ms, all but 5% of them. The switch's own requests (each user's first
+    at c=4) are left out of the band and shown beside it: Locust's tick labels the first
+    stage's user's next request c=4 before the three new users are spawned, so it can start
+    alone (21 ms) and the new ones arrive during its prefill and wait for it (81 ms, CI of
+    2026-12-06: 4 of 64 outside, all four of them the switch's), a grouping the virtual switch,
+    which starts the new users at the stage's first instant, never makes. The later requests
+    settle into the groupings the band holds, and that still fails a server whose prefill or
+    steps cost another amount than the twin's.
     """
     sweep = bench_virtual.SWEEP
     real_dir, virtual_dir = tmp_path / "real", tmp_path / "virtual"
@@ -373,11 +378,19 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
             assert float(v[column]) == expected, column
     twin = _c4_ttfts_at_every_phase(60)
     low, high = min(twin) * 0.9 - 0.005, max(twin) * 1.1 + 0.005
-    table = pq.read_table(real_dir / "requests.parquet", columns=["stage", "ttft_s"]).to_pylist()
-    real_c4 = [row["ttft_s"] for row in table if row["stage"] == 1]
-    assert len(real_c4) >= 40, len(real_c4)
+    columns = ["stage", "worker_id", "user_id", "start_wall_s", "ttft_s"]
+    table = pq.read_table(real_dir / "requests.parquet", columns=columns).to_pylist()
+    stage_1 = sorted((row for row in table if row["stage"] == 1), key=lambda r: r["start_wall_s"])
+    users_seen: set[tuple[str, int]] = set()
+    switch, real_c4 = [], []
+    for row in stage_1:
+        user = (row["worker_id"], row["user_id"])
+        (real_c4 if user in users_seen else switch).append(row["ttft_s"])
+        users_seen.add(user)
+    assert len(switch) == 4 and len(real_c4) >= 40, (len(switch), len(real_c4))
     outside = [round(t * 1e3, 1) for t in real_c4 if not low <= t <= high]
-    assert len(outside) <= 0.05 * len(real_c4), (outside, low, high)
+    what = (outside, [round(t * 1e3, 1) for t in switch], low, high)
+    assert len(outside) <= 0.05 * len(real_c4), what
 
 
 def test_a_five_stage_sweep_runs_over_100x_faster_than_real_time() -> None:
