@@ -9,10 +9,12 @@ import math
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from bench.capacity import split_costs
-from bench.peers.tokensource import token_source
+from bench.peers.tokensource import WORDS, TokenSource, token_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,3 +100,63 @@ def test_the_lean_source_keeps_a_new_streams_timing_after_a_client_hangs_up(
     assert line["tokens_sent"] == 10 and line["prompt_tokens"] == 3
     assert line["first_token"] - line["arrival"] >= 0.019, line  # not a leftover timer's
     assert (line["last_token"] - line["first_token"]) / 9 >= 0.019, line
+
+
+def test_the_lean_source_queues_a_late_readers_tokens_whole_and_in_order() -> None:
+    """A client that reads nothing while a long answer is sent (a small receive buffer: the
+    kernel's send buffer fills, then the source's own outbox takes the rest until the socket
+    drains) gets every token of it, whole and in order: the loop's inlined send and the
+    outbox's flush make one stream."""
+    tokens = 16_000  # past what loopback's send buffer (~4 MB of small segments) holds
+
+    class Counted(TokenSource):
+        flushes = 0
+
+        def _flush(self, fd: int) -> None:
+            self.flushes += 1
+            super()._flush(fd)
+
+    source = Counted(0, 1e-5, tokens, "m")
+    loop = threading.Thread(target=source.serve)
+    loop.start()
+    try:
+        with socket.socket() as late:
+            late.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+            late.connect(("127.0.0.1", source.listener.getsockname()[1]))
+            _chat(late, tokens)
+            deadline = time.monotonic() + 20
+            while not any(c.outbox for c in list(source.conns.values())):  # the kernel's is full
+                assert time.monotonic() < deadline, "the source's outbox never took a token"
+                time.sleep(0.01)
+            late.settimeout(20)
+            parts = [late.recv(1 << 20)]
+            while not b"".join(parts[-2:]).endswith(b"\r\n0\r\n\r\n"):  # the answer's end
+                parts.append(late.recv(1 << 20))
+                assert parts[-1], b"".join(parts)[-300:]
+    finally:
+        source.running = False
+        loop.join(timeout=10)
+        source.close()
+    assert source.flushes > 0  # the outbox took part
+    texts = _contents(b"".join(parts))
+    assert texts == [WORDS[i % len(WORDS)] for i in range(1, tokens + 1)], texts[:5]
+    assert json.loads(source.trace[0])["tokens_sent"] == tokens
+
+
+def _contents(body: bytes) -> list[str]:
+    """The content of each token event of a chunked SSE answer (the chunks read in order)."""
+    pos = body.index(b"\r\n\r\n") + 4
+    contents = []
+    while True:
+        size_end = body.index(b"\r\n", pos)
+        size = int(body[pos:size_end], 16)
+        if not size:
+            return contents
+        event = body[size_end + 2 : size_end + 2 + size]
+        assert event.startswith(b"data: ") and event.endswith(b"\n\n"), event
+        payload = event[6:-2]
+        if payload != b"[DONE]":
+            for choice in json.loads(payload).get("choices", []):
+                if choice.get("delta", {}).get("content"):
+                    contents.append(choice["delta"]["content"])
+        pos = size_end + 2 + size + 2
