@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, ClassVar
 
 from bench.capacity import split_costs
 from bench.peers.tokensource import WORDS, TokenSource, token_source
@@ -103,44 +104,63 @@ def test_the_lean_source_keeps_a_new_streams_timing_after_a_client_hangs_up(
 
 
 def test_the_lean_source_queues_a_late_readers_tokens_whole_and_in_order() -> None:
-    """A client that reads nothing while a long answer is sent (a small receive buffer: the
-    kernel's send buffer fills, then the source's own outbox takes the rest until the socket
-    drains) gets every token of it, whole and in order: the loop's inlined send and the
-    outbox's flush make one stream."""
-    tokens = 16_000  # past what loopback's send buffer (~4 MB of small segments) holds
+    """A client that reads nothing for a while (small buffers on both sides: the kernel's send
+    buffer fills, then the source's own outbox takes the tokens) and then catches up gets every
+    token of the answer, whole and in order: the outbox is flushed over several EPOLLOUT
+    wakes, part of it at a time, and once it is empty the loop sends the next tokens itself
+    again."""
+    tokens = 4_000  # one every 0.5 ms: 2 s of answer
 
     class Counted(TokenSource):
-        flushes = 0
+        flushes = partial_flushes = 0
+        queued: ClassVar[set[int]] = set()  # the tokens sent by the general path
+
+        def _accept(self) -> None:
+            super()._accept()
+            for conn in self.conns.values():  # a fixed, small send buffer: the outbox is used
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
 
         def _flush(self, fd: int) -> None:
             self.flushes += 1
             super()._flush(fd)
+            conn = self.conns.get(fd)
+            self.partial_flushes += bool(conn and conn.outbox)
 
-    source = Counted(0, 1e-5, tokens, "m")
-    loop = threading.Thread(target=source.serve)
+        def _token(self, s: Any) -> None:
+            self.queued.add(s.sent + 1)
+            super()._token(s)
+
+    source = Counted(0, 5e-4, tokens, "m")
+    loop = threading.Thread(target=source.serve, daemon=True)
     loop.start()
     try:
         with socket.socket() as late:
             late.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+            late.settimeout(20)
             late.connect(("127.0.0.1", source.listener.getsockname()[1]))
             _chat(late, tokens)
             deadline = time.monotonic() + 20
-            while not any(c.outbox for c in list(source.conns.values())):  # the kernel's is full
-                assert time.monotonic() < deadline, "the source's outbox never took a token"
+            # the kernel's buffer is full and the outbox holds more than the buffer takes at once
+            while max((len(c.outbox) for c in list(source.conns.values())), default=0) < 65536:
+                assert time.monotonic() < deadline, "the source's outbox never filled"
                 time.sleep(0.01)
-            late.settimeout(20)
-            parts = [late.recv(1 << 20)]
+            parts = [late.recv(4096)]
             while not b"".join(parts[-2:]).endswith(b"\r\n0\r\n\r\n"):  # the answer's end
-                parts.append(late.recv(1 << 20))
+                parts.append(late.recv(4096))
                 assert parts[-1], b"".join(parts)[-300:]
     finally:
         source.running = False
         loop.join(timeout=10)
-        source.close()
-    assert source.flushes > 0  # the outbox took part
+    assert not loop.is_alive()
+    source.close()
     texts = _contents(b"".join(parts))
     assert texts == [WORDS[i % len(WORDS)] for i in range(1, tokens + 1)], texts[:5]
     assert json.loads(source.trace[0])["tokens_sent"] == tokens
+    assert source.flushes > 1 and source.partial_flushes > 0, vars(source)
+    queued = sorted(i for i in source.queued if 1 < i < tokens)
+    assert queued, "no token went through the outbox"
+    inline_again = set(range(queued[0], tokens)) - source.queued
+    assert inline_again, "the loop never sent a token itself after the outbox took one"
 
 
 def _contents(body: bytes) -> list[str]:

@@ -340,8 +340,9 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     alone (21 ms) and the new ones arrive during its prefill and wait for it (81 ms, CI of
     2026-12-06: 4 of 64 outside, all four of them the switch's), a grouping the virtual switch,
     which starts the new users at the stage's first instant, never makes. The later requests
-    settle into the groupings the band holds, and that still fails a server whose prefill or
-    steps cost another amount than the twin's.
+    settle into the groupings the band holds. The band (27.9-79.0 ms around the groupings' ~37
+    and ~66 ms) fails a prefill ~20% dearer or ~25% cheaper than the twin's; a step's cost is
+    held by the TPOT check (5%).
     """
     sweep = bench_virtual.SWEEP
     real_dir, virtual_dir = tmp_path / "real", tmp_path / "virtual"

@@ -13,8 +13,10 @@ the role chunk goes with the first token), then the usage chunk where the reques
 (``stream_options.include_usage``, as the simulator) and ``[DONE]``. A client that reads late
 gets its tokens queued in order (the kernel's send buffer, then the source's own). Its timers
 are a queue and a plain token's ``send`` is made in the loop itself: on one core of the bench's
-2-core machine it holds 20 ms at 3,072 streams (~137,000 token events/s; 4,096 streams come out
-at 24-29 ms: ``bench/results/cpu_per_token.md``).
+2-core machine, with our client reading, it holds 20 ms at 3,072 streams (~137,000 token
+events/s) and comes out at 24-29 ms at 4,096; a client that reads late has every token go
+through the outbox, the slower path (22-24 ms at 3,072 with EvalScope:
+``bench/results/cpu_per_token.md``).
 
 Its trace (``--trace FILE``, written when it stops on SIGTERM or SIGINT) has the simulator's
 per-request keys that :mod:`bench.peers.truth` reads: ``arrival``, ``first_token``,
