@@ -248,7 +248,7 @@ class TokenSource:
         fd = conn.sock.fileno()
         s.sent += 1
         last = s.sent == s.tokens
-        if s.sent > 1 and not last:  # the hot path: a token's bytes, made when the request came
+        if s.sent > 1 and not last:  # a plain token behind queued bytes (else the loop sends it)
             self._send(fd, conn, s.plain[s.sent % len(WORDS)])
         else:
             out = _chunked(s.chunks.content(WORDS[s.sent % len(WORDS)], s.sent,
