@@ -335,15 +335,21 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     step can begin between them; in virtual time they start at one instant: the run at 43.9 ms).
     So at c=4 the real first tokens are held to a band, not a match: within the range of the
     TTFTs the virtual run gives with its switch at 60 points over a request (36.6-67.3 ms),
-    widened by 10% and 5 ms, all but 5% of them. The switch's own requests (each user's first
+    widened by 10% and 5 ms, all but 10% of them. The switch's own requests (each user's first
     at c=4) are left out of the band and shown beside it: Locust's tick labels the first
     stage's user's next request c=4 before the three new users are spawned, so it can start
     alone (21 ms) and the new ones arrive during its prefill and wait for it (81 ms, CI of
     2026-12-06: 4 of 64 outside, all four of them the switch's), a grouping the virtual switch,
     which starts the new users at the stage's first instant, never makes. The later requests
-    settle into the groupings the band holds. The band (27.9-79.0 ms around the groupings' ~37
-    and ~66 ms) fails a prefill ~20% dearer or ~25% cheaper than the twin's; a step's cost is
-    held by the TPOT check (5%).
+    settle into the groupings the band holds, unless a busy host's pause regroups the users
+    mid-stage: the same wait behind a lone prefill again, for one round of three requests (3 of
+    59 at 84 ms in one of three runs made at once on the 2-core host, 2026-12-06; 0 of 59 and
+    0 of 60 in the other two), hence 10% and not 5%. The band (27.9-79.0 ms) still fails a
+    prefill ~25% dearer than the twin's (the ~66 ms requests, half or more of every grouping
+    seen, pass 79 ms), and a ~25% cheaper one where the grouping has its ~37 ms requests (one
+    in four go under 27.9 ms). The bands of the same twin on other GPUs (a100-80gb 12.8-45.9,
+    l40s 16.1-54.7, h100-sxm 4.3-23.7 ms) leave 30-60 of the 59-60 later first tokens of each
+    of those three runs outside. A step's cost is held by the TPOT check (5%).
     """
     sweep = bench_virtual.SWEEP
     real_dir, virtual_dir = tmp_path / "real", tmp_path / "virtual"
@@ -392,7 +398,7 @@ def test_virtual_report_agrees_with_a_real_time_run(tmp_path: Path) -> None:
     assert len(switch) == 4 and len(real_c4) >= 40, (len(switch), len(real_c4))
     outside = [round(t * 1e3, 1) for t in real_c4 if not low <= t <= high]
     what = (outside, [round(t * 1e3, 1) for t in switch], low, high)
-    assert len(outside) <= 0.05 * len(real_c4), what
+    assert len(outside) <= 0.10 * len(real_c4), what
 
 
 def test_a_five_stage_sweep_runs_over_100x_faster_than_real_time() -> None:
