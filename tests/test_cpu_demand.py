@@ -16,13 +16,13 @@ import textwrap
 
 import pytest
 
-from locust_llm.client.cpu_demand import CpuDemandMeter, read_schedstat
+from locust_llm.client.cpu_demand import CpuDemandMeter, ProcessSchedstat
 from locust_llm.report.diagnosis.client_delay import contention_caveats, delay_caveats
 from locust_llm.report.diagnosis.thresholds import Thresholds
 from locust_llm.report.diagnosis.verdict import stage_verdict
 
 needs_schedstat = pytest.mark.skipif(
-    read_schedstat() is None, reason="no /proc/self/schedstat (not Linux)"
+    ProcessSchedstat().read() is None, reason="no /proc/self/task/*/schedstat (not Linux)"
 )
 
 _CHILD = textwrap.dedent(

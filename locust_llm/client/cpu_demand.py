@@ -72,12 +72,6 @@ class ProcessSchedstat:
         return time.process_time() + self._ended_wait + sum(now.values())
 
 
-def read_schedstat() -> float | None:
-    """Run + run-queue wait of this process's threads so far (s); None where not available
-    (one reading, no memory of threads that ended: :class:`ProcessSchedstat` keeps that)."""
-    return ProcessSchedstat().read()
-
-
 class CpuDemandMeter:
     """``sample()``: the demand ratio since the previous sample (NaN on the first or without
     schedstat). Clock and reader are injected for tests."""
